@@ -1,0 +1,200 @@
+"""One error tree for the whole product.
+
+::
+
+    OrchestratorError                  root: every error we raise on purpose
+    ├── GraphError                     found before a run: the graph is wrong
+    │   ├── GraphSchemaError           malformed JSON / missing or wrong-typed field
+    │   ├── UnknownNodeTypeError       node.type not in the registry
+    │   ├── DuplicateError             duplicate node id, node name or edge id
+    │   ├── ChannelError               edge.data.channel missing or not flow/link
+    │   ├── HandleError                edge names a node or handle that does not exist
+    │   ├── SocketTypeError            wire between incompatible socket types
+    │   ├── CycleError                 cycle over flow edges (path named)
+    │   ├── LinkCycleError             cycle over link edges (path named)
+    │   ├── ParameterError             unknown parameter ("did you mean") or bad value
+    │   └── ExpressionError            expression syntax error, or reference to a node
+    │       └── UpstreamReferenceError   that is not upstream / does not exist
+    ├── RunError                       found during a run
+    │   ├── NodeExecutionError         an executor raised (after retries)
+    │   ├── NodeTimeoutError           an executor ran past its timeout
+    │   ├── EvaluationError            an expression failed at run time
+    │   ├── CoercionError              a wired value could not be coerced
+    │   ├── LinkResolutionError        materialize failed or a source cannot materialize
+    │   └── RunNotFoundError           unknown run id
+    └── ControlSignal                  not failures: they steer a run
+        ├── RetryRequested             an executor asks to be retried (optionally after a delay)
+        └── RunCancelled               the run was cancelled while the node ran
+
+Each error carries its context as fields (``graph_id``, ``node_id``, ``node_name``,
+``edge_id``, ``handle``, ``run_id``) so callers (the API, the CLI, logs) can render it
+without parsing the message. ``to_dict`` gives the JSON form used by the API and events.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class OrchestratorError(Exception):
+    """Root of every error raised on purpose by this product."""
+
+    code = "error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        graph_id: str | None = None,
+        node_id: str | None = None,
+        node_name: str | None = None,
+        edge_id: str | None = None,
+        handle: str | None = None,
+        run_id: str | None = None,
+        parameter: str | None = None,
+        path: list[str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.graph_id = graph_id
+        self.node_id = node_id
+        self.node_name = node_name
+        self.edge_id = edge_id
+        self.handle = handle
+        self.run_id = run_id
+        self.parameter = parameter
+        self.path = path
+
+    def where(self) -> str:
+        """A short 'graph g1, node n2 ("Name"), edge e3, handle h' locator."""
+        parts: list[str] = []
+        if self.run_id:
+            parts.append(f"run {self.run_id}")
+        if self.graph_id:
+            parts.append(f"graph {self.graph_id}")
+        if self.node_id:
+            parts.append(
+                f'node {self.node_id} ("{self.node_name}")' if self.node_name else f"node {self.node_id}"
+            )
+        if self.edge_id:
+            parts.append(f"edge {self.edge_id}")
+        if self.handle:
+            parts.append(f"handle {self.handle}")
+        if self.parameter:
+            parts.append(f"parameter {self.parameter}")
+        return ", ".join(parts)
+
+    def __str__(self) -> str:
+        where = self.where()
+        return f"{self.message} [{where}]" if where else self.message
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": type(self).__name__, "code": self.code, "message": self.message}
+        for key in ("graph_id", "node_id", "node_name", "edge_id", "handle", "run_id", "parameter", "path"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        return out
+
+
+# --- graph errors: found before a run ------------------------------------------------
+
+
+class GraphError(OrchestratorError):
+    code = "graph_invalid"
+
+
+class GraphSchemaError(GraphError):
+    code = "graph_schema"
+
+
+class UnknownNodeTypeError(GraphError):
+    code = "unknown_node_type"
+
+
+class DuplicateError(GraphError):
+    code = "duplicate"
+
+
+class ChannelError(GraphError):
+    code = "edge_channel"
+
+
+class HandleError(GraphError):
+    code = "dangling_handle"
+
+
+class SocketTypeError(GraphError):
+    code = "socket_type"
+
+
+class CycleError(GraphError):
+    code = "flow_cycle"
+
+
+class LinkCycleError(GraphError):
+    code = "link_cycle"
+
+
+class ParameterError(GraphError):
+    code = "parameter"
+
+
+class ExpressionError(GraphError):
+    code = "expression"
+
+
+class UpstreamReferenceError(ExpressionError):
+    code = "not_upstream"
+
+
+# --- run errors: found during a run --------------------------------------------------
+
+
+class RunError(OrchestratorError):
+    code = "run_error"
+
+
+class NodeExecutionError(RunError):
+    code = "node_failed"
+
+
+class NodeTimeoutError(RunError):
+    code = "node_timeout"
+
+
+class EvaluationError(RunError):
+    code = "evaluation"
+
+
+class CoercionError(RunError):
+    code = "coercion"
+
+
+class LinkResolutionError(RunError):
+    code = "link_resolution"
+
+
+class RunNotFoundError(RunError):
+    code = "run_not_found"
+
+
+# --- control signals: not failures ---------------------------------------------------
+
+
+class ControlSignal(OrchestratorError):
+    code = "signal"
+
+
+class RetryRequested(ControlSignal):
+    """Raised by an executor to ask for another attempt (counts against the retry policy)."""
+
+    code = "retry"
+
+    def __init__(self, message: str = "retry requested", *, delay_s: float | None = None, **kw: Any):
+        super().__init__(message, **kw)
+        self.delay_s = delay_s
+
+
+class RunCancelled(ControlSignal):
+    code = "cancelled"

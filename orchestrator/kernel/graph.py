@@ -1,0 +1,160 @@
+"""The graph model: nodes, edges and per-node settings, parsed strictly from JSON.
+
+``parse_graph`` turns a JSON mapping into a :class:`Graph` or raises ``GraphSchemaError``
+naming the graph, node or edge at fault. Structural checks that need node definitions
+(types, handles, sockets, cycles, expressions) live in ``validation.py``.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import ChannelError, GraphSchemaError
+
+ERROR_PORT = "error"  # the output handle a node gets when its error mode is "error_port"
+
+ErrorMode = Literal["stop", "continue", "error_port"]
+
+
+class RetryPolicy(BaseModel):
+    """Per-node retries: attempts include the first; delays grow by ``backoff_factor``."""
+
+    model_config = ConfigDict(extra="forbid")
+    max_attempts: int = Field(default=1, ge=1, le=100)
+    initial_interval_s: float = Field(default=1.0, ge=0)
+    backoff_factor: float = Field(default=2.0, ge=1)
+    max_interval_s: float = Field(default=30.0, ge=0)
+    jitter: bool = True
+    # Exception class names (the class or any base, e.g. "TimeoutError", "ConnectionError")
+    # that trigger a retry; None retries every error except graph/control errors.
+    retry_on: list[str] | None = None
+
+
+class NodeSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    on_error: ErrorMode = "stop"
+    timeout_s: float | None = Field(default=None, gt=0)
+    disabled: bool = False
+
+
+class Node(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(min_length=1)
+    type: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    data: dict[str, Any] = Field(default_factory=dict)
+    settings: NodeSettings = Field(default_factory=NodeSettings)
+    position: dict[str, float] | None = None  # canvas position; ignored by the runtime
+
+
+class EdgeData(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    channel: str | None = None
+
+
+class Edge(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    id: str = Field(min_length=1)
+    source: str
+    source_handle: str = Field(alias="sourceHandle")
+    target: str
+    target_handle: str = Field(alias="targetHandle")
+    data: EdgeData | None = None
+
+    @property
+    def channel(self) -> str:
+        assert self.data is not None and self.data.channel is not None  # ensured by parse_graph
+        return self.data.channel
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "source": self.source,
+            "sourceHandle": self.source_handle,
+            "target": self.target,
+            "targetHandle": self.target_handle,
+            "data": self.data.model_dump(exclude_none=True) if self.data else None,
+        }
+
+
+class Graph(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str = "graph"
+    name: str = ""
+    description: str = ""
+    version: int | None = None
+    nodes: list[Node] = Field(default_factory=list)
+    edges: list[Edge] = Field(default_factory=list)
+    settings: dict[str, Any] = Field(default_factory=dict)  # e.g. {"deadline_s": 600}
+
+    # -- indices (built lazily, the model is treated as immutable after parsing) ----
+
+    @cached_property
+    def node_by_id(self) -> dict[str, Node]:
+        return {n.id: n for n in self.nodes}
+
+    @cached_property
+    def node_by_name(self) -> dict[str, Node]:
+        return {n.name: n for n in self.nodes}
+
+    def incoming(self, node_id: str, channel: str | None = None) -> list[Edge]:
+        return [e for e in self.edges if e.target == node_id and (channel is None or e.channel == channel)]
+
+    def outgoing(self, node_id: str, channel: str | None = None) -> list[Edge]:
+        return [e for e in self.edges if e.source == node_id and (channel is None or e.channel == channel)]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "description": self.description,
+            "version": self.version,
+            "nodes": [n.model_dump(exclude_none=True) for n in self.nodes],
+            "edges": [e.to_json() for e in self.edges],
+            "settings": self.settings,
+        }
+
+
+def _locate(raw: dict[str, Any], loc: tuple[int | str, ...]) -> dict[str, str]:
+    """Map a pydantic error location to node/edge ids for the error message."""
+    where: dict[str, str] = {}
+    if len(loc) >= 2 and loc[0] in ("nodes", "edges") and isinstance(loc[1], int):
+        items = raw.get(str(loc[0])) or []
+        item = items[loc[1]] if loc[1] < len(items) else None
+        item_id = item.get("id") if isinstance(item, dict) else None
+        key = "node_id" if loc[0] == "nodes" else "edge_id"
+        where[key] = str(item_id) if item_id is not None else f"#{loc[1]}"
+    return where
+
+
+def parse_graph(raw: Any) -> Graph:
+    """Parse and strictly check the shape of a graph; channels must be flow or link."""
+    if not isinstance(raw, dict):
+        raise GraphSchemaError(f"a graph must be a JSON object, got {type(raw).__name__}")
+    graph_id = str(raw.get("id", "graph"))
+    try:
+        graph = Graph.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = tuple(first["loc"])
+        field = ".".join(str(p) for p in loc)
+        raise GraphSchemaError(
+            f"invalid graph: {field}: {first['msg']}", graph_id=graph_id, **_locate(raw, loc)
+        ) from None
+    for edge in graph.edges:
+        channel = edge.data.channel if edge.data else None
+        if channel is None:
+            raise ChannelError(
+                f"edge {edge.id} has no data.channel; every edge must say 'flow' or 'link'",
+                graph_id=graph.id, edge_id=edge.id,
+            )
+        if channel not in ("flow", "link"):
+            raise ChannelError(
+                f"edge {edge.id} has unknown channel {channel!r}; expected 'flow' or 'link'",
+                graph_id=graph.id, edge_id=edge.id,
+            )
+    return graph

@@ -1,0 +1,248 @@
+"""Scheduling as pure functions over plain data.
+
+``plan_run`` compiles a validated graph into a :class:`RunPlan`: the active sub-graph
+(nodes reachable from the start nodes over flow edges), each node's count of flow
+in-edges that can still deliver, its required ports, and its flow out-edges. Nodes off
+the active sub-graph never run (link-only sources are materialized on demand).
+
+``complete`` is the barrier's transition function, applied once per finished node:
+
+* each out-edge is *live* when the node produced a value on its source port, *dead*
+  otherwise; either way the target's pending count drops by one;
+* a target whose pending count reaches zero runs when at least one in-edge was live and
+  every required port that has in-edges received a value; otherwise it is skipped, and
+  all its out-edges are dead (the skip propagates);
+* so a merge fires when every input that can still arrive has arrived, and does not
+  wait for dead branches.
+
+The Redis Lua script in ``workers/`` implements the same function; a conformance suite
+checks both against the same cases.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import GraphError
+
+
+@dataclass
+class OutEdge:
+    edge_id: str
+    target: str
+    source_handle: str
+    target_handle: str
+
+
+@dataclass
+class PlanNode:
+    node_id: str
+    node_type: str
+    name: str
+    pending: int  # flow in-edges from active nodes
+    required: list[str]  # required input ports that have in-edges from active nodes
+    out: list[OutEdge]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node_id": self.node_id,
+            "node_type": self.node_type,
+            "name": self.name,
+            "pending": self.pending,
+            "required": self.required,
+            "out": [[e.edge_id, e.target, e.source_handle, e.target_handle] for e in self.out],
+        }
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> PlanNode:
+        return cls(
+            node_id=raw["node_id"],
+            node_type=raw["node_type"],
+            name=raw["name"],
+            pending=int(raw["pending"]),
+            required=list(raw["required"]),
+            out=[OutEdge(*e) for e in raw["out"]],
+        )
+
+
+@dataclass
+class RunPlan:
+    run_id: str
+    graph: dict[str, Any]  # the validated graph snapshot this run executes
+    start: list[str]  # start node ids (ready at once)
+    order: list[str]  # active node ids in topological order
+    nodes: dict[str, PlanNode]  # active nodes only
+    refs: dict[str, list[str]] = field(default_factory=dict)  # node -> nodes its expressions read
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "graph": self.graph,
+            "start": self.start,
+            "order": self.order,
+            "nodes": {k: v.to_json() for k, v in self.nodes.items()},
+            "refs": self.refs,
+        }
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> RunPlan:
+        return cls(
+            run_id=raw["run_id"],
+            graph=raw["graph"],
+            start=list(raw["start"]),
+            order=list(raw["order"]),
+            nodes={k: PlanNode.from_json(v) for k, v in raw["nodes"].items()},
+            refs={k: list(v) for k, v in raw.get("refs", {}).items()},
+        )
+
+
+def topological_order(node_ids: list[str], edges: list[tuple[str, str]]) -> list[str]:
+    """Kahn's algorithm, stable in the given node order. Raises on a cycle."""
+    indeg = {n: 0 for n in node_ids}
+    succ: dict[str, list[str]] = {n: [] for n in node_ids}
+    for s, t in edges:
+        if s in indeg and t in indeg:
+            succ[s].append(t)
+            indeg[t] += 1
+    queue = deque(n for n in node_ids if indeg[n] == 0)
+    order: list[str] = []
+    while queue:
+        n = queue.popleft()
+        order.append(n)
+        for t in succ[n]:
+            indeg[t] -= 1
+            if indeg[t] == 0:
+                queue.append(t)
+    if len(order) != len(node_ids):
+        raise GraphError("the flow edges form a cycle")
+    return order
+
+
+@dataclass
+class PlanInput:
+    """The minimum the planner needs about one node (kept free of pydantic models)."""
+
+    node_id: str
+    node_type: str
+    name: str
+    required_ports: set[str]  # required flow input ports per the definition
+
+
+def plan_run(
+    run_id: str,
+    graph: dict[str, Any],
+    nodes: list[PlanInput],
+    flow_edges: list[tuple[str, str, str, str, str]],  # (edge_id, source, source_handle, target, target_handle)
+    start: list[str],
+    refs: dict[str, list[str]] | None = None,
+) -> RunPlan:
+    """Compile the active sub-graph reachable from ``start`` over flow edges."""
+    by_id = {n.node_id: n for n in nodes}
+    for s in start:
+        if s not in by_id:
+            raise GraphError(f"start node {s!r} is not in the graph")
+    succ: dict[str, list[tuple[str, str, str, str]]] = {n.node_id: [] for n in nodes}
+    for eid, s, sh, t, th in flow_edges:
+        succ[s].append((eid, t, sh, th))
+    active: set[str] = set()
+    stack = list(start)
+    while stack:
+        n = stack.pop()
+        if n in active:
+            continue
+        active.add(n)
+        stack.extend(t for _, t, _, _ in succ[n])
+    ordered_ids = [n.node_id for n in nodes if n.node_id in active]
+    order = topological_order(ordered_ids, [(s, t) for _, s, _, t, _ in flow_edges])
+    plan_nodes: dict[str, PlanNode] = {}
+    for nid in order:
+        info = by_id[nid]
+        in_edges = [(eid, s, th) for eid, s, _, t, th in flow_edges if t == nid and s in active]
+        ports_with_edges = {th for _, _, th in in_edges}
+        plan_nodes[nid] = PlanNode(
+            node_id=nid,
+            node_type=info.node_type,
+            name=info.name,
+            pending=0 if nid in start else len(in_edges),
+            required=sorted(info.required_ports & ports_with_edges) if nid not in start else [],
+            out=[OutEdge(eid, t, sh, th) for eid, t, sh, th in succ[nid] if t in active],
+        )
+    return RunPlan(run_id=run_id, graph=graph, start=list(start), order=order, nodes=plan_nodes,
+                   refs=refs or {})
+
+
+# ---------------------------------------------------------------------------------------
+# The barrier's transition function (mirrored by workers/lua/complete.lua)
+
+
+@dataclass
+class BarrierState:
+    status: dict[str, str]  # node -> pending|running|succeeded|failed|skipped|waiting
+    pending: dict[str, int]
+    live: dict[str, dict[str, int]]  # node -> port -> live in-edges
+    remaining: int  # active nodes not yet finished
+    ready: set[str] = field(default_factory=set)  # became ready (start nodes included)
+    dispatched: set[str] = field(default_factory=set)
+    run_failed: bool = False
+
+    @classmethod
+    def initial(cls, plan: RunPlan) -> BarrierState:
+        return cls(
+            status={n: "pending" for n in plan.order},
+            pending={n: p.pending for n, p in plan.nodes.items()},
+            live={n: {} for n in plan.order},
+            remaining=len(plan.order),
+            ready=set(plan.start),
+        )
+
+
+@dataclass
+class Transition:
+    ready: list[str]  # newly ready, in plan order
+    skipped: list[str]  # newly skipped, in plan order
+    run_finished: bool  # every active node has finished
+
+
+FINISHED = ("succeeded", "failed", "skipped")
+
+
+def should_run(node: PlanNode, live: dict[str, int]) -> bool:
+    """A node whose inputs are all resolved runs iff something arrived and no required port is empty."""
+    if sum(live.values()) == 0:
+        return False
+    return all(live.get(port, 0) > 0 for port in node.required)
+
+
+def complete(plan: RunPlan, state: BarrierState, node_id: str, status: str, live_ports: set[str]) -> Transition:
+    """Apply one node's completion to ``state`` (mutated). Idempotent on ``status``."""
+    if state.status.get(node_id) in FINISHED:
+        return Transition(ready=[], skipped=[], run_finished=state.remaining == 0)
+    ready: list[str] = []
+    skipped: list[str] = []
+    queue: deque[tuple[str, set[str]]] = deque([(node_id, live_ports)])
+    state.status[node_id] = status
+    state.remaining -= 1
+    while queue:
+        current, ports = queue.popleft()
+        for edge in plan.nodes[current].out:
+            target = edge.target
+            if edge.source_handle in ports:
+                state.live[target][edge.target_handle] = state.live[target].get(edge.target_handle, 0) + 1
+            state.pending[target] -= 1
+            if state.pending[target] == 0 and state.status[target] == "pending":
+                if should_run(plan.nodes[target], state.live[target]):
+                    ready.append(target)
+                    state.ready.add(target)
+                else:
+                    state.status[target] = "skipped"
+                    state.remaining -= 1
+                    skipped.append(target)
+                    queue.append((target, set()))
+    rank = {n: i for i, n in enumerate(plan.order)}
+    return Transition(
+        ready=sorted(ready, key=rank.__getitem__),
+        skipped=sorted(skipped, key=rank.__getitem__),
+        run_finished=state.remaining == 0,
+    )

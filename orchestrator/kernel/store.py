@@ -1,0 +1,130 @@
+"""The state a run keeps, behind an interface the kernel defines.
+
+The step function reads and writes a run only through :class:`RunStore`. Two
+implementations fulfil it: ``memory.MemoryStore`` (in-process: unit tests, nested
+sub-graphs) and the Redis store in ``workers/`` (the distributed barrier: one Lua script
+per node completion). Both apply the same transition function (``scheduling.complete``),
+and one conformance suite runs against both.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .protocol import DataValue, NodeEvent
+from .scheduling import RunPlan
+
+
+class RunStatus:
+    QUEUED = "queued"
+    RUNNING = "running"
+    WAITING = "waiting"  # paused (e.g. for an approval); holds no worker
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+
+    TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED, TIMED_OUT})
+    ACTIVE = frozenset({QUEUED, RUNNING, WAITING})
+
+
+class NodeStatus:
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    WAITING = "waiting"
+
+    FINISHED = frozenset({SUCCEEDED, FAILED, SKIPPED})
+
+
+@dataclass
+class RunRecord:
+    run_id: str
+    status: str
+    graph_id: str
+    graph_version: int | None = None
+    created_at: float = 0.0
+    finished_at: float | None = None
+    error: dict[str, Any] | None = None
+    run_input: Any = None
+    session_id: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Claim:
+    """The answer to "may I run this node now?".
+
+    ``run``    you hold the node's lease: execute it.
+    ``done``   it already finished (a redelivery): dispatch ``pending_dispatch`` and stop.
+    ``busy``   another live worker holds the lease: stop without running.
+    ``closed`` the run is terminal or the node is not part of it: stop.
+    """
+
+    kind: Literal["run", "done", "busy", "closed"]
+    claims: int = 0  # how many times this node was claimed (> 1 after a worker died)
+    pending_dispatch: list[str] = field(default_factory=list)
+
+
+@dataclass
+class NodeCompletion:
+    """How a node ended. ``outputs`` keys are the live output ports."""
+
+    status: str  # NodeStatus.SUCCEEDED | FAILED | WAITING
+    outputs: dict[str, DataValue] = field(default_factory=dict)
+    events: list[NodeEvent] = field(default_factory=list)  # appended atomically with the completion
+    error: dict[str, Any] | None = None
+    stop_run: bool = False  # a failure that ends the run as failed
+
+
+class RunStore(ABC):
+    """Per-run state. Every method is safe to call twice (at-least-once delivery)."""
+
+    @abstractmethod
+    async def create_run(self, plan: RunPlan, record: RunRecord) -> None:
+        """Store the plan and record, set status running, append ``run_started``."""
+
+    @abstractmethod
+    async def load_plan(self, run_id: str) -> RunPlan: ...
+
+    @abstractmethod
+    async def get_run(self, run_id: str) -> RunRecord:
+        """Raises ``RunNotFoundError`` for an unknown id."""
+
+    @abstractmethod
+    async def claim_node(
+        self, run_id: str, node_id: str, *, worker_id: str, lease_s: float, started: NodeEvent
+    ) -> Claim:
+        """Atomically take the node's lease; on the first claim append ``started``."""
+
+    @abstractmethod
+    async def renew_lease(self, run_id: str, node_id: str, *, worker_id: str, lease_s: float) -> bool: ...
+
+    @abstractmethod
+    async def read_outputs(self, run_id: str, node_ids: list[str]) -> dict[str, dict[str, DataValue]]:
+        """Stored outputs of finished nodes (absent ids have none)."""
+
+    @abstractmethod
+    async def append_event(self, event: NodeEvent) -> str:
+        """Append to the run's event log; returns the event id (ordered)."""
+
+    @abstractmethod
+    async def complete_node(self, run_id: str, node_id: str, completion: NodeCompletion) -> list[str]:
+        """Apply a completion once: store outputs, count down successors, propagate
+        skips, append events, finish the run when nothing remains. Returns the nodes
+        that became ready and are not yet dispatched (a second call returns those still
+        undispatched and applies nothing)."""
+
+    @abstractmethod
+    async def mark_dispatched(self, run_id: str, node_ids: list[str]) -> None: ...
+
+    @abstractmethod
+    async def finish_run(self, run_id: str, status: str, error: dict[str, Any] | None = None) -> bool:
+        """Force a terminal status (cancel, timeout, sweeper). False if already terminal."""
+
+    async def run_status(self, run_id: str) -> str:
+        return (await self.get_run(run_id)).status

@@ -1,0 +1,95 @@
+"""Every Redis key this product writes, in one place. Each has a TTL (see Settings).
+
+``{p}`` is ``Settings.key_prefix``. Per-run keys share the ``{p}:run:{run_id}`` stem so a
+run's state can be listed and expired together.
+
+=========================================  ==========  ==============================================
+key                                        type        what, TTL
+=========================================  ==========  ==============================================
+{p}:run:{id}                               hash        run record (status, graph, times, error); retention
+{p}:run:{id}:plan                          string      the compiled RunPlan JSON (graph snapshot); retention
+{p}:run:{id}:nodes                         hash        node id -> status; retention
+{p}:run:{id}:pending                       hash        node id -> flow in-edges not yet resolved; retention
+{p}:run:{id}:live                          hash        "node|port" -> live in-edges; retention
+{p}:run:{id}:out                           hash        node id -> outputs JSON {port: DataValue}; retention
+{p}:run:{id}:claims                        hash        node id -> times claimed; retention
+{p}:run:{id}:lease:{node}                  string      worker id holding the node; node_lease_s
+{p}:run:{id}:ready                         set         nodes that became ready; retention
+{p}:run:{id}:dispatched                    set         nodes whose task was sent; retention
+{p}:run:{id}:events                        stream      the run's event log (SSE ids); capped; retention
+{p}:run:{id}:notify                        pub/sub     wake-up hint after an XADD (no payload guarantee)
+{p}:runs:active                            zset        run id -> deadline (epoch s), for the sweeper
+{p}:graph:{gid}                            hash        graph record (latest version, name, created); graph_ttl_s
+{p}:graph:{gid}:v:{n}                      string      graph JSON of version n; graph_ttl_s
+{p}:graphs                                 zset        graph id -> updated_at
+{p}:graph:{gid}:runs                       zset        run id -> created_at; trimmed with retention
+=========================================  ==========  ==============================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Keys:
+    prefix: str = "orc"
+
+    def run(self, run_id: str) -> str:
+        return f"{self.prefix}:run:{run_id}"
+
+    def plan(self, run_id: str) -> str:
+        return f"{self.prefix}:run:{run_id}:plan"
+
+    def nodes(self, run_id: str) -> str:
+        return f"{self.prefix}:run:{run_id}:nodes"
+
+    def pending(self, run_id: str) -> str:
+        return f"{self.prefix}:run:{run_id}:pending"
+
+    def live(self, run_id: str) -> str:
+        return f"{self.prefix}:run:{run_id}:live"
+
+    def outputs(self, run_id: str) -> str:
+        return f"{self.prefix}:run:{run_id}:out"
+
+    def claims(self, run_id: str) -> str:
+        return f"{self.prefix}:run:{run_id}:claims"
+
+    def lease(self, run_id: str, node_id: str) -> str:
+        return f"{self.prefix}:run:{run_id}:lease:{node_id}"
+
+    def ready(self, run_id: str) -> str:
+        return f"{self.prefix}:run:{run_id}:ready"
+
+    def dispatched(self, run_id: str) -> str:
+        return f"{self.prefix}:run:{run_id}:dispatched"
+
+    def events(self, run_id: str) -> str:
+        return f"{self.prefix}:run:{run_id}:events"
+
+    def notify(self, run_id: str) -> str:
+        return f"{self.prefix}:run:{run_id}:notify"
+
+    def active_runs(self) -> str:
+        return f"{self.prefix}:runs:active"
+
+    def graph(self, graph_id: str) -> str:
+        return f"{self.prefix}:graph:{graph_id}"
+
+    def graph_version(self, graph_id: str, version: int) -> str:
+        return f"{self.prefix}:graph:{graph_id}:v:{version}"
+
+    def graphs(self) -> str:
+        return f"{self.prefix}:graphs"
+
+    def graph_runs(self, graph_id: str) -> str:
+        return f"{self.prefix}:graph:{graph_id}:runs"
+
+    def run_keys(self, run_id: str) -> list[str]:
+        """Every fixed per-run key (lease keys carry their own short TTL)."""
+        return [
+            self.run(run_id), self.plan(run_id), self.nodes(run_id), self.pending(run_id),
+            self.live(run_id), self.outputs(run_id), self.claims(run_id), self.ready(run_id),
+            self.dispatched(run_id), self.events(run_id),
+        ]

