@@ -16,6 +16,9 @@ key                                        type        what, TTL
 {p}:run:{id}:lease:{node}                  string      worker id holding the node; node_lease_s
 {p}:run:{id}:ready                         set         nodes that became ready; retention
 {p}:run:{id}:dispatched                    set         nodes whose task was sent; retention
+{p}:run:{id}:adj                           hash        node id -> adjacency JSON for the Lua barrier; retention
+{p}:run:{id}:suspend                       hash        node id -> suspend payload of a waiting node; retention
+{p}:run:{id}:resume                        hash        node id -> {payload, input} of a resumed node; retention
 {p}:run:{id}:events                        stream      the run's event log (SSE ids); capped; retention
 {p}:run:{id}:notify                        pub/sub     wake-up hint after an XADD (no payload guarantee)
 {p}:runs:active                            zset        run id -> deadline (epoch s), for the sweeper
@@ -65,6 +68,15 @@ class Keys:
     def dispatched(self, run_id: str) -> str:
         return f"{self.prefix}:run:{run_id}:dispatched"
 
+    def adj(self, run_id: str) -> str:
+        return f"{self.prefix}:run:{run_id}:adj"
+
+    def suspend(self, run_id: str) -> str:
+        return f"{self.prefix}:run:{run_id}:suspend"
+
+    def resume(self, run_id: str) -> str:
+        return f"{self.prefix}:run:{run_id}:resume"
+
     def events(self, run_id: str) -> str:
         return f"{self.prefix}:run:{run_id}:events"
 
@@ -91,5 +103,6 @@ class Keys:
         return [
             self.run(run_id), self.plan(run_id), self.nodes(run_id), self.pending(run_id),
             self.live(run_id), self.outputs(run_id), self.claims(run_id), self.ready(run_id),
-            self.dispatched(run_id), self.events(run_id),
+            self.dispatched(run_id), self.events(run_id), self.adj(run_id), self.suspend(run_id),
+            self.resume(run_id),
         ]

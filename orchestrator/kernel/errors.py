@@ -24,6 +24,7 @@
     │   └── RunNotFoundError           unknown run id
     └── ControlSignal                  not failures: they steer a run
         ├── RetryRequested             an executor asks to be retried (optionally after a delay)
+        ├── SuspendRequested           an executor pauses its node until the run is resumed
         └── RunCancelled               the run was cancelled while the node ran
 
 Each error carries its context as fields (``graph_id``, ``node_id``, ``node_name``,
@@ -194,6 +195,21 @@ class RetryRequested(ControlSignal):
     def __init__(self, message: str = "retry requested", *, delay_s: float | None = None, **kw: Any):
         super().__init__(message, **kw)
         self.delay_s = delay_s
+
+
+class SuspendRequested(ControlSignal):
+    """Raised by an executor to pause its node (run status ``waiting``; no worker held).
+
+    ``payload`` (JSON) is stored and appended as the data of a ``run_waiting`` event.
+    When a host resumes the node (``RunStore.resume_node``) the executor runs again with
+    ``ctx.resume`` set to ``{"payload": <this payload>, "input": <the resume input>}``.
+    """
+
+    code = "suspended"
+
+    def __init__(self, message: str = "waiting", *, payload: dict[str, Any] | None = None, **kw: Any):
+        super().__init__(message, **kw)
+        self.payload = payload or {}
 
 
 class RunCancelled(ControlSignal):

@@ -101,11 +101,27 @@ class Graph(BaseModel):
     def node_by_name(self) -> dict[str, Node]:
         return {n.name: n for n in self.nodes}
 
+    @cached_property
+    def _in_edges(self) -> dict[str, list[Edge]]:
+        index: dict[str, list[Edge]] = {}
+        for edge in self.edges:
+            index.setdefault(edge.target, []).append(edge)
+        return index
+
+    @cached_property
+    def _out_edges(self) -> dict[str, list[Edge]]:
+        index: dict[str, list[Edge]] = {}
+        for edge in self.edges:
+            index.setdefault(edge.source, []).append(edge)
+        return index
+
     def incoming(self, node_id: str, channel: str | None = None) -> list[Edge]:
-        return [e for e in self.edges if e.target == node_id and (channel is None or e.channel == channel)]
+        """In-edges of ``node_id`` in graph order, optionally of one channel."""
+        return [e for e in self._in_edges.get(node_id, ()) if channel is None or e.channel == channel]
 
     def outgoing(self, node_id: str, channel: str | None = None) -> list[Edge]:
-        return [e for e in self.edges if e.source == node_id and (channel is None or e.channel == channel)]
+        """Out-edges of ``node_id`` in graph order, optionally of one channel."""
+        return [e for e in self._out_edges.get(node_id, ()) if channel is None or e.channel == channel]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -142,8 +158,10 @@ def parse_graph(raw: Any) -> Graph:
         first = exc.errors()[0]
         loc = tuple(first["loc"])
         field = ".".join(str(p) for p in loc)
+        where = _locate(raw, loc)
         raise GraphSchemaError(
-            f"invalid graph: {field}: {first['msg']}", graph_id=graph_id, **_locate(raw, loc)
+            f"invalid graph: {field}: {first['msg']}", graph_id=graph_id,
+            node_id=where.get("node_id"), edge_id=where.get("edge_id"),
         ) from None
     for edge in graph.edges:
         channel = edge.data.channel if edge.data else None

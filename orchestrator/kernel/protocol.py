@@ -228,6 +228,8 @@ class FlowContext:
     services: dict[str, Any] = field(default_factory=dict)  # injected by the host process
     input_sources: dict[str, list[str]] = field(default_factory=dict)  # port -> source node names
     settings: dict[str, Any] = field(default_factory=dict)  # the node's settings block
+    # Set when a suspended node is resumed: {"payload": <what it suspended with>, "input": <resume input>}
+    resume: dict[str, Any] | None = None
 
     def event(self, event_type: str, data: dict[str, Any] | None = None) -> NodeEvent:
         """Build a NodeEvent for this node (to ``yield`` from a streaming execute)."""

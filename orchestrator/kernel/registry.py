@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from .definition import NodeDefinition
 from .errors import UnknownNodeTypeError
@@ -51,7 +52,7 @@ class Registry:
         self._types[definition.id] = entry
         return entry
 
-    def get(self, type_id: str, **context: str | None) -> NodeType:
+    def get(self, type_id: str, **context: Any) -> NodeType:
         try:
             return self._types[type_id]
         except KeyError:

@@ -75,6 +75,8 @@ class NodeCompletion:
     """How a node ended. ``outputs`` keys are the live output ports."""
 
     status: str  # NodeStatus.SUCCEEDED | FAILED | WAITING
+    # For WAITING: the suspend payload, stored so resume can hand it back to the executor.
+    payload: dict[str, Any] | None = None
     outputs: dict[str, DataValue] = field(default_factory=dict)
     events: list[NodeEvent] = field(default_factory=list)  # appended atomically with the completion
     error: dict[str, Any] | None = None
@@ -85,8 +87,16 @@ class RunStore(ABC):
     """Per-run state. Every method is safe to call twice (at-least-once delivery)."""
 
     @abstractmethod
-    async def create_run(self, plan: RunPlan, record: RunRecord) -> None:
-        """Store the plan and record, set status running, append ``run_started``."""
+    async def create_run(self, plan: RunPlan, record: RunRecord, *, deadline_s: float | None = None) -> None:
+        """Store the plan and record, set status running, append ``run_started``.
+
+        ``deadline_s`` (default: the host's setting) bounds the run's wall time; a host
+        sweeper ends runs past it ``timed_out``."""
+
+    @abstractmethod
+    async def seed_outputs(self, run_id: str, outputs: dict[str, dict[str, DataValue]]) -> None:
+        """Store outputs of nodes that will not run in this run (a re-run reusing an
+        earlier run's results), so inputs and expressions can read them."""
 
     @abstractmethod
     async def load_plan(self, run_id: str) -> RunPlan: ...
@@ -125,6 +135,16 @@ class RunStore(ABC):
     @abstractmethod
     async def finish_run(self, run_id: str, status: str, error: dict[str, Any] | None = None) -> bool:
         """Force a terminal status (cancel, timeout, sweeper). False if already terminal."""
+
+    @abstractmethod
+    async def resume_node(self, run_id: str, node_id: str, resume_input: Any) -> bool:
+        """Resume a ``waiting`` node: store ``resume_input``, set the node back to pending
+        and the run to running, append ``run_resumed``. False if the node is not waiting.
+        The caller then dispatches the node."""
+
+    @abstractmethod
+    async def get_resume(self, run_id: str, node_id: str) -> dict[str, Any] | None:
+        """``{"payload": <suspend payload>, "input": <resume input>}`` for a resumed node."""
 
     async def run_status(self, run_id: str) -> str:
         return (await self.get_run(run_id)).status

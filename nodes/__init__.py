@@ -1,0 +1,8 @@
+"""Node types shipped with the product: one folder per type, grouped by category.
+
+Each folder ``nodes/<category>/<type_id>/`` holds ``definition.json`` (validated as
+``orchestrator.kernel.definition.NodeDefinition``) and ``executor.py`` exporting
+``executor``. Discovery imports each executor by file path, so an executor imports only
+``orchestrator.kernel``, ``nodes._shared``, the standard library and third-party
+packages. Folders whose name starts with ``_`` are helpers, not node types.
+"""

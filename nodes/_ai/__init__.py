@@ -1,0 +1,1 @@
+"""Shared code for the agent and AI nodes (models, dry-run model, toolkits, runner)."""

@@ -1,0 +1,1 @@
+"""The Agent node: definition.json + executor.py."""

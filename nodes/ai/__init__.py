@@ -1,0 +1,1 @@
+"""Node folders (discovered automatically)."""

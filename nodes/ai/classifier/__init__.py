@@ -1,0 +1,1 @@
+"""The Classifier node: definition.json + executor.py."""

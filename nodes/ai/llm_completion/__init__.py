@@ -1,0 +1,1 @@
+"""The LLM Completion node: definition.json + executor.py."""

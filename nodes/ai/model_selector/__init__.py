@@ -1,0 +1,1 @@
+"""The Model Selector node: definition.json + executor.py."""

@@ -1,0 +1,1 @@
+"""The Structured Output node: definition.json + executor.py."""

@@ -1,0 +1,1 @@
+"""Core nodes of the chat experience."""

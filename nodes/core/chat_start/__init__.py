@@ -1,0 +1,1 @@
+"""The Chat Start node: definition.json + executor.py."""

@@ -1,0 +1,1 @@
+"""Data nodes: reshape, filter, split and convert JSON on the spine."""

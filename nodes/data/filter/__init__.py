@@ -1,0 +1,1 @@
+"""The Filter node: definition.json + executor.py."""

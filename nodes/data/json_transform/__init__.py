@@ -1,0 +1,1 @@
+"""The JSON Transform node: definition.json + executor.py."""

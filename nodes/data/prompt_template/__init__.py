@@ -1,0 +1,1 @@
+"""The Prompt Template node: definition.json + executor.py."""

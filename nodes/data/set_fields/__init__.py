@@ -1,0 +1,1 @@
+"""The Set Fields node: definition.json + executor.py."""

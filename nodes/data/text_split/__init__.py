@@ -1,0 +1,1 @@
+"""The Text Split node: definition.json + executor.py."""

@@ -1,0 +1,1 @@
+"""The Type Converter node: definition.json + executor.py."""

@@ -1,0 +1,1 @@
+"""Flow control: routing, merging, loops and code."""

@@ -1,0 +1,1 @@
+"""The Code node: definition.json + executor.py."""

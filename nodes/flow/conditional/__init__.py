@@ -1,0 +1,1 @@
+"""The Conditional node: definition.json + executor.py."""

@@ -1,0 +1,1 @@
+"""The Loop node: definition.json + executor.py."""

@@ -1,0 +1,153 @@
+"""Loop: runs the nested graph ``body`` per item (``for_each``) or until a condition holds.
+
+Each iteration is ``ctx.runtime.run_subgraph(body, value, label="<node name>[i]")``: the
+body's single ``loop_input`` node receives ``value`` as its run input. An iteration's
+result is the value of the body's single sink output (a list when there are several,
+null when there are none).
+
+for_each  ``items`` (default: the input if it is a list, else ``input.items``); up to
+          ``concurrency`` iterations run at once, results keep item order.
+          Output ``{"results": [...], "iterations": n}``.
+until     starts from ``items`` (default: the input) and feeds each result into the next
+          iteration; after each, ``condition`` is evaluated with input = the result and
+          ``$index`` = i, and the loop stops when it is true. Output
+          ``{"result": last, "iterations": n}``. Reaching ``max_iterations`` first is a
+          ValueError.
+
+A failed iteration raises RuntimeError naming the iteration index and the inner error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from nodes._shared.conditions import evaluate_condition, make_scope
+from nodes._shared.values import input_value, result
+from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext, SubgraphResult
+
+MAX_ITERATIONS = 10_000
+BODY_TRIGGER = "loop_input"
+
+
+def check_body(body: Any) -> dict[str, Any]:
+    """The body must be a graph object with exactly one loop_input node."""
+    if not isinstance(body, dict) or not isinstance(body.get("nodes"), list):
+        raise ValueError("parameter 'body' must be a graph object with 'nodes' and 'edges'")
+    starts = [n for n in body["nodes"] if isinstance(n, dict) and n.get("type") == BODY_TRIGGER]
+    if len(starts) != 1:
+        raise ValueError(
+            f"parameter 'body' must contain exactly one {BODY_TRIGGER} node; found {len(starts)}"
+        )
+    return body
+
+
+def iteration_value(sub: SubgraphResult) -> Any:
+    values = [dv.value for dv in sub.sink_outputs]
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else values
+
+
+def _bounded(data: dict[str, Any], key: str, default: int, upper: int) -> int:
+    raw = data.get(key)
+    try:
+        value = default if raw is None else int(raw)
+    except (TypeError, ValueError):
+        raise ValueError(f"parameter {key!r} must be an integer; got {raw!r}") from None
+    if not 1 <= value <= upper:
+        raise ValueError(f"parameter {key!r} must be between 1 and {upper}; got {value}")
+    return value
+
+
+class Loop:
+    node_type = "loop"
+
+    async def execute(
+        self, data: dict[str, Any], inputs: dict[str, DataValue], ctx: FlowContext
+    ) -> ExecutionResult:
+        body = check_body(data.get("body"))
+        mode = data.get("mode") or "for_each"
+        max_iterations = _bounded(data, "max_iterations", 100, MAX_ITERATIONS)
+        value = input_value(inputs)
+        if mode == "for_each":
+            items = self._items(data.get("items"), value)
+            if len(items) > max_iterations:
+                raise ValueError(
+                    f"loop has {len(items)} items, more than parameter 'max_iterations' "
+                    f"({max_iterations})"
+                )
+            concurrency = _bounded(data, "concurrency", 1, 64)
+            results = await self._for_each(body, items, concurrency, ctx)
+            return result({"output": {"results": results, "iterations": len(items)}})
+        if mode == "until":
+            condition = data.get("condition")
+            if not condition:
+                raise ValueError("parameter 'condition' is required in mode 'until'")
+            start = value if data.get("items") is None else data["items"]
+            last, n = await self._until(body, start, condition, max_iterations, ctx)
+            return result({"output": {"result": last, "iterations": n}})
+        raise ValueError(f"parameter 'mode' must be 'for_each' or 'until'; got {mode!r}")
+
+    @staticmethod
+    def _items(param: Any, value: Any) -> list[Any]:
+        if param is not None:
+            if not isinstance(param, list):
+                raise ValueError(f"parameter 'items' must be a list; got {type(param).__name__}")
+            return param
+        if isinstance(value, list):
+            return value
+        if isinstance(value, dict) and isinstance(value.get("items"), list):
+            return list(value["items"])
+        raise ValueError(
+            "loop needs a list: set parameter 'items' or send a list "
+            "(or {\"items\": [...]}) to input"
+        )
+
+    async def _iterate(self, body: dict[str, Any], value: Any, i: int, ctx: FlowContext) -> Any:
+        sub = await ctx.runtime.run_subgraph(body, value, label=f"{ctx.node_name}[{i}]")
+        if sub.status != "succeeded":
+            detail = (sub.error or {}).get("message") or sub.error or sub.status
+            raise RuntimeError(f"loop iteration {i} failed: {detail}")
+        return iteration_value(sub)
+
+    async def _for_each(
+        self, body: dict[str, Any], items: list[Any], concurrency: int, ctx: FlowContext
+    ) -> list[Any]:
+        results: list[Any] = []
+        for start in range(0, len(items), concurrency):
+            batch = items[start:start + concurrency]
+            try:
+                # A TaskGroup (not gather) so one failed iteration cancels its siblings.
+                async with asyncio.TaskGroup() as group:
+                    tasks = [
+                        group.create_task(self._iterate(body, item, start + k, ctx))
+                        for k, item in enumerate(batch)
+                    ]
+            except BaseExceptionGroup as grouped:
+                raise _first_error(grouped) from None
+            results.extend(task.result() for task in tasks)
+        return results
+
+    async def _until(
+        self, body: dict[str, Any], start: Any, condition: Any, max_iterations: int,
+        ctx: FlowContext,
+    ) -> tuple[Any, int]:
+        current = start
+        for i in range(max_iterations):
+            current = await self._iterate(body, current, i, ctx)
+            scope = make_scope(ctx, current, {"$index": i})
+            if evaluate_condition(condition, scope, parameter="condition", where=f"iteration {i}"):
+                return current, i + 1
+        raise ValueError(
+            f"loop reached parameter 'max_iterations' ({max_iterations}) "
+            "before its condition was true"
+        )
+
+
+def _first_error(grouped: BaseExceptionGroup[BaseException]) -> BaseException:
+    first = grouped.exceptions[0]
+    return _first_error(first) if isinstance(first, BaseExceptionGroup) else first
+
+
+executor = Loop()

@@ -1,0 +1,1 @@
+"""The Loop Input node: definition.json + executor.py."""

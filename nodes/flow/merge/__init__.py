@@ -1,0 +1,1 @@
+"""The Merge node: definition.json + executor.py."""

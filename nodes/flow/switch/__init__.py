@@ -1,0 +1,1 @@
+"""The Switch node: definition.json + executor.py."""

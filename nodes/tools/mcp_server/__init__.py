@@ -1,0 +1,1 @@
+"""The MCP Server node: definition.json + executor.py."""

@@ -1,0 +1,1 @@
+"""The Toolset node: definition.json + executor.py."""

@@ -1,0 +1,1 @@
+"""Trigger nodes: they start runs and receive the run input."""

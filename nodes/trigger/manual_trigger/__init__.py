@@ -1,0 +1,1 @@
+"""The Manual Trigger node: definition.json + executor.py."""

@@ -1,0 +1,1 @@
+"""The Schedule Trigger node: definition.json + executor.py."""

@@ -1,0 +1,1 @@
+"""The Webhook Trigger node: definition.json + executor.py."""

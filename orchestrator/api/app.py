@@ -1,0 +1,76 @@
+"""The FastAPI application: ``create_app(settings=None) -> FastAPI`` (OpenAPI at ``/docs``).
+
+Routers (one concern each): ``graphs``, ``runs``, ``events`` (SSE), ``triggers``
+(webhooks, chat), ``nodes``, ``health``. Bearer-key auth guards everything except
+``/health``, ``/ready``, ``/hooks/*`` (HMAC) and, when ``ORCH_METRICS_PUBLIC`` is set,
+``/metrics``. Errors from the error tree map to HTTP in ``errors.py``; bodies over
+``Settings.max_body_bytes`` get a 413 (``limits.py``).
+
+State lives only in Redis (``Settings.redis_url``), so several API processes can serve
+the same graphs and runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import Depends, FastAPI
+from redis.asyncio import Redis
+
+from orchestrator.kernel.registry import Registry
+from orchestrator.settings import Settings, get_settings
+
+from . import errors, events, graphs, health, nodes, runs, triggers
+from .auth import require_key
+from .limits import BodyLimit
+from .services import Dispatch, RunStoreApi, Services
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    registry: Registry | None = None,
+    redis: Redis | None = None,
+    run_store: RunStoreApi | None = None,
+    dispatch: Dispatch | None = None,
+) -> FastAPI:
+    """Build the app. Without arguments: settings from the environment, the node registry
+    from ``orchestrator.plugins``, a Redis client on ``Settings.redis_url``."""
+    settings = settings or get_settings()
+    owned: list[Redis] = []  # closed at shutdown: only a client this function created
+    if redis is None:
+        if not settings.redis_url:
+            raise RuntimeError(
+                "the API needs REDIS_URL (the `orchestrator serve` command starts "
+                "an embedded Redis when it is unset)"
+            )
+        redis = Redis.from_url(settings.redis_url, decode_responses=True)
+        owned.append(redis)
+    if registry is None:
+        from orchestrator.plugins import get_registry
+
+        registry = get_registry()
+    services = Services(settings, redis, registry, run_store=run_store, dispatch=dispatch)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        for client in owned:
+            await client.aclose()
+
+    app = FastAPI(
+        title="Agent workflow orchestrator",
+        version="0.1.0",
+        description="Graphs of nodes, run one Celery task per node; events over SSE.",
+        lifespan=lifespan,
+    )
+    app.state.services = services
+    errors.install(app)
+    app.add_middleware(BodyLimit, max_body_bytes=settings.max_body_bytes)
+    guarded = [Depends(require_key)]
+    app.include_router(health.router)
+    app.include_router(triggers.hooks)
+    for router in (graphs.router, runs.router, events.router, nodes.router, triggers.chats):
+        app.include_router(router, dependencies=guarded)
+    return app

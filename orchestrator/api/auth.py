@@ -1,0 +1,40 @@
+"""Bearer API keys (``Settings.api_keys``, comma separated; empty disables auth).
+
+Every key is compared with ``hmac.compare_digest`` so the time taken says nothing about
+how much of a guess was right. ``/health``, ``/ready`` and ``/hooks/*`` (HMAC signed
+instead) do not use this dependency; ``/metrics`` does unless ``ORCH_METRICS_PUBLIC``.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from fastapi import Depends, Request
+
+from .errors import AuthError
+from .services import Services, get_services
+
+
+def configured_keys(raw: str) -> list[bytes]:
+    return [k.strip().encode() for k in raw.split(",") if k.strip()]
+
+
+def check_key(header: str | None, keys: list[bytes]) -> None:
+    """Raise :class:`AuthError` unless ``header`` is ``Bearer <one of keys>``."""
+    if not keys:
+        return
+    if not header:
+        raise AuthError("missing Authorization header; send 'Authorization: Bearer <api key>'")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise AuthError("Authorization header must be 'Bearer <api key>'")
+    given = token.strip().encode()
+    matched = False
+    for key in keys:  # no early exit: every key is compared
+        matched |= hmac.compare_digest(given, key)
+    if not matched:
+        raise AuthError("invalid API key")
+
+
+async def require_key(request: Request, services: Services = Depends(get_services)) -> None:  # noqa: B008
+    check_key(request.headers.get("authorization"), configured_keys(services.settings.api_keys))

@@ -1,0 +1,127 @@
+"""One place that maps the error tree to HTTP.
+
+==============================================  ======
+error                                           status
+==============================================  ======
+``GraphError`` (any subclass)                   422
+``GraphNotFoundError``, ``RunNotFoundError``    404
+``GraphConflictError``                          409
+``AuthError``                                   401
+``PayloadTooLargeError`` (body limit)           413
+``RunStateError`` (e.g. rerun of a live run)    409
+other ``RunError`` (e.g. nothing to approve)     409
+request body not JSON                           400
+request body of the wrong shape                 422
+other ``OrchestratorError``                     400
+==============================================  ======
+
+Every error body is ``{"error": {"type", "code", "message", ...locators}}``: the
+``to_dict()`` of the error, naming the graph, node, edge, handle or parameter.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from orchestrator.graph_store import GraphConflictError, GraphNotFoundError
+from orchestrator.kernel.errors import GraphError, OrchestratorError, RunError, RunNotFoundError
+
+
+class AuthError(OrchestratorError):
+    """Missing or wrong API key, or a bad webhook signature."""
+
+    code = "unauthorized"
+
+
+class PayloadTooLargeError(OrchestratorError):
+    code = "payload_too_large"
+
+
+class RunStateError(OrchestratorError):
+    """The run is in a state that does not allow the request."""
+
+    code = "run_state"
+
+
+STATUS: list[tuple[type[OrchestratorError], int]] = [
+    (GraphError, 422),
+    (GraphNotFoundError, 404),
+    (RunNotFoundError, 404),
+    (GraphConflictError, 409),
+    (AuthError, 401),
+    (PayloadTooLargeError, 413),
+    (RunStateError, 409),
+    (RunError, 409),
+]
+
+
+def status_of(exc: OrchestratorError) -> int:
+    for cls, status in STATUS:
+        if isinstance(exc, cls):
+            return status
+    return 400
+
+
+def error_response(exc: OrchestratorError) -> JSONResponse:
+    status = status_of(exc)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse({"error": exc.to_dict()}, status_code=status, headers=headers)
+
+
+async def _orchestrator_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, OrchestratorError)
+    return error_response(exc)
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = list(exc.errors())
+    for err in errors:
+        if err.get("type") == "json_invalid":
+            ctx = err.get("ctx") or {}
+            detail = ctx.get("error", "invalid JSON")
+            loc = err.get("loc", ())
+            position = f" at position {loc[1]}" if len(loc) > 1 else ""
+            body: dict[str, Any] = {
+                "type": "MalformedJSON",
+                "code": "malformed_json",
+                "message": f"request body is not valid JSON: {detail}{position}",
+            }
+            return JSONResponse({"error": body}, status_code=400)
+    first = errors[0] if errors else {}
+    where = ".".join(str(p) for p in first.get("loc", ()))
+    message = f"{where}: {first.get('msg', 'invalid request')}" if where else "invalid request"
+    body = {
+        "type": "RequestValidationError",
+        "code": "request_invalid",
+        "message": message,
+        "parameter": where or None,
+        "errors": [
+            {"loc": [str(p) for p in e.get("loc", ())], "msg": e.get("msg")} for e in errors
+        ],
+    }
+    return JSONResponse(
+        {"error": {k: v for k, v in body.items() if v is not None}}, status_code=422
+    )
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    codes = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
+    body = {
+        "type": "HTTPError",
+        "code": codes.get(exc.status_code, f"http_{exc.status_code}"),
+        "message": str(exc.detail),
+    }
+    return JSONResponse({"error": body}, status_code=exc.status_code, headers=exc.headers)
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(OrchestratorError, _orchestrator_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)

@@ -1,0 +1,127 @@
+"""Starting runs of stored graphs, and summarizing a run for responses.
+
+Every trigger (manual, webhook, chat, rerun) goes through :func:`launch`: the graph is
+read (and so validated again) from the graph store, the run records the version it ran
+(``meta.graph_version``) and is listed under the graph.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator import metrics
+from orchestrator.kernel.errors import ParameterError
+from orchestrator.kernel.store import RunRecord
+
+from .services import Services
+
+
+def find_node(graph: dict[str, Any], ref: str) -> dict[str, Any] | None:
+    """A node of ``graph`` by id, else by name."""
+    nodes: list[dict[str, Any]] = graph.get("nodes") or []
+    return next((n for n in nodes if n.get("id") == ref), None) or next(
+        (n for n in nodes if n.get("name") == ref), None
+    )
+
+
+def nodes_of_type(graph: dict[str, Any], node_type: str) -> list[dict[str, Any]]:
+    return [n for n in graph.get("nodes") or [] if n.get("type") == node_type]
+
+
+def start_node(graph: dict[str, Any], ref: str, services: Services) -> str:
+    """The id of trigger node ``ref``; a ``ParameterError`` naming it when it is not one."""
+    node = find_node(graph, ref)
+    if node is None:
+        raise ParameterError(
+            f"graph has no node {ref!r} to start at", graph_id=graph.get("id"), parameter="trigger"
+        )
+    node_type = services.registry.get(node["type"], graph_id=graph.get("id"), node_id=node["id"])
+    if not node_type.definition.trigger:
+        raise ParameterError(
+            f"node {node['id']!r} ({node['type']}) is not a trigger node and cannot start a run",
+            graph_id=graph.get("id"),
+            node_id=node["id"],
+            node_name=node.get("name"),
+            parameter="trigger",
+        )
+    return str(node["id"])
+
+
+async def launch(
+    services: Services,
+    graph_id: str,
+    run_input: Any,
+    *,
+    trigger: str,
+    start: list[str] | None = None,
+    session_id: str | None = None,
+    version: int | None = None,
+    meta: dict[str, Any] | None = None,
+) -> str:
+    """Start a run of a stored graph; returns the run id (the run is queued, not finished)."""
+    from orchestrator.runs import start_run
+
+    graph = await services.graphs.get(graph_id, version)
+    run_meta = {"graph_version": graph["version"], "trigger": trigger, **(meta or {})}
+    run_id: str = await start_run(
+        services.run_store,
+        services.registry,
+        graph,
+        run_input,
+        dispatch=services.dispatch,
+        start=start,
+        session_id=session_id,
+        meta=run_meta,
+    )
+    await services.graphs.add_run(graph_id, run_id)
+    metrics.RUNS_STARTED.labels(trigger=trigger).inc()
+    return run_id
+
+
+def record_json(record: RunRecord) -> dict[str, Any]:
+    return {
+        "run_id": record.run_id,
+        "status": record.status,
+        "graph_id": record.graph_id,
+        "graph_version": record.graph_version,
+        "created_at": record.created_at,
+        "finished_at": record.finished_at,
+        "error": record.error,
+        "session_id": record.session_id,
+        "meta": record.meta,
+    }
+
+
+async def run_detail(services: Services, run_id: str) -> dict[str, Any]:
+    """The run record plus every planned node's status and stored outputs."""
+    record = await services.runs.get_run(run_id)
+    plan = await services.runs.load_plan(run_id)
+    states = await services.runs.node_states(run_id)
+    outputs = await services.runs.read_outputs(run_id, list(plan.order))
+    nodes: dict[str, Any] = {}
+    for node_id in plan.order:
+        state = states.get(node_id) if isinstance(states, dict) else None
+        status = state.get("status") if isinstance(state, dict) else state
+        nodes[node_id] = {
+            "name": plan.nodes[node_id].name,
+            "type": plan.nodes[node_id].node_type,
+            "status": status or "pending",
+            "outputs": {port: dv.to_json() for port, dv in outputs.get(node_id, {}).items()},
+        }
+    return {
+        **record_json(record),
+        "nodes": nodes,
+        "output": final_output(plan.order, plan, outputs),
+    }
+
+
+def final_output(order: list[str], plan: Any, outputs: dict[str, dict[str, Any]]) -> Any:
+    """The run's result: the first output value of each sink node that produced one.
+
+    One sink gives its value as is; several give ``{node name: value}``.
+    """
+    sinks = [n for n in order if not plan.nodes[n].out and outputs.get(n)]
+    values = {plan.nodes[n].name: next(iter(outputs[n].values())).to_json()["value"] for n in sinks}
+    if len(values) == 1:
+        return next(iter(values.values()))
+    return values or None

@@ -1,0 +1,69 @@
+"""A request body size limit (``Settings.max_body_bytes``), as pure ASGI middleware.
+
+A declared ``Content-Length`` above the limit is refused before the body is read; a
+chunked body is counted as it arrives and refused once it passes the limit (413 with
+the usual error body), before the handler sees a truncated request.
+"""
+
+from __future__ import annotations
+
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .errors import PayloadTooLargeError, error_response
+
+
+class _TooLarge(HTTPException):
+    # An HTTPException so the framework's body parsing lets it through (it turns other
+    # exceptions into a 400); the app's HTTPException handler renders it as a 413.
+    def __init__(self, message: str) -> None:
+        super().__init__(status_code=413, detail=message)
+
+
+class BodyLimit:
+    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    def _error(self) -> PayloadTooLargeError:
+        return PayloadTooLargeError(
+            f"request body exceeds the limit of {self.max_body_bytes} bytes", parameter="body"
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = 0
+                if declared > self.max_body_bytes:
+                    await error_response(self._error())(scope, receive, send)
+                    return
+        seen = 0
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_body_bytes:
+                    raise _TooLarge(self._error().message)
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except _TooLarge:
+            if started:
+                raise
+            await error_response(self._error())(scope, receive, send)

@@ -1,0 +1,27 @@
+"""``/nodes``: every discovered node definition, and the socket type catalogue."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends
+
+from orchestrator.kernel.sockets import socket_catalogue
+
+from .services import Services, get_services
+
+router = APIRouter(tags=["nodes"])
+
+
+@router.get("/nodes")
+async def list_nodes(services: Services = Depends(get_services)) -> dict[str, Any]:  # noqa: B008
+    """``{nodes: [definition JSON + capabilities], sockets: [{id, label, color, shape}]}``."""
+    nodes = []
+    for node_type in services.registry:
+        item = node_type.definition.model_dump(mode="json")
+        item["capabilities"] = {
+            "execute": node_type.can_execute,
+            "materialize": node_type.can_materialize,
+        }
+        nodes.append(item)
+    return {"nodes": nodes, "sockets": socket_catalogue()}

@@ -1,0 +1,138 @@
+"""Runs: start one of a stored graph, read it, cancel it, re-run it from a node, approve.
+
+Nothing here is tied to the caller's connection: a run, once started, is driven by the
+workers and the Redis run store, whoever is still listening.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import JSONResponse
+
+from orchestrator.kernel.errors import ParameterError
+from orchestrator.kernel.store import RunStatus
+
+from .errors import RunStateError
+from .launch import find_node, launch, run_detail, start_node
+from .models import Approval, Rerun, StartRun
+from .services import Services, get_services
+
+router = APIRouter(tags=["runs"])
+SERVICES = Depends(get_services)
+
+
+def accepted(run_id: str, **extra: Any) -> JSONResponse:
+    return JSONResponse(
+        {"run_id": run_id, "events_url": f"/runs/{run_id}/events", **extra}, status_code=202
+    )
+
+
+@router.post("/graphs/{graph_id}/runs", status_code=202)
+async def start(graph_id: str, body: StartRun, services: Services = SERVICES) -> JSONResponse:
+    """Start a run; 202 ``{run_id, events_url}``. ``trigger`` picks the start node."""
+    starts = None
+    if body.trigger is not None:
+        graph = await services.graphs.get(graph_id, body.version)
+        starts = [start_node(graph, body.trigger, services)]
+    run_id = await launch(
+        services,
+        graph_id,
+        body.input,
+        trigger="manual",
+        start=starts,
+        session_id=body.session_id,
+        version=body.version,
+    )
+    return accepted(run_id)
+
+
+@router.get("/runs/{run_id}")
+async def get_run(run_id: str, services: Services = SERVICES) -> dict[str, Any]:
+    """Status, error, per-node status and outputs, and the run's final output."""
+    return await run_detail(services, run_id)
+
+
+@router.post("/runs/{run_id}/cancel")
+async def cancel(run_id: str, services: Services = SERVICES) -> dict[str, Any]:
+    """Cancel: queued nodes never start; running ones stop within ``cancel_poll_s``.
+
+    ``cancelled`` is false when the run had already ended (its status is returned).
+    """
+    await services.runs.get_run(run_id)  # 404 for an unknown id
+    done = await services.runs.finish_run(
+        run_id,
+        RunStatus.CANCELLED,
+        {"type": "RunCancelled", "code": "cancelled", "message": "cancelled through the API"},
+    )
+    record = await services.runs.get_run(run_id)
+    return {"run_id": run_id, "cancelled": done, "status": record.status}
+
+
+def ancestors(plan: Any, node_id: str) -> list[str]:
+    """Every flow ancestor of ``node_id`` in the plan, in plan order."""
+    parents: dict[str, set[str]] = {n: set() for n in plan.order}
+    for source, node in plan.nodes.items():
+        for edge in node.out:
+            parents.setdefault(edge.target, set()).add(source)
+    seen: set[str] = set()
+    stack = list(parents.get(node_id, ()))
+    while stack:
+        current = stack.pop()
+        if current not in seen:
+            seen.add(current)
+            stack.extend(parents.get(current, ()))
+    return [n for n in plan.order if n in seen]
+
+
+@router.post("/runs/{run_id}/rerun", status_code=202)
+async def rerun(run_id: str, body: Rerun, services: Services = SERVICES) -> JSONResponse:
+    """Run the old run's graph snapshot again from ``from_node``, reusing the stored
+    outputs of the nodes before it. 202 ``{run_id, rerun_of}``; the old run must be over."""
+    from orchestrator.runs import start_run
+
+    old = await services.runs.get_run(run_id)
+    if old.status not in RunStatus.TERMINAL:
+        raise RunStateError(
+            f"run {run_id} is still {old.status}; cancel it or wait for it to end", run_id=run_id
+        )
+    plan = await services.runs.load_plan(run_id)
+    node = find_node(plan.graph, body.from_node)
+    if node is None or node["id"] not in plan.nodes:
+        raise ParameterError(
+            f"node {body.from_node!r} is not part of run {run_id}",
+            run_id=run_id,
+            node_id=body.from_node,
+            parameter="from_node",
+        )
+    from_id = str(node["id"])
+    seed = await services.runs.read_outputs(run_id, ancestors(plan, from_id))
+    meta = {"rerun_of": run_id, "graph_version": old.graph_version, "trigger": "rerun"}
+    new_id: str = await start_run(
+        services.run_store,
+        services.registry,
+        plan.graph,
+        old.run_input,
+        dispatch=services.dispatch,
+        start=[from_id],
+        session_id=old.session_id,
+        meta=meta,
+        seed_outputs=seed,
+    )
+    if old.graph_id:
+        await services.graphs.add_run(old.graph_id, new_id)
+    return accepted(new_id, rerun_of=run_id)
+
+
+@router.post("/runs/{run_id}/approvals")
+async def approve(run_id: str, body: Approval, services: Services = SERVICES) -> dict[str, Any]:
+    """Answer a node waiting for approval (the only waiting node when ``node_id`` is omitted)."""
+    from orchestrator.approvals import submit_approval
+
+    dispatch = services.dispatch
+    node_id = await submit_approval(
+        services.run_store, run_id, body.node_id, body.decision, body.arguments, body.note,
+        dispatch=lambda rid, nid: dispatch(rid, [nid]),
+    )
+    return {"run_id": run_id, "node_id": node_id, "decision": body.decision}

@@ -1,0 +1,180 @@
+"""Triggers from outside: webhooks (``POST /hooks/{path}``) and chat messages.
+
+Webhooks: ``{p}:hooks`` maps a path to the graph whose ``webhook_trigger`` node has that
+``data.path``. When the graph sets ``settings.webhook_secret_env`` (an environment
+variable holding the secret) or a secret was stored with ``PUT /graphs/{id}/webhook-secret``,
+the request must carry ``X-Signature-256: sha256=<hex HMAC-SHA256 of the raw body>``;
+a missing or wrong signature is a 401 and starts nothing. The node's ``response_mode``:
+``immediate`` (default) answers 202 ``{run_id}``; ``wait`` waits up to ``wait_timeout_s``
+for the run to end and answers 200 ``{run_id, status, output}``, or 202 if it is still going.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import time
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+
+from orchestrator.graph_store import WEBHOOK_NODE_TYPE, webhook_paths
+from orchestrator.kernel.errors import GraphError
+from orchestrator.kernel.protocol import EventType
+
+from .errors import AuthError
+from .events import follow
+from .launch import launch, nodes_of_type, run_detail
+from .models import ChatMessage
+from .services import Services, get_services
+
+CHAT_NODE_TYPE = "chat_start"  # the trigger type a chat message starts
+SIGNATURE_HEADER = "x-signature-256"
+DEFAULT_WAIT_S = 30.0
+MAX_WAIT_S = 300.0
+# Headers passed to the run input; credentials and the signature stay out of run state.
+HIDDEN_HEADERS = frozenset({"authorization", "cookie", SIGNATURE_HEADER, "proxy-authorization"})
+
+hooks = APIRouter(tags=["triggers"])
+chats = APIRouter(tags=["triggers"])
+SERVICES = Depends(get_services)
+
+
+async def secret_for(services: Services, graph: dict[str, Any]) -> str | None:
+    env_name = (graph.get("settings") or {}).get("webhook_secret_env")
+    if env_name:
+        value = os.environ.get(str(env_name))
+        if not value:
+            raise AuthError(
+                f"the webhook secret variable {env_name!r} is not set on the server",
+                graph_id=graph.get("id"),
+            )
+        return value
+    return await services.graphs.webhook_secret(str(graph["id"]))
+
+
+def check_signature(secret: str, body: bytes, header: str | None) -> None:
+    if not header:
+        raise AuthError("missing X-Signature-256 header (sha256=<hex HMAC-SHA256 of the body>)")
+    expected = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(header.strip().encode(), expected.encode()):
+        raise AuthError("X-Signature-256 does not match the request body")
+
+
+def parse_body(body: bytes, content_type: str) -> Any:
+    if "json" in content_type.lower() and body.strip():
+        try:
+            return json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise GraphError(f"webhook body is not valid JSON: {exc}", parameter="body") from None
+    return body.decode(errors="replace")
+
+
+@hooks.post("/hooks/{path:path}")
+async def webhook(path: str, request: Request, services: Services = SERVICES) -> JSONResponse:
+    """Start the run of the graph that owns this webhook path (see the module docstring)."""
+    path = path.strip("/")
+    graph_id = await services.graphs.graph_for_hook(path)
+    if graph_id is None:
+        return JSONResponse(
+            {
+                "error": {
+                    "type": "HTTPError",
+                    "code": "not_found",
+                    "message": f"no graph has a webhook at {path!r}",
+                }
+            },
+            status_code=404,
+        )
+    graph = await services.graphs.get(graph_id)
+    body = await request.body()
+    secret = await secret_for(services, graph)
+    if secret:
+        check_signature(secret, body, request.headers.get(SIGNATURE_HEADER))
+    node = next(
+        n
+        for n in nodes_of_type(graph, WEBHOOK_NODE_TYPE)
+        if webhook_paths({"nodes": [n]}) == [path]
+    )
+    run_input = {
+        "body": parse_body(body, request.headers.get("content-type", "")),
+        "headers": {k: v for k, v in request.headers.items() if k.lower() not in HIDDEN_HEADERS},
+        "query": dict(request.query_params),
+        "path": path,
+        "method": request.method,
+    }
+    run_id = await launch(
+        services,
+        graph_id,
+        run_input,
+        trigger="webhook",
+        start=[node["id"]],
+        version=graph["version"],
+    )
+    data = node.get("data") or {}
+    if data.get("response_mode") != "wait":
+        return JSONResponse(
+            {"run_id": run_id, "events_url": f"/runs/{run_id}/events"}, status_code=202
+        )
+    wait_s = min(float(data.get("wait_timeout_s") or DEFAULT_WAIT_S), MAX_WAIT_S)
+    if await wait_for_end(services, run_id, wait_s):
+        detail = await run_detail(services, run_id)
+        return JSONResponse(
+            {
+                "run_id": run_id,
+                "status": detail["status"],
+                "output": detail["output"],
+                "error": detail["error"],
+            }
+        )
+    return JSONResponse(
+        {"run_id": run_id, "status": "running", "events_url": f"/runs/{run_id}/events"},
+        status_code=202,
+    )
+
+
+async def wait_for_end(services: Services, run_id: str, timeout_s: float) -> bool:
+    """Follow the run's stream until its terminal event; False after ``timeout_s``."""
+    import anyio
+
+    deadline = time.monotonic() + timeout_s
+    with anyio.move_on_after(max(0.0, deadline - time.monotonic())):
+        async for _sid, event in follow(services.runs, run_id, "0-0"):
+            if event.event_type in EventType.TERMINAL:
+                return True
+        return True  # the stream ended because the run is over
+    return False
+
+
+@chats.post("/chats/{chat_id}/messages", status_code=202)
+async def chat_message(
+    chat_id: str, body: ChatMessage, services: Services = SERVICES
+) -> JSONResponse:
+    """Run the graph's ``chat_start`` node with ``session_id = chat_id``.
+
+    202 ``{run_id, events_url}``; the events URL streams in the chat format.
+    """
+    graph = await services.graphs.get(body.graph_id)
+    starts = nodes_of_type(graph, CHAT_NODE_TYPE)
+    if not starts:
+        raise GraphError(
+            f"graph {body.graph_id!r} has no {CHAT_NODE_TYPE} node to receive messages",
+            graph_id=body.graph_id,
+            parameter="graph_id",
+        )
+    run_input = {"message": body.message, "chat_id": chat_id}
+    run_id = await launch(
+        services,
+        body.graph_id,
+        run_input,
+        trigger="chat",
+        start=[str(starts[0]["id"])],
+        session_id=chat_id,
+        version=graph["version"],
+    )
+    return JSONResponse(
+        {"run_id": run_id, "events_url": f"/runs/{run_id}/events?format=chat"}, status_code=202
+    )

@@ -1,0 +1,246 @@
+"""``orchestrator run GRAPH.json``: run a graph once and stream its events.
+
+With ``REDIS_URL`` unset the command owns everything it needs: an embedded redis-server
+and a Celery worker (``--workers N`` pool processes), both stopped by pid when the run
+ends. With ``REDIS_URL`` set it uses that Redis and the workers already serving it.
+
+Exit codes: 0 the run succeeded, 1 it ended otherwise (failed, cancelled, timed out),
+2 the graph or the input is invalid (the error's class, message and location are
+printed), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+from contextlib import ExitStack
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.pretty import Pretty
+
+from orchestrator.console import JsonConsole, RunConsole
+from orchestrator.kernel.errors import GraphError, OrchestratorError
+from orchestrator.kernel.protocol import BinaryRef, EventType, NodeEvent
+from orchestrator.kernel.registry import Registry
+from orchestrator.kernel.scheduling import RunPlan
+from orchestrator.kernel.store import NodeStatus, RunStatus
+from orchestrator.settings import get_settings
+
+if TYPE_CHECKING:
+    from workers.store import RedisRunStore
+
+OFFLINE_ENV = "ORCH_OFFLINE_MODELS"  # agent nodes use a deterministic dry-run model
+READ_BLOCK_MS = 1000
+os.environ.setdefault("AGNO_TELEMETRY", "false")  # node packs may import agno in this process
+
+
+class InputError(ValueError):
+    """The graph file or the run input cannot be read (exit code 2)."""
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "run", help="run a graph once and stream its events", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("graph", type=Path, help="graph JSON file")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--input", help="run input as JSON (a bare word is taken as a string)")
+    source.add_argument("--input-file", type=Path, help="file holding the run input as JSON")
+    p.add_argument("--trigger", help="name or id of the trigger node to start from")
+    p.add_argument("--workers", type=int, default=2,
+                   help="worker pool processes to start when REDIS_URL is unset (default 2)")
+    p.add_argument("--offline", action="store_true",
+                   help="agent nodes use a deterministic offline model (no API keys)")
+    p.add_argument("--json", action="store_true", help="print one JSON event per line")
+    p.set_defaults(func=run_command)
+
+
+# -- inputs -----------------------------------------------------------------------------
+
+
+def load_graph(path: Path) -> dict[str, Any]:
+    try:
+        raw = json.loads(path.read_text())
+    except OSError as exc:
+        raise InputError(f"cannot read graph file {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"graph file {path} is not JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise InputError(f"graph file {path} must hold a JSON object")
+    return raw
+
+
+def load_input(text: str | None, path: Path | None) -> Any:
+    if path is not None:
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise InputError(f"cannot read input file {path}: {exc.strerror}") from None
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"input file {path} is not JSON: {exc}") from None
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text  # `--input hello` means the string "hello"
+
+
+def trigger_node(raw: dict[str, Any], name: str | None) -> list[str] | None:
+    """The start node for ``--trigger`` (matched by name, then id); None = the graph's triggers."""
+    if name is None:
+        return None
+    nodes = [n for n in raw.get("nodes", []) if isinstance(n, dict)]
+    for key in ("name", "id"):
+        for node in nodes:
+            if node.get(key) == name:
+                return [str(node["id"])]
+    known = ", ".join(repr(n.get("name")) for n in nodes)
+    raise GraphError(f"no node named {name!r} to trigger; nodes: {known}",
+                     graph_id=str(raw.get("id", "graph")))
+
+
+# -- output -----------------------------------------------------------------------------
+
+
+def print_error(console: Console, exc: OrchestratorError) -> None:
+    where = exc.where()
+    console.print(f"[bold red]{type(exc).__name__}[/]: {exc.message}", highlight=False)
+    if where:
+        console.print(f"  at {where}", highlight=False)
+
+
+def _plain(value: Any) -> Any:
+    return value.to_json() if isinstance(value, BinaryRef) else value
+
+
+async def sink_outputs(store: RedisRunStore, plan: RunPlan,
+                       run_id: str) -> dict[str, dict[str, Any]]:
+    """Outputs of the nodes that ran and have no flow successor: {node name: {port: value}}."""
+    states = await store.node_states(run_id)
+    sinks = [n for n in plan.order
+             if not plan.nodes[n].out and states.get(n) == NodeStatus.SUCCEEDED]
+    stored = await store.read_outputs(run_id, sinks)
+    return {
+        plan.nodes[n].name: {port: _plain(dv.value) for port, dv in stored.get(n, {}).items()}
+        for n in sinks
+    }
+
+
+async def follow(store: RedisRunStore, run_id: str, handle: Any,
+                 after: str = "0-0") -> NodeEvent | None:
+    """Feed every event of the run to ``handle`` in order until its terminal run event."""
+    while True:
+        batch = await store.read_events(run_id, after=after, count=500, block_ms=READ_BLOCK_MS)
+        for event_id, event in batch:
+            after = event_id
+            handle(event_id, event)
+            if not event.node_id and event.event_type in EventType.TERMINAL:
+                return event
+        if not batch and await store.run_status(run_id) in RunStatus.TERMINAL:
+            # terminal without a terminal event in the stream (trimmed): drain once more
+            tail = await store.read_events(run_id, after=after, count=500)
+            for event_id, event in tail:
+                handle(event_id, event)
+            return None
+
+
+# -- the command ------------------------------------------------------------------------
+
+
+def run_command(args: argparse.Namespace) -> int:
+    console = Console(highlight=False)
+    err = Console(stderr=True, highlight=False)
+    try:
+        raw = load_graph(args.graph)
+        run_input = load_input(args.input, args.input_file)
+    except InputError as exc:
+        err.print(f"[bold red]error[/]: {exc}")
+        return 2
+    from orchestrator.kernel.validation import validate_graph
+    from orchestrator.plugins import get_registry
+
+    registry = get_registry()
+    try:
+        start = trigger_node(raw, args.trigger)
+        validate_graph(raw, registry)
+    except GraphError as exc:
+        print_error(err, exc)
+        return 2
+
+    settings = get_settings()
+    worker_env = {OFFLINE_ENV: "1"} if args.offline else {}
+    try:
+        with ExitStack() as stack:
+            url = settings.redis_url
+            if url is None:
+                from orchestrator.embedded_redis import EmbeddedRedis
+                from orchestrator.embedded_workers import WorkerProcesses
+
+                url = stack.enter_context(EmbeddedRedis()).url
+                stack.enter_context(WorkerProcesses(
+                    url, count=1, concurrency=max(1, args.workers), env=worker_env))
+            elif args.offline:
+                err.print("[yellow]note[/]: --offline only applies to workers this command starts")
+            return asyncio.run(_run(url, registry, raw, run_input, start, args.json, console, err))
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        return 130
+
+
+async def _run(url: str, registry: Registry, raw: dict[str, Any], run_input: Any,
+               start: list[str] | None, as_json: bool, console: Console, err: Console) -> int:
+    import redis.asyncio as aioredis
+
+    from orchestrator.runs import start_run
+    from workers.app import make_celery
+    from workers.dispatch import make_dispatch
+    from workers.store import RedisRunStore
+
+    settings = get_settings()
+    client = aioredis.Redis.from_url(url, decode_responses=True)
+    app = make_celery(url, settings)
+    try:
+        store = RedisRunStore(client, settings)
+        try:
+            run_id = await start_run(store, registry, raw, run_input,
+                                     dispatch=make_dispatch(app), start=start)
+        except GraphError as exc:
+            print_error(err, exc)
+            return 2
+        plan = await store.load_plan(run_id)
+        nodes = [(n, plan.nodes[n].name, plan.nodes[n].node_type) for n in plan.order]
+        view: RunConsole | JsonConsole = (
+            JsonConsole(console) if as_json else RunConsole(console, nodes)
+        )
+        with view:
+            await follow(store, run_id, view.handle)
+        record = await store.get_run(run_id)
+        outputs = await sink_outputs(store, plan, run_id)
+        if as_json:
+            summary = {"run_id": run_id, "status": record.status, "outputs": outputs,
+                       "error": record.error}
+            console.out(json.dumps(summary, default=str, ensure_ascii=False), highlight=False)
+        else:
+            for name, ports in outputs.items():
+                shown = next(iter(ports.values())) if len(ports) == 1 else ports
+                console.print(Panel(Pretty(shown), title=f"output of {name}"))
+            style = "green" if record.status == RunStatus.SUCCEEDED else "red"
+            console.print(f"run {run_id}: [bold {style}]{record.status}[/]")
+            if record.error:
+                console.print(Pretty(record.error))
+        return 0 if record.status == RunStatus.SUCCEEDED else 1
+    finally:
+        await client.aclose()
+        app.close()
+
+
+__all__ = ["add_parser", "follow", "run_command", "sink_outputs"]

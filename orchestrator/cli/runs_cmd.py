@@ -1,0 +1,73 @@
+"""``orchestrator runs start GRAPH_ID --input JSON | status ID | events ID | cancel ID``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from orchestrator.kernel.errors import OrchestratorError
+from orchestrator.kernel.protocol import EventType
+
+from ._remote import add_connection_args, client, emit, fail
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("runs", help="start and follow runs through the API")
+    add_connection_args(p)
+    sub = p.add_subparsers(dest="action", required=True)
+    start = sub.add_parser("start", help="start a run of a stored graph")
+    start.add_argument("graph_id")
+    start.add_argument("--input", default="null", help="run input as JSON (default null)")
+    start.add_argument("--trigger", default=None, help="trigger node id or name")
+    start.add_argument("--session", default=None, help="session id")
+    start.add_argument("--follow", "-f", action="store_true", help="stream events to the end")
+    status = sub.add_parser("status", help="print a run's status, nodes and output")
+    status.add_argument("run_id")
+    events = sub.add_parser("events", help="stream a run's events (JSON lines) to its end")
+    events.add_argument("run_id")
+    events.add_argument("--after", default=None, help="resume after this event id")
+    cancel = sub.add_parser("cancel", help="cancel a run")
+    cancel.add_argument("run_id")
+    rerun = sub.add_parser("rerun", help="re-run a finished run from a node")
+    rerun.add_argument("run_id")
+    rerun.add_argument("from_node")
+    p.set_defaults(func=runs_command)
+
+
+def runs_command(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except (OrchestratorError, ValueError) as exc:
+        return fail(str(exc))
+
+
+def _follow(api: Any, run_id: str, after: str | None = None) -> int:
+    last: dict[str, Any] = {}
+    for event_id, event in api.iter_events(run_id, after):
+        print(json.dumps({"id": event_id, **event}), flush=True)
+        last = event
+    return 0 if last.get("event_type") == EventType.RUN_COMPLETED else 1
+
+
+def _run(args: argparse.Namespace) -> int:
+    with client(args) as api:
+        if args.action == "start":
+            try:
+                run_input = json.loads(args.input)
+            except json.JSONDecodeError as exc:
+                return fail(f"--input is not valid JSON: {exc}", 2)
+            run_id = api.start_run(
+                args.graph_id, run_input, trigger=args.trigger, session_id=args.session
+            )
+            print(run_id, flush=True)
+            return _follow(api, run_id) if args.follow else 0
+        if args.action == "status":
+            emit(api.get_run(args.run_id))
+        elif args.action == "events":
+            return _follow(api, args.run_id, args.after)
+        elif args.action == "cancel":
+            emit(api.cancel(args.run_id))
+        elif args.action == "rerun":
+            print(api.rerun(args.run_id, args.from_node))
+    return 0

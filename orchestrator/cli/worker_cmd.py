@@ -1,0 +1,48 @@
+"""``orchestrator worker``: run a Celery worker for node tasks with the project's settings.
+
+The process is replaced (``exec``) by ``celery -A workers.app worker``, so signals reach
+Celery directly (SIGTERM = warm shutdown). ``REDIS_URL`` must point at the broker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from orchestrator.settings import get_settings
+
+QUEUE = "orchestrator"  # workers.app.NODE_QUEUE
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("worker", help="run a Celery worker for node tasks")
+    p.add_argument("--concurrency", "-c", type=int, default=None,
+                   help="pool processes (default: ORCH_WORKER_CONCURRENCY)")
+    p.add_argument("--queues", "-Q", default=QUEUE, help=f"queues to consume (default {QUEUE})")
+    p.add_argument("--pool", "-P", default="prefork", help="Celery pool (default prefork)")
+    p.add_argument("--loglevel", "-l", default="INFO")
+    p.add_argument("--hostname", "-n", default=None, help="worker node name (default w@%%h)")
+    p.set_defaults(func=worker_command)
+
+
+def celery_argv(args: argparse.Namespace) -> list[str]:
+    concurrency = args.concurrency or get_settings().worker_concurrency
+    return [
+        sys.executable, "-m", "celery", "-A", "workers.app", "worker",
+        "-P", args.pool, "-c", str(concurrency), "-Q", args.queues,
+        "-n", args.hostname or "w@%h", "--loglevel", args.loglevel,
+        "--without-gossip", "--without-mingle",
+    ]
+
+
+def worker_command(args: argparse.Namespace) -> int:
+    if get_settings().redis_url is None:
+        print("error: set REDIS_URL to the broker's URL (e.g. redis://localhost:6379/0)",
+              file=sys.stderr)
+        return 2
+    argv = celery_argv(args)
+    os.environ.setdefault("AGNO_TELEMETRY", "false")
+    os.execv(argv[0], argv)  # noqa: S606 - argv is built above, no shell
+    return 0  # not reached

@@ -1,0 +1,135 @@
+"""Live rendering of a run's events in a terminal (rich), or as JSON lines.
+
+:class:`RunConsole` shows a table of node statuses that updates in place, prints one
+log line per event above it, and streams text tokens carried by ``progress`` /
+``agent_event`` events into a panel under the table (the whole text is printed once the
+node finishes). :class:`JsonConsole` prints one JSON object per event instead, for
+scripts. Both take events in stream order through ``handle(event_id, event)``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from types import TracebackType
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from orchestrator.kernel.protocol import EventType, NodeEvent
+
+STATUS_STYLE = {
+    "pending": "dim", "running": "yellow", "retrying": "magenta", "succeeded": "green",
+    "failed": "red", "skipped": "dim italic", "waiting": "cyan",
+}
+EVENT_STATUS = {
+    EventType.STARTED: "running", EventType.RETRY: "retrying", EventType.COMPLETED: "succeeded",
+    EventType.ERROR: "failed", EventType.SKIPPED: "skipped",
+}
+TOKEN_KEYS = ("delta", "token", "text", "content")  # where a streamed text chunk may sit
+PREVIEW_CHARS = 100
+STREAM_LINES = 8
+
+
+def token_text(event: NodeEvent) -> str | None:
+    """The text chunk an event streams, if it is a token-like progress/agent event."""
+    if event.event_type not in (EventType.PROGRESS, EventType.AGENT_EVENT) or not event.data:
+        return None
+    for key in TOKEN_KEYS:
+        value = event.data.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def preview(value: Any, limit: int = PREVIEW_CHARS) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class RunConsole:
+    """A live node-status table plus an event log; use as a context manager."""
+
+    def __init__(self, console: Console, nodes: list[tuple[str, str, str]]) -> None:
+        """``nodes``: (node id, name, type) in plan order."""
+        self.console = console
+        self.nodes = nodes
+        self.status = {node_id: "pending" for node_id, _, _ in nodes}
+        self.names = {node_id: name for node_id, name, _ in nodes}
+        self.streams: dict[str, str] = {}
+        self.started_at = time.time()
+        self.live = Live(self._render(), console=console, refresh_per_second=12, transient=False)
+
+    def __enter__(self) -> RunConsole:
+        self.live.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.live.update(self._render(), refresh=True)
+        self.live.stop()
+
+    def handle(self, event_id: str, event: NodeEvent) -> None:
+        chunk = token_text(event)
+        if chunk is not None:
+            self.streams[event.node_id] = self.streams.get(event.node_id, "") + chunk
+        else:
+            if event.node_id and event.event_type in EVENT_STATUS:
+                self.status[event.node_id] = EVENT_STATUS[event.event_type]
+                if event.node_id not in self.names:
+                    self.names[event.node_id] = event.node_name or event.node_id
+                    self.nodes.append((event.node_id, self.names[event.node_id], event.node_type))
+            ended = event.event_type in (EventType.COMPLETED, EventType.ERROR)
+            if ended and event.node_id in self.streams:
+                self.console.print(Panel(self.streams.pop(event.node_id),
+                                         title=self.names.get(event.node_id, event.node_id)))
+            self.console.print(self._line(event))
+        self.live.update(self._render())
+
+    def _line(self, event: NodeEvent) -> Text:
+        t = f"{event.timestamp - self.started_at:7.3f}s"
+        who = event.node_name or event.node_id or "run"
+        style = STATUS_STYLE.get(EVENT_STATUS.get(event.event_type, ""), "bold")
+        line = Text.assemble((t, "dim"), " ", (f"{event.event_type:<14}", style), " ", who)
+        if event.attempt > 1:
+            line.append(f" (attempt {event.attempt})", style="magenta")
+        if event.data:
+            detail = event.data.get("error") or event.data.get("message") or event.data
+            line.append("  " + preview(detail), style="dim")
+        return line
+
+    def _render(self) -> Group:
+        table = Table(show_header=True, header_style="bold", expand=False)
+        table.add_column("node")
+        table.add_column("type", style="dim")
+        table.add_column("status")
+        for node_id, name, node_type in self.nodes:
+            status = self.status.get(node_id, "pending")
+            table.add_row(name, node_type, Text(status, style=STATUS_STYLE.get(status, "")))
+        parts: list[Any] = [table]
+        for node_id, text in self.streams.items():
+            tail = "\n".join(text.splitlines()[-STREAM_LINES:])
+            parts.append(Panel(tail, title=f"{self.names.get(node_id, node_id)} (streaming)"))
+        return Group(*parts)
+
+
+class JsonConsole:
+    """One JSON object per event on stdout (``{"id": <stream id>, ...event}``)."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def __enter__(self) -> JsonConsole:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        return None
+
+    def handle(self, event_id: str, event: NodeEvent) -> None:
+        line = json.dumps({"id": event_id, **event.to_json()}, default=str, ensure_ascii=False)
+        self.console.out(line, highlight=False)

@@ -1,0 +1,163 @@
+"""Celery worker processes this program owns (the CLI's one-command mode, tests, bench).
+
+:class:`WorkerProcesses` starts ``count`` workers, each ``python -m celery -A workers.app
+worker -P prefork -c <concurrency>``, in its own process group with ``REDIS_URL`` (and any
+extra ``env``) set, and waits until every one has started consuming: each worker writes a
+readiness file from Celery's ``worker_ready`` signal (``workers.app``), which costs no
+broker round trip. ``stop`` sends SIGTERM to each process group it started (a warm
+shutdown: running nodes finish), waits ``grace_s``, then SIGKILLs the group. Nothing is
+ever signalled by name.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+
+QUEUE = "orchestrator"  # workers.app.NODE_QUEUE (kept literal: this module must not import celery)
+READY_FILE_ENV = "ORCH_WORKER_READY_FILE"  # workers.app.READY_FILE_ENV
+START_TIMEOUT_S = 60.0
+STOP_GRACE_S = 10.0
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+class WorkerStartError(RuntimeError):
+    """A worker exited or did not become ready; the message carries its log tail."""
+
+
+class WorkerProcesses:
+    """``count`` Celery worker processes on ``redis_url``; a context manager."""
+
+    def __init__(
+        self,
+        redis_url: str,
+        *,
+        count: int = 2,
+        concurrency: int = 1,
+        env: Mapping[str, str] | None = None,
+        queue: str = QUEUE,
+        pool: str = "prefork",
+        loglevel: str = "WARNING",
+        start_timeout_s: float = START_TIMEOUT_S,
+        grace_s: float = STOP_GRACE_S,
+    ) -> None:
+        self.redis_url = redis_url
+        self.count = count
+        self.concurrency = concurrency
+        self.env = dict(env or {})
+        self.queue = queue
+        self.pool = pool
+        self.loglevel = loglevel
+        self.start_timeout_s = start_timeout_s
+        self.grace_s = grace_s
+        self.dir = Path(tempfile.mkdtemp(prefix="orc-workers-"))
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def command(self, index: int) -> list[str]:
+        return [
+            sys.executable, "-m", "celery", "-A", "workers.app", "worker",
+            "-P", self.pool, "-c", str(self.concurrency), "-n", f"w{index}-{os.getpid()}@%h",
+            "--without-gossip", "--without-mingle", "--without-heartbeat",
+            "-Q", self.queue, "--loglevel", self.loglevel,
+        ]
+
+    def log_path(self, index: int) -> Path:
+        return self.dir / f"w{index}.log"
+
+    def _env(self, index: int) -> dict[str, str]:
+        env = dict(os.environ)
+        env.pop("ORCH_REDIS_URL", None)
+        env.update(self.env)
+        env["REDIS_URL"] = self.redis_url
+        env[READY_FILE_ENV] = str(self.dir / f"w{index}.ready")
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p
+        )
+        return env
+
+    def start(self) -> WorkerProcesses:
+        if self.procs:
+            return self
+        for i in range(self.count):
+            with open(self.log_path(i), "wb") as log:
+                self.procs.append(subprocess.Popen(
+                    self.command(i), env=self._env(i), cwd=str(PROJECT_ROOT),
+                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    start_new_session=True,  # its own process group: stop() signals the pool too
+                ))
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.start_timeout_s
+        waiting = set(range(self.count))
+        while waiting:
+            for i in sorted(waiting):
+                if (self.dir / f"w{i}.ready").exists():
+                    waiting.discard(i)
+                elif self.procs[i].poll() is not None:
+                    code = self.procs[i].returncode
+                    tail = self.log_tail(i)
+                    raise WorkerStartError(f"worker w{i} exited with code {code}: {tail}")
+            if waiting and time.monotonic() > deadline:
+                i = min(waiting)
+                raise WorkerStartError(
+                    f"worker w{i} not ready after {self.start_timeout_s:.0f} s: {self.log_tail(i)}"
+                )
+            time.sleep(0.05)
+
+    def log_tail(self, index: int, max_chars: int = 3000) -> str:
+        try:
+            return self.log_path(index).read_text(errors="replace")[-max_chars:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        """SIGTERM each group we started, wait ``grace_s``, SIGKILL what is left."""
+        procs, self.procs = self.procs, []
+        for proc in procs:
+            _signal_group(proc, signal.SIGTERM)
+        deadline = time.monotonic() + self.grace_s
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            _signal_group(proc, signal.SIGKILL)  # pool children outliving their parent
+            proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> WorkerProcesses:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    """Signal the process group led by ``proc`` (created with start_new_session)."""
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

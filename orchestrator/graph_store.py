@@ -1,0 +1,275 @@
+"""Stored graphs in Redis: versioned, validated at save and at load.
+
+Keys (``orchestrator/keys.py``): ``{p}:graph:{gid}`` (hash: latest version, name,
+times, webhook secret), ``{p}:graph:{gid}:v:{n}`` (graph JSON of version n),
+``{p}:graphs`` (zset gid -> updated_at), ``{p}:graph:{gid}:runs`` (zset run id ->
+created_at) and ``{p}:hooks`` (hash webhook path -> gid).
+
+Contract:
+
+* every saved version passed ``validate_graph`` with the node registry, and so does every
+  version read back (a registry change can invalidate a stored graph: the read raises
+  the ``GraphError`` naming the node);
+* an update writes version n+1; old versions stay readable;
+* a webhook path belongs to one graph; saving a second graph with the same path raises
+  :class:`GraphConflictError`;
+* the per-graph webhook secret is stored in the graph hash and is never part of a read.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+
+from orchestrator.kernel.errors import GraphSchemaError, OrchestratorError
+from orchestrator.kernel.graph import parse_graph
+from orchestrator.kernel.registry import Registry
+from orchestrator.keys import Keys
+from orchestrator.settings import Settings
+
+WEBHOOK_NODE_TYPE = "webhook_trigger"  # the trigger type whose data.path routes POST /hooks/{path}
+_SECRET_FIELD = "webhook_secret"  # noqa: S105 - a hash field name, not a secret
+
+
+class GraphNotFoundError(OrchestratorError):
+    """Unknown graph id or version."""
+
+    code = "graph_not_found"
+
+
+class GraphConflictError(OrchestratorError):
+    """A graph id or webhook path that is already taken."""
+
+    code = "graph_conflict"
+
+
+@dataclass
+class GraphSummary:
+    id: str
+    name: str
+    version: int
+    created_at: float
+    updated_at: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "version": self.version,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }
+
+
+def validate(raw: Any, registry: Registry) -> dict[str, Any]:
+    """Validate ``raw`` with the node registry; return the normalized graph JSON."""
+    try:
+        from orchestrator.kernel.validation import validate_graph
+    except ImportError:  # the validator module is optional in stripped-down builds
+        graph = parse_graph(raw)
+        for node in graph.nodes:
+            registry.get(node.type, graph_id=graph.id, node_id=node.id, node_name=node.name)
+        return graph.to_json()
+    normalized: dict[str, Any] = validate_graph(raw, registry).graph.to_json()
+    return normalized
+
+
+def webhook_paths(graph: dict[str, Any]) -> list[str]:
+    """The ``data.path`` of every webhook trigger node in a graph JSON."""
+    out: list[str] = []
+    for node in graph.get("nodes") or []:
+        path = (node.get("data") or {}).get("path")
+        if node.get("type") == WEBHOOK_NODE_TYPE and isinstance(path, str) and path:
+            out.append(path.strip("/"))
+    return out
+
+
+class GraphStore:
+    def __init__(self, redis: Redis, registry: Registry, settings: Settings) -> None:
+        self.redis = redis
+        self.registry = registry
+        self.settings = settings
+        self.keys = Keys(settings.key_prefix)
+        # Not yet in keys.py: path -> graph id index of webhook trigger nodes.
+        self.hooks_key = f"{settings.key_prefix}:hooks"
+
+    # -- writes ------------------------------------------------------------------------
+
+    async def create(self, raw: Any, graph_id: str | None = None) -> dict[str, Any]:
+        """Save a new graph (id from ``graph_id``, else the JSON's ``id``, else generated)."""
+        if not isinstance(raw, dict):
+            raise GraphSchemaError(f"a graph must be a JSON object, got {type(raw).__name__}")
+        gid = graph_id or (str(raw["id"]) if raw.get("id") not in (None, "", "graph") else "")
+        gid = gid or "g_" + secrets.token_hex(6)
+        _check_id(gid)
+        now = time.time()
+        created = await self.redis.hsetnx(self.keys.graph(gid), "created_at", repr(now))
+        if not created:
+            raise GraphConflictError(
+                f"graph {gid!r} already exists; update it instead", graph_id=gid
+            )
+        try:
+            return await self._save(gid, raw, now)
+        except BaseException:
+            await self.redis.delete(self.keys.graph(gid))
+            raise
+
+    async def update(self, graph_id: str, raw: Any) -> dict[str, Any]:
+        """Save ``raw`` as the next version of an existing graph."""
+        if not await self.redis.exists(self.keys.graph(graph_id)):
+            raise GraphNotFoundError(f"unknown graph {graph_id!r}", graph_id=graph_id)
+        if not isinstance(raw, dict):
+            raise GraphSchemaError(
+                f"a graph must be a JSON object, got {type(raw).__name__}", graph_id=graph_id
+            )
+        return await self._save(graph_id, raw, time.time())
+
+    async def _save(self, gid: str, raw: dict[str, Any], now: float) -> dict[str, Any]:
+        graph = validate({**raw, "id": gid, "version": None}, self.registry)
+        paths = webhook_paths(graph)
+        for path in paths:
+            owner = await self.redis.hget(self.hooks_key, path)
+            if owner is not None and _text(owner) != gid:
+                raise GraphConflictError(
+                    f"webhook path {path!r} is already used by graph {_text(owner)!r}", graph_id=gid
+                )
+        version = int(await self.redis.hincrby(self.keys.graph(gid), "latest", 1))
+        graph["version"] = version
+        ttl = self.settings.graph_ttl_s
+        old = await self._hook_paths_of(gid)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.set(self.keys.graph_version(gid, version), json.dumps(graph), ex=ttl)
+            pipe.hset(
+                self.keys.graph(gid),
+                mapping={"name": graph.get("name") or "", "updated_at": repr(now)},
+            )
+            pipe.zadd(self.keys.graphs(), {gid: now})
+            for path in old - set(paths):
+                pipe.hdel(self.hooks_key, path)
+            for path in paths:
+                pipe.hset(self.hooks_key, path, gid)
+            if ttl:
+                pipe.expire(self.keys.graph(gid), ttl)
+            await pipe.execute()
+        return graph
+
+    async def delete(self, graph_id: str) -> None:
+        record = await self.redis.hgetall(self.keys.graph(graph_id))
+        if not record:
+            raise GraphNotFoundError(f"unknown graph {graph_id!r}", graph_id=graph_id)
+        latest = int(_field(record, "latest", "0"))
+        paths = await self._hook_paths_of(graph_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            for path in paths:
+                pipe.hdel(self.hooks_key, path)
+            pipe.delete(
+                self.keys.graph(graph_id),
+                self.keys.graph_runs(graph_id),
+                *[self.keys.graph_version(graph_id, n) for n in range(1, latest + 1)],
+            )
+            pipe.zrem(self.keys.graphs(), graph_id)
+            await pipe.execute()
+
+    async def set_webhook_secret(self, graph_id: str, secret: str) -> None:
+        await self._require(graph_id)
+        await self.redis.hset(self.keys.graph(graph_id), _SECRET_FIELD, secret)
+
+    async def add_run(self, graph_id: str, run_id: str) -> None:
+        """Record that ``run_id`` ran this graph (listed by :meth:`runs`)."""
+        key = self.keys.graph_runs(graph_id)
+        now = time.time()
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zadd(key, {run_id: now})
+            pipe.zremrangebyscore(key, "-inf", now - self.settings.retention_s)
+            await pipe.execute()
+
+    # -- reads -------------------------------------------------------------------------
+
+    async def get(self, graph_id: str, version: int | None = None) -> dict[str, Any]:
+        """The graph JSON of ``version`` (latest by default), validated again."""
+        latest = await self._require(graph_id)
+        n = latest if version is None else version
+        raw = None
+        if 0 < n <= latest:
+            raw = await self.redis.get(self.keys.graph_version(graph_id, n))
+        if raw is None:
+            raise GraphNotFoundError(f"graph {graph_id!r} has no version {n}", graph_id=graph_id)
+        graph = json.loads(raw)
+        validated = validate(graph, self.registry)
+        validated["version"] = n
+        return validated
+
+    async def versions(self, graph_id: str) -> list[int]:
+        latest = await self._require(graph_id)
+        keys = [self.keys.graph_version(graph_id, n) for n in range(1, latest + 1)]
+        present = await self.redis.exists(*keys) if keys else 0
+        if present == len(keys):
+            return list(range(1, latest + 1))
+        return [n for n in range(1, latest + 1) if await self.redis.exists(keys[n - 1])]
+
+    async def page(self, offset: int = 0, limit: int = 50) -> tuple[list[GraphSummary], int]:
+        """Most recently updated first; returns (page, total)."""
+        total = int(await self.redis.zcard(self.keys.graphs()))
+        ids = await self.redis.zrevrange(self.keys.graphs(), offset, offset + limit - 1)
+        out: list[GraphSummary] = []
+        for raw_id in ids:
+            gid = _text(raw_id)
+            rec = await self.redis.hgetall(self.keys.graph(gid))
+            if not rec:
+                continue
+            out.append(
+                GraphSummary(
+                    id=gid,
+                    name=_field(rec, "name", ""),
+                    version=int(_field(rec, "latest", "0")),
+                    created_at=float(_field(rec, "created_at", "0")),
+                    updated_at=float(_field(rec, "updated_at", "0")),
+                )
+            )
+        return out, total
+
+    async def runs(self, graph_id: str, offset: int = 0, limit: int = 50) -> list[str]:
+        await self._require(graph_id)
+        ids = await self.redis.zrevrange(self.keys.graph_runs(graph_id), offset, offset + limit - 1)
+        return [_text(i) for i in ids]
+
+    async def graph_for_hook(self, path: str) -> str | None:
+        owner = await self.redis.hget(self.hooks_key, path.strip("/"))
+        return None if owner is None else _text(owner)
+
+    async def webhook_secret(self, graph_id: str) -> str | None:
+        value = await self.redis.hget(self.keys.graph(graph_id), _SECRET_FIELD)
+        return None if value is None else _text(value)
+
+    async def _require(self, graph_id: str) -> int:
+        latest = await self.redis.hget(self.keys.graph(graph_id), "latest")
+        if latest is None:
+            raise GraphNotFoundError(f"unknown graph {graph_id!r}", graph_id=graph_id)
+        return int(_text(latest))
+
+    async def _hook_paths_of(self, graph_id: str) -> set[str]:
+        index = await self.redis.hgetall(self.hooks_key)
+        return {_text(p) for p, g in index.items() if _text(g) == graph_id}
+
+
+def _check_id(gid: str) -> None:
+    if not gid or len(gid) > 128 or any(c in gid for c in "/:{} \t\n"):
+        raise GraphSchemaError(
+            f"graph id {gid!r} is not usable: 1-128 characters without '/', ':', braces or spaces",
+            graph_id=gid,
+        )
+
+
+def _field(record: dict[Any, Any], name: str, default: str) -> str:
+    """A hash field whether the client decodes responses or not."""
+    value = record.get(name.encode(), record.get(name))
+    return default if value is None else _text(value)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

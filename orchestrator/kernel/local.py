@@ -1,0 +1,146 @@
+"""Run a whole graph in this process through the real step function.
+
+Used by tests, by ``RuntimeApi.run_subgraph`` (container nodes) and anywhere a graph
+must run without workers. Ready nodes run concurrently as asyncio tasks; scheduling,
+skips and events are exactly those of a distributed run (same step, same transition).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from .compile import compile_run
+from .memory import EventCallback, MemoryStore
+from .protocol import DataValue, NodeEvent, SubgraphResult
+from .registry import Registry
+from .runtime import ArtifactCache
+from .step import main_output, run_step
+from .store import NodeStatus, RunRecord, RunStatus
+from .validation import validate_graph
+
+
+@dataclass
+class LocalRunResult:
+    run_id: str
+    status: str
+    outputs: dict[str, dict[str, DataValue]]
+    node_states: dict[str, str]
+    events: list[NodeEvent] = field(default_factory=list)
+    error: dict[str, Any] | None = None
+    sinks: list[DataValue] = field(default_factory=list)  # main outputs of nodes with no flow successor
+
+    def output(self, node_id: str, port: str | None = None) -> Any:
+        """A node's value on ``port`` (default: its only/first port)."""
+        ports = self.outputs.get(node_id, {})
+        if port is None:
+            return next(iter(ports.values())).value if ports else None
+        value = ports.get(port)
+        return value.value if value is not None else None
+
+    def as_subgraph_result(self) -> SubgraphResult:
+        status = "succeeded" if self.status == RunStatus.SUCCEEDED else "failed"
+        return SubgraphResult(status=status, outputs=self.outputs, sink_outputs=self.sinks, error=self.error)
+
+
+class LocalRunner:
+    def __init__(
+        self,
+        registry: Registry,
+        *,
+        store: MemoryStore | None = None,
+        services: dict[str, Any] | None = None,
+        artifacts: ArtifactCache | None = None,
+        on_event: EventCallback | None = None,
+    ) -> None:
+        self.registry = registry
+        self.store = store or MemoryStore(on_event=on_event)
+        self.services = services or {}
+        self.artifacts = artifacts or ArtifactCache()
+        self._graphs: dict[str, Any] = {}
+
+    async def run(
+        self,
+        graph: dict[str, Any],
+        run_input: Any = None,
+        *,
+        run_id: str | None = None,
+        start: list[str] | None = None,
+        session_id: str | None = None,
+        on_event: EventCallback | None = None,
+    ) -> LocalRunResult:
+        vg = validate_graph(graph, self.registry)
+        run_id = run_id or uuid.uuid4().hex
+        plan = compile_run(vg, run_id, start)
+        if on_event is not None:
+            self.store.subscribe(run_id, on_event)
+        self._graphs[run_id] = vg
+        await self.store.create_run(plan, RunRecord(run_id=run_id, status=RunStatus.QUEUED, graph_id=vg.graph.id,
+                                                    graph_version=vg.graph.version, run_input=run_input,
+                                                    session_id=session_id))
+        await self.store.mark_dispatched(run_id, plan.start)
+        await self._drive(run_id, plan.start)
+        return await self.result(run_id)
+
+    async def resume(self, run_id: str, node_id: str, resume_input: Any) -> LocalRunResult:
+        """Resume a waiting node (e.g. after an approval) and run the rest."""
+        if await self.store.resume_node(run_id, node_id, resume_input):
+            await self.store.mark_dispatched(run_id, [node_id])
+            await self._drive(run_id, [node_id])
+        return await self.result(run_id)
+
+    async def _drive(self, run_id: str, first: list[str]) -> None:
+        tasks: set[asyncio.Task[list[str]]] = set()
+
+        def launch(node_ids: list[str]) -> None:
+            for node_id in node_ids:
+                tasks.add(asyncio.ensure_future(self._step(run_id, node_id)))
+
+        launch(first)
+        while tasks:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                tasks.discard(task)
+                ready = task.result()
+                if ready:
+                    await self.store.mark_dispatched(run_id, ready)
+                    launch(ready)
+
+    async def _step(self, run_id: str, node_id: str) -> list[str]:
+        outcome = await run_step(self.store, self.registry, run_id, node_id, worker_id="local",
+                                 services=self.services, artifacts=self.artifacts)
+        return outcome.ready
+
+    async def result(self, run_id: str) -> LocalRunResult:
+        record = await self.store.get_run(run_id)
+        outputs = self.store.outputs(run_id)
+        states = self.store.node_states(run_id)
+        vg = self._graphs[run_id]
+        sinks = []
+        for node in vg.graph.nodes:
+            if states.get(node.id) not in (NodeStatus.SUCCEEDED, NodeStatus.FAILED) or node.id not in outputs:
+                continue
+            ran = (NodeStatus.SUCCEEDED, NodeStatus.FAILED)
+            if any(states.get(e.target) in ran for e in vg.graph.outgoing(node.id, "flow")):
+                continue
+            sinks.append(DataValue("data", main_output(vg.definitions[node.id], outputs[node.id])))
+        return LocalRunResult(run_id=run_id, status=record.status, outputs=outputs, node_states=states,
+                              events=self.store.events(run_id), error=record.error, sinks=sinks)
+
+
+async def run_graph_local(
+    graph: dict[str, Any],
+    registry: Registry,
+    run_input: Any = None,
+    *,
+    run_id: str | None = None,
+    start: list[str] | None = None,
+    session_id: str | None = None,
+    on_event: EventCallback | None = None,
+    services: dict[str, Any] | None = None,
+) -> LocalRunResult:
+    """Validate, plan and run ``graph`` in this process; return its final state."""
+    runner = LocalRunner(registry, services=services, on_event=on_event)
+    return await runner.run(graph, run_input, run_id=run_id, start=start, session_id=session_id)

@@ -1,0 +1,225 @@
+"""MemoryStore: the in-process RunStore (unit tests, local runs, nested sub-graphs).
+
+It applies the same transition function as the Redis barrier (``scheduling.complete``)
+and passes the same conformance suite (tests/conformance/).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import RunNotFoundError
+from .protocol import DataValue, EventType, NodeEvent
+from .scheduling import BarrierState, RunPlan, complete
+from .store import Claim, NodeCompletion, NodeStatus, RunRecord, RunStatus, RunStore
+
+EventCallback = Callable[[NodeEvent], Awaitable[None] | None]
+
+
+@dataclass
+class _Run:
+    plan: RunPlan
+    record: RunRecord
+    state: BarrierState
+    outputs: dict[str, dict[str, DataValue]] = field(default_factory=dict)
+    events: list[tuple[str, NodeEvent]] = field(default_factory=list)
+    claims: dict[str, int] = field(default_factory=dict)
+    leases: dict[str, tuple[str, float]] = field(default_factory=dict)  # node -> (worker, expires)
+    suspended: dict[str, dict[str, Any]] = field(default_factory=dict)
+    resumes: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+class MemoryStore(RunStore):
+    def __init__(self, on_event: EventCallback | None = None) -> None:
+        self._runs: dict[str, _Run] = {}
+        self._seq = 0
+        self._on_event = on_event
+        self._listeners: dict[str, EventCallback] = {}
+        self.changed = asyncio.Event()  # set on every append (for waiters in tests)
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _run(self, run_id: str) -> _Run:
+        try:
+            return self._runs[run_id]
+        except KeyError:
+            raise RunNotFoundError(f"unknown run {run_id!r}", run_id=run_id) from None
+
+    async def _append(self, run: _Run, event: NodeEvent) -> str:
+        self._seq += 1
+        event_id = f"{int(time.time() * 1000)}-{self._seq}"
+        run.events.append((event_id, event))
+        self.changed.set()
+        for callback in (self._on_event, self._listeners.get(run.record.run_id)):
+            if callback is not None:
+                maybe = callback(event)
+                if maybe is not None:
+                    await maybe
+        return event_id
+
+    def subscribe(self, run_id: str, callback: EventCallback) -> None:
+        """Call ``callback`` for every event of ``run_id`` (besides the store-wide one)."""
+        self._listeners[run_id] = callback
+
+    def _run_event(self, run: _Run, event_type: str, data: dict[str, Any] | None = None) -> NodeEvent:
+        return NodeEvent(run_id=run.record.run_id, node_id="", node_type="", event_type=event_type, data=data)
+
+    def _node_event(self, run: _Run, node_id: str, event_type: str, data: dict[str, Any] | None = None) -> NodeEvent:
+        pn = run.plan.nodes[node_id]
+        return NodeEvent(run_id=run.record.run_id, node_id=node_id, node_type=pn.node_type,
+                         node_name=pn.name, event_type=event_type, data=data)
+
+    async def _finish(self, run: _Run, status: str, error: dict[str, Any] | None) -> None:
+        run.record.status = status
+        run.record.finished_at = time.time()
+        run.record.error = error
+        kind = {
+            RunStatus.SUCCEEDED: EventType.RUN_COMPLETED, RunStatus.FAILED: EventType.RUN_FAILED,
+            RunStatus.CANCELLED: EventType.RUN_CANCELLED, RunStatus.TIMED_OUT: EventType.RUN_TIMED_OUT,
+        }[status]
+        await self._append(run, self._run_event(run, kind, {"status": status, "error": error}))
+
+    # -- RunStore -----------------------------------------------------------------------
+
+    async def create_run(self, plan: RunPlan, record: RunRecord, *, deadline_s: float | None = None) -> None:
+        if plan.run_id in self._runs:
+            return
+        record = copy.copy(record)
+        record.status = RunStatus.RUNNING
+        record.created_at = record.created_at or time.time()
+        run = _Run(plan=plan, record=record, state=BarrierState.initial(plan))
+        self._runs[plan.run_id] = run
+        await self._append(run, self._run_event(run, EventType.RUN_STARTED, {
+            "graph_id": record.graph_id, "start": plan.start}))
+
+    async def seed_outputs(self, run_id: str, outputs: dict[str, dict[str, DataValue]]) -> None:
+        run = self._run(run_id)
+        for node_id, ports in outputs.items():
+            if node_id not in run.plan.nodes or node_id in run.plan.start:
+                run.outputs.setdefault(node_id, dict(ports))
+
+    async def load_plan(self, run_id: str) -> RunPlan:
+        return self._run(run_id).plan
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        return self._run(run_id).record
+
+    async def claim_node(self, run_id: str, node_id: str, *, worker_id: str, lease_s: float,
+                         started: NodeEvent) -> Claim:
+        run = self._run(run_id)
+        if run.record.status not in RunStatus.ACTIVE or node_id not in run.plan.nodes:
+            return Claim(kind="closed")
+        status = run.state.status[node_id]
+        if status in NodeStatus.FINISHED:
+            return Claim(kind="done", claims=run.claims.get(node_id, 0),
+                         pending_dispatch=self._undispatched(run))
+        if status == NodeStatus.WAITING:
+            return Claim(kind="busy", claims=run.claims.get(node_id, 0))  # resumed only by resume_node
+        lease = run.leases.get(node_id)
+        now = time.monotonic()
+        if lease is not None and lease[0] != worker_id and lease[1] > now:
+            return Claim(kind="busy", claims=run.claims.get(node_id, 0))
+        run.leases[node_id] = (worker_id, now + lease_s)
+        run.claims[node_id] = run.claims.get(node_id, 0) + 1
+        run.state.status[node_id] = NodeStatus.RUNNING
+        if run.claims[node_id] == 1:
+            await self._append(run, started)
+        else:
+            started.data = {**(started.data or {}),
+                            ("resumed" if node_id in run.resumes else "reclaimed"): True}
+            await self._append(run, started)
+        return Claim(kind="run", claims=run.claims[node_id])
+
+    async def renew_lease(self, run_id: str, node_id: str, *, worker_id: str, lease_s: float) -> bool:
+        run = self._run(run_id)
+        lease = run.leases.get(node_id)
+        if lease is None or lease[0] != worker_id:
+            return False
+        run.leases[node_id] = (worker_id, time.monotonic() + lease_s)
+        return True
+
+    async def read_outputs(self, run_id: str, node_ids: list[str]) -> dict[str, dict[str, DataValue]]:
+        run = self._run(run_id)
+        return {n: run.outputs[n] for n in node_ids if n in run.outputs}
+
+    async def append_event(self, event: NodeEvent) -> str:
+        return await self._append(self._run(event.run_id), event)
+
+    def _undispatched(self, run: _Run) -> list[str]:
+        rank = {n: i for i, n in enumerate(run.plan.order)}
+        return sorted(run.state.ready - run.state.dispatched, key=rank.__getitem__)
+
+    async def complete_node(self, run_id: str, node_id: str, completion: NodeCompletion) -> list[str]:
+        run = self._run(run_id)
+        if run.state.status.get(node_id) in NodeStatus.FINISHED:
+            return [] if run.record.status in RunStatus.TERMINAL else self._undispatched(run)
+        if run.state.status.get(node_id) == NodeStatus.WAITING:
+            return []  # a repeated suspend changes nothing
+        run.leases.pop(node_id, None)
+        if completion.status == NodeStatus.WAITING:
+            run.state.status[node_id] = NodeStatus.WAITING
+            run.suspended[node_id] = completion.payload or {}
+            for ev in completion.events:
+                await self._append(run, ev)
+            if run.record.status in RunStatus.ACTIVE:
+                run.record.status = RunStatus.WAITING
+            await self._append(run, self._run_event(run, EventType.RUN_WAITING, {
+                "node_id": node_id, "payload": completion.payload or {}}))
+            return []
+        run.outputs[node_id] = dict(completion.outputs)
+        for ev in completion.events:
+            await self._append(run, ev)
+        if run.record.status in RunStatus.TERMINAL or completion.stop_run:
+            # A run that is over (or ends now) propagates nothing: what did not run stays pending.
+            run.state.status[node_id] = completion.status
+            if completion.stop_run and run.record.status not in RunStatus.TERMINAL:
+                await self._finish(run, RunStatus.FAILED, completion.error)
+            return []
+        transition = complete(run.plan, run.state, node_id, completion.status, set(completion.outputs))
+        for skipped in transition.skipped:
+            await self._append(run, self._node_event(run, skipped, EventType.SKIPPED))
+        if transition.run_finished:
+            await self._finish(run, RunStatus.SUCCEEDED, None)
+            return []
+        return [n for n in transition.ready if n not in run.state.dispatched]
+
+    async def mark_dispatched(self, run_id: str, node_ids: list[str]) -> None:
+        self._run(run_id).state.dispatched.update(node_ids)
+
+    async def finish_run(self, run_id: str, status: str, error: dict[str, Any] | None = None) -> bool:
+        run = self._run(run_id)
+        if run.record.status in RunStatus.TERMINAL:
+            return False
+        await self._finish(run, status, error)
+        return True
+
+    async def resume_node(self, run_id: str, node_id: str, resume_input: Any) -> bool:
+        run = self._run(run_id)
+        if run.state.status.get(node_id) != NodeStatus.WAITING or run.record.status in RunStatus.TERMINAL:
+            return False
+        run.resumes[node_id] = {"payload": run.suspended.pop(node_id, {}), "input": resume_input}
+        run.state.status[node_id] = NodeStatus.PENDING
+        run.state.dispatched.discard(node_id)
+        run.state.ready.add(node_id)
+        run.record.status = RunStatus.RUNNING
+        await self._append(run, self._run_event(run, EventType.RUN_RESUMED, {"node_id": node_id}))
+        return True
+
+    async def get_resume(self, run_id: str, node_id: str) -> dict[str, Any] | None:
+        return self._run(run_id).resumes.get(node_id)
+
+    # -- inspection (tests, local runner) -------------------------------------------------
+
+    def events(self, run_id: str) -> list[NodeEvent]:
+        return [e for _, e in self._run(run_id).events]
+
+    def outputs(self, run_id: str) -> dict[str, dict[str, DataValue]]:
+        return dict(self._run(run_id).outputs)
+
+    def node_states(self, run_id: str) -> dict[str, str]:
+        return dict(self._run(run_id).state.status)

@@ -1,0 +1,345 @@
+"""The one step function: run one node of one run, wherever it runs.
+
+Workers call it for each node task; the local runner calls it for in-process runs and
+nested sub-graphs. It claims the node (idempotent per run and node), gathers inputs and
+referenced outputs from the store, resolves parameters, runs the executor under the
+node's retry policy, timeout and the run's cancellation, applies the node's error mode,
+and hands the completion to the store, which returns the successors that became ready.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .definition import NodeDefinition
+from .errors import (
+    NodeExecutionError,
+    NodeTimeoutError,
+    OrchestratorError,
+    RetryRequested,
+    RunCancelled,
+    SuspendRequested,
+)
+from .expressions import Scope
+from .graph import ERROR_PORT, Graph, Node, parse_graph
+from .parameters import resolve_parameters
+from .protocol import DataValue, EventType, ExecutionResult, FlowContext, NodeEvent
+from .registry import NodeType, Registry
+from .retry import backoff_s, is_retryable
+from .runtime import ArtifactCache, GraphRuntime
+from .scheduling import RunPlan
+from .store import NodeCompletion, NodeStatus, RunRecord, RunStatus, RunStore
+
+log = logging.getLogger("orchestrator.step")
+
+_GRAPHS: dict[str, Graph] = {}  # run id -> parsed graph snapshot (immutable per run)
+_DEFAULT_ARTIFACTS = ArtifactCache()
+
+
+@dataclass
+class StepOutcome:
+    ready: list[str]  # successors to dispatch now
+    ran: bool  # the executor was called
+    status: str  # node status, or "done" / "busy" / "closed" when it did not run
+
+
+@dataclass
+class StepOptions:
+    lease_s: float = 60.0
+    cancel_poll_s: float = 0.2
+    max_output_bytes: int = 8 * 1024 * 1024
+
+
+def _graph_for(plan: RunPlan) -> Graph:
+    graph = _GRAPHS.get(plan.run_id)
+    if graph is None:
+        if len(_GRAPHS) > 256:
+            _GRAPHS.clear()
+        graph = _GRAPHS[plan.run_id] = parse_graph(plan.graph)
+    return graph
+
+
+def main_output(definition: NodeDefinition, outputs: dict[str, DataValue]) -> Any:
+    """The value ``$('Name').item.json`` reads: first populated flow output, else the error port."""
+    for port in definition.flow_outputs():
+        if port.id in outputs:
+            return outputs[port.id].value
+    if ERROR_PORT in outputs:
+        return outputs[ERROR_PORT].value
+    return next(iter(outputs.values())).value if outputs else None
+
+
+@dataclass
+class _Gathered:
+    inputs: dict[str, DataValue]
+    wires: dict[str, tuple[Any, str]]
+    sources: dict[str, list[str]]
+    scope_input: Any
+
+
+def _gather(graph: Graph, registry: Registry, node: Node, definition: NodeDefinition,
+            outputs: dict[str, dict[str, DataValue]]) -> _Gathered:
+    """Values on flow in-edges: declared ports become inputs, parameter sockets wires."""
+    port_values: dict[str, list[DataValue]] = {}
+    wires: dict[str, tuple[Any, str]] = {}
+    sources: dict[str, list[str]] = {}
+    for edge in graph.incoming(node.id, "flow"):
+        value = outputs.get(edge.source, {}).get(edge.source_handle)
+        if value is None:
+            continue
+        source = graph.node_by_id[edge.source]
+        if definition.parameter(edge.target_handle) is not None and not any(
+            p.id == edge.target_handle for p in definition.inputs
+        ):
+            out_port = registry.get(source.type).definition.output_port(edge.source_handle)
+            wires[edge.target_handle] = (value.value, out_port.socket if out_port else value.type)
+            continue
+        port_values.setdefault(edge.target_handle, []).append(value)
+        sources.setdefault(edge.target_handle, []).append(source.name)
+    inputs: dict[str, DataValue] = {}
+    for port in definition.inputs:
+        values = port_values.get(port.id)
+        if not values:
+            continue
+        inputs[port.id] = DataValue("data", [v.value for v in values]) if port.multiple else values[0]
+    scope_input = next((inputs[p.id].value for p in definition.flow_inputs() if p.id in inputs), None)
+    return _Gathered(inputs, wires, sources, scope_input)
+
+
+async def _drive(executor: Any, data: dict[str, Any], inputs: dict[str, DataValue],
+                 ctx: FlowContext, sink: Any) -> ExecutionResult:
+    """Call execute; stream events of an async generator to ``sink`` as they come."""
+    produced = executor.execute(data, inputs, ctx)
+    if inspect.isasyncgen(produced):
+        result: ExecutionResult | None = None
+        async for item in produced:
+            if isinstance(item, ExecutionResult):
+                result = item
+            elif isinstance(item, NodeEvent):
+                await sink(item)
+            else:
+                raise TypeError(f"execute yielded {type(item).__name__}; expected NodeEvent or ExecutionResult")
+        if result is None:
+            raise TypeError("execute stream ended without an ExecutionResult")
+        return result
+    if inspect.isawaitable(produced):
+        produced = await produced
+    if not isinstance(produced, ExecutionResult):
+        raise TypeError(f"execute returned {type(produced).__name__}; expected ExecutionResult")
+    return produced
+
+
+async def _supervise(store: RunStore, run_id: str, node_id: str, worker_id: str,
+                     opts: StepOptions, work: asyncio.Task[ExecutionResult]) -> ExecutionResult:
+    """Await ``work`` while renewing the lease and watching for the run's cancellation."""
+    interval = max(0.01, min(opts.cancel_poll_s, opts.lease_s / 3))
+    last_renew = time.monotonic()
+    while True:
+        done, _ = await asyncio.wait({work}, timeout=interval)
+        if done:
+            return work.result()
+        if await store.run_status(run_id) in RunStatus.TERMINAL:
+            work.cancel()
+            await asyncio.gather(work, return_exceptions=True)
+            raise RunCancelled("the run ended while the node was running", run_id=run_id, node_id=node_id)
+        if time.monotonic() - last_renew > opts.lease_s / 3:
+            await store.renew_lease(run_id, node_id, worker_id=worker_id, lease_s=opts.lease_s)
+            last_renew = time.monotonic()
+
+
+def _check_outputs(node: Node, definition: NodeDefinition, result: ExecutionResult, max_bytes: int) -> None:
+    allowed = {p.id for p in definition.outputs}
+    for port, value in result.outputs.items():
+        if port not in allowed:
+            raise NodeExecutionError(
+                f"executor produced a value on undeclared output port {port!r}; declared: {sorted(allowed)}",
+                node_id=node.id, node_name=node.name, handle=port,
+            )
+        if not isinstance(value, DataValue):
+            raise NodeExecutionError(
+                f"output port {port!r} holds {type(value).__name__}, not a DataValue",
+                node_id=node.id, node_name=node.name, handle=port,
+            )
+    size = len(json.dumps({k: v.to_json() for k, v in result.outputs.items()}, default=str))
+    if size > max_bytes:
+        raise NodeExecutionError(
+            f"outputs are {size} bytes, above the {max_bytes}-byte limit; store large payloads as a BinaryRef",
+            node_id=node.id, node_name=node.name,
+        )
+
+
+def _error_info(exc: BaseException, node: Node) -> dict[str, Any]:
+    if isinstance(exc, OrchestratorError):
+        info = exc.to_dict()
+    else:
+        info = {"type": type(exc).__name__, "code": "node_failed", "message": str(exc) or type(exc).__name__}
+    info.setdefault("node_id", node.id)
+    info.setdefault("node_name", node.name)
+    return info
+
+
+async def run_step(
+    store: RunStore,
+    registry: Registry,
+    run_id: str,
+    node_id: str,
+    *,
+    worker_id: str,
+    services: dict[str, Any] | None = None,
+    artifacts: ArtifactCache | None = None,
+    options: StepOptions | None = None,
+) -> StepOutcome:
+    """Run ``node_id`` of ``run_id`` once; safe to call again for the same node."""
+    opts = options or StepOptions()
+    plan = await store.load_plan(run_id)
+    graph = _graph_for(plan)
+    node = graph.node_by_id.get(node_id)
+    if node is None or node_id not in plan.nodes:
+        return StepOutcome(ready=[], ran=False, status="closed")
+    node_type = registry.get(node.type, graph_id=graph.id, node_id=node.id, node_name=node.name)
+    definition = node_type.definition
+
+    def event(event_type: str, data: dict[str, Any] | None = None, attempt: int = 1) -> NodeEvent:
+        return NodeEvent(run_id=run_id, node_id=node.id, node_type=node.type, node_name=node.name,
+                         event_type=event_type, data=data, attempt=attempt)
+
+    claim = await store.claim_node(run_id, node_id, worker_id=worker_id, lease_s=opts.lease_s,
+                                   started=event(EventType.STARTED))
+    if claim.kind != "run":
+        return StepOutcome(ready=claim.pending_dispatch, ran=False, status=claim.kind)
+
+    started_at = time.monotonic()
+    record = await store.get_run(run_id)
+    completion = await _execute_node(store, registry, plan, graph, node, node_type, record, claim.claims,
+                                     event, worker_id, services, artifacts or _DEFAULT_ARTIFACTS, opts)
+    if completion.status != NodeStatus.WAITING:
+        for ev in completion.events:
+            if ev.event_type == EventType.COMPLETED and ev.data is not None:
+                ev.data["duration_ms"] = round((time.monotonic() - started_at) * 1000, 3)
+    ready = await store.complete_node(run_id, node_id, completion)
+    return StepOutcome(ready=ready, ran=True, status=completion.status)
+
+
+async def _execute_node(
+    store: RunStore, registry: Registry, plan: RunPlan, graph: Graph, node: Node, node_type: NodeType,
+    record: RunRecord, claims: int, event: Any, worker_id: str, services: dict[str, Any] | None,
+    artifacts: ArtifactCache, opts: StepOptions,
+) -> NodeCompletion:
+    definition = node_type.definition
+    sources = [e.source for e in graph.incoming(node.id, "flow")]
+    needed = sorted(set(sources) | set(plan.refs.get(node.id, [])))
+    outputs = await store.read_outputs(plan.run_id, needed) if needed else {}
+    gathered = _gather(graph, registry, node, definition, outputs)
+    referenced = {
+        graph.node_by_id[nid].name: main_output(registry.get(graph.node_by_id[nid].type).definition, outputs[nid])
+        for nid in plan.refs.get(node.id, []) if nid in outputs
+    }
+    scope_input = gathered.scope_input if node.id not in plan.start or gathered.inputs else record.run_input
+    scope = Scope(input=scope_input, nodes=referenced,
+                  run={"id": plan.run_id, "input": record.run_input, "session_id": record.session_id})
+    resume = await store.get_resume(plan.run_id, node.id) if claims > 1 else None
+
+    async def sink(ev: NodeEvent) -> None:
+        await store.append_event(ev)
+
+    runtime = GraphRuntime(graph=graph, registry=registry, run_id=plan.run_id, node_id=node.id,
+                           artifacts=artifacts, scope=scope, sink=sink, run_input=record.run_input,
+                           session_id=record.session_id, services=services)
+    policy = node.settings.retry
+    attempt = 1
+    while True:
+        try:
+            if node.settings.disabled:
+                result = _pass_through(definition, gathered)
+                break
+            data = resolve_parameters(node, definition, await _link_wires(runtime, node, definition, gathered),
+                                      scope)
+            ctx = runtime.context_for(node.id, attempt=attempt, resume=resume,
+                                      input_sources=gathered.sources)
+            work = asyncio.ensure_future(_timed(node, _drive(node_type.executor, data, gathered.inputs, ctx, sink)))
+            result = await _supervise(store, plan.run_id, node.id, worker_id, opts, work)
+            _check_outputs(node, definition, result, opts.max_output_bytes)
+            break
+        except SuspendRequested as exc:
+            log.info("run %s node %s suspended", plan.run_id, node.id)
+            return NodeCompletion(status=NodeStatus.WAITING, payload=exc.payload)
+        except RunCancelled as exc:
+            return NodeCompletion(status=NodeStatus.FAILED, error=_error_info(exc, node),
+                                  events=[event(EventType.ERROR, {"error": _error_info(exc, node),
+                                                                  "cancelled": True}, attempt)])
+        except Exception as exc:  # an executor may raise anything: it becomes node data
+            if attempt < policy.max_attempts and is_retryable(policy, exc):
+                delay = exc.delay_s if isinstance(exc, RetryRequested) and exc.delay_s is not None \
+                    else backoff_s(policy, attempt)
+                log.warning("run %s node %s attempt %d failed (%s); retrying in %.2fs",
+                            plan.run_id, node.id, attempt, type(exc).__name__, delay)
+                await store.append_event(event(EventType.RETRY, {
+                    "attempt": attempt, "next_attempt": attempt + 1, "delay_s": round(delay, 3),
+                    "error": _error_info(exc, node)}, attempt))
+                await asyncio.sleep(delay)
+                attempt += 1
+                continue
+            return _failure(node, definition, exc, gathered, event, attempt)
+    extra = list(result.events)
+    completed = event(EventType.COMPLETED, {"outputs": {k: v.to_json() for k, v in result.outputs.items()}},
+                      attempt)
+    return NodeCompletion(status=NodeStatus.SUCCEEDED, outputs=result.outputs, events=[*extra, completed])
+
+
+async def _timed(node: Node, work: Any) -> ExecutionResult:
+    timeout_s = node.settings.timeout_s
+    if timeout_s is None:
+        result: ExecutionResult = await work
+        return result
+    try:
+        async with asyncio.timeout(timeout_s):
+            result = await work
+            return result
+    except TimeoutError:
+        raise NodeTimeoutError(f"node ran longer than its {timeout_s}s timeout",
+                               node_id=node.id, node_name=node.name) from None
+
+
+async def _link_wires(runtime: GraphRuntime, node: Node, definition: NodeDefinition,
+                      gathered: _Gathered) -> dict[str, tuple[Any, str]]:
+    wires = dict(gathered.wires)
+    for param in definition.parameters:
+        if param.socket is not None and param.id not in wires:
+            if runtime.incoming_edges(node.id, channel="link", target_handle=param.id):
+                values = await runtime.resolve_links(node.id, param.id)
+                if values:
+                    wires[param.id] = (values[0], runtime._source_socket(node.id, param.id))
+    return wires
+
+
+def _pass_through(definition: NodeDefinition, gathered: _Gathered) -> ExecutionResult:
+    """A disabled node forwards its main input on its first flow output."""
+    outs = definition.flow_outputs()
+    if not outs or gathered.scope_input is None:
+        return ExecutionResult()
+    return ExecutionResult(outputs={outs[0].id: DataValue("data", gathered.scope_input)})
+
+
+def _failure(node: Node, definition: NodeDefinition, exc: BaseException, gathered: _Gathered,
+             event: Any, attempt: int) -> NodeCompletion:
+    info = _error_info(exc, node)
+    mode = node.settings.on_error
+    log.warning("run %s node %s failed: %s (mode %s)", getattr(exc, "run_id", None) or "", node.id,
+                info["message"], mode)
+    error_event = event(EventType.ERROR, {"error": info, "recoverable": mode != "stop", "mode": mode}, attempt)
+    if mode == "stop":
+        return NodeCompletion(status=NodeStatus.FAILED, error=info, stop_run=True, events=[error_event])
+    payload = {"error": info["message"], "error_type": info["type"], "node": node.name,
+               "input": gathered.scope_input}
+    if mode == "continue":
+        outs = definition.flow_outputs()
+        outputs = {outs[0].id: DataValue("data", payload)} if outs else {}
+    else:
+        outputs = {ERROR_PORT: DataValue("data", payload)}
+    return NodeCompletion(status=NodeStatus.FAILED, error=info, outputs=outputs, events=[error_event])

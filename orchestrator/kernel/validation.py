@@ -1,0 +1,335 @@
+"""Graph validation: everything that can be wrong with a graph, found before a run.
+
+``validate_graph(raw, registry)`` parses the graph and checks, in this order, raising the
+first fault as a ``GraphError`` subclass that names the graph and the node, edge, handle
+or parameter at fault:
+
+1. schema (``parse_graph``): shape, field types, every edge's channel is flow or link;
+2. duplicate node ids, node names, edge ids (``DuplicateError``);
+3. every node type is registered (``UnknownNodeTypeError``, with "did you mean");
+4. every edge: both nodes exist, the source handle is an output port (or the error port
+   when the node routes errors there), the target handle is an input port or a hybrid
+   parameter's socket (``HandleError``); the edge's channel is the channel both ports
+   declare (``ChannelError``); the sockets connect (``SocketTypeError``); an input that
+   is not ``multiple`` has at most one edge (``HandleError``);
+5. no cycle over flow edges (``CycleError``), none over link edges (``LinkCycleError``),
+   each with the node names around the cycle in the message and in ``path``;
+6. parameters (see ``_check_node``): unknown ids (did you mean), inline values of the
+   declared type/enum/range, required ones present, expression syntax, and every
+   ``$('Name')`` names an existing node upstream (``UpstreamReferenceError``); a
+   parameter of type ``graph`` holds a graph that is validated recursively.
+
+"Upstream" of a node: its flow ancestors; a node that only feeds link edges also sees
+what the nodes it is linked into see (it is materialized on their behalf).
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Any
+
+from .cycles import ancestors, find_cycle, topological_order
+from .definition import NodeDefinition, Parameter, Port
+from .errors import (
+    ChannelError,
+    CycleError,
+    DuplicateError,
+    ExpressionError,
+    GraphError,
+    HandleError,
+    LinkCycleError,
+    ParameterError,
+    SocketTypeError,
+    UpstreamReferenceError,
+)
+from .expressions import check_syntax, find_references
+from .graph import ERROR_PORT, Edge, Graph, Node, parse_graph
+from .inline import check_inline_value, contains_expression
+from .registry import Registry
+from .sockets import can_connect
+
+# The socket and channel of the implicit error port (``settings.on_error == "error_port"``).
+_ERROR_PORT = Port(id=ERROR_PORT, socket="data", channel="flow")
+
+
+@dataclass
+class ValidatedGraph:
+    """A graph that passed every check, with the indices later stages need."""
+
+    graph: Graph
+    definitions: dict[str, NodeDefinition]  # node id -> definition
+    upstream: dict[str, set[str]] = field(default_factory=dict)  # node id -> flow ancestor ids
+    refs: dict[str, list[str]] = field(default_factory=dict)  # node id -> ids its expressions read
+
+    def start_nodes(self) -> list[str]:
+        """Trigger nodes (``definition.trigger``), in node order."""
+        return [n.id for n in self.graph.nodes if self.definitions[n.id].trigger]
+
+
+def _label(node: Node) -> str:
+    return f'node {node.id} ("{node.name}")'
+
+
+def validate_graph(raw: dict[str, Any] | Graph, registry: Registry) -> ValidatedGraph:
+    """Parse and check ``raw``; raise the first fault as a ``GraphError`` subclass."""
+    graph = raw if isinstance(raw, Graph) else parse_graph(raw)
+    if isinstance(raw, Graph):
+        _check_channels(graph)
+    _check_duplicates(graph)
+    definitions = {
+        n.id: registry.get(n.type, graph_id=graph.id, node_id=n.id, node_name=n.name).definition
+        for n in graph.nodes
+    }
+    _check_edges(graph, definitions)
+    order = [n.id for n in graph.nodes]
+    flow_succ: dict[str, list[str]] = {n: [] for n in order}
+    link_succ: dict[str, list[str]] = {n: [] for n in order}
+    wired: dict[str, set[str]] = {n: set() for n in order}
+    for edge in graph.edges:
+        (flow_succ if edge.channel == "flow" else link_succ)[edge.source].append(edge.target)
+        wired[edge.target].add(edge.target_handle)
+    _check_cycle(graph, order, flow_succ, CycleError, "flow")
+    _check_cycle(graph, order, link_succ, LinkCycleError, "link")
+    upstream = ancestors(order, flow_succ)
+    visible = _visible(order, upstream, link_succ)
+    refs: dict[str, list[str]] = {}
+    for node in graph.nodes:
+        names = _check_node(graph, node, definitions[node.id], wired[node.id], visible[node.id],
+                            registry)
+        if names:
+            refs[node.id] = [graph.node_by_name[name].id for name in sorted(names)]
+    return ValidatedGraph(graph=graph, definitions=definitions, upstream=upstream, refs=refs)
+
+
+# -- structure -------------------------------------------------------------------------
+
+
+def _check_channels(graph: Graph) -> None:
+    """A Graph built in code skipped ``parse_graph``; its channels still must be valid."""
+    for edge in graph.edges:
+        channel = edge.data.channel if edge.data else None
+        if channel not in ("flow", "link"):
+            raise ChannelError(
+                f"edge {edge.id} has channel {channel!r}; every edge must say 'flow' or 'link'",
+                graph_id=graph.id, edge_id=edge.id,
+            )
+
+
+def _check_duplicates(graph: Graph) -> None:
+    ids: set[str] = set()
+    names: dict[str, str] = {}
+    for node in graph.nodes:
+        if node.id in ids:
+            raise DuplicateError(f"duplicate node id {node.id!r}", graph_id=graph.id,
+                                 node_id=node.id, node_name=node.name)
+        ids.add(node.id)
+        if node.name in names:
+            raise DuplicateError(
+                f"duplicate node name {node.name!r} on nodes {names[node.name]} and {node.id}; "
+                "names must be unique because expressions use them",
+                graph_id=graph.id, node_id=node.id, node_name=node.name,
+            )
+        names[node.name] = node.id
+    edge_ids: set[str] = set()
+    for edge in graph.edges:
+        if edge.id in edge_ids:
+            raise DuplicateError(f"duplicate edge id {edge.id!r}", graph_id=graph.id,
+                                 edge_id=edge.id)
+        edge_ids.add(edge.id)
+
+
+def _port_names(ports: list[str]) -> str:
+    return ", ".join(repr(p) for p in ports) or "none"
+
+
+def _source_port(graph: Graph, edge: Edge, node: Node, definition: NodeDefinition) -> Port:
+    port = definition.output_port(edge.source_handle)
+    if port is None and edge.source_handle == ERROR_PORT and node.settings.on_error == "error_port":
+        port = _ERROR_PORT
+    if port is None:
+        outputs = [p.id for p in definition.outputs]
+        if node.settings.on_error == "error_port":
+            outputs.append(ERROR_PORT)
+        raise HandleError(
+            f"edge {edge.id}: {_label(node)} of type {node.type!r} has no output "
+            f"{edge.source_handle!r} (outputs: {_port_names(outputs)})",
+            graph_id=graph.id, edge_id=edge.id, node_id=node.id, node_name=node.name,
+            handle=edge.source_handle,
+        )
+    return port
+
+
+def _target_port(graph: Graph, edge: Edge, node: Node, definition: NodeDefinition) -> Port:
+    port = definition.input_port(edge.target_handle)
+    if port is None:
+        handles = [p.id for p in definition.inputs]
+        handles += [p.id for p in definition.parameters if p.socket is not None]
+        raise HandleError(
+            f"edge {edge.id}: {_label(node)} of type {node.type!r} has no input "
+            f"{edge.target_handle!r} (inputs: {_port_names(handles)})",
+            graph_id=graph.id, edge_id=edge.id, node_id=node.id, node_name=node.name,
+            handle=edge.target_handle,
+        )
+    return port
+
+
+def _check_edges(graph: Graph, definitions: dict[str, NodeDefinition]) -> None:
+    nodes = graph.node_by_id
+    fan_in: dict[tuple[str, str], str] = {}
+    for edge in graph.edges:
+        for role, node_id in (("source", edge.source), ("target", edge.target)):
+            if node_id not in nodes:
+                raise HandleError(f"edge {edge.id}: {role} node {node_id!r} does not exist",
+                                  graph_id=graph.id, edge_id=edge.id)
+        source, target = nodes[edge.source], nodes[edge.target]
+        out_port = _source_port(graph, edge, source, definitions[source.id])
+        in_port = _target_port(graph, edge, target, definitions[target.id])
+        # A parameter socket takes a wire on either channel (a flow value or a linked
+        # value both override the inline parameter); declared ports fix their channel.
+        target_is_param = not any(p.id == edge.target_handle for p in definitions[target.id].inputs)
+        checked = ((source, out_port),) if target_is_param else ((source, out_port), (target, in_port))
+        for node, port in checked:
+            if port.channel != edge.channel:
+                raise ChannelError(
+                    f"edge {edge.id} is a {edge.channel} edge but handle {port.id!r} of "
+                    f"{_label(node)} is a {port.channel} port",
+                    graph_id=graph.id, edge_id=edge.id, node_id=node.id, node_name=node.name,
+                    handle=port.id,
+                )
+        if not can_connect(out_port.socket, in_port.socket):
+            raise SocketTypeError(
+                f"edge {edge.id}: cannot connect socket type {out_port.socket!r} "
+                f"({_label(source)}, handle {out_port.id!r}) to socket type {in_port.socket!r} "
+                f"({_label(target)}, handle {in_port.id!r})",
+                graph_id=graph.id, edge_id=edge.id, node_id=target.id, node_name=target.name,
+                handle=in_port.id,
+            )
+        key = (target.id, in_port.id)
+        if key in fan_in and not in_port.multiple:
+            raise HandleError(
+                f"edge {edge.id}: input {in_port.id!r} of {_label(target)} already has edge "
+                f"{fan_in[key]} and accepts only one",
+                graph_id=graph.id, edge_id=edge.id, node_id=target.id, node_name=target.name,
+                handle=in_port.id,
+            )
+        fan_in.setdefault(key, edge.id)
+
+
+def _check_cycle(graph: Graph, order: list[str], successors: dict[str, list[str]],
+                 error: type[GraphError], channel: str) -> None:
+    cycle = find_cycle(order, successors)
+    if cycle is None:
+        return
+    names = [graph.node_by_id[n].name for n in cycle]
+    first = graph.node_by_id[cycle[0]]
+    hint = " (loops are container nodes)" if channel == "flow" else ""
+    raise error(f"cycle over {channel} edges: {' -> '.join(names)}{hint}", graph_id=graph.id,
+                node_id=first.id, node_name=first.name, path=names)
+
+
+def _visible(order: list[str], upstream: dict[str, set[str]],
+             link_succ: dict[str, list[str]]) -> dict[str, set[str]]:
+    """Nodes whose outputs a node's expressions may read: its flow ancestors, plus (for a
+    link source) what each node it is linked into may read. Link edges are acyclic here."""
+    link_pred: dict[str, list[str]] = {n: [] for n in order}
+    for source, targets in link_succ.items():
+        for target in targets:
+            link_pred[target].append(source)
+    # Reverse link direction so consumers come before the sources they pull from. Only
+    # link sources get a copy; every other node shares its (read-only) ancestor set.
+    visible = dict(upstream)
+    for node in topological_order(order, link_pred):
+        if link_succ[node]:
+            mine = set(upstream[node])
+            for consumer in link_succ[node]:
+                mine |= visible[consumer]
+            visible[node] = mine
+    return visible
+
+
+# -- parameters ------------------------------------------------------------------------
+
+
+def _check_node(graph: Graph, node: Node, definition: NodeDefinition, wired: set[str],
+                visible: set[str], registry: Registry) -> set[str]:
+    """Check ``node``'s parameters; return the node names its expressions reference."""
+    where: dict[str, Any] = {"graph_id": graph.id, "node_id": node.id, "node_name": node.name}
+    for key in node.data:
+        if definition.parameter(key) is None:
+            ids = [p.id for p in definition.parameters]
+            close = difflib.get_close_matches(key, ids, n=1)
+            hint = (f"; did you mean {close[0]!r}?" if close
+                    else f" (parameters: {_port_names(ids)})")
+            raise ParameterError(
+                f"unknown parameter {key!r} on {_label(node)} of type {node.type!r}{hint}",
+                parameter=key, **where,
+            )
+    names: set[str] = set()
+    for param in definition.parameters:
+        value = node.data.get(param.id)
+        if value is None or value == "":
+            if param.required and param.default is None and param.id not in wired:
+                raise ParameterError(
+                    f"required parameter {param.id!r} on {_label(node)} of type {node.type!r} "
+                    "has no value, no default and no wire",
+                    parameter=param.id, **where,
+                )
+            continue
+        if param.type == "graph":
+            _check_nested(graph, node, param, value, registry)
+            continue
+        if param.expressions and contains_expression(value):
+            names |= _check_expressions(graph, node, param, value, visible)
+            if isinstance(value, str):
+                continue  # an expression string: its type is known only at run time
+        problem = check_inline_value(param, value)
+        if problem:
+            raise ParameterError(
+                f"parameter {param.id!r} on {_label(node)}: {problem}", parameter=param.id, **where
+            )
+    return names
+
+
+def _check_expressions(graph: Graph, node: Node, param: Parameter, value: Any,
+                       visible: set[str]) -> set[str]:
+    where: dict[str, Any] = {"graph_id": graph.id, "node_id": node.id, "node_name": node.name,
+                             "parameter": param.id}
+    try:
+        check_syntax(value)
+    except ExpressionError as exc:
+        message = f"parameter {param.id!r} on {_label(node)}: {exc.message}"
+        raise type(exc)(message, **where) from None
+    names = find_references(value)
+    for name in sorted(names):
+        source = graph.node_by_name.get(name)
+        if source is None:
+            close = difflib.get_close_matches(name, list(graph.node_by_name), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise UpstreamReferenceError(
+                f"parameter {param.id!r} on {_label(node)} references node {name!r} "
+                f"which does not exist{hint}", **where,
+            )
+        if source.id not in visible:
+            raise UpstreamReferenceError(
+                f"parameter {param.id!r} on {_label(node)} references node {name!r} "
+                f"which is not upstream of {_label(node)}", **where,
+            )
+    return names
+
+
+def _check_nested(graph: Graph, node: Node, param: Parameter, value: Any,
+                  registry: Registry) -> None:
+    where: dict[str, Any] = {"graph_id": graph.id, "node_id": node.id, "node_name": node.name,
+                             "parameter": param.id}
+    if not isinstance(value, dict):
+        raise ParameterError(
+            f"parameter {param.id!r} on {_label(node)} must hold a graph object, "
+            f"got {type(value).__name__}", **where,
+        )
+    try:
+        validate_graph(value, registry)
+    except GraphError as exc:
+        inner = type(exc)(f"in the graph of parameter {param.id!r} on {_label(node)}: {exc}",
+                          path=exc.path, edge_id=exc.edge_id, handle=exc.handle, **where)
+        raise inner from None

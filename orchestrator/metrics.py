@@ -1,0 +1,81 @@
+"""Prometheus metrics shared by the API and the workers.
+
+The objects live in one registry (``REGISTRY``) so a process exposes exactly these, and
+tests can create apps repeatedly without "duplicated timeseries" errors. Workers import
+the same objects and update them in their own process (scrape each worker, or run a
+multiprocess collector); the API updates what it sees and samples Redis at scrape time
+(``refresh_from_redis``).
+
+==================================  =========  =======================================
+metric                              type       labels
+==================================  =========  =======================================
+orchestrator_runs_started_total     counter    trigger (manual, webhook, chat, rerun)
+orchestrator_runs                   gauge      status (runs of that status right now,
+                                               sampled at scrape: active ones only)
+orchestrator_run_finished_total     counter    status (terminal statuses seen by this process)
+orchestrator_node_duration_seconds  histogram  node_type
+orchestrator_queue_depth            gauge      queue (LLEN of the Celery queue)
+orchestrator_events_published_total counter    event_type
+orchestrator_sse_streams            gauge      (open SSE connections in this process)
+==================================  =========  =======================================
+"""
+
+from __future__ import annotations
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from redis.asyncio import Redis
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+RUNS_STARTED = Counter(
+    "orchestrator_runs_started", "Runs started, by trigger kind.", ["trigger"], registry=REGISTRY
+)
+RUNS = Gauge(
+    "orchestrator_runs", "Runs by status (sampled at scrape).", ["status"], registry=REGISTRY
+)
+RUNS_FINISHED = Counter(
+    "orchestrator_run_finished",
+    "Runs that reached a terminal status.",
+    ["status"],
+    registry=REGISTRY,
+)
+NODE_DURATION = Histogram(
+    "orchestrator_node_duration_seconds",
+    "Node execution time, by node type.",
+    ["node_type"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+    registry=REGISTRY,
+)
+QUEUE_DEPTH = Gauge(
+    "orchestrator_queue_depth", "Messages waiting in a Celery queue.", ["queue"], registry=REGISTRY
+)
+EVENTS_PUBLISHED = Counter(
+    "orchestrator_events_published",
+    "Run events appended to streams, by event type.",
+    ["event_type"],
+    registry=REGISTRY,
+)
+SSE_STREAMS = Gauge(
+    "orchestrator_sse_streams", "Open SSE event streams in this process.", registry=REGISTRY
+)
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+async def refresh_from_redis(redis: Redis, active_runs_key: str, queues: list[str]) -> None:
+    """Sample the state that lives in Redis: queue lengths and the number of active runs."""
+    for queue in queues:
+        QUEUE_DEPTH.labels(queue=queue).set(int(await redis.llen(queue)))
+    RUNS.labels(status="active").set(int(await redis.zcard(active_runs_key)))
+
+
+def render() -> bytes:
+    """The exposition text of every metric above."""
+    return generate_latest(REGISTRY)

@@ -1,0 +1,105 @@
+"""Starting a run: validate, compile, store, dispatch the start nodes.
+
+The API, the CLI and tests call :func:`start_run`; from then on workers drive the run
+through the store's barrier. The caller provides ``dispatch(run_id, node_ids)`` (for the
+Celery deployment ``workers.dispatch.make_dispatch(app)``), sync or async.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from orchestrator.kernel.compile import compile_run
+from orchestrator.kernel.errors import GraphError
+from orchestrator.kernel.protocol import DataValue
+from orchestrator.kernel.registry import Registry
+from orchestrator.kernel.store import RunRecord, RunStatus, RunStore
+from orchestrator.kernel.validation import ValidatedGraph, validate_graph
+
+Dispatch = Callable[[str, list[str]], Awaitable[None]] | Callable[[str, list[str]], None]
+
+
+def choose_start(vg: ValidatedGraph, start: list[str] | None) -> list[str]:
+    """``start`` as given, else the graph's single trigger node.
+
+    Raises ``GraphError`` when there is no trigger, or several and no choice (naming them).
+    """
+    if start is not None:
+        if not start:
+            raise GraphError("a run needs at least one start node", graph_id=vg.graph.id)
+        return list(start)
+    triggers = vg.start_nodes()
+    if not triggers:
+        raise GraphError("the graph has no trigger node to start a run from; pass start=[node id]",
+                         graph_id=vg.graph.id)
+    if len(triggers) > 1:
+        names = ", ".join(f'{n} ("{vg.graph.node_by_id[n].name}")' for n in triggers)
+        raise GraphError(f"the graph has several trigger nodes ({names}); choose one with start",
+                         graph_id=vg.graph.id)
+    return triggers
+
+
+def _deadline_s(vg: ValidatedGraph, deadline_s: float | None) -> float | None:
+    if deadline_s is not None:
+        return deadline_s
+    raw = vg.graph.settings.get("deadline_s")
+    if raw is None:
+        return None
+    try:
+        return float(raw)
+    except (TypeError, ValueError):
+        raise GraphError(f"graph setting deadline_s must be a number of seconds, not {raw!r}",
+                         graph_id=vg.graph.id, parameter="deadline_s") from None
+
+
+async def start_run(
+    store: RunStore,
+    registry: Registry,
+    graph: dict[str, Any],
+    run_input: Any,
+    *,
+    dispatch: Dispatch,
+    start: list[str] | None = None,
+    session_id: str | None = None,
+    run_id: str | None = None,
+    meta: dict[str, Any] | None = None,
+    deadline_s: float | None = None,
+    seed_outputs: dict[str, dict[str, DataValue]] | None = None,
+) -> str:
+    """Validate ``graph``, compile the run, store it, dispatch its start nodes.
+
+    Returns the run id (a uuid4 hex unless given). Graph faults raise ``GraphError``
+    subclasses before anything is stored. ``deadline_s`` defaults to the graph's
+    ``settings.deadline_s``, then ``Settings.run_deadline_s``. ``seed_outputs`` (a
+    rerun) are stored as outputs of nodes that will not run, so expressions can read them.
+    Calling it twice with the same ``run_id`` stores once and dispatches again, which
+    the store's claim makes harmless.
+    """
+    vg = validate_graph(graph, registry)
+    starts = choose_start(vg, start)
+    run_id = run_id or uuid.uuid4().hex
+    plan = compile_run(vg, run_id, starts)
+    meta = dict(meta or {})
+    version = meta.get("graph_version", vg.graph.version)
+    record = RunRecord(
+        run_id=run_id,
+        status=RunStatus.QUEUED,
+        graph_id=vg.graph.id,
+        graph_version=int(version) if version is not None else None,
+        created_at=time.time(),
+        run_input=run_input,
+        session_id=session_id,
+        meta=meta,
+    )
+    await store.create_run(plan, record, deadline_s=_deadline_s(vg, deadline_s))
+    if seed_outputs:
+        await store.seed_outputs(run_id, seed_outputs)
+    sent = dispatch(run_id, list(plan.start))
+    if inspect.isawaitable(sent):
+        await sent
+    await store.mark_dispatched(run_id, list(plan.start))
+    return run_id

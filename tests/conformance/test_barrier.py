@@ -1,0 +1,200 @@
+"""The barrier's behaviour, identical for every RunStore (MemoryStore, RedisRunStore)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from orchestrator.kernel.store import RunStore
+from tests.support import Driver, claim, completed, events_of, make_plan, node_states
+
+
+async def test_chain_runs_each_node_once_in_order(store: RunStore) -> None:
+    plan = make_plan("abc", [("a", "out", "b", "in"), ("b", "out", "c", "in")])
+    driver = Driver(store, plan)
+    await driver.run()
+    assert driver.ran == ["a", "b", "c"]
+    assert driver.ready_lists == [("a", ["b"]), ("b", ["c"]), ("c", [])]
+    assert (await store.get_run(plan.run_id)).status == "succeeded"
+    assert set((await node_states(store, plan.run_id)).values()) == {"succeeded"}
+
+
+async def test_diamond_join_waits_for_both_branches(store: RunStore) -> None:
+    plan = make_plan("abcd", [("a", "out", "b", "in"), ("a", "out", "c", "in"),
+                              ("b", "out", "d", "in"), ("c", "out", "d", "in")])
+    driver = Driver(store, plan)
+    await driver.run()
+    assert driver.ready_lists == [("a", ["b", "c"]), ("b", []), ("c", ["d"]), ("d", [])]
+    assert (await store.get_run(plan.run_id)).status == "succeeded"
+
+
+async def test_merge_fires_when_other_branch_is_dead(store: RunStore) -> None:
+    plan = make_plan(["if", "t", "f", "merge"], [
+        ("if", "true", "t", "in"), ("if", "false", "f", "in"),
+        ("t", "out", "merge", "in"), ("f", "out", "merge", "in"),
+    ])
+    driver = Driver(store, plan, live={"if": {"true"}})
+    await driver.run()
+    assert driver.ran == ["if", "t", "merge"]
+    states = await node_states(store, plan.run_id)
+    assert states == {"if": "succeeded", "t": "succeeded", "f": "skipped", "merge": "succeeded"}
+    outputs = await store.read_outputs(plan.run_id, ["t", "f"])
+    assert "f" not in outputs or outputs["f"] == {}
+    assert outputs["t"]["out"].value == "t.out"
+    skipped = [e.node_id for e in await events_of(store, plan.run_id) if e.event_type == "skipped"]
+    assert skipped == ["f"]
+
+
+async def test_skip_propagates_three_levels_down_a_dead_branch(store: RunStore) -> None:
+    plan = make_plan(["if", "x1", "x2", "x3", "y", "m"], [
+        ("if", "false", "x1", "in"), ("x1", "out", "x2", "in"), ("x2", "out", "x3", "in"),
+        ("if", "true", "y", "in"), ("x3", "out", "m", "in"), ("y", "out", "m", "in"),
+    ])
+    driver = Driver(store, plan, live={"if": {"true"}})
+    await driver.run()
+    states = await node_states(store, plan.run_id)
+    assert [states[n] for n in ("x1", "x2", "x3")] == ["skipped"] * 3
+    assert states["m"] == "succeeded"
+    assert driver.ran == ["if", "y", "m"]
+    assert (await store.get_run(plan.run_id)).status == "succeeded"
+
+
+async def test_node_with_a_dead_required_port_is_skipped_with_its_successors(
+    store: RunStore,
+) -> None:
+    plan = make_plan(["s", "a", "c", "b", "after"], [
+        ("s", "out", "a", "in"), ("s", "out", "c", "in"),
+        ("a", "out", "b", "main"), ("c", "out", "b", "extra"), ("b", "out", "after", "in"),
+    ], required={"b": {"main", "extra"}})
+    driver = Driver(store, plan, live={"c": set()})
+    await driver.run()
+    states = await node_states(store, plan.run_id)
+    assert states["b"] == "skipped" and states["after"] == "skipped"
+    assert (await store.get_run(plan.run_id)).status == "succeeded"
+
+
+async def test_second_completion_changes_nothing_and_returns_undispatched(store: RunStore) -> None:
+    plan = make_plan("abc", [("a", "out", "b", "in"), ("a", "out", "c", "in")])
+    driver = Driver(store, plan)
+    await driver.start()
+    run_id = plan.run_id
+    await claim(store, run_id, "a")
+    first = await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]))
+    assert first == ["b", "c"]
+    await store.mark_dispatched(run_id, ["b"])  # the worker died before sending "c"
+    before = await events_of(store, run_id)
+    again = await store.complete_node(run_id, "a", completed(run_id, "a", []))
+    assert again == ["c"]
+    assert len(await events_of(store, run_id)) == len(before)
+    assert (await store.read_outputs(run_id, ["a"]))["a"]["out"].value == "a.out"
+    assert (await node_states(store, run_id))["b"] == "pending"
+
+
+async def test_claim_of_a_finished_node_returns_done_with_pending_dispatch(store: RunStore) -> None:
+    plan = make_plan("ab", [("a", "out", "b", "in")])
+    driver = Driver(store, plan)
+    await driver.start()
+    run_id = plan.run_id
+    await claim(store, run_id, "a")
+    await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]))
+    answer = await claim(store, run_id, "a", worker_id="w2")
+    assert answer.kind == "done"
+    assert answer.pending_dispatch == ["b"]
+
+
+async def test_claim_while_another_worker_holds_the_lease_is_busy(store: RunStore) -> None:
+    plan = make_plan("ab", [("a", "out", "b", "in")])
+    await Driver(store, plan).start()
+    run_id = plan.run_id
+    first = await claim(store, run_id, "a", worker_id="w1")
+    second = await claim(store, run_id, "a", worker_id="w2")
+    assert (first.kind, first.claims) == ("run", 1)
+    assert second.kind == "busy"
+    assert await store.renew_lease(run_id, "a", worker_id="w1", lease_s=30)
+    assert not await store.renew_lease(run_id, "a", worker_id="w2", lease_s=30)
+
+
+async def test_reclaim_after_the_lease_expired_says_so_in_its_started_event(
+    store: RunStore,
+) -> None:
+    plan = make_plan("ab", [("a", "out", "b", "in")])
+    await Driver(store, plan).start()
+    run_id = plan.run_id
+    await claim(store, run_id, "a", lease_s=0.001)
+    await asyncio.sleep(0.02)  # let the dead worker's lease lapse
+    answer = await claim(store, run_id, "a", worker_id="w2")
+    assert (answer.kind, answer.claims) == ("run", 2)
+    started = [e for e in await events_of(store, run_id) if e.event_type == "started"]
+    assert [e.data for e in started] == [None, {"reclaimed": True}]
+
+
+async def test_stop_run_failure_ends_the_run_failed(store: RunStore) -> None:
+    plan = make_plan("abc", [("a", "out", "b", "in"), ("a", "out", "c", "in")])
+    await Driver(store, plan).start()
+    run_id = plan.run_id
+    await claim(store, run_id, "a")
+    ready = await store.complete_node(run_id, "a", completed(
+        run_id, "a", [], status="failed", stop_run=True, error={"message": "boom"}))
+    assert ready == []
+    record = await store.get_run(run_id)
+    assert record.status == "failed" and record.error == {"message": "boom"}
+    assert record.finished_at is not None
+    kinds = [e.event_type for e in await events_of(store, run_id)]
+    assert kinds[-1] == "run_failed" and kinds.count("run_failed") == 1
+    answer = await claim(store, run_id, "b", worker_id="w1")
+    assert answer.kind == "closed"
+
+
+async def test_events_appear_exactly_once_in_order(store: RunStore) -> None:
+    plan = make_plan("abc", [("a", "out", "b", "in"), ("b", "out", "c", "in")])
+    await Driver(store, plan).run()
+    events = await events_of(store, plan.run_id)
+    assert [(e.event_type, e.node_id) for e in events] == [
+        ("run_started", ""),
+        ("started", "a"), ("completed", "a"),
+        ("started", "b"), ("completed", "b"),
+        ("started", "c"), ("completed", "c"),
+        ("run_completed", ""),
+    ]
+
+
+async def test_cancelled_run_closes_claims_and_dispatches_nothing(store: RunStore) -> None:
+    plan = make_plan("ab", [("a", "out", "b", "in")])
+    await Driver(store, plan).start()
+    run_id = plan.run_id
+    await claim(store, run_id, "a")
+    assert await store.finish_run(run_id, "cancelled", {"message": "user"})
+    assert not await store.finish_run(run_id, "timed_out")
+    ready = await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]))
+    assert ready == []
+    assert (await store.read_outputs(run_id, ["a"]))["a"]["out"].value == "a.out"
+    assert (await store.get_run(run_id)).status == "cancelled"
+    kinds = [e.event_type for e in await events_of(store, run_id)]
+    assert kinds.count("run_cancelled") == 1 and "run_timed_out" not in kinds
+
+
+async def test_suspended_node_waits_then_resumes_with_its_payload(store: RunStore) -> None:
+    plan = make_plan("ab", [("a", "out", "b", "in")])
+    await Driver(store, plan).start()
+    run_id = plan.run_id
+    await claim(store, run_id, "a")
+    wait = completed(run_id, "a", [], status="waiting")
+    wait.payload = {"question": "ok?"}
+    assert await store.complete_node(run_id, "a", wait) == []
+    assert (await store.get_run(run_id)).status == "waiting"
+    assert (await node_states(store, run_id))["a"] == "waiting"
+    waiting = [e for e in await events_of(store, run_id) if e.event_type == "run_waiting"]
+    assert [e.data for e in waiting] == [{"node_id": "a", "payload": {"question": "ok?"}}]
+    assert not await store.resume_node(run_id, "b", {"yes": True})
+    assert await store.resume_node(run_id, "a", {"yes": True})
+    assert not await store.resume_node(run_id, "a", {"yes": True})
+    await store.mark_dispatched(run_id, ["a"])  # the caller sends the resumed node again
+    assert (await store.get_run(run_id)).status == "running"
+    resume = await store.get_resume(run_id, "a")
+    assert resume == {"payload": {"question": "ok?"}, "input": {"yes": True}}
+    answer = await claim(store, run_id, "a", worker_id="w2")
+    assert (answer.kind, answer.claims) == ("run", 2)
+    assert await store.complete_node(run_id, "a", completed(run_id, "a", ["out"])) == ["b"]
+    kinds = [e.event_type for e in await events_of(store, run_id)]
+    assert kinds.count("run_resumed") == 1
+    started = [e.data for e in await events_of(store, run_id) if e.event_type == "started"]
+    assert started == [None, {"resumed": True}]

@@ -1,0 +1,145 @@
+"""What only the Redis store promises: TTLs on every key, its event stream, its reads."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from orchestrator.kernel.errors import OrchestratorError, RunNotFoundError
+from orchestrator.kernel.protocol import EventType, NodeEvent
+from tests.conformance.conftest import SETTINGS
+from tests.support import Driver, completed, make_plan, record_for, started_event
+from workers.store import RedisRunStore
+
+
+async def run_key_ttls(store: RedisRunStore, run_id: str) -> dict[str, int]:
+    keys = [k async for k in store.redis.scan_iter(match=store.keys.run(run_id) + "*")]
+    assert keys, "the run wrote no keys"
+    return {k: await store.redis.ttl(k) for k in keys}
+
+
+async def test_every_key_of_an_active_run_has_a_ttl(redis_store: RedisRunStore) -> None:
+    plan = make_plan("abc", [("a", "out", "b", "in"), ("a", "out", "c", "in")])
+    driver = Driver(redis_store, plan)
+    await driver.start()
+    await driver.step("a")
+    await driver.step("b")  # "c" is still to run: the run stays active
+    ttls = await run_key_ttls(redis_store, plan.run_id)
+    assert all(ttl > 0 for ttl in ttls.values()), ttls
+    fixed = {k: t for k, t in ttls.items() if ":lease:" not in k}
+    assert all(t <= SETTINGS.active_ttl_s for t in fixed.values()), fixed
+    assert await redis_store.redis.zscore(redis_store.keys.active_runs(), plan.run_id) is not None
+
+
+async def test_run_keys_get_the_retention_ttl_when_the_run_finishes(
+    redis_store: RedisRunStore,
+) -> None:
+    plan = make_plan("ab", [("a", "out", "b", "in")])
+    await Driver(redis_store, plan).run()
+    ttls = await run_key_ttls(redis_store, plan.run_id)
+    assert all(SETTINGS.active_ttl_s < t <= SETTINGS.retention_s for t in ttls.values()), ttls
+    assert await redis_store.redis.zscore(redis_store.keys.active_runs(), plan.run_id) is None
+
+
+async def test_cancelled_run_keys_get_the_retention_ttl(redis_store: RedisRunStore) -> None:
+    plan = make_plan("ab", [("a", "out", "b", "in")])
+    await Driver(redis_store, plan).start()
+    await redis_store.mark_dispatched(plan.run_id, ["a"])
+    assert await redis_store.finish_run(plan.run_id, "cancelled")
+    ttls = await run_key_ttls(redis_store, plan.run_id)
+    assert all(SETTINGS.active_ttl_s < t <= SETTINGS.retention_s for t in ttls.values()), ttls
+
+
+async def test_creating_a_run_twice_changes_nothing(redis_store: RedisRunStore) -> None:
+    plan = make_plan("ab", [("a", "out", "b", "in")])
+    await redis_store.create_run(plan, record_for(plan))
+    await redis_store.create_run(plan, record_for(plan))
+    events = await redis_store.read_events(plan.run_id)
+    assert [e.event_type for _, e in events] == ["run_started"]
+    record = await redis_store.get_run(plan.run_id)
+    assert (record.status, record.graph_id, record.run_input) == ("running", "g", {"x": 1})
+    assert await redis_store.node_states(plan.run_id) == {"a": "pending", "b": "pending"}
+
+
+async def test_plan_round_trips_through_redis(redis_store: RedisRunStore) -> None:
+    plan = make_plan("ab", [("a", "out", "b", "in")])
+    await redis_store.create_run(plan, record_for(plan))
+    fresh = RedisRunStore(redis_store.redis, SETTINGS)  # another process: empty plan cache
+    assert (await fresh.load_plan(plan.run_id)).to_json() == plan.to_json()
+
+
+async def test_unknown_run_raises_run_not_found(redis_store: RedisRunStore) -> None:
+    with pytest.raises(RunNotFoundError):
+        await redis_store.get_run("nope")
+    with pytest.raises(RunNotFoundError):
+        await redis_store.load_plan("nope")
+    assert not await redis_store.finish_run("nope", "cancelled")
+    claim = await redis_store.claim_node("nope", "a", worker_id="w", lease_s=1,
+                                         started=started_event("nope", "a"))
+    assert claim.kind == "closed"
+
+
+async def test_claim_of_a_node_outside_the_plan_is_closed(redis_store: RedisRunStore) -> None:
+    plan = make_plan("ab", [("a", "out", "b", "in")])
+    await redis_store.create_run(plan, record_for(plan))
+    claim = await redis_store.claim_node(plan.run_id, "zzz", worker_id="w", lease_s=1,
+                                         started=started_event(plan.run_id, "zzz"))
+    assert claim.kind == "closed"
+
+
+async def test_read_events_resumes_after_a_given_id(redis_store: RedisRunStore) -> None:
+    plan = make_plan("ab", [("a", "out", "b", "in")])
+    await Driver(redis_store, plan).run()
+    everything = await redis_store.read_events(plan.run_id)
+    middle = everything[2][0]
+    tail = await redis_store.read_events(plan.run_id, after=middle)
+    assert tail == everything[3:]
+    assert await redis_store.read_events(plan.run_id, after=everything[-1][0], block_ms=10) == []
+
+
+async def test_each_append_publishes_its_stream_id_on_the_notify_channel(
+    redis_store: RedisRunStore,
+) -> None:
+    plan = make_plan("ab", [("a", "out", "b", "in")])
+    await redis_store.create_run(plan, record_for(plan))
+    pubsub = redis_store.redis.pubsub()
+    await pubsub.subscribe(redis_store.keys.notify(plan.run_id))
+    await pubsub.get_message(timeout=1)  # the subscribe confirmation
+    event_id = await redis_store.append_event(NodeEvent(
+        run_id=plan.run_id, node_id="a", node_type="fake", event_type=EventType.PROGRESS))
+    message = None
+    for _ in range(50):
+        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.1)
+        if message:
+            break
+        await asyncio.sleep(0)
+    await pubsub.aclose()
+    assert message is not None and message["data"] == event_id
+
+
+async def test_blocking_read_wakes_up_on_a_new_event(redis_store: RedisRunStore) -> None:
+    plan = make_plan("ab", [("a", "out", "b", "in")])
+    await redis_store.create_run(plan, record_for(plan))
+    last = (await redis_store.read_events(plan.run_id))[-1][0]
+    reader = RedisRunStore.from_url(_url(redis_store), SETTINGS)
+    waiting = asyncio.create_task(reader.read_events(plan.run_id, after=last, block_ms=5000))
+    await asyncio.sleep(0.05)
+    await redis_store.complete_node(plan.run_id, "a", completed(plan.run_id, "a", ["out"]))
+    got = await waiting
+    await reader.close()
+    assert [e.event_type for _, e in got][:1] == ["completed"]
+
+
+def _url(store: RedisRunStore) -> str:
+    kw = store.redis.connection_pool.connection_kwargs
+    return f"redis://{kw['host']}:{kw['port']}/{kw.get('db', 0)}"
+
+
+async def test_a_client_without_decoded_responses_is_refused(redis_store: RedisRunStore) -> None:
+    from redis.asyncio import Redis
+
+    raw = Redis.from_url(_url(redis_store))
+    with pytest.raises(OrchestratorError, match="decode_responses"):
+        RedisRunStore(raw, SETTINGS)
+    await raw.aclose()

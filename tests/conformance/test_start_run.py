@@ -1,0 +1,90 @@
+"""start_run: validate, compile, store, dispatch the start nodes, against real Redis."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.kernel.errors import GraphError
+from orchestrator.kernel.protocol import DataValue
+from orchestrator.runs import start_run
+from tests.fake_nodes import graph, make_registry
+from tests.support import started_event
+from workers.store import RedisRunStore
+
+CHAIN = graph([("t", "emit", "Start"), ("r", "relay", "Relay")], [("t", "out", "r", "in")])
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, list[str]]] = []
+
+    def __call__(self, run_id: str, node_ids: list[str]) -> None:
+        self.sent.append((run_id, node_ids))
+
+
+async def test_start_run_stores_the_run_and_dispatches_the_trigger(
+    redis_store: RedisRunStore,
+) -> None:
+    sent = Recorder()
+    run_id = await start_run(redis_store, make_registry(), CHAIN, {"n": 1}, dispatch=sent,
+                             session_id="s1", meta={"who": "test"})
+    assert sent.sent == [(run_id, ["t"])]
+    assert len(run_id) == 32
+    record = await redis_store.get_run(run_id)
+    assert (record.status, record.graph_id, record.run_input) == ("running", "g", {"n": 1})
+    assert (record.session_id, record.meta) == ("s1", {"who": "test"})
+    assert await redis_store.node_states(run_id) == {"t": "pending", "r": "pending"}
+    # the start node is dispatched: a redelivered claim of it has nothing left to send
+    done = await redis_store.claim_node(run_id, "t", worker_id="w", lease_s=5,
+                                        started=started_event(run_id, "t"))
+    assert done.kind == "run"
+
+
+async def test_start_run_awaits_an_async_dispatch(redis_store: RedisRunStore) -> None:
+    sent: list[list[str]] = []
+
+    async def dispatch(run_id: str, node_ids: list[str]) -> None:
+        sent.append(node_ids)
+
+    await start_run(redis_store, make_registry(), CHAIN, None, dispatch=dispatch, run_id="fixed")
+    assert sent == [["t"]]
+    assert (await redis_store.get_run("fixed")).status == "running"
+
+
+async def test_several_triggers_and_no_choice_is_an_error_naming_them(
+    redis_store: RedisRunStore,
+) -> None:
+    two = graph([("t1", "emit", "One"), ("t2", "emit", "Two"), ("r", "relay", "Relay")],
+                [("t1", "out", "r", "in")])
+    with pytest.raises(GraphError, match="t1") as info:
+        await start_run(redis_store, make_registry(), two, None, dispatch=Recorder())
+    assert "t2" in str(info.value) and "Two" in str(info.value)
+    sent = Recorder()
+    run_id = await start_run(redis_store, make_registry(), two, None, dispatch=sent, start=["t2"])
+    assert sent.sent == [(run_id, ["t2"])]
+
+
+async def test_an_invalid_graph_stores_nothing(redis_store: RedisRunStore) -> None:
+    bad = graph([("t", "emit", "Start"), ("r", "nosuchtype", "R")], [("t", "out", "r", "in")])
+    sent = Recorder()
+    with pytest.raises(GraphError):
+        await start_run(redis_store, make_registry(), bad, None, dispatch=sent)
+    assert sent.sent == []
+    assert await redis_store.redis.dbsize() == 0
+
+
+async def test_graph_deadline_setting_sets_the_sweeper_deadline(redis_store: RedisRunStore) -> None:
+    timed = {**CHAIN, "settings": {"deadline_s": 5}}
+    run_id = await start_run(redis_store, make_registry(), timed, None, dispatch=Recorder())
+    record = await redis_store.get_run(run_id)
+    score = await redis_store.redis.zscore(redis_store.keys.active_runs(), run_id)
+    assert score == pytest.approx(record.created_at + 5, abs=0.01)
+
+
+async def test_seeded_outputs_are_readable_before_any_node_runs(redis_store: RedisRunStore) -> None:
+    seed = {"old": {"out": DataValue("data", {"k": 1})}}
+    run_id = await start_run(redis_store, make_registry(), CHAIN, None, dispatch=Recorder(),
+                             seed_outputs=seed)
+    outputs = await redis_store.read_outputs(run_id, ["old"])
+    assert outputs["old"]["out"].value == {"k": 1}
+    assert await redis_store.redis.ttl(redis_store.keys.outputs(run_id)) > 0

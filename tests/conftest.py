@@ -1,0 +1,20 @@
+"""Suite-wide settings: hermetic environment, hypothesis profiles."""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+os.environ["AGNO_TELEMETRY"] = "false"
+# Never pick up a developer's Redis or keys: fixtures start their own servers.
+for name in ("REDIS_URL", "ORCH_REDIS_URL", "ORCH_API_KEYS", "OPENAI_API_KEY", "ORCH_OFFLINE_MODELS"):
+    os.environ.pop(name, None)
+
+settings.register_profile(
+    "default", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile(
+    "ci", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile("ci" if os.environ.get("CI") else "default")

@@ -1,0 +1,165 @@
+"""Real processes for the distributed tests: one redis-server and two Celery workers.
+
+Started once per session and stopped by pid at the end. The workers run the repo's
+nodes plus the test node pack in ``fake_pack/`` (loaded through ``ORCH_NODE_PATHS``, the
+same way a user's external pack loads). ``run_graph`` starts a run the way the API and the
+CLI do (``runs.start_run`` + the Celery dispatch) and follows its event stream to the
+terminal event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from orchestrator.embedded_redis import EmbeddedRedis
+from orchestrator.embedded_workers import WorkerProcesses
+from orchestrator.kernel.protocol import EventType, NodeEvent
+from orchestrator.kernel.registry import Registry
+from orchestrator.settings import Settings
+
+FAKE_PACK = Path(__file__).parent / "fake_pack"
+RUN_TIMEOUT_S = 30.0
+WORKER_COUNT = 2
+WORKER_CONCURRENCY = 2
+
+pytestmark = pytest.mark.integration
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    status: str
+    events: list[tuple[str, NodeEvent]]
+    states: dict[str, str]  # node id -> final node status
+    outputs: dict[str, dict[str, Any]] = field(default_factory=dict)  # node id -> port -> value
+
+    def of(self, node_id: str, event_type: str) -> list[NodeEvent]:
+        return [e for _, e in self.events if e.node_id == node_id and e.event_type == event_type]
+
+    def output(self, node_id: str, port: str = "output") -> Any:
+        return self.outputs[node_id][port]
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[EmbeddedRedis]:
+    server = EmbeddedRedis(unix_socket=False).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def workers(redis_server: EmbeddedRedis) -> Iterator[WorkerProcesses]:
+    procs = WorkerProcesses(
+        redis_server.url, count=WORKER_COUNT, concurrency=WORKER_CONCURRENCY,
+        env={"ORCH_NODE_PATHS": str(FAKE_PACK), "ORCH_OFFLINE_MODELS": "1"},
+    )
+    procs.start()
+    try:
+        yield procs
+    finally:
+        procs.stop()
+
+
+@pytest.fixture(scope="session")
+def registry() -> Registry:
+    """What the workers load: the repo's nodes plus the fake pack."""
+    from orchestrator.plugins import load_registry
+
+    return load_registry(Settings(node_paths=str(FAKE_PACK)))
+
+
+@pytest.fixture(scope="session")
+def celery(redis_server: EmbeddedRedis) -> Iterator[Any]:
+    from workers.app import make_celery
+
+    app = make_celery(redis_server.url)
+    yield app
+    app.close()
+
+
+@pytest.fixture
+async def store(redis_server: EmbeddedRedis) -> AsyncIterator[Any]:
+    from workers.store import RedisRunStore
+
+    s = RedisRunStore.from_url(redis_server.url)
+    yield s
+    await s.close()
+
+
+@pytest.fixture
+def sync_redis(redis_server: EmbeddedRedis) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    yield client
+    client.close()
+
+
+async def wait_for_terminal(store: Any, run_id: str, timeout_s: float = RUN_TIMEOUT_S,
+                            ) -> list[tuple[str, NodeEvent]]:
+    """Every event of the run, in order, up to and including its terminal run event."""
+    events: list[tuple[str, NodeEvent]] = []
+
+    async def read() -> None:
+        after = "0-0"
+        while True:
+            batch = await store.read_events(run_id, after=after, block_ms=500)
+            for event_id, event in batch:
+                after = event_id
+                events.append((event_id, event))
+                if not event.node_id and event.event_type in EventType.TERMINAL:
+                    return
+
+    try:
+        await asyncio.wait_for(read(), timeout_s)
+    except TimeoutError:
+        seen = [(e.node_id, e.event_type) for _, e in events]
+        raise AssertionError(
+            f"run {run_id} did not end within {timeout_s} s; events: {seen}") from None
+    return events
+
+
+async def collect(store: Any, run_id: str, events: list[tuple[str, NodeEvent]]) -> RunResult:
+    record = await store.get_run(run_id)
+    states = await store.node_states(run_id)
+    stored = await store.read_outputs(run_id, list(states))
+    outputs = {n: {port: dv.value for port, dv in ports.items()} for n, ports in stored.items()}
+    return RunResult(run_id=run_id, status=record.status, events=events, states=states,
+                     outputs=outputs)
+
+
+@pytest.fixture
+def wait_terminal(store: Any) -> Any:
+    """``await wait_terminal(run_id)`` -> the run's events up to its terminal event."""
+
+    async def wait(run_id: str) -> list[tuple[str, NodeEvent]]:
+        return await wait_for_terminal(store, run_id)
+
+    return wait
+
+
+@pytest.fixture
+def run_graph(workers: WorkerProcesses, store: Any, registry: Registry, celery: Any) -> Any:
+    """``await run_graph(graph, run_input)`` -> :class:`RunResult` once the run ended."""
+    from orchestrator.runs import start_run
+    from workers.dispatch import make_dispatch
+
+    dispatch = make_dispatch(celery)
+
+    async def run(graph: dict[str, Any], run_input: Any = None, **kw: Any) -> RunResult:
+        run_id = await start_run(store, registry, graph, run_input, dispatch=dispatch, **kw)
+        events = await wait_for_terminal(store, run_id)
+        return await collect(store, run_id, events)
+
+    return run
+
+
+def trigger(node_id: str = "t", name: str = "Start") -> tuple[str, str, str]:
+    return (node_id, "manual_trigger", name)

@@ -1,0 +1,252 @@
+"""Run semantics through the real step function (in-process store, fake node types)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from orchestrator.kernel.errors import LinkCycleError, UpstreamReferenceError
+from orchestrator.kernel.local import LocalRunner, run_graph_local
+from orchestrator.kernel.protocol import EventType
+from tests.fake_nodes import graph, make_registry
+
+REG = make_registry()
+
+
+def with_settings(g: dict[str, Any], node_id: str, **settings: Any) -> dict[str, Any]:
+    for node in g["nodes"]:
+        if node["id"] == node_id:
+            node["settings"] = settings
+    return g
+
+
+def events_of(result: Any, event_type: str) -> list[Any]:
+    return [e for e in result.events if e.event_type == event_type]
+
+
+async def test_chain_passes_the_value_down_and_succeeds() -> None:
+    g = graph([("a", "emit", "A"), ("b", "relay", "B"), ("c", "relay", "C")],
+              [("a", "out", "b", "in"), ("b", "out", "c", "in")])
+    result = await run_graph_local(g, REG, {"x": 1})
+    assert result.status == "succeeded"
+    assert result.output("c", "out") == {"x": 1}
+    assert [e.event_type for e in result.events][0] == EventType.RUN_STARTED
+    assert result.events[-1].event_type == EventType.RUN_COMPLETED
+
+
+async def test_diamond_joins_both_branches() -> None:
+    g = graph([("a", "emit", "A"), ("l", "relay", "L", {"value": "left"}),
+               ("r", "relay", "R", {"value": "right"}), ("j", "join", "J")],
+              [("a", "out", "l", "in"), ("a", "out", "r", "in"),
+               ("l", "out", "j", "left"), ("r", "out", "j", "right")])
+    result = await run_graph_local(g, REG, 0)
+    assert result.output("j", "out") == {"left": "left", "right": "right"}
+    assert len(events_of(result, EventType.STARTED)) == 4
+
+
+async def test_merge_fires_when_other_branch_is_dead() -> None:
+    g = graph([("a", "emit", "A"), ("g", "gate", "G", {"open": True}),
+               ("y", "relay", "Yes", {"value": "y"}), ("n", "relay", "No", {"value": "n"}),
+               ("n2", "relay", "No again"), ("j", "join", "J")],
+              [("a", "out", "g", "in"), ("g", "yes", "y", "in"), ("g", "no", "n", "in"),
+               ("n", "out", "n2", "in"), ("y", "out", "j", "left"), ("n2", "out", "j", "right")])
+    result = await run_graph_local(g, REG, 1)
+    assert result.status == "succeeded"
+    assert result.output("j", "out") == {"left": "y", "right": None}
+    assert result.node_states["n"] == "skipped"
+    assert result.node_states["n2"] == "skipped"
+    assert {e.node_id for e in events_of(result, EventType.SKIPPED)} == {"n", "n2"}
+
+
+async def test_node_with_dead_required_input_is_skipped_and_skip_propagates() -> None:
+    g = graph([("a", "emit", "A"), ("g", "gate", "G", {"open": False}),
+               ("y1", "relay", "Y1"), ("y2", "relay", "Y2"), ("y3", "relay", "Y3")],
+              [("a", "out", "g", "in"), ("g", "yes", "y1", "in"), ("y1", "out", "y2", "in"),
+               ("y2", "out", "y3", "in")])
+    result = await run_graph_local(g, REG, 1)
+    assert result.status == "succeeded"
+    assert [result.node_states[n] for n in ("y1", "y2", "y3")] == ["skipped"] * 3
+
+
+async def test_disconnected_subgraph_does_not_run() -> None:
+    g = graph([("a", "emit", "A"), ("b", "relay", "B"), ("x", "relay", "Island"), ("y", "relay", "Island 2")],
+              [("a", "out", "b", "in"), ("x", "out", "y", "in")])
+    result = await run_graph_local(g, REG, 1)
+    assert result.status == "succeeded"
+    assert "x" not in result.node_states and "y" not in result.outputs
+    assert not [e for e in result.events if e.node_id in ("x", "y")]
+
+
+async def test_expression_reads_any_upstream_node_by_name() -> None:
+    g = graph([("a", "emit", "Start"), ("b", "relay", "B", {"value": {"k": 2}}),
+               ("c", "relay", "C", {"value": "{{ $('Start').item.json.n + input.k }}"})],
+              [("a", "out", "b", "in"), ("b", "out", "c", "in")])
+    result = await run_graph_local(g, REG, {"n": 40})
+    assert result.output("c", "out") == 42
+
+
+async def test_expression_naming_a_downstream_node_is_rejected_before_the_run() -> None:
+    g = graph([("a", "emit", "Start"), ("b", "relay", "B", {"value": "{{ $('C').item.json }}"}),
+               ("c", "relay", "C")],
+              [("a", "out", "b", "in"), ("b", "out", "c", "in")])
+    with pytest.raises(UpstreamReferenceError) as info:
+        await run_graph_local(g, REG, 1)
+    assert info.value.node_id == "b"
+
+
+async def test_wire_beats_expression_beats_inline_value() -> None:
+    nodes = [("a", "emit", "A"), ("l", "relay", "Label source", {"value": "wired"}),
+             ("b", "relay", "B", {"label": "{{ 'expr' }}"}),
+             ("out", "relay", "Out", {"value": "{{ $('B').item.json }}"})]
+    g = graph(nodes, [("a", "out", "l", "in"), ("l", "out", "b", "label"), ("a", "out", "b", "in"),
+                      ("b", "out", "out", "in")])
+    wired = await run_graph_local(g, REG, "payload")
+    assert wired.status == "succeeded"
+
+    class Spy:
+        seen: list[Any] = []
+
+    # The relay outputs its input; observe the resolved label through a ticker-free path:
+    # run the node directly and read the label the executor received.
+    from orchestrator.kernel.parameters import resolve_parameters
+    from orchestrator.kernel.expressions import Scope
+    from orchestrator.kernel.graph import parse_graph
+
+    parsed = parse_graph(g)
+    node = parsed.node_by_id["b"]
+    definition = REG.get("relay").definition
+    assert resolve_parameters(node, definition, {"label": ("wired", "data")}, Scope())["label"] == "wired"
+    assert resolve_parameters(node, definition, {}, Scope())["label"] == "expr"
+    node_inline = parsed.node_by_id["l"]
+    assert resolve_parameters(node_inline, definition, {}, Scope())["label"] is None
+    del Spy
+
+
+async def test_value_wired_into_a_hybrid_parameter_overrides_it_on_either_channel() -> None:
+    linked = graph([("a", "emit", "A"), ("num", "number", "Delay", {"value": 0.01}),
+                    ("r", "relay", "R", {"delay_s": 99, "record": True})],
+                   [("a", "out", "r", "in"), ("num", "value", "r", "delay_s", "link")])
+    result = await run_graph_local(linked, REG, "v")
+    timing = result.output("r", "out")
+    assert timing["end"] - timing["start"] < 5  # the 99 s inline value was overridden
+
+    flowed = graph([("a", "emit", "A", {"value": True}), ("g", "gate", "G", {"open": False})],
+                   [("a", "out", "g", "in"), ("a", "out", "g", "open")])
+    result = await run_graph_local(flowed, REG)
+    assert result.outputs["g"].keys() == {"yes"}
+
+
+async def test_retry_emits_retry_events_then_succeeds() -> None:
+    g = with_settings(graph([("a", "emit", "A"), ("f", "flaky", "F", {"fail_times": 2})],
+                            [("a", "out", "f", "in")]),
+                      "f", retry={"max_attempts": 3, "initial_interval_s": 0.01, "jitter": False})
+    result = await run_graph_local(g, REG, "ok")
+    assert result.status == "succeeded"
+    assert [e.data["attempt"] for e in events_of(result, EventType.RETRY)] == [1, 2]
+    assert result.output("f", "out") == "ok"
+
+
+async def test_retries_exhausted_route_to_the_error_port() -> None:
+    g = with_settings(graph([("a", "emit", "A"), ("f", "flaky", "F", {"fail_times": 5}),
+                             ("h", "relay", "Handler"), ("n", "relay", "Normal")],
+                            [("a", "out", "f", "in"), ("f", "error", "h", "in"), ("f", "out", "n", "in")]),
+                      "f", retry={"max_attempts": 2, "initial_interval_s": 0.01}, on_error="error_port")
+    result = await run_graph_local(g, REG, "payload")
+    assert result.status == "succeeded"
+    assert result.node_states["n"] == "skipped"
+    handled = result.output("h", "out")
+    assert handled["error_type"] == "ConnectionError" and handled["input"] == "payload"
+    assert len(events_of(result, EventType.RETRY)) == 1
+
+
+async def test_continue_on_fail_passes_the_error_as_data() -> None:
+    g = with_settings(graph([("a", "emit", "A"), ("b", "boom", "Boom", {"message": "bad"}),
+                             ("c", "relay", "After")],
+                            [("a", "out", "b", "in"), ("b", "out", "c", "in")]), "b", on_error="continue")
+    result = await run_graph_local(g, REG, 1)
+    assert result.status == "succeeded"
+    assert result.output("c", "out")["error"] == "boom: bad"
+
+
+async def test_stop_mode_fails_the_run_and_runs_nothing_after() -> None:
+    g = graph([("a", "emit", "A"), ("b", "boom", "Boom", {"message": "bad"}), ("c", "relay", "After")],
+              [("a", "out", "b", "in"), ("b", "out", "c", "in")])
+    result = await run_graph_local(g, REG, 1)
+    assert result.status == "failed"
+    assert result.error is not None and "boom: bad" in result.error["message"]
+    assert result.node_states["c"] == "pending"
+    assert result.events[-1].event_type == EventType.RUN_FAILED
+
+
+async def test_timeout_fails_a_slow_node() -> None:
+    g = with_settings(graph([("a", "emit", "A"), ("s", "relay", "Slow", {"delay_s": 5})],
+                            [("a", "out", "s", "in")]), "s", timeout_s=0.05)
+    result = await run_graph_local(g, REG, 1)
+    assert result.status == "failed"
+    assert result.error is not None and result.error["code"] == "node_timeout"
+
+
+async def test_streaming_node_events_arrive_between_started_and_completed() -> None:
+    g = graph([("a", "emit", "A"), ("t", "ticker", "T", {"count": 3})], [("a", "out", "t", "in")])
+    result = await run_graph_local(g, REG, 1)
+    kinds = [e.event_type for e in result.events if e.node_id == "t"]
+    assert kinds == ["started", "progress", "progress", "progress", "completed"]
+
+
+async def test_flow_and_link_edges_in_one_graph_with_nested_materialization() -> None:
+    g = graph([("a", "emit", "A"), ("p1", "part", "Inner", {"name": "inner"}),
+               ("p2", "part", "Outer", {"name": "outer"}), ("asm", "assemble", "Assemble")],
+              [("a", "out", "asm", "in"), ("p1", "part", "p2", "parts", "link"),
+               ("p2", "part", "asm", "parts", "link")])
+    result = await run_graph_local(g, REG, "x")
+    assert result.output("asm", "out") == {
+        "input": "x", "parts": [{"name": "outer", "parts": [{"name": "inner", "parts": []}]}]}
+    assert "p1" not in result.node_states  # link sources are materialized, not scheduled
+
+
+async def test_link_cycle_is_rejected_with_its_path() -> None:
+    g = graph([("a", "emit", "A"), ("p1", "part", "P1"), ("p2", "part", "P2"), ("asm", "assemble", "Asm")],
+              [("a", "out", "asm", "in"), ("p1", "part", "p2", "parts", "link"),
+               ("p2", "part", "p1", "parts", "link"), ("p2", "part", "asm", "parts", "link")])
+    with pytest.raises(LinkCycleError) as info:
+        await run_graph_local(g, REG, 1)
+    assert "P1" in str(info.value) and "P2" in str(info.value)
+
+
+async def test_nested_graph_runs_through_the_same_step_and_forwards_events() -> None:
+    body = graph([("i", "emit", "Item"), ("r", "relay", "Double", {"value": "{{ input * 2 }}"})],
+                 [("i", "out", "r", "in")])
+    g = graph([("a", "emit", "A"), ("n", "nest", "Nest", {"body": body})], [("a", "out", "n", "in")])
+    result = await run_graph_local(g, REG, 21)
+    assert result.output("n", "out") == [42]
+    inner = [e for e in result.events if e.node_id == "n" and (e.data or {}).get("subgraph")]
+    assert {e.data["inner_node_name"] for e in inner} == {"Item", "Double"}
+
+
+async def test_cancelled_run_interrupts_a_running_node() -> None:
+    runner = LocalRunner(REG)
+    g = graph([("a", "emit", "A"), ("s", "relay", "Slow", {"delay_s": 30}), ("c", "relay", "After")],
+              [("a", "out", "s", "in"), ("s", "out", "c", "in")])
+    task = asyncio.ensure_future(runner.run(g, 1, run_id="r-cancel"))
+    while "s" not in {e.node_id for e in runner.store.events("r-cancel") if e.event_type == "started"} \
+            if "r-cancel" in runner.store._runs else True:
+        await asyncio.sleep(0.01)
+    assert await runner.store.finish_run("r-cancel", "cancelled")
+    result = await asyncio.wait_for(task, timeout=5)
+    assert result.status == "cancelled"
+    assert result.node_states["c"] == "pending"
+    assert any(e.event_type == "error" and (e.data or {}).get("cancelled") for e in result.events)
+
+
+async def test_redelivered_node_after_completion_runs_nothing_and_emits_nothing() -> None:
+    from orchestrator.kernel.step import run_step
+
+    runner = LocalRunner(REG)
+    g = graph([("a", "emit", "A"), ("b", "relay", "B")], [("a", "out", "b", "in")])
+    result = await runner.run(g, 1, run_id="r-dup")
+    before = len(result.events)
+    outcome = await run_step(runner.store, REG, "r-dup", "b", worker_id="other")
+    assert outcome.ran is False and outcome.status in ("done", "closed")
+    assert len(runner.store.events("r-dup")) == before

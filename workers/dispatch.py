@@ -1,0 +1,45 @@
+"""Sending node tasks: one Celery message per ready node, with a deterministic task id.
+
+``make_dispatch(app)`` returns the ``dispatch(run_id, node_ids)`` callable that
+``orchestrator.runs.start_run`` and the node task use. Task ids are ``"{run_id}:{node_id}"``
+so logs, revokes and a redelivered message all name the same node; the run store, not the
+id, makes a second delivery harmless.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from celery import Celery
+
+from .app import NODE_QUEUE, NODE_TASK
+
+Dispatch = Callable[[str, list[str]], None]
+
+
+def task_id(run_id: str, node_id: str) -> str:
+    return f"{run_id}:{node_id}"
+
+
+def send_nodes(app: Celery, run_id: str, node_ids: Sequence[str]) -> None:
+    """Publish one node task per id, over one pooled producer connection."""
+    if not node_ids:
+        return
+    with app.producer_or_acquire() as producer:
+        for node_id in node_ids:
+            app.send_task(
+                NODE_TASK,
+                args=(run_id, node_id),
+                task_id=task_id(run_id, node_id),
+                queue=NODE_QUEUE,
+                producer=producer,
+            )
+
+
+def make_dispatch(app: Celery) -> Dispatch:
+    """A ``dispatch(run_id, node_ids)`` bound to ``app``'s broker."""
+
+    def dispatch(run_id: str, node_ids: list[str]) -> None:
+        send_nodes(app, run_id, node_ids)
+
+    return dispatch

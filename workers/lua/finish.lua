@@ -1,0 +1,19 @@
+-- Force a terminal status (cancel, timeout, sweeper) if the run is still active.
+-- ARGV[6] status  ARGV[7] error JSON or ''  ARGV[8] run id  ARGV[9] event JSON
+-- Returns 1 when this call ended the run, 0 when it was already terminal or unknown.
+local status = redis.call('HGET', K_RUN, 'status')
+if not status then
+  redis.call('ZREM', K_ACTIVE, ARGV[8])  -- an expired run must not haunt the sweeper
+  return 0
+end
+if not ACTIVE[status] then
+  return 0
+end
+redis.call('HSET', K_RUN, 'status', ARGV[6], 'finished_at', NOW)
+if ARGV[7] ~= '' then
+  redis.call('HSET', K_RUN, 'error', ARGV[7])
+end
+append(ARGV[9])
+redis.call('ZREM', K_ACTIVE, ARGV[8])
+expire_all(RETENTION)
+return 1

@@ -1,0 +1,63 @@
+-- Shared by every script (workers/store.py prepends it). Keys and the first ARGVs have
+-- one fixed layout so each script reads the run's keys by name:
+--   KEYS[1..13]  the run's keys (Keys.run_keys order, then adj, suspend, resume)
+--   KEYS[14]     {p}:runs:active          KEYS[15]  the node's lease key (if any)
+--   ARGV[1] events maxlen   ARGV[2] notify channel   ARGV[3] active TTL s
+--   ARGV[4] retention TTL s ARGV[5] now (epoch s)     ARGV[6..] script-specific
+local K_RUN, K_PLAN, K_NODES, K_PENDING, K_LIVE, K_OUT, K_CLAIMS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local K_READY, K_DISPATCHED, K_EVENTS, K_ADJ, K_SUSPEND, K_RESUME = KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
+local K_ACTIVE, K_LEASE = KEYS[14], KEYS[15]
+local RUN_KEY_COUNT = 13
+local MAXLEN, CHANNEL, ACTIVE_TTL, RETENTION = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local NOW = ARGV[5]
+
+local ACTIVE = {queued = true, running = true, waiting = true}
+local FINISHED = {succeeded = true, failed = true, skipped = true}
+
+-- Append one event (already JSON) and wake subscribers; pub/sub is only a hint.
+local function append(event_json)
+  local id = redis.call('XADD', K_EVENTS, 'MAXLEN', '~', MAXLEN, '*', 'e', event_json)
+  redis.call('PUBLISH', CHANNEL, id)
+  return id
+end
+
+-- Every run key gets the same TTL: active while the run runs, retention once it ended.
+local function expire_all(ttl_s)
+  for i = 1, RUN_KEY_COUNT do
+    redis.call('EXPIRE', KEYS[i], ttl_s)
+  end
+end
+
+-- A key created after create_run inherits the run record's remaining TTL.
+local function ensure_ttl(key)
+  if redis.call('PTTL', key) == -1 then
+    local ttl = redis.call('PTTL', K_RUN)
+    if ttl > 0 then
+      redis.call('PEXPIRE', key, ttl)
+    else
+      redis.call('EXPIRE', key, RETENTION)
+    end
+  end
+end
+
+local function adjacency(node)
+  local raw = redis.call('HGET', K_ADJ, node)
+  if not raw then return nil end
+  return cjson.decode(raw)
+end
+
+-- Sort node ids by their rank in the plan's topological order.
+local function plan_sorted(ids)
+  local rank = {}
+  for _, n in ipairs(ids) do
+    local a = adjacency(n)
+    rank[n] = a and a.rank or 1e9
+  end
+  table.sort(ids, function(x, y) return rank[x] < rank[y] end)
+  return ids
+end
+
+-- Nodes that became ready but whose task was not sent yet, in plan order.
+local function undispatched()
+  return plan_sorted(redis.call('SDIFF', K_READY, K_DISPATCHED))
+end

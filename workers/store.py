@@ -1,0 +1,332 @@
+"""The Redis run store: the distributed barrier behind the kernel's ``RunStore``.
+
+Every state change that must be atomic is one Lua script (``workers/lua/``), so any
+number of workers can complete nodes of the same run concurrently:
+
+* ``claim.lua``    the node's lease, its claim count, its first ``started`` event;
+* ``complete.lua`` ``scheduling.complete`` in Lua (countdown, live ports, skip
+  propagation, remaining counter) + outputs, events, and the run's terminal state;
+* ``finish.lua``   a forced terminal status (cancel, timeout, sweeper);
+* ``resume.lua``   a waiting (suspended) node back to pending.
+
+Per-node adjacency is stored at ``create_run`` in a hash (node -> JSON ``{out, required,
+in_ports, type, name, rank}``) so the scripts never parse the plan. Each event is one
+stream entry with a single field ``e`` (the NodeEvent JSON), followed by a ``PUBLISH``
+of its id on the run's notify channel (a wake-up hint only). Every key carries a TTL:
+``active_ttl_s`` while the run is active, ``retention_s`` once it ended.
+
+The client must be created with ``decode_responses=True``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections import OrderedDict
+from functools import cache
+from pathlib import Path
+from typing import Any, cast
+
+from redis.asyncio import Redis
+
+from orchestrator.kernel.errors import OrchestratorError, RunNotFoundError
+from orchestrator.kernel.protocol import DataValue, EventType, NodeEvent
+from orchestrator.kernel.scheduling import RunPlan
+from orchestrator.kernel.store import Claim, NodeCompletion, RunRecord, RunStatus, RunStore
+from orchestrator.keys import Keys
+from orchestrator.settings import Settings, get_settings
+
+LUA_DIR = Path(__file__).parent / "lua"
+SCRIPTS = (
+    "create", "claim", "renew", "append", "dispatched", "complete", "finish", "resume", "seed",
+)
+PLAN_CACHE_SIZE = 256
+
+# The run-level event each forced terminal status appends.
+_FINISH_EVENTS = {
+    RunStatus.CANCELLED: EventType.RUN_CANCELLED,
+    RunStatus.TIMED_OUT: EventType.RUN_TIMED_OUT,
+    RunStatus.FAILED: EventType.RUN_FAILED,
+    RunStatus.SUCCEEDED: EventType.RUN_COMPLETED,
+}
+
+
+@cache
+def _lua_source(name: str) -> str:
+    """A script with the shared prelude (key layout and helpers) in front."""
+    prelude = (LUA_DIR / "prelude.lua").read_text()
+    return prelude + "\n" + (LUA_DIR / f"{name}.lua").read_text()
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _event_json(event: NodeEvent) -> str:
+    return _dumps(event.to_json())
+
+
+def adjacency(plan: RunPlan) -> dict[str, dict[str, Any]]:
+    """Per-node data ``complete.lua`` needs, derived from the plan."""
+    in_ports: dict[str, list[str]] = {n: [] for n in plan.order}
+    for node in plan.nodes.values():
+        for edge in node.out:
+            if edge.target_handle not in in_ports[edge.target]:
+                in_ports[edge.target].append(edge.target_handle)
+    return {
+        nid: {
+            "out": [[e.edge_id, e.target, e.source_handle, e.target_handle] for e in node.out],
+            "required": list(node.required),
+            "in_ports": in_ports[nid],
+            "type": node.node_type,
+            "name": node.name,
+            "rank": rank,
+        }
+        for rank, nid in enumerate(plan.order)
+        for node in (plan.nodes[nid],)
+    }
+
+
+class RedisRunStore(RunStore):
+    """``RunStore`` on one Redis (``redis.asyncio`` client with ``decode_responses=True``)."""
+
+    def __init__(self, redis: Redis, settings: Settings | None = None) -> None:
+        if not redis.connection_pool.connection_kwargs.get("decode_responses"):
+            raise OrchestratorError("RedisRunStore needs a Redis client with decode_responses=True")
+        self.redis = redis
+        self.settings = settings or get_settings()
+        self.keys = Keys(self.settings.key_prefix)
+        self._scripts = {name: redis.register_script(_lua_source(name)) for name in SCRIPTS}
+        self._plans: OrderedDict[str, RunPlan] = OrderedDict()
+
+    @classmethod
+    def from_url(cls, url: str, settings: Settings | None = None) -> RedisRunStore:
+        return cls(Redis.from_url(url, decode_responses=True), settings)
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+    # -- key layout shared by every script (see lua/prelude.lua) ----------------------
+
+    def all_run_keys(self, run_id: str) -> list[str]:
+        """Every per-run key except leases (which carry the lease TTL), in the order
+        lua/prelude.lua expects."""
+        return self.keys.run_keys(run_id)
+
+    async def _call(self, script: str, run_id: str, args: list[Any], node_id: str = "") -> Any:
+        keys = [*self.all_run_keys(run_id), self.keys.active_runs()]
+        if node_id:
+            keys.append(self.keys.lease(run_id, node_id))
+        s = self.settings
+        head: list[Any] = [
+            s.events_maxlen, self.keys.notify(run_id), s.active_ttl_s, s.retention_s,
+            repr(time.time()),
+        ]
+        return await self._scripts[script](keys=keys, args=cast(list[str | int], head + args))
+
+    def _run_event(self, run_id: str, event_type: str, data: dict[str, Any] | None = None) -> str:
+        return _event_json(NodeEvent(run_id=run_id, node_id="", node_type="", event_type=event_type,
+                                     data=data))
+
+    # -- RunStore ---------------------------------------------------------------------
+
+    async def create_run(
+        self, plan: RunPlan, record: RunRecord, *, deadline_s: float | None = None
+    ) -> None:
+        """Store plan and record, mark start nodes ready, append ``run_started``. Idempotent.
+
+        ``deadline_s`` (default ``Settings.run_deadline_s``) sets the run's score in
+        ``runs:active``, which the sweeper reads to time runs out.
+        """
+        run_id = plan.run_id
+        created_at = record.created_at or time.time()
+        if deadline_s is None:
+            deadline_s = self.settings.run_deadline_s
+        deadline = created_at + deadline_s
+        fields = {
+            "status": RunStatus.RUNNING,
+            "graph_id": record.graph_id,
+            "graph_version": "" if record.graph_version is None else str(record.graph_version),
+            "created_at": repr(created_at),
+            "run_input": _dumps(record.run_input),
+            "session_id": record.session_id or "",
+            "meta": _dumps(record.meta),
+            "deadline": repr(deadline),
+            "remaining": str(len(plan.order)),
+        }
+        adj = {nid: _dumps(a) for nid, a in adjacency(plan).items()}
+        started = self._run_event(run_id, EventType.RUN_STARTED,
+                                  {"graph_id": record.graph_id, "start": plan.start})
+        await self._call("create", run_id, [
+            _dumps(fields), _dumps(plan.to_json()), _dumps(plan.order),
+            _dumps({n: p.pending for n, p in plan.nodes.items()}), _dumps(adj),
+            _dumps(plan.start), repr(deadline), run_id, started,
+        ])
+        self._remember(plan)
+
+    def _remember(self, plan: RunPlan) -> None:
+        self._plans[plan.run_id] = plan
+        self._plans.move_to_end(plan.run_id)
+        while len(self._plans) > PLAN_CACHE_SIZE:
+            self._plans.popitem(last=False)
+
+    async def load_plan(self, run_id: str) -> RunPlan:
+        """The run's plan; cached in process (plans never change)."""
+        cached = self._plans.get(run_id)
+        if cached is not None:
+            self._plans.move_to_end(run_id)
+            return cached
+        raw = await self.redis.get(self.keys.plan(run_id))
+        if raw is None:
+            raise RunNotFoundError("no such run (unknown or expired)", run_id=run_id)
+        plan = RunPlan.from_json(json.loads(raw))
+        self._remember(plan)
+        return plan
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        h = cast(dict[str, str], await self.redis.hgetall(self.keys.run(run_id)))
+        if not h:
+            raise RunNotFoundError("no such run (unknown or expired)", run_id=run_id)
+        return RunRecord(
+            run_id=run_id,
+            status=h["status"],
+            graph_id=h.get("graph_id", ""),
+            graph_version=int(h["graph_version"]) if h.get("graph_version") else None,
+            created_at=float(h.get("created_at", 0.0)),
+            finished_at=float(h["finished_at"]) if h.get("finished_at") else None,
+            error=json.loads(h["error"]) if h.get("error") else None,
+            run_input=json.loads(h["run_input"]) if "run_input" in h else None,
+            session_id=h.get("session_id") or None,
+            meta=json.loads(h["meta"]) if h.get("meta") else {},
+        )
+
+    async def claim_node(
+        self, run_id: str, node_id: str, *, worker_id: str, lease_s: float, started: NodeEvent
+    ) -> Claim:
+        data = started.data or {}
+        variants = [
+            _event_json(started),
+            _event_json(_with_data(started, {**data, "reclaimed": True})),
+            _event_json(_with_data(started, {**data, "resumed": True})),
+        ]
+        lease_ms = max(1, int(lease_s * 1000))
+        args = [node_id, worker_id, lease_ms, *variants]
+        reply = await self._call("claim", run_id, args, node_id)
+        kind, claims, *pending = reply
+        return Claim(kind=kind, claims=int(claims), pending_dispatch=list(pending))
+
+    async def renew_lease(
+        self, run_id: str, node_id: str, *, worker_id: str, lease_s: float
+    ) -> bool:
+        lease_ms = max(1, int(lease_s * 1000))
+        return bool(await self._call("renew", run_id, [worker_id, lease_ms], node_id))
+
+    async def read_outputs(
+        self, run_id: str, node_ids: list[str]
+    ) -> dict[str, dict[str, DataValue]]:
+        if not node_ids:
+            return {}
+        raw = await self.redis.hmget(self.keys.outputs(run_id), node_ids)
+        return {
+            nid: {port: DataValue.from_json(v) for port, v in json.loads(blob).items()}
+            for nid, blob in zip(node_ids, raw, strict=True)
+            if blob is not None
+        }
+
+    async def append_event(self, event: NodeEvent) -> str:
+        """Append to an existing run's log; returns the stream id ("" if the run is gone)."""
+        return str(await self._call("append", event.run_id, [_event_json(event)]))
+
+    async def complete_node(
+        self, run_id: str, node_id: str, completion: NodeCompletion
+    ) -> list[str]:
+        outputs = {port: dv.to_json() for port, dv in completion.outputs.items()}
+        failed = self._run_event(run_id, EventType.RUN_FAILED,
+                                 {"status": RunStatus.FAILED, "error": completion.error})
+        skipped_template = _event_json(NodeEvent(run_id=run_id, node_id="", node_type="",
+                                                 event_type=EventType.SKIPPED))
+        args: list[Any] = [
+            node_id,
+            completion.status,
+            _dumps(outputs),
+            _dumps(sorted(completion.outputs)),
+            "1" if completion.stop_run else "0",
+            _dumps(completion.error) if completion.error is not None else "",
+            run_id,
+            self._run_event(run_id, EventType.RUN_COMPLETED,
+                            {"status": RunStatus.SUCCEEDED, "error": None}),
+            failed,
+            self._run_event(run_id, EventType.RUN_WAITING,
+                            {"node_id": node_id, "payload": completion.payload or {}}),
+            _dumps(completion.payload or {}),
+            skipped_template,
+            *(_event_json(e) for e in completion.events),
+        ]
+        return list(await self._call("complete", run_id, args, node_id))
+
+    async def mark_dispatched(self, run_id: str, node_ids: list[str]) -> None:
+        if node_ids:
+            await self._call("dispatched", run_id, list(node_ids))
+
+    async def seed_outputs(self, run_id: str, outputs: dict[str, dict[str, DataValue]]) -> None:
+        """Store outputs of nodes this run reuses instead of running (a rerun's prefix).
+
+        Call after ``create_run`` and before dispatching; existing entries are kept."""
+        args: list[Any] = []
+        for node_id, ports in outputs.items():
+            args += [node_id, _dumps({port: dv.to_json() for port, dv in ports.items()})]
+        if args:
+            await self._call("seed", run_id, args)
+
+    async def finish_run(
+        self, run_id: str, status: str, error: dict[str, Any] | None = None
+    ) -> bool:
+        """Force ``status`` (terminal). False if the run already ended or is unknown."""
+        if status not in RunStatus.TERMINAL:
+            raise OrchestratorError(
+                f"finish_run needs a terminal status, not {status!r}", run_id=run_id
+            )
+        event = self._run_event(run_id, _FINISH_EVENTS[status], {"status": status, "error": error})
+        args = [status, _dumps(error) if error is not None else "", run_id, event]
+        return bool(await self._call("finish", run_id, args))
+
+    async def resume_node(self, run_id: str, node_id: str, resume_input: Any) -> bool:
+        event = self._run_event(run_id, EventType.RUN_RESUMED, {"node_id": node_id})
+        args = [node_id, _dumps(resume_input), event]
+        return bool(await self._call("resume", run_id, args, node_id))
+
+    async def get_resume(self, run_id: str, node_id: str) -> dict[str, Any] | None:
+        raw = await self.redis.hget(self.keys.resume(run_id), node_id)
+        return None if raw is None else dict(json.loads(raw))
+
+    # -- reads for the API and CLI ----------------------------------------------------
+
+    async def read_events(
+        self, run_id: str, after: str = "0-0", count: int = 1000, block_ms: int | None = None
+    ) -> list[tuple[str, NodeEvent]]:
+        """Events after stream id ``after``, oldest first; waits up to ``block_ms`` if none."""
+        streams: dict[Any, Any] = {self.keys.events(run_id): after}
+        reply: Any = await self.redis.xread(streams, count=count, block=block_ms)
+        out: list[tuple[str, NodeEvent]] = []
+        for _stream, entries in reply or []:
+            for entry_id, fields in entries:
+                out.append((entry_id, NodeEvent.from_json(json.loads(fields["e"]))))
+        return out
+
+    async def node_states(self, run_id: str) -> dict[str, str]:
+        return cast(dict[str, str], await self.redis.hgetall(self.keys.nodes(run_id)))
+
+    async def suspended_payload(self, run_id: str, node_id: str) -> dict[str, Any] | None:
+        raw = await self.redis.hget(self.keys.suspend(run_id), node_id)
+        return None if raw is None else dict(json.loads(raw))
+
+
+def _with_data(event: NodeEvent, data: dict[str, Any]) -> NodeEvent:
+    return NodeEvent(run_id=event.run_id, node_id=event.node_id, node_type=event.node_type,
+                     event_type=event.event_type, data=data, timestamp=event.timestamp,
+                     node_name=event.node_name, attempt=event.attempt)
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex

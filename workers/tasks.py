@@ -1,0 +1,88 @@
+"""The node task: a thin driver around the kernel's step function.
+
+``orchestrator.node(run_id, node_id)`` runs :func:`orchestrator.kernel.step.run_step` on
+the pool process's event loop with the Redis run store, sends a task for every node that
+became ready, and records them as dispatched. Redelivery is harmless: the store's claim
+tells the step function the node already finished, and the step returns only the
+successors not yet marked dispatched, which are sent again (a crash between completing and
+dispatching loses nothing).
+
+A Redis outage while the step runs is retried by Celery a few times (the message is not
+lost); every other failure of a node is the step function's business and ends as node
+state and events, never as a Celery failure.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import Task
+from celery.signals import worker_init, worker_process_shutdown
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from orchestrator.kernel.step import StepOutcome, run_step
+from orchestrator.plugins import get_registry
+
+from .app import NODE_TASK, NOOP_TASK, celery_app
+from .dispatch import send_nodes
+from .process_state import process_state, reset
+
+log = logging.getLogger("workers.tasks")
+
+INFRA_RETRIES = 5
+INFRA_RETRY_DELAY_S = 1.0
+
+
+async def step_and_dispatch(run_id: str, node_id: str) -> StepOutcome:
+    """Run one node step in this process, then dispatch its ready successors."""
+    state = process_state()
+    outcome = await run_step(
+        state.store,
+        state.registry,
+        run_id,
+        node_id,
+        worker_id=state.worker_id,
+        services=state.services,
+        artifacts=state.artifacts,
+        options=state.options,
+    )
+    if outcome.ready:
+        send_nodes(celery_app, run_id, outcome.ready)
+        await state.store.mark_dispatched(run_id, outcome.ready)
+    return outcome
+
+
+@celery_app.task(name=NODE_TASK, bind=True, ignore_result=True, acks_late=True,
+                 reject_on_worker_lost=True)
+def node_task(self: Task[Any, Any], run_id: str, node_id: str) -> None:
+    state = process_state()
+    log.debug("node task received run=%s node=%s", run_id, node_id)
+    try:
+        outcome: StepOutcome = state.run(step_and_dispatch(run_id, node_id))
+    except (RedisConnectionError, RedisTimeoutError) as exc:
+        log.warning("redis unavailable run=%s node=%s: %s; retrying", run_id, node_id, exc)
+        raise self.retry(exc=exc, countdown=INFRA_RETRY_DELAY_S, max_retries=INFRA_RETRIES) from exc
+    log.info("node step run=%s node=%s status=%s ran=%s ready=%s",
+             run_id, node_id, outcome.status, outcome.ran, outcome.ready)
+
+
+@celery_app.task(name=NOOP_TASK, ignore_result=True)
+def noop_task(done_key: str | None = None) -> None:
+    """Does nothing; the last link of a bench chain pushes to ``done_key``."""
+    if done_key:
+        state = process_state()
+        state.run(state.redis.lpush(done_key, "1"))
+
+
+@worker_init.connect
+def _preload_nodes(**_: Any) -> None:
+    """Import every node pack in the worker's main process, before the pool forks: each
+    child inherits the loaded registry instead of paying the imports on its first task."""
+    get_registry()
+
+
+@worker_process_shutdown.connect
+def _close_process_state(**_: Any) -> None:
+    reset()
