@@ -124,8 +124,8 @@ class AgnoStream:
                 if kind == "RunContent" and getattr(ev, "content", None):
                     self.content += str(ev.content)
                 elif kind == "RunCompleted":
+                    # Not a break: Agno stores the session after its last event.
                     self._complete(ev)
-                    break
                 elif kind == "RunError":
                     message = redact(str(getattr(ev, "content", "") or "model error"))
                     raise RuntimeError(f"agent {self.name!r} failed: {message}")
@@ -136,8 +136,6 @@ class AgnoStream:
                 elif kind == "RunCancelled":
                     raise RunCancelled(f"agent {self.name!r} run was cancelled",
                                        node_id=self.ctx.node_id, run_id=self.ctx.run_id)
-                elif kind == "RunPaused":
-                    break
         except asyncio.CancelledError:
             await self._cancel_agno()
             raise

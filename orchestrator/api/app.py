@@ -42,8 +42,7 @@ def create_app(
     if redis is None:
         if not settings.redis_url:
             raise RuntimeError(
-                "the API needs REDIS_URL (the `orchestrator serve` command starts "
-                "an embedded Redis when it is unset)"
+                "the API needs REDIS_URL (the `orchestrator serve` command starts an embedded Redis when it is unset)"
             )
         redis = Redis.from_url(settings.redis_url, decode_responses=True)
         owned.append(redis)

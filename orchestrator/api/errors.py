@@ -101,13 +101,9 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
         "code": "request_invalid",
         "message": message,
         "parameter": where or None,
-        "errors": [
-            {"loc": [str(p) for p in e.get("loc", ())], "msg": e.get("msg")} for e in errors
-        ],
+        "errors": [{"loc": [str(p) for p in e.get("loc", ())], "msg": e.get("msg")} for e in errors],
     }
-    return JSONResponse(
-        {"error": {k: v for k, v in body.items() if v is not None}}, status_code=422
-    )
+    return JSONResponse({"error": {k: v for k, v in body.items() if v is not None}}, status_code=422)
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:

@@ -44,16 +44,12 @@ def start_id(header: str | None, after: str | None) -> str:
     for name, value in (("Last-Event-ID", header), ("after", after)):
         if value is not None and value.strip():
             if not STREAM_ID.match(value.strip()):
-                raise ParameterError(
-                    f"{name} {value!r} is not a stream id like '1700000000000-0'", parameter=name
-                )
+                raise ParameterError(f"{name} {value!r} is not a stream id like '1700000000000-0'", parameter=name)
             return value.strip()
     return "0-0"
 
 
-async def follow(
-    store: RunStoreApi, run_id: str, after: str
-) -> AsyncIterator[tuple[str, NodeEvent]]:
+async def follow(store: RunStoreApi, run_id: str, after: str) -> AsyncIterator[tuple[str, NodeEvent]]:
     """(stream id, event) from ``after`` to the terminal event, waiting for live ones."""
     cursor = after
     block_ms: int | None = None  # the first read never waits: a finished run replays at once
@@ -82,9 +78,7 @@ def chat_events(event: NodeEvent) -> list[dict[str, Any]]:
     return messages
 
 
-async def frames(
-    store: RunStoreApi, run_id: str, after: str, fmt: str
-) -> AsyncIterator[ServerSentEvent]:
+async def frames(store: RunStoreApi, run_id: str, after: str, fmt: str) -> AsyncIterator[ServerSentEvent]:
     metrics.SSE_STREAMS.inc()
     try:
         async for stream_id, event in follow(store, run_id, after):
@@ -98,9 +92,7 @@ async def frames(
                         id=stream_id if last else None,
                     )
             else:
-                yield ServerSentEvent(
-                    data=json.dumps(event.to_json()), event=event.event_type, id=stream_id
-                )
+                yield ServerSentEvent(data=json.dumps(event.to_json()), event=event.event_type, id=stream_id)
     finally:
         metrics.SSE_STREAMS.dec()  # synchronous: an await here would be cancelled on disconnect
 

@@ -21,9 +21,7 @@ SERVICES = Depends(get_services)
 
 
 @router.post("", status_code=201)
-async def create_graph(
-    graph: dict[str, Any] = GraphBody, services: Services = SERVICES
-) -> dict[str, Any]:
+async def create_graph(graph: dict[str, Any] = GraphBody, services: Services = SERVICES) -> dict[str, Any]:
     """Save a new graph (version 1). The id is the JSON's ``id`` or generated."""
     return await services.graphs.create(graph)
 
@@ -69,9 +67,7 @@ async def graph_versions(graph_id: str, services: Services = SERVICES) -> dict[s
 
 
 @router.put("/{graph_id}/webhook-secret", status_code=204)
-async def set_webhook_secret(
-    graph_id: str, body: WebhookSecret, services: Services = SERVICES
-) -> Response:
+async def set_webhook_secret(graph_id: str, body: WebhookSecret, services: Services = SERVICES) -> Response:
     """Store the HMAC secret for this graph's webhooks (never returned by any endpoint)."""
     await services.graphs.set_webhook_secret(graph_id, body.secret)
     return Response(status_code=204)

@@ -32,9 +32,7 @@ def start_node(graph: dict[str, Any], ref: str, services: Services) -> str:
     """The id of trigger node ``ref``; a ``ParameterError`` naming it when it is not one."""
     node = find_node(graph, ref)
     if node is None:
-        raise ParameterError(
-            f"graph has no node {ref!r} to start at", graph_id=graph.get("id"), parameter="trigger"
-        )
+        raise ParameterError(f"graph has no node {ref!r} to start at", graph_id=graph.get("id"), parameter="trigger")
     node_type = services.registry.get(node["type"], graph_id=graph.get("id"), node_id=node["id"])
     if not node_type.definition.trigger:
         raise ParameterError(

@@ -26,9 +26,7 @@ class BodyLimit:
         self.max_body_bytes = max_body_bytes
 
     def _error(self) -> PayloadTooLargeError:
-        return PayloadTooLargeError(
-            f"request body exceeds the limit of {self.max_body_bytes} bytes", parameter="body"
-        )
+        return PayloadTooLargeError(f"request body exceeds the limit of {self.max_body_bytes} bytes", parameter="body")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

@@ -10,9 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class StartRun(BaseModel):
     model_config = ConfigDict(extra="forbid")
     input: Any = None
-    trigger: str | None = Field(
-        default=None, max_length=200, description="id or name of the trigger node to start at"
-    )
+    trigger: str | None = Field(default=None, max_length=200, description="id or name of the trigger node to start at")
     session_id: str | None = Field(default=None, max_length=200)
     version: int | None = Field(default=None, ge=1, description="graph version (latest by default)")
 

@@ -24,9 +24,7 @@ SERVICES = Depends(get_services)
 
 
 def accepted(run_id: str, **extra: Any) -> JSONResponse:
-    return JSONResponse(
-        {"run_id": run_id, "events_url": f"/runs/{run_id}/events", **extra}, status_code=202
-    )
+    return JSONResponse({"run_id": run_id, "events_url": f"/runs/{run_id}/events", **extra}, status_code=202)
 
 
 @router.post("/graphs/{graph_id}/runs", status_code=202)
@@ -94,9 +92,7 @@ async def rerun(run_id: str, body: Rerun, services: Services = SERVICES) -> JSON
 
     old = await services.runs.get_run(run_id)
     if old.status not in RunStatus.TERMINAL:
-        raise RunStateError(
-            f"run {run_id} is still {old.status}; cancel it or wait for it to end", run_id=run_id
-        )
+        raise RunStateError(f"run {run_id} is still {old.status}; cancel it or wait for it to end", run_id=run_id)
     plan = await services.runs.load_plan(run_id)
     node = find_node(plan.graph, body.from_node)
     if node is None or node["id"] not in plan.nodes:
@@ -132,7 +128,12 @@ async def approve(run_id: str, body: Approval, services: Services = SERVICES) ->
 
     dispatch = services.dispatch
     node_id = await submit_approval(
-        services.run_store, run_id, body.node_id, body.decision, body.arguments, body.note,
+        services.run_store,
+        run_id,
+        body.node_id,
+        body.decision,
+        body.arguments,
+        body.note,
         dispatch=lambda rid, nid: dispatch(rid, [nid]),
     )
     return {"run_id": run_id, "node_id": node_id, "decision": body.decision}

@@ -73,7 +73,7 @@ def parse_body(body: bytes, content_type: str) -> Any:
     return body.decode(errors="replace")
 
 
-@hooks.post("/hooks/{path:path}")
+@hooks.api_route("/hooks/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
 async def webhook(path: str, request: Request, services: Services = SERVICES) -> JSONResponse:
     """Start the run of the graph that owns this webhook path (see the module docstring)."""
     path = path.strip("/")
@@ -94,11 +94,21 @@ async def webhook(path: str, request: Request, services: Services = SERVICES) ->
     secret = await secret_for(services, graph)
     if secret:
         check_signature(secret, body, request.headers.get(SIGNATURE_HEADER))
-    node = next(
-        n
-        for n in nodes_of_type(graph, WEBHOOK_NODE_TYPE)
-        if webhook_paths({"nodes": [n]}) == [path]
-    )
+    node = next(n for n in nodes_of_type(graph, WEBHOOK_NODE_TYPE) if webhook_paths({"nodes": [n]}) == [path])
+    data = node.get("data") or {}
+    method = str(data.get("method") or "POST").upper()
+    if request.method != method:
+        return JSONResponse(
+            {
+                "error": {
+                    "type": "HTTPError",
+                    "code": "method_not_allowed",
+                    "message": f"webhook {path!r} accepts {method}, not {request.method}",
+                }
+            },
+            status_code=405,
+            headers={"Allow": method},
+        )
     run_input = {
         "body": parse_body(body, request.headers.get("content-type", "")),
         "headers": {k: v for k, v in request.headers.items() if k.lower() not in HIDDEN_HEADERS},
@@ -114,11 +124,8 @@ async def webhook(path: str, request: Request, services: Services = SERVICES) ->
         start=[node["id"]],
         version=graph["version"],
     )
-    data = node.get("data") or {}
     if data.get("response_mode") != "wait":
-        return JSONResponse(
-            {"run_id": run_id, "events_url": f"/runs/{run_id}/events"}, status_code=202
-        )
+        return JSONResponse({"run_id": run_id, "events_url": f"/runs/{run_id}/events"}, status_code=202)
     wait_s = min(float(data.get("wait_timeout_s") or DEFAULT_WAIT_S), MAX_WAIT_S)
     if await wait_for_end(services, run_id, wait_s):
         detail = await run_detail(services, run_id)
@@ -150,9 +157,7 @@ async def wait_for_end(services: Services, run_id: str, timeout_s: float) -> boo
 
 
 @chats.post("/chats/{chat_id}/messages", status_code=202)
-async def chat_message(
-    chat_id: str, body: ChatMessage, services: Services = SERVICES
-) -> JSONResponse:
+async def chat_message(chat_id: str, body: ChatMessage, services: Services = SERVICES) -> JSONResponse:
     """Run the graph's ``chat_start`` node with ``session_id = chat_id``.
 
     202 ``{run_id, events_url}``; the events URL streams in the chat format.
@@ -175,6 +180,4 @@ async def chat_message(
         session_id=chat_id,
         version=graph["version"],
     )
-    return JSONResponse(
-        {"run_id": run_id, "events_url": f"/runs/{run_id}/events?format=chat"}, status_code=202
-    )
+    return JSONResponse({"run_id": run_id, "events_url": f"/runs/{run_id}/events?format=chat"}, status_code=202)

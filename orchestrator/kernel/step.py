@@ -203,7 +203,6 @@ async def run_step(
     if node is None or node_id not in plan.nodes:
         return StepOutcome(ready=[], ran=False, status="closed")
     node_type = registry.get(node.type, graph_id=graph.id, node_id=node.id, node_name=node.name)
-    definition = node_type.definition
 
     def event(event_type: str, data: dict[str, Any] | None = None, attempt: int = 1) -> NodeEvent:
         return NodeEvent(run_id=run_id, node_id=node.id, node_type=node.type, node_name=node.name,

@@ -37,7 +37,7 @@ async def test_agent_with_a_toolset_calls_the_tool_then_answers_with_its_result(
 async def test_scripted_tool_call_uses_the_scripted_arguments() -> None:
     ctx = make_ctx(links={("a1", "tools"): await _calculator()})
     script = [{"call": "subtract", "args": {"a": 10, "b": 4}}, {"say": "Result is {tool_result}"}]
-    events, result = await drain(agent.execute(
+    _events, result = await drain(agent.execute(
         {"model": "dryrun:x", "prompt": "go", "script": script}, data_in({}), ctx))
     assert result.outputs["output"].value["response"] == f"Result is {float(10 - 4)}"
 
@@ -73,7 +73,7 @@ async def test_team_with_two_sub_agents_streams_member_events_in_the_parent() ->
 
 
 async def test_model_error_becomes_a_node_error_naming_the_agent() -> None:
-    with pytest.raises(RuntimeError, match="Helper.*provider exploded"):
+    with pytest.raises(RuntimeError, match=r"Helper.*provider exploded"):
         await drain(agent.execute({"model": "dryrun:x", "prompt": "hi",
                                    "script": [{"error": "provider exploded"}]},
                                   data_in({}), make_ctx()))
@@ -88,7 +88,7 @@ async def test_no_api_key_appears_in_any_event(monkeypatch: pytest.MonkeyPatch) 
     secret = "sk-test-secret-value-123456"
     monkeypatch.setenv("OPENAI_API_KEY", secret)
     script = [{"say": f"leaking {secret} now"}]
-    events, result = await drain(agent.execute(
+    events, _result = await drain(agent.execute(
         {"model": "dryrun:x", "prompt": f"my key is {secret}", "script": script},
         data_in({}), make_ctx()))
     dumped = json.dumps([e.to_json() for e in events])

@@ -32,9 +32,7 @@ class TriggerExecutor:
     def __init__(self, node_type: str) -> None:
         self.node_type = node_type
 
-    async def execute(
-        self, data: dict[str, Any], inputs: dict[str, DataValue], ctx: FlowContext
-    ) -> ExecutionResult:
+    async def execute(self, data: dict[str, Any], inputs: dict[str, DataValue], ctx: FlowContext) -> ExecutionResult:
         return ExecutionResult(outputs={"out": DataValue("data", ctx.run_input)})
 
 
@@ -62,9 +60,7 @@ def api_registry() -> Registry:
         ],
     )
     registry.register(webhook, TriggerExecutor("webhook_trigger"), source="tests/api")
-    registry.register(
-        trigger_definition("chat_start", []), TriggerExecutor("chat_start"), source="tests/api"
-    )
+    registry.register(trigger_definition("chat_start", []), TriggerExecutor("chat_start"), source="tests/api")
     return registry
 
 

@@ -32,9 +32,7 @@ async def test_health_and_ready_need_no_key(keyed_api: Api) -> None:
     assert ready.status_code == 200 and ready.json()["redis"] == "ok"
 
 
-async def test_metrics_need_a_key_unless_made_public(
-    keyed_api: Api, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_metrics_need_a_key_unless_made_public(keyed_api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
     assert (await keyed_api.client.get("/metrics")).status_code == 401
     monkeypatch.setenv("ORCH_METRICS_PUBLIC", "1")
     response = await keyed_api.client.get("/metrics")
@@ -64,9 +62,7 @@ async def test_oversized_chunked_body_is_413(redis_server: EmbeddedRedis) -> Non
             yield b"x" * 400
 
     try:
-        response = await api.client.post(
-            "/graphs", content=chunks(), headers={"content-type": "application/json"}
-        )
+        response = await api.client.post("/graphs", content=chunks(), headers={"content-type": "application/json"})
         assert response.status_code == 413
     finally:
         await api.client.aclose()

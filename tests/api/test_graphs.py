@@ -109,9 +109,7 @@ async def test_invalid_update_keeps_the_previous_version(api: Api) -> None:
 
 
 async def test_malformed_json_is_400_saying_so(api: Api) -> None:
-    response = await api.client.post(
-        "/graphs", content=b'{"nodes": [', headers={"content-type": "application/json"}
-    )
+    response = await api.client.post("/graphs", content=b'{"nodes": [', headers={"content-type": "application/json"})
     assert response.status_code == 400
     assert "not valid JSON" in response.json()["error"]["message"]
 

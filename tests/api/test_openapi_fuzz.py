@@ -68,9 +68,7 @@ def test_no_generated_request_gets_a_server_error(
         kwargs.pop("cookies", None)  # the API reads no cookies; httpx deprecates per-request ones
         response = runner.run(client.request(**kwargs))
         if response.status_code >= 500:
-            failures.append(
-                f"{case.method} {kwargs.get('url')}: {response.status_code} {response.text}"
-            )
+            failures.append(f"{case.method} {kwargs.get('url')}: {response.status_code} {response.text}")
         assert response.status_code < 500, failures[-1]
 
     check()

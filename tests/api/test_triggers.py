@@ -88,18 +88,14 @@ async def test_second_graph_cannot_take_a_used_webhook_path(api: Api) -> None:
 
 
 @pytest.mark.parametrize("how", ["stored", "env"])
-async def test_signed_webhook_runs_with_a_good_signature(
-    api: Api, how: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_signed_webhook_runs_with_a_good_signature(api: Api, how: str, monkeypatch: pytest.MonkeyPatch) -> None:
     if how == "stored":
         await api.client.post("/graphs", json=hook_graph())
         put = await api.client.put("/graphs/hooked/webhook-secret", json={"secret": SECRET})
         assert put.status_code == 204
     else:
         monkeypatch.setenv("TEST_HOOK_SECRET", SECRET)
-        await api.client.post(
-            "/graphs", json=hook_graph(settings={"webhook_secret_env": "TEST_HOOK_SECRET"})
-        )
+        await api.client.post("/graphs", json=hook_graph(settings={"webhook_secret_env": "TEST_HOOK_SECRET"}))
     body = json.dumps({"order": 7}).encode()
     headers = {"content-type": "application/json", "X-Signature-256": sign(body)}
     response = await api.client.post("/hooks/orders/new", content=body, headers=headers)
@@ -109,9 +105,7 @@ async def test_signed_webhook_runs_with_a_good_signature(
 
 
 @pytest.mark.parametrize("signature", [None, "sha256=00", "bogus"])
-async def test_signed_webhook_refuses_a_bad_or_missing_signature(
-    api: Api, signature: str | None
-) -> None:
+async def test_signed_webhook_refuses_a_bad_or_missing_signature(api: Api, signature: str | None) -> None:
     await api.client.post("/graphs", json=hook_graph())
     await api.client.put("/graphs/hooked/webhook-secret", json={"secret": SECRET})
     headers = {"content-type": "application/json"}
@@ -145,13 +139,9 @@ async def test_waiting_webhook_answers_202_when_the_run_does_not_end_in_time(api
 
 
 async def test_chat_message_runs_the_chat_start_node_in_its_session(api: Api) -> None:
-    chat = graph(
-        [("c", "chat_start", "Chat"), ("r", "relay", "Reply")], [("c", "out", "r", "in")], id="bot"
-    )
+    chat = graph([("c", "chat_start", "Chat"), ("r", "relay", "Reply")], [("c", "out", "r", "in")], id="bot")
     await api.client.post("/graphs", json=chat)
-    response = await api.client.post(
-        "/chats/chat-1/messages", json={"message": "hello", "graph_id": "bot"}
-    )
+    response = await api.client.post("/chats/chat-1/messages", json={"message": "hello", "graph_id": "bot"})
     assert response.status_code == 202
     body = response.json()
     assert body["events_url"].endswith("format=chat")

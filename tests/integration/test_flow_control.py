@@ -110,4 +110,5 @@ async def test_loop_runs_its_body_once_per_item(run_graph: Any) -> None:
     items = [{"n": 1}, {"n": 2}, {"n": 3}]
     result = await run_graph(g, items)
     assert result.status == "succeeded", result.of("l", "error")
-    assert result.output("l") == [{**item, "seen": True} for item in items]
+    assert result.output("l")["results"] == [{**item, "seen": True} for item in items]
+    assert result.output("l")["iterations"] == len(items)

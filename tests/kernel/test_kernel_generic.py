@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
-
 from typing import get_args
 
 import orchestrator.kernel as kernel_pkg

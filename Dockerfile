@@ -1,0 +1,45 @@
+# One image for every service: api, worker, beat, sweeper, flower.
+# The command picks the role (see docker-compose.yml and deploy/k8s/).
+#
+#   docker build -t agentflow-orchestrator .                 # with the "ops" extra (flower)
+#   docker build --build-arg EXTRAS= -t agentflow-orchestrator .   # without it
+#
+# Node packs outside the image: mount them and list the folders in ORCH_NODE_PATHS.
+
+# -- build: a wheel of this project (setuptools is needed here only) ---------------------
+FROM python:3.11-slim AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY orchestrator ./orchestrator
+COPY workers ./workers
+COPY nodes ./nodes
+RUN pip wheel --no-deps --wheel-dir /wheels .
+
+# -- runtime: the wheel and its runtime dependencies, no dev tools -----------------------
+FROM python:3.11-slim
+ARG EXTRAS=ops
+ENV PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    AGNO_TELEMETRY=false \
+    ORCH_API_HOST=0.0.0.0 \
+    ORCH_API_PORT=8000
+COPY --from=build /wheels /wheels
+# `pip install .` of the built wheel; EXTRAS (e.g. "ops") adds optional groups.
+RUN wheel="$(ls /wheels/*.whl)" \
+    && pip install "${wheel}${EXTRAS:+[${EXTRAS}]}" \
+    && rm -rf /wheels \
+    && groupadd --system --gid 10001 orchestrator \
+    && useradd --system --uid 10001 --gid orchestrator --create-home --home-dir /home/orchestrator \
+       --shell /usr/sbin/nologin orchestrator \
+    && mkdir -p /app && chown orchestrator:orchestrator /app
+# An empty working directory: imports resolve to the installed package, never a source tree.
+WORKDIR /app
+USER 10001:10001
+EXPOSE 8000
+# Liveness of the API (the other roles override or disable it in compose / k8s).
+HEALTHCHECK --interval=15s --timeout=5s --start-period=20s --retries=3 \
+    CMD python -c "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/health' % os.environ.get('ORCH_API_PORT', '8000'), timeout=4)" || exit 1
+CMD ["orchestrator", "serve", "--host", "0.0.0.0", "--port", "8000"]

@@ -1,0 +1,276 @@
+"""The sweeper: every run reaches a terminal state, whatever dies.
+
+One pass (:meth:`Sweeper.sweep_once`) does three things for the runs in
+``{p}:runs:active`` (scored by deadline):
+
+* a run past its deadline is ended ``timed_out`` (``store.finish_run``: it appends
+  ``run_timed_out`` and gives the run's keys the retention TTL);
+* a node marked ``running`` whose lease key is gone lost its worker (the heartbeat that
+  renews the lease stopped): its task is sent again, and the next claim takes the free
+  lease and appends ``started`` with ``reclaimed: true``. A node claimed more than
+  ``max_node_reclaims`` extra times fails (``worker_lost``) and stops the run, so a node
+  that kills every worker it runs on cannot loop forever;
+* a node in the run's ready set that was never marked dispatched (a crash between the
+  barrier script and the dispatch) is dispatched once it has waited ``undispatched_grace_s``.
+
+Several sweepers may run at once (the API, ``orchestrator run``, ``orchestrator
+sweeper``): each pass first takes a short ``SET NX PX`` lock, and a pass that does not get
+it does nothing. Every action is idempotent anyway (finish_run and complete_node are
+no-ops on a finished run or node; a duplicate dispatch is refused by the claim).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+from orchestrator.kernel.protocol import EventType, NodeEvent
+from orchestrator.kernel.store import NodeCompletion, NodeStatus, RunStatus
+from orchestrator.keys import Keys
+from orchestrator.settings import Settings, get_settings
+
+if TYPE_CHECKING:  # importing workers at run time would pull Celery into every importer
+    from workers.store import RedisRunStore
+
+log = logging.getLogger("orchestrator.sweeper")
+
+Dispatch = Callable[[str, list[str]], Awaitable[None]] | Callable[[str, list[str]], None]
+
+DEFAULT_PERIOD_S = 5.0
+DEFAULT_MAX_NODE_RECLAIMS = 3
+DEFAULT_UNDISPATCHED_GRACE_S = 10.0
+LOCK_TTL_S = 30.0  # a pass that crashes holds the lock at most this long
+BATCH = 500  # active runs read per ZRANGE
+
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+def lock_key(keys: Keys) -> str:
+    """``{p}:sweeper:lock`` (string, PX ``LOCK_TTL_S``): held by the sweeper doing a pass."""
+    return f"{keys.prefix}:sweeper:lock"
+
+
+@dataclass
+class SweepReport:
+    """What one pass did; ``locked`` is False when another sweeper held the lock."""
+
+    locked: bool = True
+    timed_out: list[str] = field(default_factory=list)
+    requeued: list[tuple[str, str]] = field(default_factory=list)  # (run, node) re-sent
+    lost: list[tuple[str, str]] = field(default_factory=list)  # (run, node) failed: worker lost
+    dispatched: list[tuple[str, str]] = field(default_factory=list)  # ready, never sent before
+
+
+class Sweeper:
+    """Deadlines, lost workers and lost dispatches of every active run in one store.
+
+    ``dispatch(run_id, node_ids)`` sends node tasks (sync or async), as for
+    ``orchestrator.runs.start_run``. Limits default to the settings (``sweep_period_s``,
+    ``max_node_reclaims``, ``undispatched_grace_s``) and can be overridden per instance.
+    """
+
+    def __init__(
+        self,
+        store: RedisRunStore,
+        dispatch: Dispatch,
+        settings: Settings | None = None,
+        *,
+        max_node_reclaims: int | None = None,
+        undispatched_grace_s: float | None = None,
+        requeue_grace_s: float | None = None,
+    ) -> None:
+        self.store = store
+        self.redis = store.redis
+        self.dispatch = dispatch
+        self.settings = settings or store.settings or get_settings()
+        self.keys = Keys(self.settings.key_prefix)
+        self.max_node_reclaims = _setting(self.settings, "max_node_reclaims", max_node_reclaims,
+                                          DEFAULT_MAX_NODE_RECLAIMS)
+        self.undispatched_grace_s = _setting(self.settings, "undispatched_grace_s",
+                                             undispatched_grace_s, DEFAULT_UNDISPATCHED_GRACE_S)
+        # A node re-sent by this sweeper is not re-sent again before a worker had time to
+        # claim it (a lease's worth), so an idle cluster is not flooded with copies.
+        self.requeue_grace_s = requeue_grace_s if requeue_grace_s is not None \
+            else self.settings.node_lease_s
+        self._release = self.redis.register_script(_RELEASE)
+        self._first_seen: dict[tuple[str, str], float] = {}  # undispatched ready node -> when seen
+        self._requeued_at: dict[tuple[str, str], float] = {}
+
+    # -- one pass -----------------------------------------------------------------------
+
+    async def sweep_once(self, now: float | None = None) -> SweepReport:
+        """One pass over every active run; ``now`` (epoch s) defaults to the clock."""
+        now = time.time() if now is None else now
+        token = uuid.uuid4().hex
+        key = lock_key(self.keys)
+        if not await self.redis.set(key, token, nx=True, px=int(LOCK_TTL_S * 1000)):
+            return SweepReport(locked=False)
+        report = SweepReport()
+        try:
+            await self._time_out(now, report)
+            await self._check_nodes(now, report)
+        finally:
+            await self._release(keys=[key], args=[token])
+        return report
+
+    async def _time_out(self, now: float, report: SweepReport) -> None:
+        expired = await self.redis.zrangebyscore(self.keys.active_runs(), "-inf", now)
+        for run_id in cast(list[str], expired):
+            error = {"type": "RunError", "code": "run_timed_out", "run_id": run_id,
+                     "message": "the run passed its deadline while still active"}
+            if await self.store.finish_run(run_id, RunStatus.TIMED_OUT, error):
+                log.warning("run %s timed out (deadline passed)", run_id)
+                report.timed_out.append(run_id)
+
+    async def _check_nodes(self, now: float, report: SweepReport) -> None:
+        seen: set[tuple[str, str]] = set()
+        start = 0
+        while True:
+            runs = await self.redis.zrangebyscore(self.keys.active_runs(), f"({now}", "+inf",
+                                                  start=start, num=BATCH)
+            for run_id in cast(list[str], runs):
+                await self._check_run(run_id, now, report, seen)
+            if len(runs) < BATCH:
+                break
+            start += BATCH
+        # forget runs and nodes that are no longer candidates
+        self._first_seen = {k: v for k, v in self._first_seen.items() if k in seen}
+        self._requeued_at = {k: v for k, v in self._requeued_at.items() if k in seen}
+
+    async def _check_run(self, run_id: str, now: float, report: SweepReport,
+                         seen: set[tuple[str, str]]) -> None:
+        k = self.keys
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hget(k.run(run_id), "status")
+            pipe.hgetall(k.nodes(run_id))
+            pipe.sdiff([k.ready(run_id), k.dispatched(run_id)])
+            status, states, undispatched = await pipe.execute()
+        if status not in RunStatus.ACTIVE:
+            return
+        states = cast(dict[str, str], states)
+        running = [n for n, s in states.items() if s == NodeStatus.RUNNING]
+        if running:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for node_id in running:
+                    pipe.exists(k.lease(run_id, node_id))
+                pipe.hmget(k.claims(run_id), running)
+                *held, claims = await pipe.execute()
+            for node_id, has_lease, claimed in zip(running, held, claims, strict=True):
+                if not has_lease:
+                    seen.add((run_id, node_id))
+                    await self._lost_lease(run_id, node_id, int(claimed or 0), now, report)
+        late = [n for n in undispatched if states.get(n) == NodeStatus.PENDING]
+        due: list[str] = []
+        for node_id in late:
+            seen.add((run_id, node_id))
+            first = self._first_seen.setdefault((run_id, node_id), now)
+            if now - first >= self.undispatched_grace_s:
+                due.append(node_id)
+        if due:
+            log.warning("run %s: ready nodes %s were never dispatched; dispatching", run_id, due)
+            await self._send(run_id, due)
+            await self.store.mark_dispatched(run_id, due)
+            report.dispatched += [(run_id, n) for n in due]
+            for node_id in due:
+                self._first_seen.pop((run_id, node_id), None)
+
+    async def _lost_lease(self, run_id: str, node_id: str, claims: int, now: float,
+                          report: SweepReport) -> None:
+        if claims > self.max_node_reclaims:
+            await self._fail_lost(run_id, node_id, claims)
+            report.lost.append((run_id, node_id))
+            return
+        last = self._requeued_at.get((run_id, node_id))
+        if last is not None and now - last < self.requeue_grace_s:
+            return  # sent already; a worker has not claimed it yet
+        log.warning("run %s node %s lost its worker (lease expired, claim %d); requeueing",
+                    run_id, node_id, claims)
+        self._requeued_at[(run_id, node_id)] = now
+        await self._send(run_id, [node_id])
+        report.requeued.append((run_id, node_id))
+
+    async def _fail_lost(self, run_id: str, node_id: str, claims: int) -> None:
+        plan = await self.store.load_plan(run_id)
+        node = plan.nodes.get(node_id)
+        name = node.name if node else node_id
+        node_type = node.node_type if node else ""
+        error = {
+            "type": "NodeExecutionError", "code": "worker_lost", "run_id": run_id,
+            "node_id": node_id, "node_name": name,
+            "message": (f"node {name!r} ({node_id}): worker lost {claims} times while running it; "
+                        f"gave up after {self.max_node_reclaims} reclaims"),
+        }
+        event = NodeEvent(run_id=run_id, node_id=node_id, node_type=node_type, node_name=name,
+                          event_type=EventType.ERROR,
+                          data={"error": error, "recoverable": False, "mode": "stop"},
+                          attempt=claims)
+        log.error("run %s node %s: %s", run_id, node_id, error["message"])
+        await self.store.complete_node(run_id, node_id, NodeCompletion(
+            status=NodeStatus.FAILED, error=error, stop_run=True, events=[event]))
+
+    async def _send(self, run_id: str, node_ids: list[str]) -> None:
+        sent = self.dispatch(run_id, node_ids)
+        if inspect.isawaitable(sent):
+            await sent
+
+    # -- forever ------------------------------------------------------------------------
+
+    async def run_forever(self, period_s: float | None = None) -> None:
+        """Sweep every ``period_s`` until cancelled; a failed pass is logged, not fatal."""
+        period = period_s if period_s is not None else sweep_period_s(self.settings)
+        while True:
+            try:
+                report = await self.sweep_once()
+                if report.timed_out or report.requeued or report.lost or report.dispatched:
+                    log.info("sweep: %s", report)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # Redis down, a broker hiccup: try again next period
+                log.exception("sweep failed; retrying in %.1fs", period)
+            await asyncio.sleep(period)
+
+
+def _setting(settings: Settings, name: str, override: Any, default: Any) -> Any:
+    if override is not None:
+        return override
+    return getattr(settings, name, default)
+
+
+def sweep_period_s(settings: Settings) -> float:
+    return float(getattr(settings, "sweep_period_s", DEFAULT_PERIOD_S))
+
+
+# -- hosting -------------------------------------------------------------------------------
+
+
+def start_background_sweeper(app_state: Any, period_s: float | None = None) -> asyncio.Task[None]:
+    """Start a sweeper task on the running loop for an API app (``app.state``).
+
+    Uses ``app_state.services`` (its run store, dispatch and settings); the task is kept
+    on ``app_state.sweeper_task``. Stop it with :func:`stop_background_sweeper`.
+    """
+    services = app_state.services
+    sweeper = Sweeper(cast("RedisRunStore", services.run_store), services.dispatch,
+                      services.settings)
+    task = asyncio.get_running_loop().create_task(sweeper.run_forever(period_s),
+                                                  name="orchestrator-sweeper")
+    app_state.sweeper_task = task
+    return task
+
+
+async def stop_background_sweeper(app_state: Any) -> None:
+    task: asyncio.Task[None] | None = getattr(app_state, "sweeper_task", None)
+    if task is None:
+        return
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    app_state.sweeper_task = None

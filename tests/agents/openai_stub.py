@@ -1,0 +1,112 @@
+"""A local OpenAI-compatible server (Chat Completions) for offline tests.
+
+``POST /v1/chat/completions``: with ``tools`` and no tool result yet, it calls the first
+tool (the call split over two SSE chunks, as real servers do); otherwise it answers
+``"Stub says: <last tool result or user message>"``. Streams ``chat.completion.chunk``s
+and ends with a usage chunk; non-stream requests get one ``chat.completion``. Requests
+are recorded on ``server.requests`` (headers + body) for assertions.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: StubServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+        self.server.requests.append({"headers": {k.lower(): v for k, v in self.headers.items()},
+                                     "body": body})
+        if self.server.fail_status:
+            self._send(self.server.fail_status, {"error": {"message": "stub failure"}})
+            return
+        messages = body.get("messages", [])
+        tool_results = [m for m in messages if m.get("role") == "tool"]
+        call = body.get("tools") and not tool_results
+        if call:
+            fn = body["tools"][0]["function"]
+            props = fn.get("parameters", {}).get("properties", {})
+            args = json.dumps({k: 2 if v.get("type") in ("number", "integer") else "x"
+                               for k, v in props.items()})
+            chunks = [
+                {"role": "assistant", "tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                                                      "function": {"name": fn["name"],
+                                                                   "arguments": args[:3]}}]},
+                {"tool_calls": [{"index": 0, "function": {"arguments": args[3:]}}]},
+            ]
+            finish = "tool_calls"
+        else:
+            last = tool_results[-1]["content"] if tool_results else messages[-1]["content"]
+            text = f"Stub says: {last}"
+            chunks = [{"role": "assistant", "content": ""}] + [
+                {"content": w} for w in text.split(" ") for w in (w + " ",)]
+            finish = "stop"
+        if not body.get("stream"):
+            message: dict[str, Any] = {"role": "assistant"}
+            if call:
+                message["tool_calls"] = [{"id": "call_1", "type": "function", "function": {
+                    "name": chunks[0]["tool_calls"][0]["function"]["name"], "arguments": args}}]
+            else:
+                message["content"] = text
+            self._send(200, {"id": "c1", "object": "chat.completion", "created": 0,
+                             "model": body["model"], "choices": [{"index": 0, "message": message,
+                                                                   "finish_reason": finish}],
+                             "usage": {"prompt_tokens": 5, "completion_tokens": 3,
+                                       "total_tokens": 8}})
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        base = {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": body["model"]}
+        for i, delta in enumerate(chunks):
+            done = finish if i == len(chunks) - 1 else None
+            self._sse({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": done}]})
+        self._sse({**base, "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3,
+                                                    "total_tokens": 8}})
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+        self.close_connection = True
+
+    def _sse(self, payload: dict[str, Any]) -> None:
+        self.wfile.write(f"data: {json.dumps(payload)}\n\n".encode())
+        self.wfile.flush()
+
+    def _send(self, status: int, payload: dict[str, Any]) -> None:
+        raw = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+
+class StubServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.requests: list[dict[str, Any]] = []
+        self.fail_status = 0
+        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+    def __enter__(self) -> StubServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+        self.server_close()
+        self._thread.join(timeout=5)

@@ -1,0 +1,84 @@
+"""LLM Completion, Structured Output and Classifier with the dry-run model."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.kernel.protocol import NodeEvent
+from tests.agents.conftest import data_in, drain, load_executor, make_ctx
+
+llm = load_executor("ai/llm_completion")
+structured = load_executor("ai/structured_output")
+classifier = load_executor("ai/classifier")
+selector = load_executor("ai/model_selector")
+
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+
+
+async def test_llm_completion_streams_tokens_as_progress_and_returns_the_text() -> None:
+    events, result = await drain(llm.execute(
+        {"model": "dryrun:x", "prompt": "hi", "script": [{"say": "one two three"}]},
+        data_in({}), make_ctx(node_type="llm_completion")))
+    tokens = [e.data["token"] for e in events if e.event_type == "progress"]
+    assert "".join(tokens) == "one two three" and len(tokens) == 3
+    out = result.outputs["output"].value
+    assert out["text"] == "one two three" and out["usage"]["total_tokens"] > 0
+
+
+async def test_structured_output_retries_with_the_error_then_succeeds() -> None:
+    script = [{"say": "not json"}, {"say": '{"city": "Paris"}'}]
+    events, result = await drain(structured.execute(
+        {"model": "dryrun:x", "prompt": "where?", "schema": SCHEMA, "max_attempts": 2,
+         "script": script}, data_in({}), make_ctx(node_type="structured_output")))
+    assert result.outputs["output"].value == {"data": {"city": "Paris"}}
+    retries = [e.data for e in events if e.event_type == "progress" and "invalid" in e.data]
+    assert len(retries) == 1 and "not JSON" in retries[0]["invalid"]
+
+
+async def test_structured_output_feeds_the_violation_back_then_fails_naming_it() -> None:
+    script = [{"say": '{"town": "Paris"}'}, {"say": "{input}"}]
+    tokens: list[str] = []
+    with pytest.raises(ValueError, match="after 2 attempts: the answer is not JSON"):
+        async for item in structured.execute(
+                {"model": "dryrun:x", "prompt": "where?", "schema": SCHEMA, "max_attempts": 2,
+                 "script": script}, data_in({}), make_ctx(node_type="structured_output")):
+            if isinstance(item, NodeEvent) and "token" in (item.data or {}):
+                tokens.append(item.data["token"])
+    # the second attempt's prompt (echoed by the script) carried the first violation
+    assert "'city' is a required property" in "".join(tokens)
+
+
+async def test_structured_output_rejects_an_invalid_schema() -> None:
+    with pytest.raises(Exception, match="not a valid JSON Schema"):
+        await drain(structured.execute(
+            {"model": "dryrun:x", "prompt": "x", "schema": {"type": 12}},
+            data_in({}), make_ctx(node_type="structured_output")))
+
+
+@pytest.mark.parametrize(("answer", "port"), [
+    ("technical", "label_1"), ("Billing.", "label_0"), ("I think it is technical", "label_1"),
+    ("no idea", "unmatched"),
+])
+async def test_classifier_routes_the_input_to_exactly_one_port(answer: str, port: str) -> None:
+    _, result = await drain(classifier.execute(
+        {"model": "dryrun:x", "text": "my app crashes", "labels": ["billing", "technical"],
+         "script": [{"say": answer}]},
+        data_in({"message": "my app crashes", "id": 7}), make_ctx(node_type="classifier")))
+    assert list(result.outputs) == [port]
+    routed = result.outputs[port].value
+    assert routed["id"] == 7
+    assert routed["label"] == (None if port == "unmatched" else
+                               ["billing", "technical"][int(port[-1])])
+
+
+async def test_classifier_rejects_more_than_eight_labels() -> None:
+    with pytest.raises(Exception, match="1 to 8"):
+        await drain(classifier.execute(
+            {"model": "dryrun:x", "labels": [f"l{i}" for i in range(9)]},
+            data_in({}), make_ctx(node_type="classifier")))
+
+
+async def test_model_selector_materializes_its_spec_string() -> None:
+    spec = await selector.materialize({"model": "openai-chat:gpt-4o-mini"}, "model",
+                                      make_ctx(node_type="model_selector"))
+    assert spec == "openai-chat:gpt-4o-mini"

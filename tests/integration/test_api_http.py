@@ -1,0 +1,163 @@
+"""The API over real HTTP (uvicorn on a free port) with real Celery workers and Redis.
+
+The server runs in a thread of the test process; the workers and redis-server are the
+session fixtures of ``tests/integration/conftest.py``. Requests go through
+``orchestrator.client.Client`` (sync), so these tests also exercise the client's SSE
+reconnect logic.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from orchestrator.api import create_app
+from orchestrator.client import Client, parse_frames
+from orchestrator.embedded_redis import EmbeddedRedis, free_port
+from orchestrator.embedded_workers import WorkerProcesses
+from orchestrator.kernel.registry import Registry
+from orchestrator.settings import Settings
+from tests.fake_nodes import graph
+
+pytestmark = pytest.mark.integration
+
+START_TIMEOUT_S = 10.0
+
+
+@pytest.fixture
+def api_url(redis_server: EmbeddedRedis, workers: WorkerProcesses, registry: Registry) -> Iterator[str]:
+    settings = Settings(redis_url=redis_server.url, sse_ping_s=1.0)
+    app = create_app(settings, registry=registry)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture
+def client(api_url: str) -> Iterator[Client]:
+    with Client(api_url) as c:
+        yield c
+
+
+def slow_chain(graph_id: str, delay_s: float = 0.4) -> dict[str, Any]:
+    return graph(
+        [
+            ("t", "manual_trigger", "Start"),
+            ("p1", "probe", "First", {"delay_s": delay_s}),
+            ("p2", "probe", "Second", {"delay_s": delay_s}),
+        ],
+        [("t", "output", "p1", "input"), ("p1", "output", "p2", "input")],
+        id=graph_id,
+    )
+
+
+def stream_ids(api_url: str, run_id: str) -> list[str]:
+    """Ids of every event in the run's stream (one fresh, complete read)."""
+    with Client(api_url) as c:
+        return [event_id for event_id, _ in c.iter_events(run_id)]
+
+
+def test_webhook_run_streams_its_events_to_the_end(client: Client, api_url: str) -> None:
+    hooked = graph(
+        [
+            ("w", "webhook_trigger", "Hook", {"path": "it/orders"}),
+            ("p", "probe", "Probe"),
+        ],
+        [("w", "output", "p", "input")],
+        id="it-hook",
+    )
+    client.create_graph(hooked)
+    response = httpx.post(f"{api_url}/hooks/it/orders", json={"order": 7})
+    assert response.status_code == 202
+    run_id = response.json()["run_id"]
+    events = [event for _, event in client.iter_events(run_id)]
+    kinds = [(e["node_id"], e["event_type"]) for e in events]
+    assert kinds[0] == ("", "run_started") and kinds[-1] == ("", "run_completed")
+    assert ("p", "completed") in kinds
+    run = client.get_run(run_id)
+    assert run["status"] == "succeeded"
+    assert run["nodes"]["w"]["outputs"]["output"]["value"]["body"] == {"order": 7}
+
+
+def test_reconnect_with_last_event_id_misses_nothing_and_repeats_nothing(client: Client, api_url: str) -> None:
+    client.create_graph(slow_chain("it-resume"))
+    run_id = client.start_run("it-resume", {"x": 1})
+    first: list[str] = []
+    with httpx.stream("GET", f"{api_url}/runs/{run_id}/events", timeout=30) as response:
+        for event_id, event_type, _ in parse_frames(response.iter_lines()):
+            first.append(event_id or "")
+            if event_type == "started":
+                break  # drop the connection mid-run
+    assert client.get_run(run_id)["status"] == "running"  # the disconnect did not cancel it
+    rest = [event_id for event_id, _ in client.iter_events(run_id, last_event_id=first[-1])]
+    assert first + rest == stream_ids(api_url, run_id)
+    assert client.get_run(run_id)["status"] == "succeeded"
+
+
+def test_cancel_stops_a_running_run_and_its_stream(client: Client) -> None:
+    client.create_graph(slow_chain("it-cancel", delay_s=3.0))
+    run_id = client.start_run("it-cancel", None)
+    seen: list[tuple[str, str]] = []
+    for _, event in client.iter_events(run_id):
+        seen.append((event["node_id"], event["event_type"]))
+        if event["event_type"] == "started" and event["node_id"] == "p1":
+            assert client.cancel(run_id)["cancelled"] is True
+    assert seen[-1] == ("", "run_cancelled")
+    assert ("p2", "started") not in seen
+    assert client.get_run(run_id)["status"] == "cancelled"
+
+
+def test_rerun_from_a_failed_node_reuses_the_outputs_before_it(client: Client) -> None:
+    failing = graph(
+        [
+            ("t", "manual_trigger", "Start"),
+            ("p", "probe", "Before"),
+            ("b", "boom", "Breaks", {"message": "bad"}),
+        ],
+        [("t", "output", "p", "input"), ("p", "output", "b", "input")],
+        id="it-rerun",
+    )
+    client.create_graph(failing)
+    old = client.start_run("it-rerun", {"x": 1})
+    assert list(client.iter_events(old))[-1][1]["event_type"] == "run_failed"
+    new = client.rerun(old, "b")
+    events = [event for _, event in client.iter_events(new)]
+    started = [e["node_id"] for e in events if e["event_type"] == "started"]
+    assert started == ["b"]  # the trigger and "Before" were not run again
+    run = client.get_run(new)
+    assert run["meta"]["rerun_of"] == old
+    assert run["nodes"]["b"]["status"] == "failed"
+
+
+def test_waiting_webhook_answers_with_the_run_output(client: Client, api_url: str) -> None:
+    hooked = graph(
+        [
+            ("w", "webhook_trigger", "Hook", {"path": "it/wait", "response_mode": "wait"}),
+            ("p", "probe", "Probe", {"value": {"ok": True}}),
+        ],
+        [("w", "output", "p", "input")],
+        id="it-wait",
+    )
+    client.create_graph(hooked)
+    response = httpx.post(f"{api_url}/hooks/it/wait", json={"order": 1}, timeout=30)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["status"] == "succeeded"
+    assert body["output"]["value"] == {"ok": True}

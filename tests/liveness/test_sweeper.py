@@ -1,0 +1,153 @@
+"""The sweeper against a real Redis: deadlines, lost workers, lost dispatches, the lock."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from orchestrator.kernel.store import RunStatus
+from orchestrator.sweeper import Sweeper, lock_key
+from tests.support import claim, completed, events_of, make_plan, node_states, record_for
+from workers.store import RedisRunStore
+
+CHAIN = [("a", "out", "b", "in"), ("b", "out", "c", "in")]
+
+
+async def start(store: RedisRunStore, *, deadline_s: float = 600) -> str:
+    plan = make_plan(["a", "b", "c"], CHAIN)
+    await store.create_run(plan, record_for(plan), deadline_s=deadline_s)
+    await store.mark_dispatched(plan.run_id, plan.start)
+    return plan.run_id
+
+
+def sweeper(store: RedisRunStore, sent: Any, **kw: Any) -> Sweeper:
+    return Sweeper(store, sent, store.settings, **kw)
+
+
+async def test_run_past_its_deadline_ends_timed_out_with_a_run_event(
+    store: RedisRunStore, sent: Any,
+) -> None:
+    run_id = await start(store, deadline_s=5)
+    report = await sweeper(store, sent).sweep_once(now=time.time() + 10)
+    assert report.timed_out == [run_id]
+    record = await store.get_run(run_id)
+    assert record.status == RunStatus.TIMED_OUT
+    assert record.error and record.error["code"] == "run_timed_out"
+    assert [e.event_type for e in await events_of(store, run_id)][-1] == "run_timed_out"
+    assert await store.redis.zscore(store.keys.active_runs(), run_id) is None
+    assert 1000 < await store.redis.ttl(store.keys.run(run_id)) <= 5000  # retention TTL
+
+
+async def test_run_before_its_deadline_is_left_alone(store: RedisRunStore, sent: Any) -> None:
+    run_id = await start(store, deadline_s=600)
+    report = await sweeper(store, sent).sweep_once()
+    assert report.timed_out == [] and sent.sent == []
+    assert (await store.get_run(run_id)).status == RunStatus.RUNNING
+
+
+async def test_running_node_whose_lease_expired_is_sent_again(store: RedisRunStore, sent: Any) -> None:
+    run_id = await start(store)
+    assert (await claim(store, run_id, "a", lease_s=0.05)).kind == "run"
+    await asyncio.sleep(0.1)  # the worker "died": nobody renews the lease
+    report = await sweeper(store, sent).sweep_once()
+    assert report.requeued == [(run_id, "a")]
+    assert sent.sent == [(run_id, "a")]
+    again = await claim(store, run_id, "a", worker_id="w2")
+    assert again.kind == "run" and again.claims == 2
+    started = [e for e in await events_of(store, run_id) if e.event_type == "started"]
+    assert [bool(e.data and e.data.get("reclaimed")) for e in started] == [False, True]
+
+
+async def test_running_node_with_a_live_lease_is_not_touched(store: RedisRunStore, sent: Any) -> None:
+    run_id = await start(store)
+    await claim(store, run_id, "a", lease_s=30)
+    report = await sweeper(store, sent).sweep_once()
+    assert report.requeued == [] and sent.sent == []
+    assert (await node_states(store, run_id))["a"] == "running"
+
+
+async def test_requeued_node_is_not_sent_again_before_a_worker_could_claim_it(
+    store: RedisRunStore, sent: Any,
+) -> None:
+    run_id = await start(store)
+    await claim(store, run_id, "a", lease_s=0.05)
+    await asyncio.sleep(0.1)
+    s = sweeper(store, sent, requeue_grace_s=30)
+    now = time.time()
+    await s.sweep_once(now=now)
+    await s.sweep_once(now=now + 1)
+    assert sent.sent == [(run_id, "a")]
+    await s.sweep_once(now=now + 31)
+    assert sent.sent == [(run_id, "a"), (run_id, "a")]
+
+
+async def test_node_that_loses_its_worker_too_often_fails_the_run_naming_the_node(
+    store: RedisRunStore, sent: Any,
+) -> None:
+    run_id = await start(store)
+    s = sweeper(store, sent, max_node_reclaims=1, requeue_grace_s=0)
+    for worker in ("w1", "w2"):
+        assert (await claim(store, run_id, "a", worker_id=worker, lease_s=0.05)).kind == "run"
+        await asyncio.sleep(0.1)
+        report = await s.sweep_once()
+    assert report.lost == [(run_id, "a")]
+    assert sent.sent == [(run_id, "a")]  # requeued once, then given up
+    record = await store.get_run(run_id)
+    assert record.status == RunStatus.FAILED
+    assert record.error and record.error["node_id"] == "a" and "worker lost" in record.error["message"]
+    states = await node_states(store, run_id)
+    assert states["a"] == "failed" and states["b"] == "skipped"
+    errors = [e for e in await events_of(store, run_id) if e.event_type == "error"]
+    assert len(errors) == 1 and errors[0].node_id == "a"
+
+
+async def test_ready_node_never_dispatched_is_dispatched_after_the_grace_period(
+    store: RedisRunStore, sent: Any,
+) -> None:
+    run_id = await start(store)
+    await claim(store, run_id, "a")
+    # the worker completed "a" and crashed before sending "b"
+    assert await store.complete_node(run_id, "a", completed(run_id, "a", ["out"])) == ["b"]
+    s = sweeper(store, sent, undispatched_grace_s=10)
+    now = time.time()
+    assert (await s.sweep_once(now=now)).dispatched == []
+    assert (await s.sweep_once(now=now + 5)).dispatched == []
+    assert (await s.sweep_once(now=now + 11)).dispatched == [(run_id, "b")]
+    assert sent.sent == [(run_id, "b")]
+    assert await store.complete_node(run_id, "a", completed(run_id, "a", ["out"])) == []
+    assert (await s.sweep_once(now=now + 30)).dispatched == []
+
+
+async def test_only_one_of_several_sweepers_works_at_a_time(store: RedisRunStore, sent: Any) -> None:
+    run_id = await start(store)
+    await claim(store, run_id, "a", lease_s=0.05)
+    await asyncio.sleep(0.1)
+    await store.redis.set(lock_key(store.keys), "someone-else", px=5000)
+    report = await sweeper(store, sent).sweep_once()
+    assert not report.locked and sent.sent == []
+    await store.redis.delete(lock_key(store.keys))
+    reports = await asyncio.gather(*(sweeper(store, sent).sweep_once() for _ in range(4)))
+    assert sum(len(r.requeued) for r in reports) >= 1
+    assert sent.sent.count((run_id, "a")) == sum(len(r.requeued) for r in reports)
+    assert await store.redis.exists(lock_key(store.keys)) == 0  # released after the pass
+
+
+async def test_sweeper_finished_runs_are_ignored(store: RedisRunStore, sent: Any) -> None:
+    run_id = await start(store)
+    await store.finish_run(run_id, RunStatus.CANCELLED)
+    report = await sweeper(store, sent).sweep_once(now=time.time() + 10_000)
+    assert report.timed_out == [] and sent.sent == []
+    assert (await store.get_run(run_id)).status == RunStatus.CANCELLED
+
+
+async def test_run_forever_sweeps_until_cancelled(store: RedisRunStore, sent: Any) -> None:
+    run_id = await start(store, deadline_s=0.2)
+    task = asyncio.create_task(sweeper(store, sent).run_forever(0.05))
+    for _ in range(100):
+        if (await store.get_run(run_id)).status == RunStatus.TIMED_OUT:
+            break
+        await asyncio.sleep(0.05)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert (await store.get_run(run_id)).status == RunStatus.TIMED_OUT

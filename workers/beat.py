@@ -1,0 +1,78 @@
+"""Scheduled runs: the tasks celery beat (with redbeat) sends, and the beat's app.
+
+``orchestrator.schedule_fire(graph_id, node_id)`` starts a run of the stored graph's
+latest version from that ``schedule_trigger`` node (run input ``None``: the node outputs
+``{scheduled_at}``), records it in the graph's run list and returns the run id. A graph
+or node that no longer exists is logged and skipped (the next schedules sync drops its
+entry). ``orchestrator.schedules_sync()`` re-reads every stored graph into beat entries.
+
+``celery -A workers.beat beat`` (what ``orchestrator beat`` runs) uses ``app``: the node
+app with redbeat configured (``orchestrator.schedules.configure_beat``). Workers run these
+tasks once ``workers.beat`` is in the node app's include list.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from orchestrator.graph_store import GraphNotFoundError, GraphStore
+from orchestrator.kernel.errors import OrchestratorError
+from orchestrator.runs import start_run
+from orchestrator.schedules import (
+    FIRE_TASK,
+    SCHEDULE_NODE_TYPE,
+    SYNC_TASK,
+    configure_beat,
+    sync_schedules,
+)
+from orchestrator.settings import get_settings
+
+from .app import DEFAULT_REDIS_URL, celery_app
+from .dispatch import make_dispatch
+from .process_state import process_state
+
+log = logging.getLogger("workers.beat")
+
+configure_beat(celery_app, get_settings().redis_url or DEFAULT_REDIS_URL, get_settings())
+app = celery_app
+
+
+async def fire(graph_id: str, node_id: str) -> str | None:
+    """Start one scheduled run; None when the graph or node is gone."""
+    state = process_state()
+    graphs = GraphStore(state.redis, state.registry, state.settings)
+    try:
+        graph = await graphs.get(graph_id)
+    except GraphNotFoundError:
+        log.warning("schedule of graph %s node %s: the graph no longer exists", graph_id, node_id)
+        return None
+    node = next((n for n in graph.get("nodes", []) if n.get("id") == node_id), None)
+    if node is None or node.get("type") != SCHEDULE_NODE_TYPE:
+        log.warning("schedule of graph %s: node %s is no longer a schedule trigger", graph_id, node_id)
+        return None
+    run_id = await start_run(state.store, state.registry, graph, None,
+                             dispatch=make_dispatch(celery_app), start=[node_id],
+                             meta={"trigger": "schedule", "node_id": node_id,
+                                   "graph_version": graph.get("version")})
+    await graphs.add_run(graph_id, run_id)
+    log.info("schedule of graph %s node %s started run %s", graph_id, node_id, run_id)
+    return run_id
+
+
+@celery_app.task(name=FIRE_TASK, ignore_result=True)
+def schedule_fire(graph_id: str, node_id: str) -> str | None:
+    try:
+        run_id: str | None = process_state().run(fire(graph_id, node_id))
+    except OrchestratorError as exc:  # an invalid graph: say which, do not retry forever
+        log.error("schedule of graph %s node %s could not start a run: %s", graph_id, node_id, exc)
+        return None
+    return run_id
+
+
+@celery_app.task(name=SYNC_TASK, ignore_result=True)
+def schedules_sync() -> Any:
+    state = process_state()
+    graphs = GraphStore(state.redis, state.registry, state.settings)
+    report = state.run(sync_schedules(celery_app, graphs))
+    return {"added": report.added, "updated": report.updated, "removed": report.removed}
