@@ -10,7 +10,6 @@ scripts. Both take events in stream order through ``handle(event_id, event)``.
 from __future__ import annotations
 
 import json
-import time
 from types import TracebackType
 from typing import Any
 
@@ -61,7 +60,7 @@ class RunConsole:
         self.status = {node_id: "pending" for node_id, _, _ in nodes}
         self.names = {node_id: name for node_id, name, _ in nodes}
         self.streams: dict[str, str] = {}
-        self.started_at = time.time()
+        self.started_at: float | None = None  # the first event's time: log times are relative
         self.live = Live(self._render(), console=console, refresh_per_second=12, transient=False)
 
     def __enter__(self) -> RunConsole:
@@ -72,6 +71,8 @@ class RunConsole:
                  tb: TracebackType | None) -> None:
         self.live.update(self._render(), refresh=True)
         self.live.stop()
+        if not self.console.is_terminal:
+            self.console.line()  # the final table is printed without a line break
 
     def handle(self, event_id: str, event: NodeEvent) -> None:
         chunk = token_text(event)
@@ -91,6 +92,8 @@ class RunConsole:
         self.live.update(self._render())
 
     def _line(self, event: NodeEvent) -> Text:
+        if self.started_at is None:
+            self.started_at = event.timestamp
         t = f"{event.timestamp - self.started_at:7.3f}s"
         who = event.node_name or event.node_id or "run"
         style = STATUS_STYLE.get(EVENT_STATUS.get(event.event_type, ""), "bold")
@@ -98,7 +101,10 @@ class RunConsole:
         if event.attempt > 1:
             line.append(f" (attempt {event.attempt})", style="magenta")
         if event.data:
-            detail = event.data.get("error") or event.data.get("message") or event.data
+            detail: Any = event.data.get("error") or event.data.get("message") or event.data
+            if isinstance(detail, dict) and isinstance(detail.get("outputs"), dict):
+                detail = {port: dv.get("value") if isinstance(dv, dict) else dv
+                          for port, dv in detail["outputs"].items()}
             line.append("  " + preview(detail), style="dim")
         return line
 

@@ -88,8 +88,19 @@ class WorkerProcesses:
         return env
 
     def start(self) -> WorkerProcesses:
+        """Spawn the workers and wait until each one consumes; stop them all on failure."""
+        self.spawn()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def spawn(self) -> None:
+        """Start the processes without waiting (call :meth:`wait_ready` later)."""
         if self.procs:
-            return self
+            return
         for i in range(self.count):
             with open(self.log_path(i), "wb") as log:
                 self.procs.append(subprocess.Popen(
@@ -97,14 +108,10 @@ class WorkerProcesses:
                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     start_new_session=True,  # its own process group: stop() signals the pool too
                 ))
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        return self
 
-    def _wait_ready(self) -> None:
+    def wait_ready(self) -> None:
+        """Block until every worker wrote its readiness file; raise WorkerStartError if one
+        exits or ``start_timeout_s`` passes (the caller stops them)."""
         deadline = time.monotonic() + self.start_timeout_s
         waiting = set(range(self.count))
         while waiting:

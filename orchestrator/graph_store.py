@@ -26,7 +26,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from orchestrator.kernel.errors import GraphSchemaError, OrchestratorError
+from orchestrator.kernel.errors import GraphConflictError, GraphNotFoundError, GraphSchemaError
 from orchestrator.kernel.graph import parse_graph
 from orchestrator.kernel.registry import Registry
 from orchestrator.keys import Keys
@@ -35,17 +35,6 @@ from orchestrator.settings import Settings
 WEBHOOK_NODE_TYPE = "webhook_trigger"  # the trigger type whose data.path routes POST /hooks/{path}
 _SECRET_FIELD = "webhook_secret"  # noqa: S105 - a hash field name, not a secret
 
-
-class GraphNotFoundError(OrchestratorError):
-    """Unknown graph id or version."""
-
-    code = "graph_not_found"
-
-
-class GraphConflictError(OrchestratorError):
-    """A graph id or webhook path that is already taken."""
-
-    code = "graph_conflict"
 
 
 @dataclass
@@ -95,8 +84,7 @@ class GraphStore:
         self.registry = registry
         self.settings = settings
         self.keys = Keys(settings.key_prefix)
-        # Not yet in keys.py: path -> graph id index of webhook trigger nodes.
-        self.hooks_key = f"{settings.key_prefix}:hooks"
+        self.hooks_key = self.keys.hooks()
 
     # -- writes ------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ key                                        type        what, TTL
 {p}:graph:{gid}                            hash        graph record (latest version, name, created); graph_ttl_s
 {p}:graph:{gid}:v:{n}                      string      graph JSON of version n; graph_ttl_s
 {p}:graphs                                 zset        graph id -> updated_at
+{p}:hooks                                  hash        webhook path -> graph id (kept with the graphs)
 {p}:graph:{gid}:runs                       zset        run id -> created_at; trimmed with retention
 =========================================  ==========  ==============================================
 """
@@ -94,6 +95,9 @@ class Keys:
 
     def graphs(self) -> str:
         return f"{self.prefix}:graphs"
+
+    def hooks(self) -> str:
+        return f"{self.prefix}:hooks"
 
     def graph_runs(self, graph_id: str) -> str:
         return f"{self.prefix}:graph:{graph_id}:runs"

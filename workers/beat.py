@@ -16,8 +16,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from orchestrator.graph_store import GraphNotFoundError, GraphStore
-from orchestrator.kernel.errors import OrchestratorError
+from orchestrator.graph_store import GraphStore
+from orchestrator.kernel.errors import GraphNotFoundError, OrchestratorError
 from orchestrator.runs import start_run
 from orchestrator.schedules import (
     FIRE_TASK,

@@ -11,7 +11,8 @@ import hmac
 
 from fastapi import Depends, Request
 
-from .errors import AuthError
+from orchestrator.kernel.errors import AuthError
+
 from .services import Services, get_services
 
 

@@ -28,25 +28,17 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from orchestrator.graph_store import GraphConflictError, GraphNotFoundError
-from orchestrator.kernel.errors import GraphError, OrchestratorError, RunError, RunNotFoundError
-
-
-class AuthError(OrchestratorError):
-    """Missing or wrong API key, or a bad webhook signature."""
-
-    code = "unauthorized"
-
-
-class PayloadTooLargeError(OrchestratorError):
-    code = "payload_too_large"
-
-
-class RunStateError(OrchestratorError):
-    """The run is in a state that does not allow the request."""
-
-    code = "run_state"
-
+from orchestrator.kernel.errors import (
+    AuthError,
+    GraphConflictError,
+    GraphError,
+    GraphNotFoundError,
+    OrchestratorError,
+    PayloadTooLargeError,
+    RunError,
+    RunNotFoundError,
+    RunStateError,
+)
 
 STATUS: list[tuple[type[OrchestratorError], int]] = [
     (GraphError, 422),

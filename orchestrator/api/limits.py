@@ -10,7 +10,9 @@ from __future__ import annotations
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .errors import PayloadTooLargeError, error_response
+from orchestrator.kernel.errors import PayloadTooLargeError
+
+from .errors import error_response
 
 
 class _TooLarge(HTTPException):

@@ -11,10 +11,9 @@ from typing import Any
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 
-from orchestrator.kernel.errors import ParameterError
+from orchestrator.kernel.errors import ParameterError, RunStateError
 from orchestrator.kernel.store import RunStatus
 
-from .errors import RunStateError
 from .launch import find_node, launch, run_detail, start_node
 from .models import Approval, Rerun, StartRun
 from .services import Services, get_services

@@ -22,10 +22,9 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
 from orchestrator.graph_store import WEBHOOK_NODE_TYPE, webhook_paths
-from orchestrator.kernel.errors import GraphError
+from orchestrator.kernel.errors import AuthError, GraphError
 from orchestrator.kernel.protocol import EventType
 
-from .errors import AuthError
 from .events import follow
 from .launch import launch, nodes_of_type, run_detail
 from .models import ChatMessage
@@ -33,6 +32,7 @@ from .services import Services, get_services
 
 CHAT_NODE_TYPE = "chat_start"  # the trigger type a chat message starts
 SIGNATURE_HEADER = "x-signature-256"
+WEBHOOK_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 DEFAULT_WAIT_S = 30.0
 MAX_WAIT_S = 300.0
 # Headers passed to the run input; credentials and the signature stay out of run state.
@@ -73,7 +73,6 @@ def parse_body(body: bytes, content_type: str) -> Any:
     return body.decode(errors="replace")
 
 
-@hooks.api_route("/hooks/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
 async def webhook(path: str, request: Request, services: Services = SERVICES) -> JSONResponse:
     """Start the run of the graph that owns this webhook path (see the module docstring)."""
     path = path.strip("/")
@@ -141,6 +140,10 @@ async def webhook(path: str, request: Request, services: Services = SERVICES) ->
         {"run_id": run_id, "status": "running", "events_url": f"/runs/{run_id}/events"},
         status_code=202,
     )
+
+
+for _method in WEBHOOK_METHODS:  # one route per method: distinct OpenAPI operation ids
+    hooks.add_api_route("/hooks/{path:path}", webhook, methods=[_method], operation_id=f"webhook_{_method.lower()}")
 
 
 async def wait_for_end(services: Services, run_id: str, timeout_s: float) -> bool:

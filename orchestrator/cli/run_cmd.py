@@ -168,28 +168,32 @@ def run_command(args: argparse.Namespace) -> int:
     from orchestrator.kernel.validation import validate_graph
     from orchestrator.plugins import get_registry
 
-    registry = get_registry()
-    try:
-        start = trigger_node(raw, args.trigger)
-        validate_graph(raw, registry)
-    except GraphError as exc:
-        print_error(err, exc)
-        return 2
-
     settings = get_settings()
     worker_env = {OFFLINE_ENV: "1"} if args.offline else {}
     try:
         with ExitStack() as stack:
             url = settings.redis_url
+            workers = None
             if url is None:
                 from orchestrator.embedded_redis import EmbeddedRedis
                 from orchestrator.embedded_workers import WorkerProcesses
 
                 url = stack.enter_context(EmbeddedRedis()).url
-                stack.enter_context(WorkerProcesses(
-                    url, count=1, concurrency=max(1, args.workers), env=worker_env))
+                workers = WorkerProcesses(url, count=1, concurrency=max(1, args.workers),
+                                          env=worker_env)
+                stack.callback(workers.stop)
+                workers.spawn()  # workers boot while this process loads and checks the graph
             elif args.offline:
                 err.print("[yellow]note[/]: --offline only applies to workers this command starts")
+            registry = get_registry()
+            try:
+                start = trigger_node(raw, args.trigger)
+                validate_graph(raw, registry)
+            except GraphError as exc:
+                print_error(err, exc)
+                return 2
+            if workers is not None:
+                workers.wait_ready()
             return asyncio.run(_run(url, registry, raw, run_input, start, args.json, console, err))
     except KeyboardInterrupt:
         err.print("interrupted")

@@ -21,7 +21,13 @@
     │   ├── EvaluationError            an expression failed at run time
     │   ├── CoercionError              a wired value could not be coerced
     │   ├── LinkResolutionError        materialize failed or a source cannot materialize
-    │   └── RunNotFoundError           unknown run id
+    │   ├── RunNotFoundError           unknown run id
+    │   └── RunStateError              the run's state does not allow the request (e.g. resume a running run)
+    ├── RequestError                   a caller's request cannot be served (service layer)
+    │   ├── GraphNotFoundError         unknown graph id or version
+    │   ├── GraphConflictError         a graph id or webhook path already taken
+    │   ├── AuthError                  missing/wrong API key, bad webhook signature
+    │   └── PayloadTooLargeError       a request body over the configured limit
     └── ControlSignal                  not failures: they steer a run
         ├── RetryRequested             an executor asks to be retried (optionally after a delay)
         ├── SuspendRequested           an executor pauses its node until the run is resumed
@@ -178,6 +184,35 @@ class LinkResolutionError(RunError):
 
 class RunNotFoundError(RunError):
     code = "run_not_found"
+
+
+class RunStateError(RunError):
+    """The run is in a state that does not allow the request."""
+
+    code = "run_state"
+
+
+# --- request errors: the service layer's --------------------------------------------
+
+
+class RequestError(OrchestratorError):
+    code = "bad_request"
+
+
+class GraphNotFoundError(RequestError):
+    code = "graph_not_found"
+
+
+class GraphConflictError(RequestError):
+    code = "graph_conflict"
+
+
+class AuthError(RequestError):
+    code = "unauthorized"
+
+
+class PayloadTooLargeError(RequestError):
+    code = "payload_too_large"
 
 
 # --- control signals: not failures ---------------------------------------------------

@@ -32,7 +32,8 @@ def services(server: StubServer) -> dict[str, object]:
 async def test_agent_runs_a_tool_loop_through_an_openai_compatible_server(
         stub: StubServer, provider: str) -> None:
     kits = await toolset.materialize({"toolkits": ["calculator"]}, "tools", make_ctx("t1"))
-    ctx = make_ctx(links={("a1", "tools"): [kits]}, services=services(stub))
+    ctx = make_ctx(links={("a1", "tools"): [kits]}, services=services(stub),
+                   session_id=f"stub-{provider}")
     events, result = await drain(agent.execute(
         {"model": f"{provider}:stub-model", "prompt": "add two and two",
          "instructions": "Be brief."}, data_in({}), ctx))

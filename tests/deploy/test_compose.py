@@ -16,11 +16,10 @@ import pytest
 
 from orchestrator.embedded_redis import free_port
 
-from .conftest import API_KEY, Launcher, argv_of, cli_has, replace_option, wait_until
+from .harness import API_KEY, Launcher, argv_of, replace_option, require_cli, wait_until
 
 STARTUP_TIMEOUT_S = 60.0
 STAY_UP_S = 3.0
-PENDING_COMMANDS = {"beat", "sweeper"}  # sub-commands another change adds to the CLI
 ERROR_LINE = re.compile(r"Traceback|\bERROR\b|\bCRITICAL\b|^error:", re.MULTILINE)
 
 
@@ -31,13 +30,6 @@ def app_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def command_of(service: dict[str, Any]) -> list[str]:
     command = service["command"]
     return command.split() if isinstance(command, str) else [str(a) for a in command]
-
-
-def require_cli(command: str) -> None:
-    if not cli_has(command):
-        if command in PENDING_COMMANDS:
-            pytest.skip(f"`orchestrator {command}` is not in this build of the CLI yet")
-        raise AssertionError(f"`orchestrator {command} --help` failed: no such sub-command")
 
 
 # -- shape ------------------------------------------------------------------------------

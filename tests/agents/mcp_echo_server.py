@@ -1,0 +1,17 @@
+"""A tiny MCP server over stdio (fastmcp, on the mcp 2.x SDK) with one tool: echo."""
+
+from __future__ import annotations
+
+from fastmcp import FastMCP
+
+server = FastMCP("echo")
+
+
+@server.tool()
+def echo(text: str) -> str:
+    """Return the text prefixed with 'echo: '."""
+    return f"echo: {text}"
+
+
+if __name__ == "__main__":
+    server.run("stdio", show_banner=False)

@@ -1,0 +1,103 @@
+"""deploy/k8s: the manifests parse, run real CLI sub-commands, and agree with each other."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .harness import K8S_DIR, load_k8s, require_cli
+
+WORKLOADS = {"Deployment", "StatefulSet"}
+
+
+def documents() -> list[tuple[Path, dict[str, Any]]]:
+    return load_k8s()
+
+
+def by_kind(kind: str) -> dict[str, dict[str, Any]]:
+    return {doc.get("metadata", {}).get("name", path.stem): doc
+            for path, doc in documents() if doc.get("kind") == kind}
+
+
+def containers(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = doc["spec"]["template"]["spec"]["containers"]
+    return found
+
+
+def orchestrator_commands() -> list[tuple[str, str]]:
+    """(deployment name, sub-command) of every container that runs ``orchestrator``."""
+    found = []
+    for name, doc in sorted(by_kind("Deployment").items()):
+        for container in containers(doc):
+            command = container.get("command", []) + container.get("args", [])
+            if command and command[0] == "orchestrator":
+                found.append((name, command[1]))
+    return found
+
+
+def test_every_manifest_parses_and_names_its_kind() -> None:
+    docs = documents()
+    assert docs, f"no manifests in {K8S_DIR}"
+    for path, doc in docs:
+        assert doc.get("apiVersion") and doc.get("kind"), f"{path.name}: a document without apiVersion/kind"
+
+
+def test_kustomization_lists_every_manifest() -> None:
+    kustomization = by_kind("Kustomization")["kustomization"]
+    files = {p.name for p in K8S_DIR.glob("*.yaml")} - {"kustomization.yaml"}
+    assert set(kustomization["resources"]) == files
+
+
+def test_every_deployment_runs_the_orchestrator_image() -> None:
+    for name, doc in by_kind("Deployment").items():
+        for container in containers(doc):
+            assert container["image"] == "agentflow-orchestrator", f"deployment {name}"
+            refs = {next(iter(ref.values()))["name"] for ref in container["envFrom"]}
+            assert refs == {"orchestrator-config", "orchestrator-secrets"}, f"deployment {name}"
+
+
+@pytest.mark.parametrize(("deployment", "command"), orchestrator_commands())
+def test_deployment_command_is_a_real_cli_sub_command(deployment: str, command: str) -> None:
+    require_cli(command)
+
+
+def test_api_worker_beat_and_sweeper_are_all_deployed() -> None:
+    assert {cmd for _, cmd in orchestrator_commands()} >= {"serve", "worker", "beat", "sweeper"}
+
+
+def test_beat_runs_a_single_replica() -> None:
+    beat = by_kind("Deployment")["beat"]
+    assert beat["spec"]["replicas"] == 1
+    assert beat["spec"]["strategy"]["type"] == "Recreate"
+
+
+def test_redis_keeps_an_append_only_file_on_a_persistent_volume() -> None:
+    redis = by_kind("StatefulSet")["redis"]
+    (container,) = containers(redis)
+    args = container["args"]
+    assert args[args.index("--appendonly") + 1] == "yes"
+    assert args[args.index("--maxmemory-policy") + 1] == "noeviction"
+    claim = redis["spec"]["volumeClaimTemplates"][0]["metadata"]["name"]
+    assert any(m["name"] == claim and m["mountPath"] == "/data" for m in container["volumeMounts"])
+
+
+def test_settings_point_every_role_at_the_redis_service() -> None:
+    config = by_kind("ConfigMap")["orchestrator-config"]["data"]
+    assert config["REDIS_URL"] == "redis://redis:6379/0"
+    assert "redis" in by_kind("Service")
+    assert config["AGNO_TELEMETRY"] == "false"
+
+
+def test_workers_scale_on_the_length_of_the_node_queue() -> None:
+    from workers.app import NODE_QUEUE
+
+    scaled = by_kind("ScaledObject")["worker"]
+    assert scaled["spec"]["scaleTargetRef"]["name"] in by_kind("Deployment")
+    (trigger,) = scaled["spec"]["triggers"]
+    assert trigger["type"] == "redis"
+    assert trigger["metadata"]["listName"] == NODE_QUEUE
+    env_name = trigger["metadata"]["addressFromEnv"]
+    worker_env = {e["name"] for c in containers(by_kind("Deployment")["worker"]) for e in c.get("env", [])}
+    assert env_name in worker_env, f"the scaler reads {env_name} from the worker container"

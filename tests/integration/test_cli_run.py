@@ -1,0 +1,57 @@
+"""``orchestrator run`` end to end in a subprocess, with no REDIS_URL (the embedded default)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI = [sys.executable, "-c", "import sys; from orchestrator.cli import main; sys.exit(main())"]
+
+
+def run_cli(*args: str, timeout_s: float = 240) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "ORCH_REDIS_URL")}
+    return subprocess.run([*CLI, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout_s, check=False)
+
+
+@pytest.mark.timeout(300)
+def test_run_command_runs_an_example_graph_on_its_own_redis_and_workers() -> None:
+    done = run_cli("run", "examples/hello.json", "--input", '{"name": "Ada"}', "--json",
+                   "--workers", "1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    *events, summary = lines
+    assert summary["status"] == "succeeded"
+    assert "Ada" in summary["outputs"]["Greeting"]["output"]["prompt"]
+    kinds = [(e["node_name"], e["event_type"]) for e in events]
+    assert kinds[0] == (None, "run_started")
+    assert kinds[-1] == (None, "run_completed")
+    assert ("Greeting", "completed") in kinds
+    ids = [tuple(int(p) for p in e["id"].split("-")) for e in events]
+    assert ids == sorted(ids)
+
+
+@pytest.mark.timeout(300)
+def test_run_command_rejects_an_invalid_graph_with_exit_code_2_and_names_the_node(
+    tmp_path: Path,
+) -> None:
+    bad = {"id": "bad", "nodes": [
+        {"id": "t", "type": "manual_trigger", "name": "Start", "data": {}},
+        {"id": "x", "type": "set_feilds", "name": "Typo", "data": {}},
+    ], "edges": [{"id": "e1", "source": "t", "sourceHandle": "output", "target": "x",
+                  "targetHandle": "input", "data": {"channel": "flow"}}]}
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(bad))
+    done = run_cli("run", str(path))
+    assert done.returncode == 2
+    assert "UnknownNodeTypeError" in done.stderr
+    assert "set_fields" in done.stderr  # the "did you mean" hint
+    assert "node x" in done.stderr

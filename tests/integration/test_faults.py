@@ -1,0 +1,201 @@
+"""Workers die mid-run (SIGKILL): every run still ends, and each completion counts once.
+
+Each module starts its own redis-server and Celery workers (so a test may kill them)
+with a 2 s node lease, a 1 s unacked-message sweep, and a sweeper running every 0.5 s in
+the test's event loop. Nodes come from ``fault_pack/`` (plus ``fake_pack/``), loaded
+through ``ORCH_NODE_PATHS`` like any external pack.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.embedded_redis import EmbeddedRedis
+from orchestrator.embedded_workers import WorkerProcesses
+from orchestrator.kernel.registry import Registry
+from orchestrator.runs import start_run
+from orchestrator.settings import Settings
+from orchestrator.sweeper import Sweeper
+from tests.fake_nodes import graph
+from tests.integration.conftest import RunResult, collect, wait_for_terminal
+from workers.store import RedisRunStore
+
+pytestmark = pytest.mark.integration
+
+HERE = Path(__file__).parent
+NODE_PATHS = os.pathsep.join([str(HERE / "fault_pack"), str(HERE / "fake_pack")])
+LEASE_S = 2.0
+SWEEP_PERIOD_S = 0.5
+SETTINGS = Settings(node_lease_s=LEASE_S, node_paths=NODE_PATHS)
+
+
+def worker_env(kill_dir: Path) -> dict[str, str]:
+    return {
+        "ORCH_NODE_PATHS": NODE_PATHS, "ORCH_NODE_LEASE_S": str(LEASE_S),
+        "ORCH_UNACKED_RESTORE_INTERVAL_S": "1", "ORCH_VISIBILITY_TIMEOUT_S": "60",
+        "ORCH_FAULT_KILL_DIR": str(kill_dir),
+    }
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[EmbeddedRedis]:
+    s = EmbeddedRedis(unix_socket=False).start()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture(scope="module")
+def kill_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("kills")
+
+
+@pytest.fixture(scope="module")
+def pool(server: EmbeddedRedis, kill_dir: Path) -> Iterator[WorkerProcesses]:
+    with WorkerProcesses(server.url, count=2, concurrency=1, env=worker_env(kill_dir)) as procs:
+        yield procs
+
+
+@pytest.fixture(scope="module")
+def registry() -> Registry:
+    from orchestrator.plugins import load_registry
+
+    return load_registry(SETTINGS)
+
+
+@pytest.fixture(scope="module")
+def celery(server: EmbeddedRedis) -> Iterator[Any]:
+    from workers.app import make_celery
+
+    app = make_celery(server.url, SETTINGS)
+    yield app
+    app.close()
+
+
+@pytest.fixture
+async def store(server: EmbeddedRedis) -> AsyncIterator[RedisRunStore]:
+    s = RedisRunStore.from_url(server.url, SETTINGS)
+    yield s
+    await s.close()
+
+
+@pytest.fixture
+async def sweeping(store: RedisRunStore, celery: Any) -> AsyncIterator[Sweeper]:
+    """A sweeper running every SWEEP_PERIOD_S for the test's duration."""
+    from workers.dispatch import make_dispatch
+
+    sweeper = Sweeper(store, make_dispatch(celery), SETTINGS, max_node_reclaims=1)
+    task = asyncio.create_task(sweeper.run_forever(SWEEP_PERIOD_S))
+    yield sweeper
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def start(store: RedisRunStore, registry: Registry, celery: Any, g: dict[str, Any],
+                **kw: Any) -> str:
+    from workers.dispatch import make_dispatch
+
+    return await start_run(store, registry, g, {"x": 1}, dispatch=make_dispatch(celery), **kw)
+
+
+async def first_pid(pid_dir: Path, node_id: str, timeout_s: float = 20.0) -> int:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = sorted(pid_dir.glob(f"{node_id}.*"))
+        if found:
+            return int(found[0].name.split(".")[1])
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"node {node_id} never started")
+
+
+def node_event_counts(result: RunResult) -> Counter[tuple[str, str]]:
+    return Counter((e.node_id, e.event_type) for _, e in result.events if e.node_id)
+
+
+def chain(pid_dir: Path, middle: tuple[str, str, str, dict[str, Any]]) -> dict[str, Any]:
+    return graph(
+        [("t", "manual_trigger", "Start"), middle, ("p", "probe", "After")],
+        [("t", "output", middle[0], "input"), (middle[0], "output", "p", "input")],
+    )
+
+
+async def test_run_finishes_with_right_outputs_when_the_process_running_a_node_is_killed(
+    pool: WorkerProcesses, store: RedisRunStore, registry: Registry, celery: Any,
+    sweeping: Sweeper, tmp_path: Path,
+) -> None:
+    g = chain(tmp_path, ("s", "stall", "Stall", {"pid_dir": str(tmp_path), "delay_s": 2,
+                                                 "value": "kept"}))
+    run_id = await start(store, registry, celery, g)
+    os.kill(await first_pid(tmp_path, "s"), signal.SIGKILL)
+    result = await collect(store, run_id, await wait_for_terminal(store, run_id, 40))
+    assert result.status == "succeeded"
+    assert result.output("s") == {"value": "kept", "input": {"x": 1}}
+    assert result.output("p")["input"] == [{"value": "kept", "input": {"x": 1}}]
+    counts = node_event_counts(result)
+    assert all(counts[(n, "completed")] == 1 for n in ("t", "s", "p"))
+    started = result.of("s", "started")
+    assert len(started) >= 2
+    assert not (started[0].data or {}).get("reclaimed")
+    assert all((e.data or {}).get("reclaimed") for e in started[1:])
+    duplicates = {k: v for k, v in counts.items() if v > 1 and k != ("s", "started")}
+    assert duplicates == {}
+
+
+async def test_redelivered_task_of_a_stored_node_only_dispatches_its_successors(
+    pool: WorkerProcesses, store: RedisRunStore, registry: Registry, celery: Any,
+    sweeping: Sweeper, kill_dir: Path,
+) -> None:
+    g = chain(kill_dir, ("d", "die_after_store", "Die", {"value": 7}))
+    run_id = await start(store, registry, celery, g)
+    result = await collect(store, run_id, await wait_for_terminal(store, run_id, 40))
+    assert (kill_dir / f"{run_id}.d.killed").exists()  # the worker did die after storing
+    assert result.status == "succeeded"
+    assert result.output("p")["input"] == [{"value": 7, "input": {"x": 1}}]
+    counts = node_event_counts(result)
+    assert {k: v for k, v in counts.items() if v != 1} == {}
+    assert result.of("d", "started")[0].data in (None, {})  # ran once: never reclaimed
+
+
+async def test_node_that_kills_every_worker_fails_the_run_naming_the_node(
+    pool: WorkerProcesses, store: RedisRunStore, registry: Registry, celery: Any,
+    sweeping: Sweeper,
+) -> None:
+    g = chain(Path(), ("k", "suicide", "Poison", {}))
+    run_id = await start(store, registry, celery, g)
+    result = await collect(store, run_id, await wait_for_terminal(store, run_id, 40))
+    assert result.status == "failed"
+    record = await store.get_run(run_id)
+    assert record.error and record.error["node_id"] == "k" and record.error["node_name"] == "Poison"
+    assert "worker lost" in record.error["message"]
+    assert result.states["p"] == "skipped"
+    assert result.of("p", "started") == []
+
+
+async def test_run_ends_by_its_deadline_when_every_worker_is_killed(
+    server: EmbeddedRedis, store: RedisRunStore, registry: Registry, celery: Any,
+    sweeping: Sweeper, tmp_path: Path,
+) -> None:
+    deadline_s = 4.0
+    g = chain(tmp_path, ("s", "stall", "Stall", {"pid_dir": str(tmp_path), "delay_s": 30}))
+    with WorkerProcesses(server.url, count=1, concurrency=1, env=worker_env(tmp_path),
+                         queue="orchestrator") as lonely:
+        began = time.monotonic()
+        run_id = await start(store, registry, celery, g, deadline_s=deadline_s)
+        await first_pid(tmp_path, "s")
+        for pid in lonely.pids:
+            os.killpg(pid, signal.SIGKILL)
+        result = await collect(store, run_id, await wait_for_terminal(store, run_id, 20))
+        elapsed = time.monotonic() - began
+    assert result.status in ("failed", "timed_out")
+    assert elapsed <= deadline_s + SWEEP_PERIOD_S + 1.5
+    assert result.of("s", "completed") == [] and result.of("p", "started") == []
