@@ -55,7 +55,8 @@ def _agent_events(event: NodeEvent, data: dict[str, Any]) -> list[ChatEvent]:
     kind = name.removeprefix("Team")
     agent = data.get("agent")
     member = bool(data.get("parent_run_id"))
-    tool = data.get("tool") if isinstance(data.get("tool"), dict) else {}
+    raw_tool = data.get("tool")
+    tool: dict[str, Any] = raw_tool if isinstance(raw_tool, dict) else {}
     if kind == "RunContent":
         out: list[ChatEvent] = []
         if data.get("reasoning_content"):

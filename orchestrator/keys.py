@@ -25,6 +25,10 @@ key                                        type        what, TTL
 {p}:graph:{gid}                            hash        graph record (latest version, name, created); graph_ttl_s
 {p}:graph:{gid}:v:{n}                      string      graph JSON of version n; graph_ttl_s
 {p}:graphs                                 zset        graph id -> updated_at
+{p}:sweeper:lock                           string      one sweeper pass at a time; PX of the pass
+{p}:beat:*                                 (redbeat)   schedule entries of Schedule Trigger nodes; kept in
+                                                       step with stored graphs (stale entries deleted)
+{p}:agno:*                                 (agno)      agent sessions and runs (history); retention
 {p}:hooks                                  hash        webhook path -> graph id (kept with the graphs)
 {p}:graph:{gid}:runs                       zset        run id -> created_at; trimmed with retention
 =========================================  ==========  ==============================================
@@ -95,6 +99,9 @@ class Keys:
 
     def graphs(self) -> str:
         return f"{self.prefix}:graphs"
+
+    def sweeper_lock(self) -> str:
+        return f"{self.prefix}:sweeper:lock"
 
     def hooks(self) -> str:
         return f"{self.prefix}:hooks"

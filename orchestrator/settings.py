@@ -30,6 +30,9 @@ class Settings(BaseSettings):
     run_deadline_s: float = 3600.0  # a run still active after this is ended timed_out (per-graph override)
     cancel_poll_s: float = 0.2  # how often a running node checks whether its run was cancelled
     worker_concurrency: int = 2
+    sweep_period_s: float = 5.0  # how often the sweeper looks for timed-out runs and lost nodes
+    max_node_reclaims: int = 3  # a node whose worker died more often than this fails the run
+    undispatched_grace_s: float = 10.0  # a ready node not dispatched for this long is dispatched by the sweeper
     max_output_bytes: int = 8 * 1024 * 1024  # a node output larger than this fails the node
 
     # -- plugins ---------------------------------------------------------------------
@@ -43,6 +46,7 @@ class Settings(BaseSettings):
     api_port: int = 8000
     max_body_bytes: int = 2 * 1024 * 1024
     sse_ping_s: float = 15.0
+    api_run_sweeper: bool = True  # each API process also runs the (lock-guarded) sweeper
 
     # -- models / agents -------------------------------------------------------------
     openai_base_url: str | None = None  # an OpenAI-compatible server (Ollama, vLLM, a proxy)

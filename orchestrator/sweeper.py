@@ -246,7 +246,7 @@ def _setting(settings: Settings, name: str, override: Any, default: Any) -> Any:
 
 
 def sweep_period_s(settings: Settings) -> float:
-    return float(getattr(settings, "sweep_period_s", DEFAULT_PERIOD_S))
+    return settings.sweep_period_s
 
 
 # -- hosting -------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from agno.utils.team import get_member_id
 
 from nodes._ai.dryrun import DryRunModel
 from nodes._ai.models import resolve_model, spec_label
-from nodes._ai.runner import session_db
+from nodes._ai.storage import session_db
 from orchestrator.kernel.errors import ParameterError
 from orchestrator.kernel.protocol import DataValue, FlowContext
 

@@ -1,4 +1,4 @@
-"""Running an Agno Agent or Team inside a node: storage, event forwarding, outcomes.
+"""Running an Agno Agent or Team inside a node: event forwarding, outcomes, cancellation.
 
 :class:`AgnoStream` consumes one streamed Agno run and turns it into node events:
 every Agno event becomes an ``agent_event`` (``{"event", "agent", ...ev.to_dict()}``
@@ -9,12 +9,13 @@ Agno event          outcome
 ==================  ==============================================================
 RunCompleted        ``content`` / ``tokens_used`` set (the top-level run only)
 RunError            ``RuntimeError`` naming the agent (the node fails)
-ToolCallError       ``RuntimeError`` naming the tool, after the stream ends
+ToolCallError       ``RuntimeError`` naming the tool
 RunCancelled        the kernel's ``RunCancelled`` signal
 RunPaused           ``paused`` holds the requirements (the caller suspends the node)
 ==================  ==============================================================
 
-Team events carry a ``Team`` prefix (``TeamRunCompleted``); both are handled. Member
+Errors and cancellation are raised once the stream has ended (Agno stores the run
+after its terminal event). Team events carry a ``Team`` prefix (``TeamRunCompleted``); both are handled. Member
 events (``parent_run_id`` set) are forwarded but never end the node.
 """
 
@@ -26,35 +27,17 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from agno.db.base import BaseDb
-from agno.db.in_memory import InMemoryDb
-
 from nodes._ai.models import redact
 from orchestrator.kernel.errors import RunCancelled
 from orchestrator.kernel.protocol import EventType, FlowContext, NodeEvent
 
-DB_PREFIX = "orc:agno"  # Agno's own session/run keys in the run's Redis (expire = retention)
 _BULKY = frozenset({
     "messages", "session_state", "images", "videos", "audio", "files", "response_audio",
     "reasoning_messages", "additional_input", "references", "model_provider_data",
     "member_responses", "citations", "input",
 })
-# One in-process store for runs with no Redis (local runs, tests): history and approvals
-# then work within this process only.
-_MEMORY_DB = InMemoryDb()  # type: ignore[no-untyped-call]
-
-
-def session_db(ctx: FlowContext) -> BaseDb:
-    """Agno session storage: RedisDb on the run's Redis, else the process-local store."""
-    redis_url = ctx.services.get("redis_url")
-    if not redis_url:
-        return _MEMORY_DB
-    from agno.db.redis import RedisDb
-
-    settings = ctx.services.get("settings")
-    expire = getattr(settings, "retention_s", None)
-    prefix = f"{getattr(settings, 'key_prefix', 'orc')}:agno"
-    return RedisDb(db_url=str(redis_url), db_prefix=prefix, expire=expire)
+CANCEL_GRACE_S = 1.0  # how long a cancelled node lets Agno wind its run down itself
+_END = object()  # end-of-stream marker on the pump queue
 
 
 def agno_run_id(ctx: FlowContext) -> str:
@@ -93,55 +76,86 @@ def _is_empty_delta(ev: Any) -> bool:
 
 
 class AgnoStream:
-    """Consume one Agno stream; ``events()`` yields node events, then read the outcome."""
+    """Consume one Agno stream; ``events()`` yields node events, then read the outcome.
 
-    def __init__(self, ctx: FlowContext, name: str, run_id: str) -> None:
+    The Agno stream runs in its own task (the *pump*) that feeds a queue, so a
+    cancellation of the node (the kernel cancels its task when the run ends, or on a
+    node timeout) lands on the queue, not inside Agno. The node then tells Agno with
+    ``acancel_run`` (``Team.acancel_run`` for a team: members too) and gives it
+    ``CANCEL_GRACE_S`` to stop on its own: Agno stores the run as cancelled, closes the
+    MCP connections it opened and drops its cancellation record. A pump still running
+    after that is cancelled outright (Agno's finally-blocks close MCP then too). Nothing
+    Agno emits after the cancellation is forwarded.
+    """
+
+    def __init__(self, ctx: FlowContext, name: str, run_id: str, runner: Any = None) -> None:
         self.ctx = ctx
         self.name = name
         self.run_id = run_id
+        self.runner = runner
         self.content: str = ""
         self.tokens_used: int = 0
         self.completed = False
         self.paused = False
+        self.cancelled = False  # Agno reported the run cancelled (RunCancelled)
         # Snapshots taken when the run paused (Agno mutates the objects on close).
         self.requirements: list[dict[str, Any]] = []
         self.tool_calls: list[dict[str, Any]] = []
+        self._error: str | None = None
         self._tool_errors: list[str] = []
 
     async def events(self, stream: AsyncIterator[Any]) -> AsyncIterator[NodeEvent]:
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        pump = asyncio.ensure_future(_pump(stream, queue))
+        ended = False
         try:
-            async for ev in stream:
-                top = getattr(ev, "run_id", None) == self.run_id
-                event = str(getattr(ev, "event", ""))
-                kind = event.removeprefix("Team")
-                if _is_empty_delta(ev):
-                    continue
-                if top and kind == "RunPaused":
-                    self._pause(ev)
-                yield self.ctx.event(EventType.AGENT_EVENT, event_payload(ev, self.name))
-                if not top:
-                    continue
-                if kind == "RunContent" and getattr(ev, "content", None):
-                    self.content += str(ev.content)
-                elif kind == "RunCompleted":
-                    # Not a break: Agno stores the session after its last event.
-                    self._complete(ev)
-                elif kind == "RunError":
-                    message = redact(str(getattr(ev, "content", "") or "model error"))
-                    raise RuntimeError(f"agent {self.name!r} failed: {message}")
-                elif kind == "ToolCallError":
-                    tool = getattr(getattr(ev, "tool", None), "tool_name", None) or "?"
-                    self._tool_errors.append(f"{tool}: {redact(str(ev.error or ''))}"
-                                             if hasattr(ev, "error") else str(tool))
-                elif kind == "RunCancelled":
-                    raise RunCancelled(f"agent {self.name!r} run was cancelled",
-                                       node_id=self.ctx.node_id, run_id=self.ctx.run_id)
-        except asyncio.CancelledError:
-            await self._cancel_agno()
-            raise
+            while (ev := await queue.get()) is not _END:
+                if isinstance(ev, BaseException):
+                    ended = True
+                    raise ev
+                node_event = self._observe(ev)
+                if node_event is not None:
+                    yield node_event
+            ended = True
         finally:
-            with contextlib.suppress(Exception):
-                await stream.aclose()  # type: ignore[attr-defined]
+            if ended:
+                await asyncio.gather(pump, return_exceptions=True)
+            else:  # cancelled or closed mid-stream
+                await self._wind_down(pump)
+        self._raise_outcome()
+
+    def _observe(self, ev: Any) -> NodeEvent | None:
+        """Record what ``ev`` says about the run; the node event to forward, if any."""
+        if _is_empty_delta(ev):
+            return None
+        top = getattr(ev, "run_id", None) == self.run_id
+        kind = str(getattr(ev, "event", "")).removeprefix("Team")
+        if top and kind == "RunPaused":
+            self._pause(ev)
+        node_event = self.ctx.event(EventType.AGENT_EVENT, event_payload(ev, self.name))
+        if not top:
+            return node_event  # a member's event: forwarded, never ends the node
+        if kind == "RunContent" and getattr(ev, "content", None):
+            self.content += str(ev.content)
+        elif kind == "RunCompleted":
+            # Not the end: Agno stores the session after its last event.
+            self._complete(ev)
+        elif kind == "RunError":
+            self._error = redact(str(getattr(ev, "content", "") or "model error"))
+        elif kind == "ToolCallError":
+            tool = getattr(getattr(ev, "tool", None), "tool_name", None) or "?"
+            self._tool_errors.append(f"{tool}: {redact(str(ev.error or ''))}"
+                                     if hasattr(ev, "error") else str(tool))
+        elif kind == "RunCancelled":
+            self.cancelled = True
+        return node_event
+
+    def _raise_outcome(self) -> None:
+        if self._error is not None:
+            raise RuntimeError(f"agent {self.name!r} failed: {self._error}")
+        if self.cancelled:
+            raise RunCancelled(f"agent {self.name!r} run was cancelled",
+                               node_id=self.ctx.node_id, run_id=self.ctx.run_id)
         if self._tool_errors:
             raise RuntimeError(f"agent {self.name!r}: tool call failed: "
                                + "; ".join(self._tool_errors))
@@ -160,12 +174,35 @@ class AgnoStream:
         metrics = getattr(ev, "metrics", None)
         self.tokens_used = int(getattr(metrics, "total_tokens", 0) or 0)
 
-    async def _cancel_agno(self) -> None:
-        """Tell Agno (and, with the Redis manager, other processes) the run is cancelled."""
+    async def _wind_down(self, pump: asyncio.Future[None]) -> None:
+        """Cancel the Agno run: ask Agno, wait ``CANCEL_GRACE_S``, then cancel the pump."""
+        try:
+            with contextlib.suppress(Exception):
+                await self._cancel_agno()
+            await asyncio.wait({pump}, timeout=CANCEL_GRACE_S)
+        finally:
+            if not pump.done():
+                pump.cancel()
+            await asyncio.gather(pump, return_exceptions=True)
+
+    async def _cancel_agno(self) -> bool:
+        """``acancel_run`` of the runner's class (a Team also cancels its members' runs)."""
         from agno.agent import Agent
 
-        with contextlib.suppress(Exception):
-            await asyncio.shield(Agent.acancel_run(self.run_id))
+        cancel = getattr(type(self.runner), "acancel_run", None) or Agent.acancel_run
+        told: bool = await cancel(self.run_id)
+        return told
+
+
+async def _pump(stream: AsyncIterator[Any], queue: asyncio.Queue[Any]) -> None:
+    """Move every item of ``stream`` to ``queue``, then an exception it raised, then _END."""
+    try:
+        async for ev in stream:
+            queue.put_nowait(ev)
+    except Exception as exc:  # Agno reports model/tool errors as events; this is the rest
+        queue.put_nowait(exc)
+    finally:
+        queue.put_nowait(_END)
 
 
 async def complete_text(ctx: FlowContext, model: Any, prompt: str, *, system: str | None = None,
@@ -177,7 +214,7 @@ async def complete_text(ctx: FlowContext, model: Any, prompt: str, *, system: st
     agent = Agent(model=model, name=name, instructions=system or None, telemetry=False,
                   add_history_to_context=False)
     run_id = f"{agno_run_id(ctx)}:{id(agent)}"
-    tracker = AgnoStream(ctx, name, run_id)
+    tracker = AgnoStream(ctx, name, run_id, runner=agent)
     stream = agent.arun(prompt, stream=True, stream_events=True, run_id=run_id,
                         session_id=f"{ctx.run_id}:{ctx.node_id}")
     async for node_event in tracker.events(stream):

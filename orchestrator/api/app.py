@@ -54,7 +54,12 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        from orchestrator.sweeper import start_background_sweeper, stop_background_sweeper
+
+        if settings.api_run_sweeper:
+            start_background_sweeper(app.state)
         yield
+        await stop_background_sweeper(app.state)
         for client in owned:
             await client.aclose()
 

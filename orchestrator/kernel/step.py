@@ -135,22 +135,28 @@ async def _drive(executor: Any, data: dict[str, Any], inputs: dict[str, DataValu
     return produced
 
 
-async def _supervise(store: RunStore, run_id: str, node_id: str, worker_id: str,
-                     opts: StepOptions, work: asyncio.Task[ExecutionResult]) -> ExecutionResult:
-    """Await ``work`` while renewing the lease and watching for the run's cancellation."""
-    interval = max(0.01, min(opts.cancel_poll_s, opts.lease_s / 3))
-    last_renew = time.monotonic()
+async def _supervise(store: RunStore, run_id: str, node_id: str, opts: StepOptions,
+                     work: asyncio.Task[ExecutionResult]) -> ExecutionResult:
+    """Await ``work`` while watching for the run's cancellation (checked every poll)."""
     while True:
-        done, _ = await asyncio.wait({work}, timeout=interval)
+        done, _ = await asyncio.wait({work}, timeout=max(0.01, opts.cancel_poll_s))
         if done:
             return work.result()
         if await store.run_status(run_id) in RunStatus.TERMINAL:
             work.cancel()
             await asyncio.gather(work, return_exceptions=True)
             raise RunCancelled("the run ended while the node was running", run_id=run_id, node_id=node_id)
-        if time.monotonic() - last_renew > opts.lease_s / 3:
-            await store.renew_lease(run_id, node_id, worker_id=worker_id, lease_s=opts.lease_s)
-            last_renew = time.monotonic()
+
+
+async def _heartbeat(store: RunStore, run_id: str, node_id: str, worker_id: str, lease_s: float) -> None:
+    """Renew the node's lease every third of it for as long as this worker holds the claim
+    (parameter resolution, execution, retry backoff), so only a dead worker loses it."""
+    while True:
+        await asyncio.sleep(lease_s / 3)
+        try:
+            await store.renew_lease(run_id, node_id, worker_id=worker_id, lease_s=lease_s)
+        except Exception:  # a missed beat is retried next time; the lease outlives two misses
+            log.warning("run %s node %s: lease renewal failed", run_id, node_id, exc_info=True)
 
 
 def _check_outputs(node: Node, definition: NodeDefinition, result: ExecutionResult, max_bytes: int) -> None:
@@ -214,9 +220,14 @@ async def run_step(
         return StepOutcome(ready=claim.pending_dispatch, ran=False, status=claim.kind)
 
     started_at = time.monotonic()
-    record = await store.get_run(run_id)
-    completion = await _execute_node(store, registry, plan, graph, node, node_type, record, claim.claims,
-                                     event, worker_id, services, artifacts or _DEFAULT_ARTIFACTS, opts)
+    heartbeat = asyncio.ensure_future(_heartbeat(store, run_id, node_id, worker_id, opts.lease_s))
+    try:
+        record = await store.get_run(run_id)
+        completion = await _execute_node(store, registry, plan, graph, node, node_type, record, claim.claims,
+                                         event, services, artifacts or _DEFAULT_ARTIFACTS, opts)
+    finally:
+        heartbeat.cancel()
+        await asyncio.gather(heartbeat, return_exceptions=True)
     if completion.status != NodeStatus.WAITING:
         for ev in completion.events:
             if ev.event_type == EventType.COMPLETED and ev.data is not None:
@@ -227,7 +238,7 @@ async def run_step(
 
 async def _execute_node(
     store: RunStore, registry: Registry, plan: RunPlan, graph: Graph, node: Node, node_type: NodeType,
-    record: RunRecord, claims: int, event: Any, worker_id: str, services: dict[str, Any] | None,
+    record: RunRecord, claims: int, event: Any, services: dict[str, Any] | None,
     artifacts: ArtifactCache, opts: StepOptions,
 ) -> NodeCompletion:
     definition = node_type.definition
@@ -262,7 +273,7 @@ async def _execute_node(
             ctx = runtime.context_for(node.id, attempt=attempt, resume=resume,
                                       input_sources=gathered.sources)
             work = asyncio.ensure_future(_timed(node, _drive(node_type.executor, data, gathered.inputs, ctx, sink)))
-            result = await _supervise(store, plan.run_id, node.id, worker_id, opts, work)
+            result = await _supervise(store, plan.run_id, node.id, opts, work)
             _check_outputs(node, definition, result, opts.max_output_bytes)
             break
         except SuspendRequested as exc:

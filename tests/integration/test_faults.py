@@ -182,20 +182,33 @@ async def test_node_that_kills_every_worker_fails_the_run_naming_the_node(
 
 
 async def test_run_ends_by_its_deadline_when_every_worker_is_killed(
-    server: EmbeddedRedis, store: RedisRunStore, registry: Registry, celery: Any,
-    sweeping: Sweeper, tmp_path: Path,
+    registry: Registry, tmp_path: Path,
 ) -> None:
+    """On a Redis of its own, so no other test's worker can pick the node up."""
+    from workers.app import make_celery
+    from workers.dispatch import make_dispatch
+
     deadline_s = 4.0
     g = chain(tmp_path, ("s", "stall", "Stall", {"pid_dir": str(tmp_path), "delay_s": 30}))
-    with WorkerProcesses(server.url, count=1, concurrency=1, env=worker_env(tmp_path),
-                         queue="orchestrator") as lonely:
-        began = time.monotonic()
-        run_id = await start(store, registry, celery, g, deadline_s=deadline_s)
-        await first_pid(tmp_path, "s")
-        for pid in lonely.pids:
-            os.killpg(pid, signal.SIGKILL)
-        result = await collect(store, run_id, await wait_for_terminal(store, run_id, 20))
-        elapsed = time.monotonic() - began
+    with EmbeddedRedis(unix_socket=False) as server, \
+            WorkerProcesses(server.url, count=1, concurrency=1, env=worker_env(tmp_path)) as lonely:
+        store = RedisRunStore.from_url(server.url, SETTINGS)
+        celery = make_celery(server.url, SETTINGS)
+        sweeper = Sweeper(store, make_dispatch(celery), SETTINGS)
+        sweeping = asyncio.create_task(sweeper.run_forever(SWEEP_PERIOD_S))
+        try:
+            began = time.monotonic()
+            run_id = await start(store, registry, celery, g, deadline_s=deadline_s)
+            await first_pid(tmp_path, "s")
+            for pid in lonely.pids:
+                os.killpg(pid, signal.SIGKILL)
+            result = await collect(store, run_id, await wait_for_terminal(store, run_id, 20))
+            elapsed = time.monotonic() - began
+        finally:
+            sweeping.cancel()
+            await asyncio.gather(sweeping, return_exceptions=True)
+            await store.close()
+            celery.close()
     assert result.status in ("failed", "timed_out")
     assert elapsed <= deadline_s + SWEEP_PERIOD_S + 1.5
     assert result.of("s", "completed") == [] and result.of("p", "started") == []

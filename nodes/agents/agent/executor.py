@@ -67,15 +67,15 @@ class AgentExecutor:
         if ctx.resume is not None:
             payload = ctx.resume.get("payload") or {}
             run_id = str(payload.get("agno_run_id") or agno_run_id(ctx))
-            requirements = _resolve_requirements(payload, ctx.resume.get("input"))
+            decided = _resolve_requirements(payload, ctx.resume.get("input"))
             stream = runner.acontinue_run(
                 run_id=run_id, session_id=str(payload.get("session_id") or session_id),
-                requirements=requirements, stream=True, stream_events=True)
+                requirements=decided, stream=True, stream_events=True)
         else:
             run_id = agno_run_id(ctx)
             stream = runner.arun(user_message(data, inputs), stream=True, stream_events=True,
                                  session_id=session_id, run_id=run_id)
-        tracker = AgnoStream(ctx, name, run_id)
+        tracker = AgnoStream(ctx, name, run_id, runner=runner)
         async for event in tracker.events(stream):
             yield event
         if tracker.paused:
