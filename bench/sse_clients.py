@@ -29,7 +29,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from api_events import rss_mb, summary_ms, system, ticker_graph  # noqa: E402
+from api_events import rss_mb, summary_ms, system, ticker_graph
 
 CONNECT_PARALLELISM = 100  # connections being opened at once
 

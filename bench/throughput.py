@@ -29,12 +29,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from api_events import ROOT, graph, write_pack  # noqa: E402
+from api_events import ROOT, graph, write_pack
 
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.embedded_redis import EmbeddedRedis  # noqa: E402
-from orchestrator.embedded_workers import WorkerProcesses  # noqa: E402
+from orchestrator.embedded_redis import EmbeddedRedis
+from orchestrator.embedded_workers import WorkerProcesses
 
 POLL_S = 0.05
 WORKER_STEPS = (1, 1, 2)  # processes added before each measurement: 1, 2, 4 in total

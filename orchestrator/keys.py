@@ -29,6 +29,7 @@ key                                        type        what, TTL
 {p}:beat:*                                 (redbeat)   schedule entries of Schedule Trigger nodes; kept in
                                                        step with stored graphs (stale entries deleted)
 {p}:agno:*                                 (agno)      agent sessions and runs (history); retention
+                                                       (table in nodes/_ai/storage.py)
 {p}:hooks                                  hash        webhook path -> graph id (kept with the graphs)
 {p}:graph:{gid}:runs                       zset        run id -> created_at; trimmed with retention
 =========================================  ==========  ==============================================

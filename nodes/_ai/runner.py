@@ -38,6 +38,7 @@ _BULKY = frozenset({
 })
 CANCEL_GRACE_S = 1.0  # how long a cancelled node lets Agno wind its run down itself
 _END = object()  # end-of-stream marker on the pump queue
+_BACKGROUND: set[asyncio.Future[None]] = set()  # wind-downs in flight (the loop holds weak refs)
 
 
 def agno_run_id(ctx: FlowContext) -> str:
@@ -102,11 +103,23 @@ class AgnoStream:
         self.requirements: list[dict[str, Any]] = []
         self.tool_calls: list[dict[str, Any]] = []
         self._error: str | None = None
+        self._stopping: asyncio.Future[None] | None = None
         self._tool_errors: list[str] = []
 
     async def events(self, stream: AsyncIterator[Any]) -> AsyncIterator[NodeEvent]:
         queue: asyncio.Queue[Any] = asyncio.Queue()
         pump = asyncio.ensure_future(_pump(stream, queue))
+        # A consumer cancelled while it handles an event (not while it waits on the
+        # queue) leaves this generator suspended at its yield; its task's end still stops
+        # the Agno run rather than waiting for the generator to be collected.
+        consumer = asyncio.current_task()
+
+        def on_consumer_done(_task: Any) -> None:
+            if not pump.done():
+                self._stop(pump)
+
+        if consumer is not None:
+            consumer.add_done_callback(on_consumer_done)
         ended = False
         try:
             while (ev := await queue.get()) is not _END:
@@ -118,10 +131,12 @@ class AgnoStream:
                     yield node_event
             ended = True
         finally:
+            if consumer is not None:
+                consumer.remove_done_callback(on_consumer_done)
             if ended:
                 await asyncio.gather(pump, return_exceptions=True)
             else:  # cancelled or closed mid-stream
-                await self._wind_down(pump)
+                await asyncio.shield(self._stop(pump))
         self._raise_outcome()
 
     def _observe(self, ev: Any) -> NodeEvent | None:
@@ -173,6 +188,14 @@ class AgnoStream:
                 json_safe(content))
         metrics = getattr(ev, "metrics", None)
         self.tokens_used = int(getattr(metrics, "total_tokens", 0) or 0)
+
+    def _stop(self, pump: asyncio.Future[None]) -> asyncio.Future[None]:
+        """Start winding the Agno run down (once); the future of that."""
+        if self._stopping is None:
+            self._stopping = asyncio.ensure_future(self._wind_down(pump))
+            _BACKGROUND.add(self._stopping)
+            self._stopping.add_done_callback(_BACKGROUND.discard)
+        return self._stopping
 
     async def _wind_down(self, pump: asyncio.Future[None]) -> None:
         """Cancel the Agno run: ask Agno, wait ``CANCEL_GRACE_S``, then cancel the pump."""

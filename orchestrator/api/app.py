@@ -7,7 +7,11 @@ Routers (one concern each): ``graphs``, ``runs``, ``events`` (SSE), ``triggers``
 ``Settings.max_body_bytes`` get a 413 (``limits.py``).
 
 State lives only in Redis (``Settings.redis_url``), so several API processes can serve
-the same graphs and runs.
+the same graphs and runs. The Redis client this function builds has a blocking pool of
+``Settings.redis_max_connections``: a burst of requests waits for a connection (up to
+``POOL_WAIT_S``, then 503) instead of failing. SSE streams hold no pooled connection:
+the process's ``EventHub`` (``app.state.event_hub``) reads each followed run once, on a
+connection of its own, and is stopped at shutdown.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 
 from orchestrator.kernel.registry import Registry
 from orchestrator.settings import Settings, get_settings
@@ -25,6 +29,17 @@ from . import errors, events, graphs, health, nodes, runs, triggers
 from .auth import require_key
 from .limits import BodyLimit
 from .services import Dispatch, RunStoreApi, Services
+
+DEFAULT_REDIS_MAX_CONNECTIONS = 512
+POOL_WAIT_S = 10.0  # a request waits this long for a pooled Redis connection, then 503
+
+
+def redis_client(settings: Settings, url: str) -> Redis:
+    """The app's client: a blocking pool of ``Settings.redis_max_connections`` (a
+    ``max_connections`` option in the URL wins)."""
+    size = int(getattr(settings, "redis_max_connections", DEFAULT_REDIS_MAX_CONNECTIONS))
+    pool = BlockingConnectionPool.from_url(url, decode_responses=True, max_connections=size, timeout=POOL_WAIT_S)
+    return Redis.from_pool(pool)
 
 
 def create_app(
@@ -44,13 +59,14 @@ def create_app(
             raise RuntimeError(
                 "the API needs REDIS_URL (the `orchestrator serve` command starts an embedded Redis when it is unset)"
             )
-        redis = Redis.from_url(settings.redis_url, decode_responses=True)
+        redis = redis_client(settings, settings.redis_url)
         owned.append(redis)
     if registry is None:
         from orchestrator.plugins import get_registry
 
         registry = get_registry()
     services = Services(settings, redis, registry, run_store=run_store, dispatch=dispatch)
+    hub = events.make_hub(services)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -60,6 +76,7 @@ def create_app(
             start_background_sweeper(app.state)
         yield
         await stop_background_sweeper(app.state)
+        await hub.close()
         for client in owned:
             await client.aclose()
 
@@ -70,6 +87,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.services = services
+    app.state.event_hub = hub
     errors.install(app)
     app.add_middleware(BodyLimit, max_body_bytes=settings.max_body_bytes)
     guarded = [Depends(require_key)]

@@ -13,6 +13,9 @@ other ``RunError`` (e.g. nothing to approve)     409
 request body not JSON                           400
 request body of the wrong shape                 422
 other ``OrchestratorError``                     400
+Redis unreachable or too slow (redis-py         503
+``ConnectionError``/``TimeoutError``, incl. a
+pool with no free connection)
 ==============================================  ======
 
 Every error body is ``{"error": {"type", "code", "message", ...locators}}``: the
@@ -26,6 +29,8 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from orchestrator.kernel.errors import (
@@ -109,7 +114,22 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"error": body}, status_code=exc.status_code, headers=exc.headers)
 
 
+STORE_RETRY_AFTER_S = 1
+
+
+async def _store_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    """Redis is down, unreachable or saturated: the request may succeed if retried."""
+    body = {
+        "type": "StoreUnavailable",
+        "code": "store_unavailable",
+        "message": f"the state store (Redis) is unavailable: {type(exc).__name__}: {exc}; retry shortly",
+    }
+    return JSONResponse({"error": body}, status_code=503, headers={"Retry-After": str(STORE_RETRY_AFTER_S)})
+
+
 def install(app: FastAPI) -> None:
     app.add_exception_handler(OrchestratorError, _orchestrator_error)
+    app.add_exception_handler(RedisConnectionError, _store_unavailable)
+    app.add_exception_handler(RedisTimeoutError, _store_unavailable)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)

@@ -3,14 +3,21 @@
 Contract:
 
 * replay starts after the ``Last-Event-ID`` header, else ``?after=``, else the beginning;
-  then the live tail (``XREAD BLOCK``); every durable event carries ``id:`` = its stream
-  id, so a reconnect with ``Last-Event-ID`` gets each event exactly once, in order;
+  then the live tail; every durable event carries ``id:`` = its stream id, so a
+  reconnect with ``Last-Event-ID`` gets each event exactly once, in order;
+* the process's ``EventHub`` (``app.state.event_hub``) serves every stream: one Redis
+  reader per run however many clients follow it, and no pooled Redis connection held
+  while a client waits (see ``event_hub.py``);
 * ``event:`` is the event type and ``data:`` the NodeEvent JSON (``?format=chat``: the
   chat protocol messages of each event, the stream id on the last one of each event);
 * keep-alive comments every ``Settings.sse_ping_s`` (no ``id:``, so resume is unaffected);
 * the stream ends after the run's terminal event, or once the run is over and nothing
   is left to read (e.g. a reconnect after the terminal event);
-* a disconnect only stops this reader; the run goes on.
+* a disconnect only stops this client's stream; the run goes on. A client too slow to
+  keep up is cut off (the stream ends without a terminal event) and resumes with
+  ``Last-Event-ID``, losing nothing.
+
+``follow`` is the same sequence for in-process callers that need no fan-out.
 """
 
 from __future__ import annotations
@@ -24,19 +31,16 @@ from fastapi import APIRouter, Depends, Query, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from orchestrator import metrics
-from orchestrator.kernel.errors import ParameterError
+from orchestrator.kernel.errors import ParameterError, RunNotFoundError
 from orchestrator.kernel.protocol import EventType, NodeEvent
 from orchestrator.kernel.store import RunStatus
 
+from .event_hub import BATCH, BLOCK_MS, Delivery, EventHub
 from .services import RunStoreApi, Services, get_services
 
 router = APIRouter(tags=["events"])
 
 STREAM_ID = re.compile(r"^\d{1,20}(-\d{1,20})?$")
-# One XREAD waits at most this long before the run status is re-checked; below the
-# Redis client's socket timeout (5 s by default), which would cut a longer block.
-BLOCK_MS = 2_000
-BATCH = 200
 
 
 def start_id(header: str | None, after: str | None) -> str:
@@ -78,23 +82,43 @@ def chat_events(event: NodeEvent) -> list[dict[str, Any]]:
     return messages
 
 
-async def frames(store: RunStoreApi, run_id: str, after: str, fmt: str) -> AsyncIterator[ServerSentEvent]:
+def make_hub(services: Services) -> EventHub:
+    """The process's hub over the app's Redis; a run is over once terminal or expired."""
+    store = services.runs
+
+    async def run_over(run_id: str) -> bool:
+        try:
+            return (await store.get_run(run_id)).status in RunStatus.TERMINAL
+        except RunNotFoundError:
+            return True
+
+    return EventHub(services.redis, services.keys, run_over)
+
+
+async def frames(hub: EventHub, run_id: str, after: str, fmt: str) -> AsyncIterator[ServerSentEvent]:
     metrics.SSE_STREAMS.inc()
     try:
-        async for stream_id, event in follow(store, run_id, after):
+        async for delivery in hub.subscribe(run_id, after):
             if fmt == "chat":
-                messages = chat_events(event)
-                for i, message in enumerate(messages):
-                    last = i == len(messages) - 1
-                    yield ServerSentEvent(
-                        data=json.dumps(message),
-                        event=str(message.get("type", "message")),
-                        id=stream_id if last else None,
-                    )
+                for frame in chat_frames(delivery):
+                    yield frame
             else:
-                yield ServerSentEvent(data=json.dumps(event.to_json()), event=event.event_type, id=stream_id)
+                yield ServerSentEvent(data=delivery.json, event=delivery.event.event_type, id=delivery.stream_id)
     finally:
         metrics.SSE_STREAMS.dec()  # synchronous: an await here would be cancelled on disconnect
+
+
+def chat_frames(delivery: Delivery) -> list[ServerSentEvent]:
+    """The chat protocol messages of one event; the stream id on the last one."""
+    messages = chat_events(delivery.event)
+    return [
+        ServerSentEvent(
+            data=json.dumps(message),
+            event=str(message.get("type", "message")),
+            id=delivery.stream_id if i == len(messages) - 1 else None,
+        )
+        for i, message in enumerate(messages)
+    ]
 
 
 @router.get("/runs/{run_id}/events", response_class=EventSourceResponse)
@@ -109,7 +133,7 @@ async def run_events(
     cursor = start_id(request.headers.get("last-event-id"), after)
     await services.runs.get_run(run_id)  # 404 before the stream starts
     return EventSourceResponse(
-        frames(services.runs, run_id, cursor, format),
+        frames(request.app.state.event_hub, run_id, cursor, format),
         ping=services.settings.sse_ping_s,
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

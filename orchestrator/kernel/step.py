@@ -118,13 +118,16 @@ async def _drive(executor: Any, data: dict[str, Any], inputs: dict[str, DataValu
     produced = executor.execute(data, inputs, ctx)
     if inspect.isasyncgen(produced):
         result: ExecutionResult | None = None
-        async for item in produced:
-            if isinstance(item, ExecutionResult):
-                result = item
-            elif isinstance(item, NodeEvent):
-                await sink(item)
-            else:
-                raise TypeError(f"execute yielded {type(item).__name__}; expected NodeEvent or ExecutionResult")
+        try:
+            async for item in produced:
+                if isinstance(item, ExecutionResult):
+                    result = item
+                elif isinstance(item, NodeEvent):
+                    await sink(item)
+                else:
+                    raise TypeError(f"execute yielded {type(item).__name__}; expected NodeEvent or ExecutionResult")
+        finally:
+            await produced.aclose()  # a cancelled or failed stream closes its resources now
         if result is None:
             raise TypeError("execute stream ended without an ExecutionResult")
         return result

@@ -32,8 +32,7 @@ async def test_three_turns_on_fresh_agents_share_history_through_redis(redis_url
     assert "Reply #3 to: third (history: 2 earlier turns)" in responses[2]
     client = redis.Redis.from_url(redis_url)
     keys = [k.decode() for k in client.keys("orc:agno*")]
-    # Agno's own index sets (":index:") carry no TTL: a known gap, see the report.
-    no_ttl = [k for k in keys if ":index:" not in k and not 0 < client.ttl(k) <= 600]
+    no_ttl = [k for k in keys if not 0 < client.ttl(k) <= 600]
     assert keys and no_ttl == [], f"agno keys without a TTL: {no_ttl}"
     client.close()
     other = make_ctx(run_id="run-x", session_id="chat-other", services=services)

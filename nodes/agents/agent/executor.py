@@ -10,6 +10,9 @@ A tool that needs approval pauses the node: an ``approval_requested`` agent_even
 "approve"|"reject", "arguments": {...}, "note": ...}`` a new Agent built the same way
 continues the stored Agno run.
 
+When the kernel cancels the node (the run ended, or the node timed out) the Agno run is
+cancelled with it and its MCP connections close (see :class:`~nodes._ai.runner.AgnoStream`).
+
 ``materialize("agent")``: a :class:`~nodes._ai.builder.SubAgent` (a Team member).
 """
 

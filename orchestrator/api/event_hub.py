@@ -1,0 +1,302 @@
+"""``EventHub``: one Redis Stream reader per run per API process, fanned out in memory.
+
+One hub lives on ``app.state`` for the life of the process. Contract:
+
+* For each run with at least one live subscriber, ONE reader task does ``XREAD BLOCK``
+  on the run's stream (``Keys.events``) from the last id it saw, on a connection of its
+  own (never one of the shared pool, so any number of streams leaves the pool free for
+  short calls), and puts every entry into each subscriber's bounded queue. The reader
+  stops when its last subscriber leaves, after the run's terminal event, or once the run
+  is over (or gone) and nothing is left to read; its subscribers' streams then end.
+* :meth:`EventHub.subscribe` yields ``Delivery`` items (stream id, event, JSON) after a
+  given stream id, each exactly once and in stream order, until the terminal event.
+  It joins race-free: the queue is registered first, the reader's start id is known
+  before the history is read, history is replayed with short ``XRANGE`` pages (a pooled
+  connection only for the call), then the queue is drained skipping ids <= the last
+  replayed one. Replay and tail therefore meet with no gap and no duplicate.
+* A subscriber whose queue overflows (it reads slower than the run writes) is dropped:
+  its iteration ends early, without the terminal event. An SSE client then reconnects
+  with ``Last-Event-ID`` and loses nothing, since the stream is the source of truth.
+* A Redis error in a reader ends its subscribers' iterations the same way (reconnect).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from redis.asyncio import ConnectionPool, Redis
+from redis.exceptions import RedisError
+
+from orchestrator.kernel.protocol import EventType, NodeEvent
+from orchestrator.keys import Keys
+
+log = logging.getLogger(__name__)
+
+# One XREAD waits at most this long before the run status is re-checked; below the
+# Redis client's socket timeout (5 s by default), which would cut a longer block.
+BLOCK_MS = 2_000
+BATCH = 200
+# Deliveries a subscriber may fall behind before it is dropped. Items are shared
+# between subscribers, so a full queue costs pointers, not copies.
+QUEUE_SIZE = 2_000
+
+RunOver = Callable[[str], Awaitable[bool]]  # run id -> is it over (terminal or gone)?
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One stream entry as every subscriber of the run receives it (the same object)."""
+
+    stream_id: str
+    event: NodeEvent
+
+    @cached_property
+    def json(self) -> str:
+        """The event's JSON, serialized once however many subscribers send it."""
+        return json.dumps(self.event.to_json())
+
+    @property
+    def terminal(self) -> bool:
+        return self.event.event_type in EventType.TERMINAL
+
+
+class _End:
+    """Queued after the last delivery of a channel: the iteration ends here."""
+
+
+END = _End()
+
+
+@dataclass(eq=False)
+class _Subscriber:
+    queue: asyncio.Queue[Delivery | _End]
+    dropped: bool = False
+
+
+@dataclass(eq=False)
+class _Channel:
+    run_id: str
+    subscribers: set[_Subscriber] = field(default_factory=set)
+    started: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    task: asyncio.Task[None] | None = None
+    reads: int = 0  # XREAD calls made by this channel's reader
+
+
+def stream_id_after(stream_id: str) -> str:
+    """The smallest stream id greater than ``stream_id`` (an inclusive XRANGE start)."""
+    ms, _, seq = stream_id.partition("-")
+    return f"{int(ms)}-{int(seq or 0) + 1}"
+
+
+def _parse(entries: list[Any]) -> list[Delivery]:
+    return [Delivery(entry_id, NodeEvent.from_json(json.loads(fields["e"]))) for entry_id, fields in entries]
+
+
+class EventHub:
+    """Fans each run's Redis Stream out to the subscribers in this process.
+
+    ``redis`` is the app's client (``decode_responses=True``); its pool serves the short
+    calls (XREVRANGE, XRANGE) and its connection settings the readers' own connections.
+    ``run_over(run_id)`` answers whether a run is over (terminal status, or expired).
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        keys: Keys,
+        run_over: RunOver,
+        *,
+        queue_size: int = QUEUE_SIZE,
+        block_ms: int = BLOCK_MS,
+        batch: int = BATCH,
+    ) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.run_over = run_over
+        self.queue_size = queue_size
+        self.block_ms = block_ms
+        self.batch = batch
+        self._channels: dict[str, _Channel] = {}
+        self.dropped = 0  # subscribers dropped for falling behind, since start
+
+    # -- introspection (metrics, tests) -----------------------------------------------
+
+    @property
+    def readers(self) -> int:
+        """Reader tasks running now (one per run with subscribers)."""
+        return sum(1 for c in self._channels.values() if c.task is not None and not c.task.done())
+
+    def subscribers(self, run_id: str) -> int:
+        channel = self._channels.get(run_id)
+        return 0 if channel is None else len(channel.subscribers)
+
+    def reads(self, run_id: str) -> int:
+        """XREAD calls made by the run's current reader (0 when none)."""
+        channel = self._channels.get(run_id)
+        return 0 if channel is None else channel.reads
+
+    # -- subscribing --------------------------------------------------------------------
+
+    async def subscribe(self, run_id: str, after: str = "0-0") -> AsyncIterator[Delivery]:
+        """Deliveries after stream id ``after``, in order, each once, to the terminal one."""
+        subscriber = _Subscriber(asyncio.Queue(self.queue_size))
+        channel = self._join(run_id, subscriber)
+        try:
+            await asyncio.shield(channel.started)  # the reader's start id is fixed first
+            last = after
+            async for delivery in self._replay(run_id, after):
+                last = delivery.stream_id
+                yield delivery
+                if delivery.terminal:
+                    return
+            seen = _StreamIdFloor(last)
+            while True:
+                item = await subscriber.queue.get()
+                if isinstance(item, _End):
+                    return
+                if seen.passes(item.stream_id):
+                    yield item
+                    if item.terminal:
+                        return
+        finally:
+            reader = self._leave(channel, subscriber)
+            if reader is not None and not reader.done():
+                # The last one out waits for the reader to close its connection (not
+                # cancellation-proof, and need not be: the reader closes it regardless).
+                await asyncio.wait([reader])
+
+    def _join(self, run_id: str, subscriber: _Subscriber) -> _Channel:
+        channel = self._channels.get(run_id)
+        if channel is None:
+            channel = _Channel(run_id)
+            self._channels[run_id] = channel
+            channel.task = asyncio.create_task(self._read(channel), name=f"event-hub:{run_id}")
+        channel.subscribers.add(subscriber)
+        return channel
+
+    def _leave(self, channel: _Channel, subscriber: _Subscriber) -> asyncio.Task[None] | None:
+        """Unregister; the reader (stopped) if this was its last subscriber."""
+        # Synchronous: it runs in a generator's finally, where an await may be cancelled.
+        channel.subscribers.discard(subscriber)
+        if channel.subscribers:
+            return None
+        if self._channels.get(channel.run_id) is channel:
+            del self._channels[channel.run_id]
+            if channel.task is not None:
+                channel.task.cancel()
+        return channel.task
+
+    async def _replay(self, run_id: str, after: str) -> AsyncIterator[Delivery]:
+        key, start = self.keys.events(run_id), stream_id_after(after)
+        while True:
+            entries: Any = await self.redis.xrange(key, min=start, max="+", count=self.batch)
+            for delivery in _parse(entries or []):
+                yield delivery
+            if not entries or len(entries) < self.batch:
+                return
+            start = stream_id_after(entries[-1][0])
+
+    # -- the reader ---------------------------------------------------------------------
+
+    async def _read(self, channel: _Channel) -> None:
+        key = self.keys.events(channel.run_id)
+        client = self._dedicated_client()
+        try:
+            newest: Any = await self.redis.xrevrange(key, count=1)
+            last = newest[0][0] if newest else "0-0"
+            channel.started.set_result(None)
+            block: int | None = None  # the first read never waits: a finished run ends at once
+            while True:
+                channel.reads += 1
+                reply: Any = await client.xread({key: last}, count=self.batch, block=block)
+                batch = _parse(reply[0][1]) if reply else []
+                if batch:
+                    last = batch[-1].stream_id
+                    if self._fan_out(channel, batch):
+                        return
+                    block = None
+                    continue
+                if await self.run_over(channel.run_id):
+                    # Over, and its terminal event is behind the cursor (or trimmed): drain and end.
+                    reply = await client.xread({key: last}, count=self.batch)
+                    self._fan_out(channel, _parse(reply[0][1]) if reply else [])
+                    return
+                block = self.block_ms
+        except RedisError:
+            log.warning(
+                "event stream reader of run %s failed; its subscribers reconnect", channel.run_id, exc_info=True
+            )
+        finally:
+            self._close(channel)
+            await client.aclose()
+
+    def _fan_out(self, channel: _Channel, batch: list[Delivery]) -> bool:
+        """Queue ``batch`` to every subscriber; True once the run's terminal event passed."""
+        for delivery in batch:
+            for subscriber in list(channel.subscribers):
+                try:
+                    subscriber.queue.put_nowait(delivery)
+                except asyncio.QueueFull:
+                    self._drop(channel, subscriber)
+            if delivery.terminal:
+                return True
+        return False
+
+    def _drop(self, channel: _Channel, subscriber: _Subscriber) -> None:
+        log.warning("dropping a subscriber of run %s: %d deliveries behind", channel.run_id, self.queue_size)
+        self.dropped += 1
+        subscriber.dropped = True
+        channel.subscribers.discard(subscriber)
+        while not subscriber.queue.empty():
+            subscriber.queue.get_nowait()
+        subscriber.queue.put_nowait(END)
+
+    def _close(self, channel: _Channel) -> None:
+        """The reader is done: new subscribers get a new channel, current ones end."""
+        if self._channels.get(channel.run_id) is channel:
+            del self._channels[channel.run_id]
+        if not channel.started.done():
+            channel.started.set_result(None)
+        for subscriber in list(channel.subscribers):
+            try:
+                subscriber.queue.put_nowait(END)
+            except asyncio.QueueFull:
+                self._drop(channel, subscriber)
+
+    def _dedicated_client(self) -> Redis:
+        """A client with one connection of its own, for blocking reads."""
+        pool = self.redis.connection_pool
+        own = ConnectionPool(connection_class=pool.connection_class, max_connections=1, **pool.connection_kwargs)
+        return Redis.from_pool(own)
+
+    async def close(self) -> None:
+        """Stop every reader (app shutdown); their subscribers' iterations end."""
+        tasks = [c.task for c in self._channels.values() if c.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class _StreamIdFloor:
+    """Passes stream ids strictly above the last one seen, raising the floor each time."""
+
+    def __init__(self, last: str) -> None:
+        self.floor = _key(last)
+
+    def passes(self, stream_id: str) -> bool:
+        key = _key(stream_id)
+        if key <= self.floor:
+            return False
+        self.floor = key
+        return True
+
+
+def _key(stream_id: str) -> tuple[int, int]:
+    ms, _, seq = stream_id.partition("-")
+    return int(ms), int(seq or 0)
