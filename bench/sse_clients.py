@@ -174,18 +174,18 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=1000)
     parser.add_argument("--events", type=int, default=100)
     parser.add_argument("--interval-ms", type=float, default=50.0)
-    parser.add_argument("--api-redis-max-connections", type=int, default=None,
-                        help="the API's Redis pool size, set in its REDIS_URL (default clients + 100; "
-                             "0 = redis-py's default of 100). The API then cannot dispatch (kombu rejects "
-                             "the URL option), so this script starts the run itself.")
+    parser.add_argument("--api-redis-max-connections", type=int, default=0,
+                        help="the API's Redis pool size, set in its REDIS_URL (default 0: the API's own "
+                             "pool, Settings.redis_max_connections; SSE streams hold no pooled connection). "
+                             "With a value the API cannot dispatch (kombu rejects the URL option), so this "
+                             "script starts the run itself.")
     parser.add_argument("--start-delay-s", type=float, default=20.0,
                         help="the node waits this long before its first event (clients connect meanwhile)")
     args = parser.parse_args()
-    # Each client costs one socket here and, in the API, one socket plus one Redis connection.
+    # Each client costs one socket here and one in the API (the API reads each run once).
     fd_limit = raise_fd_limit(4 * args.clients + 1024)
     started = time.monotonic()
-    pool = args.clients + 100 if args.api_redis_max_connections is None else args.api_redis_max_connections
-    with system(workers=1, concurrency=1, api_redis_max_connections=pool or None) as sys_:
+    with system(workers=1, concurrency=1, api_redis_max_connections=args.api_redis_max_connections or None) as sys_:
         result = asyncio.run(measure(sys_["api"], sys_["redis"].url, sys_["pack"], args.clients,
                                      args.events, args.interval_ms, args.start_delay_s))
         result["api_redis_url"] = sys_["api"].redis_url

@@ -29,14 +29,23 @@ EVENT_STATUS = {
     EventType.STARTED: "running", EventType.RETRY: "retrying", EventType.COMPLETED: "succeeded",
     EventType.ERROR: "failed", EventType.SKIPPED: "skipped",
 }
-TOKEN_KEYS = ("delta", "token", "text", "content")  # where a streamed text chunk may sit
+TOKEN_KEYS = ("delta", "token", "text")  # where a progress event's text chunk may sit
+CONTENT_EVENT_SUFFIX = "RunContent"  # agent_event kinds whose "content" is a text delta
 PREVIEW_CHARS = 100
 STREAM_LINES = 8
 
 
 def token_text(event: NodeEvent) -> str | None:
     """The text chunk an event streams, if it is a token-like progress/agent event."""
-    if event.event_type not in (EventType.PROGRESS, EventType.AGENT_EVENT) or not event.data:
+    if not event.data:
+        return None
+    if event.event_type == EventType.AGENT_EVENT:
+        content = event.data.get("content")
+        kind = str(event.data.get("event", ""))
+        if kind.endswith(CONTENT_EVENT_SUFFIX) and isinstance(content, str) and content:
+            return content
+        return None
+    if event.event_type != EventType.PROGRESS:
         return None
     for key in TOKEN_KEYS:
         value = event.data.get(key)
@@ -100,7 +109,9 @@ class RunConsole:
         line = Text.assemble((t, "dim"), " ", (f"{event.event_type:<14}", style), " ", who)
         if event.attempt > 1:
             line.append(f" (attempt {event.attempt})", style="magenta")
-        if event.data:
+        if event.event_type == EventType.AGENT_EVENT and event.data:
+            line.append(f"  {event.data.get('event', '')}", style="cyan")
+        elif event.data:
             detail: Any = event.data.get("error") or event.data.get("message") or event.data
             if isinstance(detail, dict) and isinstance(detail.get("outputs"), dict):
                 detail = {port: dv.get("value") if isinstance(dv, dict) else dv

@@ -30,6 +30,9 @@ class Settings(BaseSettings):
     run_deadline_s: float = 3600.0  # a run still active after this is ended timed_out (per-graph override)
     cancel_poll_s: float = 0.2  # how often a running node checks whether its run was cancelled
     worker_concurrency: int = 2
+    # A node task runs its first ready successor in the same task for up to this long
+    # (saves a broker hop on cheap linear chains); 0 turns fusion off.
+    fuse_budget_s: float = 0.25
     sweep_period_s: float = 5.0  # how often the sweeper looks for timed-out runs and lost nodes
     max_node_reclaims: int = 3  # a node whose worker died more often than this fails the run
     undispatched_grace_s: float = 10.0  # a ready node not dispatched for this long is dispatched by the sweeper
@@ -46,6 +49,7 @@ class Settings(BaseSettings):
     api_port: int = 8000
     max_body_bytes: int = 2 * 1024 * 1024
     sse_ping_s: float = 15.0
+    redis_max_connections: int = 512  # the API's Redis pool (blocking: a burst waits, then 503); SSE streams use none
     api_run_sweeper: bool = True  # each API process also runs the (lock-guarded) sweeper
 
     # -- models / agents -------------------------------------------------------------

@@ -213,8 +213,12 @@ class RedisRunStore(RunStore):
         lease_ms = max(1, int(lease_s * 1000))
         args = [node_id, worker_id, lease_ms, *variants]
         reply = await self._call("claim", run_id, args, node_id)
-        kind, claims, *pending = reply
-        return Claim(kind=kind, claims=int(claims), pending_dispatch=list(pending))
+        kind, claims, *rest = reply
+        if kind == "run":
+            run_input, session_id, resume = rest
+            return Claim(kind="run", claims=int(claims), run_input=json.loads(run_input),
+                         session_id=session_id or None, resume=json.loads(resume) if resume else None)
+        return Claim(kind=kind, claims=int(claims), pending_dispatch=list(rest))
 
     async def renew_lease(
         self, run_id: str, node_id: str, *, worker_id: str, lease_s: float

@@ -7,6 +7,13 @@ tells the step function the node already finished, and the step returns only the
 successors not yet marked dispatched, which are sent again (a crash between completing and
 dispatching loses nothing).
 
+Fusion (continuation): while the task has run for less than ``FUSE_BUDGET_S``, the first
+ready successor runs in this same task instead of taking a Celery round trip; the others
+are dispatched at once, so parallel branches still spread over the workers. A fused node
+is marked dispatched only after it ran: if this worker dies meanwhile, the redelivered
+message of the node it started from finds that node done and dispatches the fused one
+again (whose claim is taken over once its lease expired).
+
 A Redis outage while the step runs is retried by Celery a few times (the message is not
 lost); every other failure of a node is the step function's business and ends as node
 state and events, never as a Celery failure.
@@ -15,6 +22,7 @@ state and events, never as a Celery failure.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from celery import Task
@@ -33,24 +41,45 @@ log = logging.getLogger("workers.tasks")
 
 INFRA_RETRIES = 5
 INFRA_RETRY_DELAY_S = 1.0
+# A task keeps running ready successors itself while it is younger than this (0 = never):
+# a short linear run of cheap nodes then costs no broker round trip per node.
+FUSE_BUDGET_S = 0.25
 
 
-async def step_and_dispatch(run_id: str, node_id: str) -> StepOutcome:
-    """Run one node step in this process, then dispatch its ready successors."""
+async def _step(run_id: str, node_id: str) -> StepOutcome:
     state = process_state()
     outcome = await run_step(
-        state.store,
-        state.registry,
-        run_id,
-        node_id,
-        worker_id=state.worker_id,
-        services=state.services,
-        artifacts=state.artifacts,
-        options=state.options,
+        state.store, state.registry, run_id, node_id, worker_id=state.worker_id,
+        services=state.services, artifacts=state.artifacts, options=state.options,
     )
-    if outcome.ready:
-        send_nodes(celery_app, run_id, outcome.ready)
-        await state.store.mark_dispatched(run_id, outcome.ready)
+    log.info("node step run=%s node=%s status=%s ran=%s ready=%s",
+             run_id, node_id, outcome.status, outcome.ran, outcome.ready)
+    return outcome
+
+
+async def step_and_dispatch(run_id: str, node_id: str, *,
+                            fuse_budget_s: float | None = None) -> StepOutcome:
+    """Run one node step in this process, then its ready successors: the first one here
+    (within the fusion budget, default ``Settings.fuse_budget_s``), the rest as node tasks."""
+    state = process_state()
+    store = state.store
+    if fuse_budget_s is None:
+        fuse_budget_s = float(getattr(state.settings, "fuse_budget_s", FUSE_BUDGET_S))
+    began = time.monotonic()
+    outcome = await _step(run_id, node_id)
+    fused: list[str] = []
+    while outcome.ready:
+        keep = outcome.ready[0] if time.monotonic() - began < fuse_budget_s else None
+        send = outcome.ready[1:] if keep is not None else outcome.ready
+        if send:
+            send_nodes(celery_app, run_id, send)
+            await store.mark_dispatched(run_id, send)
+        if keep is None:
+            break
+        outcome = await _step(run_id, keep)
+        fused.append(keep)
+    if fused:
+        await store.mark_dispatched(run_id, fused)
     return outcome
 
 
@@ -60,12 +89,10 @@ def node_task(self: Task[Any, Any], run_id: str, node_id: str) -> None:
     state = process_state()
     log.debug("node task received run=%s node=%s", run_id, node_id)
     try:
-        outcome: StepOutcome = state.run(step_and_dispatch(run_id, node_id))
+        state.run(step_and_dispatch(run_id, node_id))
     except (RedisConnectionError, RedisTimeoutError) as exc:
         log.warning("redis unavailable run=%s node=%s: %s; retrying", run_id, node_id, exc)
         raise self.retry(exc=exc, countdown=INFRA_RETRY_DELAY_S, max_retries=INFRA_RETRIES) from exc
-    log.info("node step run=%s node=%s status=%s ran=%s ready=%s",
-             run_id, node_id, outcome.status, outcome.ran, outcome.ready)
 
 
 @celery_app.task(name=NOOP_TASK, ignore_result=True)

@@ -30,14 +30,13 @@ from .auth import require_key
 from .limits import BodyLimit
 from .services import Dispatch, RunStoreApi, Services
 
-DEFAULT_REDIS_MAX_CONNECTIONS = 512
 POOL_WAIT_S = 10.0  # a request waits this long for a pooled Redis connection, then 503
 
 
 def redis_client(settings: Settings, url: str) -> Redis:
     """The app's client: a blocking pool of ``Settings.redis_max_connections`` (a
     ``max_connections`` option in the URL wins)."""
-    size = int(getattr(settings, "redis_max_connections", DEFAULT_REDIS_MAX_CONNECTIONS))
+    size = settings.redis_max_connections
     pool = BlockingConnectionPool.from_url(url, decode_responses=True, max_connections=size, timeout=POOL_WAIT_S)
     return Redis.from_pool(pool)
 

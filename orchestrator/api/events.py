@@ -32,11 +32,11 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from orchestrator import metrics
 from orchestrator.kernel.errors import ParameterError, RunNotFoundError
-from orchestrator.kernel.protocol import EventType, NodeEvent
+from orchestrator.kernel.protocol import NodeEvent
 from orchestrator.kernel.store import RunStatus
 
-from .event_hub import BATCH, BLOCK_MS, Delivery, EventHub
-from .services import RunStoreApi, Services, get_services
+from .event_hub import Delivery, EventHub
+from .services import Services, get_services
 
 router = APIRouter(tags=["events"])
 
@@ -51,28 +51,6 @@ def start_id(header: str | None, after: str | None) -> str:
                 raise ParameterError(f"{name} {value!r} is not a stream id like '1700000000000-0'", parameter=name)
             return value.strip()
     return "0-0"
-
-
-async def follow(store: RunStoreApi, run_id: str, after: str) -> AsyncIterator[tuple[str, NodeEvent]]:
-    """(stream id, event) from ``after`` to the terminal event, waiting for live ones."""
-    cursor = after
-    block_ms: int | None = None  # the first read never waits: a finished run replays at once
-    while True:
-        batch = await store.read_events(run_id, after=cursor, count=BATCH, block_ms=block_ms)
-        for stream_id, event in batch:
-            cursor = stream_id
-            yield stream_id, event
-            if event.event_type in EventType.TERMINAL:
-                return
-        if batch:
-            block_ms = None
-            continue
-        if (await store.get_run(run_id)).status in RunStatus.TERMINAL:
-            # Over, and its terminal event is behind the cursor (or trimmed): drain and end.
-            for stream_id, event in await store.read_events(run_id, after=cursor, count=BATCH):
-                yield stream_id, event
-            return
-        block_ms = BLOCK_MS
 
 
 def chat_events(event: NodeEvent) -> list[dict[str, Any]]:

@@ -15,7 +15,6 @@ import hashlib
 import hmac
 import json
 import os
-import time
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -25,7 +24,7 @@ from orchestrator.graph_store import WEBHOOK_NODE_TYPE, webhook_paths
 from orchestrator.kernel.errors import AuthError, GraphError
 from orchestrator.kernel.protocol import EventType
 
-from .events import follow
+from .event_hub import EventHub
 from .launch import launch, nodes_of_type, run_detail
 from .models import ChatMessage
 from .services import Services, get_services
@@ -126,7 +125,7 @@ async def webhook(path: str, request: Request, services: Services = SERVICES) ->
     if data.get("response_mode") != "wait":
         return JSONResponse({"run_id": run_id, "events_url": f"/runs/{run_id}/events"}, status_code=202)
     wait_s = min(float(data.get("wait_timeout_s") or DEFAULT_WAIT_S), MAX_WAIT_S)
-    if await wait_for_end(services, run_id, wait_s):
+    if await wait_for_end(request.app.state.event_hub, run_id, wait_s):
         detail = await run_detail(services, run_id)
         return JSONResponse(
             {
@@ -146,14 +145,14 @@ for _method in WEBHOOK_METHODS:  # one route per method: distinct OpenAPI operat
     hooks.add_api_route("/hooks/{path:path}", webhook, methods=[_method], operation_id=f"webhook_{_method.lower()}")
 
 
-async def wait_for_end(services: Services, run_id: str, timeout_s: float) -> bool:
-    """Follow the run's stream until its terminal event; False after ``timeout_s``."""
+async def wait_for_end(hub: EventHub, run_id: str, timeout_s: float) -> bool:
+    """Follow the run through the process's event hub (no pooled connection held) until
+    its terminal event; False after ``timeout_s``."""
     import anyio
 
-    deadline = time.monotonic() + timeout_s
-    with anyio.move_on_after(max(0.0, deadline - time.monotonic())):
-        async for _sid, event in follow(services.runs, run_id, "0-0"):
-            if event.event_type in EventType.TERMINAL:
+    with anyio.move_on_after(max(0.0, timeout_s)):
+        async for delivery in hub.subscribe(run_id, "0-0"):
+            if delivery.event.event_type in EventType.TERMINAL:
                 return True
         return True  # the stream ended because the run is over
     return False

@@ -172,7 +172,7 @@ def run_command(args: argparse.Namespace) -> int:
     worker_env = {OFFLINE_ENV: "1"} if args.offline else {}
     try:
         with ExitStack() as stack:
-            url = settings.redis_url
+            url = settings.redis_url or None  # an empty REDIS_URL counts as unset
             workers = None
             if url is None:
                 from orchestrator.embedded_redis import EmbeddedRedis

@@ -38,7 +38,7 @@ def celery_argv(args: argparse.Namespace) -> list[str]:
 
 
 def worker_command(args: argparse.Namespace) -> int:
-    if get_settings().redis_url is None:
+    if not get_settings().redis_url:  # unset or empty: never guess a server
         print("error: set REDIS_URL to the broker's URL (e.g. redis://localhost:6379/0)",
               file=sys.stderr)
         return 2

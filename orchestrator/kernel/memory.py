@@ -133,7 +133,8 @@ class MemoryStore(RunStore):
             started.data = {**(started.data or {}),
                             ("resumed" if node_id in run.resumes else "reclaimed"): True}
             await self._append(run, started)
-        return Claim(kind="run", claims=run.claims[node_id])
+        return Claim(kind="run", claims=run.claims[node_id], run_input=run.record.run_input,
+                     session_id=run.record.session_id, resume=run.resumes.get(node_id))
 
     async def renew_lease(self, run_id: str, node_id: str, *, worker_id: str, lease_s: float) -> bool:
         run = self._run(run_id)

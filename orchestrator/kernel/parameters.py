@@ -36,7 +36,8 @@ def resolve_parameter(
             return coerce_parameter(coerce(value, source_socket, target_socket), param.type)
         if param.id in node.data:
             raw = node.data[param.id]
-            return render(raw, scope) if param.expressions else raw
+            # A nested graph's expressions belong to its own nodes, evaluated when it runs.
+            return render(raw, scope) if param.expressions and param.type != "graph" else raw
         return param.default
     except (EvaluationError, CoercionError) as exc:
         raise _context(exc, node, param) from exc

@@ -75,6 +75,8 @@ class RunPlan:
     order: list[str]  # active node ids in topological order
     nodes: dict[str, PlanNode]  # active nodes only
     refs: dict[str, list[str]] = field(default_factory=dict)  # node -> nodes its expressions read
+    # The parsed graph, cached on the plan object by the step function (not serialized).
+    parsed: Any = field(default=None, init=False, repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {

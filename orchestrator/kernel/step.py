@@ -34,11 +34,10 @@ from .registry import NodeType, Registry
 from .retry import backoff_s, is_retryable
 from .runtime import ArtifactCache, GraphRuntime
 from .scheduling import RunPlan
-from .store import NodeCompletion, NodeStatus, RunRecord, RunStatus, RunStore
+from .store import Claim, NodeCompletion, NodeStatus, RunStatus, RunStore
 
 log = logging.getLogger("orchestrator.step")
 
-_GRAPHS: dict[str, Graph] = {}  # run id -> parsed graph snapshot (immutable per run)
 _DEFAULT_ARTIFACTS = ArtifactCache()
 
 
@@ -57,11 +56,10 @@ class StepOptions:
 
 
 def _graph_for(plan: RunPlan) -> Graph:
-    graph = _GRAPHS.get(plan.run_id)
-    if graph is None:
-        if len(_GRAPHS) > 256:
-            _GRAPHS.clear()
-        graph = _GRAPHS[plan.run_id] = parse_graph(plan.graph)
+    """The plan's graph snapshot, parsed once per plan object (stores cache plans)."""
+    if plan.parsed is None:
+        plan.parsed = parse_graph(plan.graph)
+    graph: Graph = plan.parsed
     return graph
 
 
@@ -225,8 +223,7 @@ async def run_step(
     started_at = time.monotonic()
     heartbeat = asyncio.ensure_future(_heartbeat(store, run_id, node_id, worker_id, opts.lease_s))
     try:
-        record = await store.get_run(run_id)
-        completion = await _execute_node(store, registry, plan, graph, node, node_type, record, claim.claims,
+        completion = await _execute_node(store, registry, plan, graph, node, node_type, claim,
                                          event, services, artifacts or _DEFAULT_ARTIFACTS, opts)
     finally:
         heartbeat.cancel()
@@ -241,7 +238,7 @@ async def run_step(
 
 async def _execute_node(
     store: RunStore, registry: Registry, plan: RunPlan, graph: Graph, node: Node, node_type: NodeType,
-    record: RunRecord, claims: int, event: Any, services: dict[str, Any] | None,
+    claim: Claim, event: Any, services: dict[str, Any] | None,
     artifacts: ArtifactCache, opts: StepOptions,
 ) -> NodeCompletion:
     definition = node_type.definition
@@ -253,17 +250,17 @@ async def _execute_node(
         graph.node_by_id[nid].name: main_output(registry.get(graph.node_by_id[nid].type).definition, outputs[nid])
         for nid in plan.refs.get(node.id, []) if nid in outputs
     }
-    scope_input = gathered.scope_input if node.id not in plan.start or gathered.inputs else record.run_input
+    scope_input = gathered.scope_input if node.id not in plan.start or gathered.inputs else claim.run_input
     scope = Scope(input=scope_input, nodes=referenced,
-                  run={"id": plan.run_id, "input": record.run_input, "session_id": record.session_id})
-    resume = await store.get_resume(plan.run_id, node.id) if claims > 1 else None
+                  run={"id": plan.run_id, "input": claim.run_input, "session_id": claim.session_id})
+    resume = claim.resume
 
     async def sink(ev: NodeEvent) -> None:
         await store.append_event(ev)
 
     runtime = GraphRuntime(graph=graph, registry=registry, run_id=plan.run_id, node_id=node.id,
-                           artifacts=artifacts, scope=scope, sink=sink, run_input=record.run_input,
-                           session_id=record.session_id, services=services)
+                           artifacts=artifacts, scope=scope, sink=sink, run_input=claim.run_input,
+                           session_id=claim.session_id, services=services)
     policy = node.settings.retry
     attempt = 1
     while True:

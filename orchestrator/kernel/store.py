@@ -68,6 +68,10 @@ class Claim:
     kind: Literal["run", "done", "busy", "closed"]
     claims: int = 0  # how many times this node was claimed (> 1 after a worker died)
     pending_dispatch: list[str] = field(default_factory=list)
+    # With kind "run": the run's fixed context, so the step reads no run record.
+    run_input: Any = None
+    session_id: str | None = None
+    resume: dict[str, Any] | None = None  # {"payload", "input"} when the node was resumed
 
 
 @dataclass

@@ -55,3 +55,13 @@ def test_run_command_rejects_an_invalid_graph_with_exit_code_2_and_names_the_nod
     assert "UnknownNodeTypeError" in done.stderr
     assert "set_fields" in done.stderr  # the "did you mean" hint
     assert "node x" in done.stderr
+
+
+@pytest.mark.timeout(300)
+def test_run_command_exits_1_when_the_run_fails_and_prints_its_error() -> None:
+    done = run_cli("run", "examples/branch_merge.json", "--input", '"not an object"', "--json",
+                   "--workers", "1")
+    assert done.returncode == 1, done.stderr[-3000:]
+    summary = json.loads(done.stdout.splitlines()[-1])
+    assert summary["status"] == "failed"
+    assert summary["error"]["node_id"] == "check"

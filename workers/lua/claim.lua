@@ -1,7 +1,9 @@
 -- May this worker run the node now? Atomic lease + claim count + first `started` event.
 -- ARGV[6] node id  ARGV[7] worker id  ARGV[8] lease ms
 -- ARGV[9] started event JSON  ARGV[10] the same, data.reclaimed  ARGV[11] data.resumed
--- Returns {kind, claims, pending_dispatch...} with kind run|done|busy|closed.
+-- Returns {kind, claims, pending_dispatch...} with kind run|done|busy|closed; a granted
+-- claim returns {'run', claims, run_input JSON, session_id, resume JSON or ''} so the
+-- step needs no further read of the run record.
 local node, worker = ARGV[6], ARGV[7]
 local status = redis.call('HGET', K_RUN, 'status')
 if not status or not ACTIVE[status] then
@@ -36,4 +38,5 @@ else
   -- the previous holder died (lease expired) or the task was redelivered: say so
   append(ARGV[10])
 end
-return {'run', claims}
+local context = redis.call('HMGET', K_RUN, 'run_input', 'session_id')
+return {'run', claims, context[1] or 'null', context[2] or '', redis.call('HGET', K_RESUME, node) or ''}

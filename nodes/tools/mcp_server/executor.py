@@ -1,20 +1,24 @@
 """MCP Server: materializes an unconnected Agno ``MCPTools``.
 
 The agent's ``arun`` connects it and closes it when the run ends, so no connection
-outlives a node execution (a worker may run any node of any run next). A stdio server
-inherits this process's environment plus ``env``.
+outlives a node execution (a worker may run any node of any run next). A stdio server gets
+the MCP SDK's minimal default environment (PATH, HOME, ...) plus ``env`` — never the
+worker's own environment, which holds secrets.
+
+``agno.tools.mcp`` is imported when a server is materialized, not at discovery: it costs
+seconds of start-up in every worker and CLI process otherwise.
 """
 
 from __future__ import annotations
 
 import json
-import os
-from typing import Any
-
-from agno.tools.mcp import MCPTools
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.kernel.errors import ParameterError
 from orchestrator.kernel.protocol import FlowContext
+
+if TYPE_CHECKING:
+    from agno.tools.mcp import MCPTools
 
 
 def _list(raw: Any, parameter: str, ctx: FlowContext) -> list[str] | None:
@@ -32,6 +36,8 @@ class McpServerExecutor:
 
     async def materialize(self, data: dict[str, Any], output_handle: str,
                           ctx: FlowContext) -> MCPTools:
+        from agno.tools.mcp import MCPTools
+        from mcp.client.stdio import get_default_environment
         transport = str(data.get("transport") or "stdio")
         command = str(data.get("command") or "").strip()
         url = str(data.get("url") or "").strip()
@@ -55,7 +61,7 @@ class McpServerExecutor:
             "exclude_tools": _list(data.get("exclude_tools"), "exclude_tools", ctx),
         }
         if transport == "stdio":
-            full_env = {**os.environ, **{str(k): str(v) for k, v in (env or {}).items()}}
+            full_env = {**get_default_environment(), **{str(k): str(v) for k, v in (env or {}).items()}}
             return MCPTools(command=command, transport="stdio", env=full_env, **common)
         return MCPTools(url=url, transport="streamable-http", **common)
 
