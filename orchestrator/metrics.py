@@ -14,6 +14,7 @@ orchestrator_runs                   gauge      status (runs of that status right
                                                sampled at scrape: active ones only)
 orchestrator_run_finished_total     counter    status (terminal statuses seen by this process)
 orchestrator_node_duration_seconds  histogram  node_type
+orchestrator_node_runs_total        counter    node_type, status (succeeded, failed, waiting)
 orchestrator_queue_depth            gauge      queue (LLEN of the Celery queue)
 orchestrator_events_published_total counter    event_type
 orchestrator_sse_streams            gauge      (open SSE connections in this process)
@@ -51,6 +52,12 @@ NODE_DURATION = Histogram(
     "Node execution time, by node type.",
     ["node_type"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+    registry=REGISTRY,
+)
+NODE_RUNS = Counter(
+    "orchestrator_node_runs",
+    "Node executions that ended, by node type and status.",
+    ["node_type", "status"],
     registry=REGISTRY,
 )
 QUEUE_DEPTH = Gauge(

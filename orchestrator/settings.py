@@ -30,6 +30,8 @@ class Settings(BaseSettings):
     run_deadline_s: float = 3600.0  # a run still active after this is ended timed_out (per-graph override)
     cancel_poll_s: float = 0.2  # how often a running node checks whether its run was cancelled
     worker_concurrency: int = 2
+    # Serve Prometheus metrics of a worker (all its pool processes) on this port; 0 = off.
+    worker_metrics_port: int = 0
     # A node task runs its first ready successor in the same task for up to this long
     # (saves a broker hop on cheap linear chains); 0 turns fusion off.
     fuse_budget_s: float = 0.25

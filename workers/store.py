@@ -30,6 +30,7 @@ from typing import Any, cast
 
 from redis.asyncio import Redis
 
+from orchestrator import metrics
 from orchestrator.kernel.errors import OrchestratorError, RunNotFoundError
 from orchestrator.kernel.protocol import DataValue, EventType, NodeEvent
 from orchestrator.kernel.scheduling import RunPlan
@@ -240,7 +241,9 @@ class RedisRunStore(RunStore):
 
     async def append_event(self, event: NodeEvent) -> str:
         """Append to an existing run's log; returns the stream id ("" if the run is gone)."""
-        return str(await self._call("append", event.run_id, [_event_json(event)]))
+        stream_id = str(await self._call("append", event.run_id, [_event_json(event)]))
+        metrics.EVENTS_PUBLISHED.labels(event_type=event.event_type).inc()
+        return stream_id
 
     async def complete_node(
         self, run_id: str, node_id: str, completion: NodeCompletion
@@ -267,7 +270,10 @@ class RedisRunStore(RunStore):
             skipped_template,
             *(_event_json(e) for e in completion.events),
         ]
-        return list(await self._call("complete", run_id, args, node_id))
+        ready = list(await self._call("complete", run_id, args, node_id))
+        for event in completion.events:
+            metrics.EVENTS_PUBLISHED.labels(event_type=event.event_type).inc()
+        return ready
 
     async def mark_dispatched(self, run_id: str, node_ids: list[str]) -> None:
         if node_ids:

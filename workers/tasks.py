@@ -30,9 +30,11 @@ from celery.signals import worker_init, worker_process_shutdown
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from orchestrator import metrics
 from orchestrator.kernel.step import StepOutcome, run_step
 from orchestrator.plugins import get_registry
 
+from . import metrics_server  # noqa: F401 - connects the worker's metrics signals
 from .app import NODE_TASK, NOOP_TASK, celery_app
 from .dispatch import send_nodes
 from .process_state import process_state, reset
@@ -54,6 +56,9 @@ async def _step(run_id: str, node_id: str) -> StepOutcome:
     )
     log.info("node step run=%s node=%s status=%s ran=%s ready=%s",
              run_id, node_id, outcome.status, outcome.ran, outcome.ready)
+    if outcome.ran:
+        metrics.NODE_DURATION.labels(node_type=outcome.node_type).observe(outcome.duration_s)
+        metrics.NODE_RUNS.labels(node_type=outcome.node_type, status=outcome.status).inc()
     return outcome
 
 

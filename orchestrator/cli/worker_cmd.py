@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 from typing import Any
 
 from orchestrator.settings import get_settings
@@ -44,5 +45,8 @@ def worker_command(args: argparse.Namespace) -> int:
         return 2
     argv = celery_argv(args)
     os.environ.setdefault("AGNO_TELEMETRY", "false")
+    if get_settings().worker_metrics_port and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # every pool process writes its samples here; the main process serves them all
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="orchestrator-metrics-")
     os.execv(argv[0], argv)  # noqa: S606 - argv is built above, no shell
     return 0  # not reached

@@ -46,6 +46,8 @@ class StepOutcome:
     ready: list[str]  # successors to dispatch now
     ran: bool  # the executor was called
     status: str  # node status, or "done" / "busy" / "closed" when it did not run
+    node_type: str = ""
+    duration_s: float = 0.0  # claim to completion, when it ran
 
 
 @dataclass
@@ -233,7 +235,8 @@ async def run_step(
             if ev.event_type == EventType.COMPLETED and ev.data is not None:
                 ev.data["duration_ms"] = round((time.monotonic() - started_at) * 1000, 3)
     ready = await store.complete_node(run_id, node_id, completion)
-    return StepOutcome(ready=ready, ran=True, status=completion.status)
+    return StepOutcome(ready=ready, ran=True, status=completion.status, node_type=node.type,
+                       duration_s=time.monotonic() - started_at)
 
 
 async def _execute_node(

@@ -1,0 +1,45 @@
+"""Prometheus metrics of a worker: every pool process's, served by the main process.
+
+A prefork worker is several processes; each child updates the shared metric objects in
+``orchestrator.metrics``. With ``ORCH_WORKER_METRICS_PORT`` set, ``orchestrator worker``
+points ``PROMETHEUS_MULTIPROC_DIR`` at a fresh folder before Celery starts (so every child
+writes its samples there) and the main process serves them all on that port.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from celery.signals import worker_init, worker_process_shutdown
+
+from orchestrator.settings import get_settings
+
+log = logging.getLogger("workers.metrics")
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+@worker_init.connect
+def _serve_metrics(**_: Any) -> None:
+    port = get_settings().worker_metrics_port
+    if not port:
+        return
+    if not os.environ.get(MULTIPROC_ENV):
+        log.warning("worker metrics need %s (set by `orchestrator worker`); not serving", MULTIPROC_ENV)
+        return
+    from prometheus_client import CollectorRegistry, multiprocess, start_http_server
+
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)
+    start_http_server(port, registry=registry)
+    log.info("worker metrics on :%d", port)
+
+
+@worker_process_shutdown.connect
+def _forget_process(pid: int | None = None, **_: Any) -> None:
+    if os.environ.get(MULTIPROC_ENV):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid or os.getpid())  # type: ignore[no-untyped-call]
