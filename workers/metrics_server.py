@@ -32,7 +32,7 @@ def _serve_metrics(**_: Any) -> None:
     from prometheus_client import CollectorRegistry, multiprocess, start_http_server
 
     registry = CollectorRegistry()
-    multiprocess.MultiProcessCollector(registry)
+    multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     start_http_server(port, registry=registry)
     log.info("worker metrics on :%d", port)
 

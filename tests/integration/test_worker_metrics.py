@@ -37,7 +37,7 @@ def metrics_worker() -> Iterator[tuple[EmbeddedRedis, int]]:
         env = {**os.environ, "REDIS_URL": server.url, "ORCH_WORKER_METRICS_PORT": str(port),
                "ORCH_FUSE_BUDGET_S": "0"}
         env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-        proc = subprocess.Popen(  # noqa: S603 - our own CLI
+        proc = subprocess.Popen(
             [sys.executable, "-m", "orchestrator.cli", "worker", "-c", "2", "--loglevel", "WARNING"],
             env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
