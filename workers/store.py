@@ -24,6 +24,7 @@ import json
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any, cast
@@ -34,7 +35,7 @@ from orchestrator import metrics
 from orchestrator.kernel.errors import OrchestratorError, RunNotFoundError
 from orchestrator.kernel.protocol import DataValue, EventType, NodeEvent
 from orchestrator.kernel.scheduling import RunPlan
-from orchestrator.kernel.store import Claim, NodeCompletion, RunRecord, RunStatus, RunStore
+from orchestrator.kernel.store import Claim, NodeCompletion, NodeStatus, RunRecord, RunStatus, RunStore
 from orchestrator.keys import Keys
 from orchestrator.settings import Settings, get_settings
 
@@ -100,6 +101,7 @@ class RedisRunStore(RunStore):
         self.keys = Keys(self.settings.key_prefix)
         self._scripts = {name: redis.register_script(_lua_source(name)) for name in SCRIPTS}
         self._plans: OrderedDict[str, RunPlan] = OrderedDict()
+        self._event_templates: OrderedDict[str, tuple[str, str]] = OrderedDict()
 
     @classmethod
     def from_url(cls, url: str, settings: Settings | None = None) -> RedisRunStore:
@@ -125,6 +127,20 @@ class RedisRunStore(RunStore):
             repr(time.time()),
         ]
         return await self._scripts[script](keys=keys, args=cast(list[str | int], head + args))
+
+    def _templates(self, run_id: str) -> tuple[str, str]:
+        """(run_completed, skipped) event JSON of a run: the same for every completion
+        (complete.lua fills in the node and the time), so built once per run."""
+        cached = self._event_templates.get(run_id)
+        if cached is None:
+            cached = (
+                self._run_event(run_id, EventType.RUN_COMPLETED, {"status": RunStatus.SUCCEEDED, "error": None}),
+                _event_json(NodeEvent(run_id=run_id, node_id="", node_type="", event_type=EventType.SKIPPED)),
+            )
+            self._event_templates[run_id] = cached
+            while len(self._event_templates) > PLAN_CACHE_SIZE:
+                self._event_templates.popitem(last=False)
+        return cached
 
     def _run_event(self, run_id: str, event_type: str, data: dict[str, Any] | None = None) -> str:
         return _event_json(NodeEvent(run_id=run_id, node_id="", node_type="", event_type=event_type,
@@ -203,7 +219,8 @@ class RedisRunStore(RunStore):
         )
 
     async def claim_node(
-        self, run_id: str, node_id: str, *, worker_id: str, lease_s: float, started: NodeEvent
+        self, run_id: str, node_id: str, *, worker_id: str, lease_s: float, started: NodeEvent,
+        read: Sequence[str] = (),
     ) -> Claim:
         data = started.data or {}
         variants = [
@@ -212,13 +229,18 @@ class RedisRunStore(RunStore):
             _event_json(_with_data(started, {**data, "resumed": True})),
         ]
         lease_ms = max(1, int(lease_s * 1000))
-        args = [node_id, worker_id, lease_ms, *variants]
+        args = [node_id, worker_id, lease_ms, *variants, *read]
         reply = await self._call("claim", run_id, args, node_id)
         kind, claims, *rest = reply
         if kind == "run":
-            run_input, session_id, resume = rest
+            run_input, session_id, resume, *stored = rest
+            outputs = {
+                stored[i]: {port: DataValue.from_json(v) for port, v in json.loads(stored[i + 1]).items()}
+                for i in range(0, len(stored), 2)
+            }
             return Claim(kind="run", claims=int(claims), run_input=json.loads(run_input),
-                         session_id=session_id or None, resume=json.loads(resume) if resume else None)
+                         session_id=session_id or None, resume=json.loads(resume) if resume else None,
+                         outputs=outputs)
         return Claim(kind=kind, claims=int(claims), pending_dispatch=list(rest))
 
     async def renew_lease(
@@ -249,10 +271,7 @@ class RedisRunStore(RunStore):
         self, run_id: str, node_id: str, completion: NodeCompletion
     ) -> list[str]:
         outputs = {port: dv.to_json() for port, dv in completion.outputs.items()}
-        failed = self._run_event(run_id, EventType.RUN_FAILED,
-                                 {"status": RunStatus.FAILED, "error": completion.error})
-        skipped_template = _event_json(NodeEvent(run_id=run_id, node_id="", node_type="",
-                                                 event_type=EventType.SKIPPED))
+        waiting = completion.status == NodeStatus.WAITING
         args: list[Any] = [
             node_id,
             completion.status,
@@ -261,13 +280,13 @@ class RedisRunStore(RunStore):
             "1" if completion.stop_run else "0",
             _dumps(completion.error) if completion.error is not None else "",
             run_id,
-            self._run_event(run_id, EventType.RUN_COMPLETED,
-                            {"status": RunStatus.SUCCEEDED, "error": None}),
-            failed,
-            self._run_event(run_id, EventType.RUN_WAITING,
-                            {"node_id": node_id, "payload": completion.payload or {}}),
+            self._templates(run_id)[0],
+            self._run_event(run_id, EventType.RUN_FAILED, {"status": RunStatus.FAILED, "error": completion.error})
+            if completion.stop_run else "",
+            self._run_event(run_id, EventType.RUN_WAITING, {"node_id": node_id, "payload": completion.payload or {}})
+            if waiting else "",
             _dumps(completion.payload or {}),
-            skipped_template,
+            self._templates(run_id)[1],
             *(_event_json(e) for e in completion.events),
         ]
         ready = list(await self._call("complete", run_id, args, node_id))

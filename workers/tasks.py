@@ -72,7 +72,6 @@ async def step_and_dispatch(run_id: str, node_id: str, *,
         fuse_budget_s = float(getattr(state.settings, "fuse_budget_s", FUSE_BUDGET_S))
     began = time.monotonic()
     outcome = await _step(run_id, node_id)
-    fused: list[str] = []
     while outcome.ready:
         keep = outcome.ready[0] if time.monotonic() - began < fuse_budget_s else None
         send = outcome.ready[1:] if keep is not None else outcome.ready
@@ -81,10 +80,10 @@ async def step_and_dispatch(run_id: str, node_id: str, *,
             await store.mark_dispatched(run_id, send)
         if keep is None:
             break
+        # Run it here: its claim marks it dispatched, so there is nothing to record; a
+        # crash between the completion above and that claim leaves it ready and
+        # undispatched, which the sweeper dispatches.
         outcome = await _step(run_id, keep)
-        fused.append(keep)
-    if fused:
-        await store.mark_dispatched(run_id, fused)
     return outcome
 
 

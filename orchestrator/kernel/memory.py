@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,7 +110,7 @@ class MemoryStore(RunStore):
         return self._run(run_id).record
 
     async def claim_node(self, run_id: str, node_id: str, *, worker_id: str, lease_s: float,
-                         started: NodeEvent) -> Claim:
+                         started: NodeEvent, read: Sequence[str] = ()) -> Claim:
         run = self._run(run_id)
         if run.record.status not in RunStatus.ACTIVE or node_id not in run.plan.nodes:
             return Claim(kind="closed")
@@ -125,6 +125,7 @@ class MemoryStore(RunStore):
         if lease is not None and lease[0] != worker_id and lease[1] > now:
             return Claim(kind="busy", claims=run.claims.get(node_id, 0))
         run.leases[node_id] = (worker_id, now + lease_s)
+        run.state.dispatched.add(node_id)
         run.claims[node_id] = run.claims.get(node_id, 0) + 1
         run.state.status[node_id] = NodeStatus.RUNNING
         if run.claims[node_id] == 1:
@@ -134,7 +135,8 @@ class MemoryStore(RunStore):
                             ("resumed" if node_id in run.resumes else "reclaimed"): True}
             await self._append(run, started)
         return Claim(kind="run", claims=run.claims[node_id], run_input=run.record.run_input,
-                     session_id=run.record.session_id, resume=run.resumes.get(node_id))
+                     session_id=run.record.session_id, resume=run.resumes.get(node_id),
+                     outputs={n: run.outputs[n] for n in read if n in run.outputs})
 
     async def renew_lease(self, run_id: str, node_id: str, *, worker_id: str, lease_s: float) -> bool:
         run = self._run(run_id)

@@ -217,8 +217,10 @@ async def run_step(
         return NodeEvent(run_id=run_id, node_id=node.id, node_type=node.type, node_name=node.name,
                          event_type=event_type, data=data, attempt=attempt)
 
+    sources = [e.source for e in graph.incoming(node.id, "flow")]
+    needed = sorted(set(sources) | set(plan.refs.get(node.id, [])))
     claim = await store.claim_node(run_id, node_id, worker_id=worker_id, lease_s=opts.lease_s,
-                                   started=event(EventType.STARTED))
+                                   started=event(EventType.STARTED), read=needed)
     if claim.kind != "run":
         return StepOutcome(ready=claim.pending_dispatch, ran=False, status=claim.kind)
 
@@ -245,9 +247,7 @@ async def _execute_node(
     artifacts: ArtifactCache, opts: StepOptions,
 ) -> NodeCompletion:
     definition = node_type.definition
-    sources = [e.source for e in graph.incoming(node.id, "flow")]
-    needed = sorted(set(sources) | set(plan.refs.get(node.id, [])))
-    outputs = await store.read_outputs(plan.run_id, needed) if needed else {}
+    outputs = claim.outputs
     gathered = _gather(graph, registry, node, definition, outputs)
     referenced = {
         graph.node_by_id[nid].name: main_output(registry.get(graph.node_by_id[nid].type).definition, outputs[nid])

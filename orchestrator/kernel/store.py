@@ -10,6 +10,7 @@ and one conformance suite runs against both.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -72,6 +73,7 @@ class Claim:
     run_input: Any = None
     session_id: str | None = None
     resume: dict[str, Any] | None = None  # {"payload", "input"} when the node was resumed
+    outputs: dict[str, dict[str, DataValue]] = field(default_factory=dict)  # of the ``read`` nodes
 
 
 @dataclass
@@ -111,9 +113,11 @@ class RunStore(ABC):
 
     @abstractmethod
     async def claim_node(
-        self, run_id: str, node_id: str, *, worker_id: str, lease_s: float, started: NodeEvent
+        self, run_id: str, node_id: str, *, worker_id: str, lease_s: float, started: NodeEvent,
+        read: Sequence[str] = (),
     ) -> Claim:
-        """Atomically take the node's lease; on the first claim append ``started``."""
+        """Atomically take the node's lease and mark it dispatched; on the first claim
+        append ``started``. A granted claim carries the stored outputs of ``read``."""
 
     @abstractmethod
     async def renew_lease(self, run_id: str, node_id: str, *, worker_id: str, lease_s: float) -> bool: ...

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from orchestrator.kernel.store import RunStore
+from orchestrator.kernel.store import NodeStatus, RunStore
 from tests.support import Driver, claim, completed, events_of, make_plan, node_states
 
 
@@ -198,3 +198,46 @@ async def test_suspended_node_waits_then_resumes_with_its_payload(store: RunStor
     assert kinds.count("run_resumed") == 1
     started = [e.data for e in await events_of(store, run_id) if e.event_type == "started"]
     assert started == [None, {"resumed": True}]
+
+
+async def test_a_failure_that_stops_the_run_leaves_what_did_not_run_pending(store: RunStore) -> None:
+    plan = make_plan("abcd", [("a", "out", "b", "in"), ("b", "out", "c", "in"), ("a", "out", "d", "in")])
+    await Driver(store, plan).start()
+    run_id = plan.run_id
+    await claim(store, run_id, "a")
+    assert await store.complete_node(run_id, "a", completed(run_id, "a", ["out"])) == ["b", "d"]
+    await claim(store, run_id, "b")
+    await store.complete_node(run_id, "b", completed(
+        run_id, "b", [], status="failed", stop_run=True, error={"message": "boom"}))
+    states = await node_states(store, run_id)
+    assert states["b"] == NodeStatus.FAILED
+    assert states["c"] == NodeStatus.PENDING  # not skipped: it never had its chance
+    kinds = [e.event_type for e in await events_of(store, run_id)]
+    assert "skipped" not in kinds
+
+
+async def test_a_completion_after_the_run_ended_propagates_nothing(store: RunStore) -> None:
+    plan = make_plan("abc", [("a", "out", "b", "in"), ("b", "out", "c", "in")])
+    await Driver(store, plan).start()
+    run_id = plan.run_id
+    await claim(store, run_id, "a")
+    assert await store.finish_run(run_id, "cancelled")
+    assert await store.complete_node(run_id, "a", completed(run_id, "a", [])) == []
+    states = await node_states(store, run_id)
+    assert states["a"] == NodeStatus.SUCCEEDED
+    assert (states["b"], states["c"]) == (NodeStatus.PENDING, NodeStatus.PENDING)
+
+
+async def test_run_events_carry_the_time_they_happened(store: RunStore) -> None:
+    plan = make_plan("ab", [("a", "out", "b", "in")])
+    await Driver(store, plan).start()
+    run_id = plan.run_id
+    await claim(store, run_id, "a")
+    await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]))
+    await asyncio.sleep(0.05)
+    await claim(store, run_id, "b")
+    await store.complete_node(run_id, "b", completed(run_id, "b", ["out"]))
+    events = await events_of(store, run_id)
+    started, done = events[0], events[-1]
+    assert (started.event_type, done.event_type) == ("run_started", "run_completed")
+    assert done.timestamp - started.timestamp >= 0.05

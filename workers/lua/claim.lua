@@ -1,6 +1,8 @@
 -- May this worker run the node now? Atomic lease + claim count + first `started` event.
 -- ARGV[6] node id  ARGV[7] worker id  ARGV[8] lease ms
 -- ARGV[9] started event JSON  ARGV[10] the same, data.reclaimed  ARGV[11] data.resumed
+-- ARGV[12..] node ids whose stored outputs the step reads (its flow sources and the nodes
+-- its expressions name), returned with a granted claim to save a round trip.
 -- Returns {kind, claims, pending_dispatch...} with kind run|done|busy|closed; a granted
 -- claim returns {'run', claims, run_input JSON, session_id, resume JSON or ''} so the
 -- step needs no further read of the run record.
@@ -27,6 +29,8 @@ if node_status == 'waiting' then
   return {'busy', 0}
 end
 redis.call('SET', K_LEASE, worker, 'PX', ARGV[8])
+-- A claimed node is dispatched by definition (a fused node is claimed without a task).
+redis.call('SADD', K_DISPATCHED, node)
 local claims = redis.call('HINCRBY', K_CLAIMS, node, 1)
 ensure_ttl(K_CLAIMS)
 redis.call('HSET', K_NODES, node, 'running')
@@ -39,4 +43,12 @@ else
   append(ARGV[10])
 end
 local context = redis.call('HMGET', K_RUN, 'run_input', 'session_id')
-return {'run', claims, context[1] or 'null', context[2] or '', redis.call('HGET', K_RESUME, node) or ''}
+local reply = {'run', claims, context[1] or 'null', context[2] or '', redis.call('HGET', K_RESUME, node) or ''}
+for i = 12, #ARGV do
+  local blob = redis.call('HGET', K_OUT, ARGV[i])
+  if blob then
+    table.insert(reply, ARGV[i])
+    table.insert(reply, blob)
+  end
+end
+return reply

@@ -3,7 +3,8 @@
 -- ARGV[6] node id   ARGV[7] status (succeeded|failed|waiting)
 -- ARGV[8] outputs JSON {port: DataValue}   ARGV[9] live ports JSON [..]
 -- ARGV[10] stop_run '1'|'0'   ARGV[11] error JSON or ''   ARGV[12] run id
--- ARGV[13] run_completed JSON  ARGV[14] run_failed JSON  ARGV[15] run_waiting JSON
+-- ARGV[13] run_completed JSON  ARGV[14] run_failed JSON ('' unless stop_run)
+-- ARGV[15] run_waiting JSON ('' unless waiting); run-level events get the time NOW
 -- ARGV[16] suspend payload JSON or ''   ARGV[17] skipped-event JSON template
 -- ARGV[18..] the completion's own events (JSON), in order
 -- Returns the nodes that became ready and are not yet dispatched, in plan order.
@@ -18,9 +19,16 @@ local function append_own_events()
   for i = 18, #ARGV do append(ARGV[i]) end
 end
 
--- A run that already ended (cancelled, failed, timed out) still records the node and
--- applies the transition, but dispatches nothing.
+-- A run that already ended (cancelled, failed, timed out) records the node but
+-- propagates and dispatches nothing: what did not run stays pending.
 local terminal = not ACTIVE[run_status]
+
+-- Run-level events arrive as JSON templates; stamp them with the completion's time.
+local function append_stamped(event_json)
+  local event = cjson.decode(event_json)
+  event.timestamp = tonumber(NOW)
+  append(cjson.encode(event))
+end
 
 -- Idempotency: a redelivered completion changes nothing.
 if FINISHED[node_status] then
@@ -37,7 +45,7 @@ if status == 'waiting' then
   redis.call('HSET', K_NODES, node, 'waiting')
   redis.call('HSET', K_RUN, 'status', 'waiting')
   append_own_events()
-  append(ARGV[15])
+  append_stamped(ARGV[15])
   redis.call('DEL', K_LEASE)
   expire_all(ACTIVE_TTL)
   return {}
@@ -45,6 +53,22 @@ end
 
 redis.call('HSET', K_OUT, node, ARGV[8])
 redis.call('HSET', K_NODES, node, status)
+
+-- A failure that stops the run, or a completion after the run ended: no countdown.
+local stop = ARGV[10] == '1'
+if terminal or stop then
+  append_own_events()
+  redis.call('DEL', K_LEASE)
+  if stop and not terminal then
+    redis.call('HSET', K_RUN, 'status', 'failed', 'finished_at', NOW)
+    if ARGV[11] ~= '' then redis.call('HSET', K_RUN, 'error', ARGV[11]) end
+    append_stamped(ARGV[14])
+    redis.call('ZREM', K_ACTIVE, ARGV[12])
+  end
+  expire_all(RETENTION)
+  return {}
+end
+
 local remaining = redis.call('HINCRBY', K_RUN, 'remaining', -1)
 
 -- should_run: something arrived, and every required port with in-edges got a value.
@@ -100,17 +124,9 @@ for _, target in ipairs(plan_sorted(skipped)) do
 end
 redis.call('DEL', K_LEASE)
 
-if terminal then
-  expire_all(RETENTION)
-  return {}
-end
-
-local stop = ARGV[10] == '1'
-if remaining <= 0 or stop then
-  local final = stop and 'failed' or 'succeeded'
-  redis.call('HSET', K_RUN, 'status', final, 'finished_at', NOW)
-  if stop and ARGV[11] ~= '' then redis.call('HSET', K_RUN, 'error', ARGV[11]) end
-  append(stop and ARGV[14] or ARGV[13])
+if remaining <= 0 then
+  redis.call('HSET', K_RUN, 'status', 'succeeded', 'finished_at', NOW)
+  append_stamped(ARGV[13])
   redis.call('ZREM', K_ACTIVE, ARGV[12])
   expire_all(RETENTION)
   return {}
