@@ -88,6 +88,10 @@ class RunConsole:
         if chunk is not None:
             self.streams[event.node_id] = self.streams.get(event.node_id, "") + chunk
         else:
+            if not event.node_id and event.event_type == EventType.RUN_WAITING:
+                waiting = (event.data or {}).get("node_id")
+                if waiting:
+                    self.status[waiting] = "waiting"
             if event.node_id and event.event_type in EVENT_STATUS:
                 self.status[event.node_id] = EVENT_STATUS[event.event_type]
                 if event.node_id not in self.names:

@@ -4,9 +4,12 @@ With ``REDIS_URL`` unset the command owns everything it needs: an embedded redis
 and a Celery worker (``--workers N`` pool processes), both stopped by pid when the run
 ends. With ``REDIS_URL`` set it uses that Redis and the workers already serving it.
 
+A run that waits for a person's approval (an agent tool marked ``requires_approval``) is
+answered by ``--decide approve|reject`` or at a terminal prompt.
+
 Exit codes: 0 the run succeeded, 1 it ended otherwise (failed, cancelled, timed out),
 2 the graph or the input is invalid (the error's class, message and location are
-printed), 130 interrupted.
+printed), 3 it waits for an approval nobody gave, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ import argparse
 import asyncio
 import json
 import os
+import sys
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from rich.console import Console
 from rich.panel import Panel
@@ -34,6 +38,7 @@ from orchestrator.settings import get_settings
 if TYPE_CHECKING:
     from workers.store import RedisRunStore
 
+Decision = Literal["approve", "reject"]
 OFFLINE_ENV = "ORCH_OFFLINE_MODELS"  # agent nodes use a deterministic dry-run model
 READ_BLOCK_MS = 1000
 os.environ.setdefault("AGNO_TELEMETRY", "false")  # node packs may import agno in this process
@@ -58,6 +63,9 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--offline", action="store_true",
                    help="agent nodes use a deterministic offline model (no API keys)")
     p.add_argument("--json", action="store_true", help="print one JSON event per line")
+    p.add_argument("--decide", choices=["approve", "reject"],
+                   help="answer every approval the run waits for (default: ask on the terminal)")
+    p.add_argument("--session", help="session id (e.g. a conversation) for nodes that keep history")
     p.set_defaults(func=run_command)
 
 
@@ -136,21 +144,48 @@ async def sink_outputs(store: RedisRunStore, plan: RunPlan,
 
 
 async def follow(store: RedisRunStore, run_id: str, handle: Any,
-                 after: str = "0-0") -> NodeEvent | None:
-    """Feed every event of the run to ``handle`` in order until its terminal run event."""
+                 after: str = "0-0") -> tuple[NodeEvent | None, str]:
+    """Feed every event of the run to ``handle`` in order until its terminal run event,
+    or until it waits for a decision (``run_waiting``). Returns (that event, its id)."""
     while True:
         batch = await store.read_events(run_id, after=after, count=500, block_ms=READ_BLOCK_MS)
         for event_id, event in batch:
             after = event_id
             handle(event_id, event)
-            if not event.node_id and event.event_type in EventType.TERMINAL:
-                return event
+            if not event.node_id and event.event_type in (*EventType.TERMINAL, EventType.RUN_WAITING):
+                return event, after
         if not batch and await store.run_status(run_id) in RunStatus.TERMINAL:
             # terminal without a terminal event in the stream (trimmed): drain once more
             tail = await store.read_events(run_id, after=after, count=500)
             for event_id, event in tail:
+                after = event_id
                 handle(event_id, event)
-            return None
+            return None, after
+
+
+def _ask(console: Console, event: NodeEvent) -> Decision | None:
+    """Ask on the terminal whether to approve what the run waits for (None: no terminal)."""
+    if not sys.stdin.isatty():
+        return None
+    payload = (event.data or {}).get("payload") or {}
+    calls = payload.get("tool_calls") or payload
+    console.print(Panel(Pretty(calls), title="the run waits for an approval"))
+    answer = console.input("approve? [y/N] ").strip().lower()
+    return "approve" if answer in ("y", "yes") else "reject"
+
+
+async def _decide(store: RedisRunStore, run_id: str, event: NodeEvent, decide: Decision | None,
+                  dispatch: Any, console: Console) -> bool:
+    """Answer a waiting run (``--decide`` or a prompt); False when nobody can answer."""
+    from orchestrator.approvals import submit_approval
+
+    decision = decide or _ask(console, event)
+    if decision is None:
+        return False
+    node_id = (event.data or {}).get("node_id")
+    await submit_approval(store, run_id, node_id, decision,
+                          dispatch=lambda r, n: dispatch(r, [n]))
+    return True
 
 
 # -- the command ------------------------------------------------------------------------
@@ -194,14 +229,20 @@ def run_command(args: argparse.Namespace) -> int:
                 return 2
             if workers is not None:
                 workers.wait_ready()
-            return asyncio.run(_run(url, registry, raw, run_input, start, args.json, console, err))
+            return asyncio.run(_run(url, registry, raw, run_input, start, args.json, console, err,
+                                    decide=args.decide, keep_waiting=workers is None,
+                                    session_id=args.session))
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130
 
 
 async def _run(url: str, registry: Registry, raw: dict[str, Any], run_input: Any,
-               start: list[str] | None, as_json: bool, console: Console, err: Console) -> int:
+               start: list[str] | None, as_json: bool, console: Console, err: Console, *,
+               decide: Decision | None = None, keep_waiting: bool = False,
+               session_id: str | None = None) -> int:
+    """Start the run and follow it; exit code 3 when it waits for an approval nobody gives
+    (``keep_waiting``: the run stays waiting in a Redis that outlives this command)."""
     import redis.asyncio as aioredis
 
     from orchestrator.runs import start_run
@@ -216,7 +257,7 @@ async def _run(url: str, registry: Registry, raw: dict[str, Any], run_input: Any
         store = RedisRunStore(client, settings)
         try:
             run_id = await start_run(store, registry, raw, run_input,
-                                     dispatch=make_dispatch(app), start=start)
+                                     dispatch=make_dispatch(app), start=start, session_id=session_id)
         except GraphError as exc:
             print_error(err, exc)
             return 2
@@ -225,8 +266,20 @@ async def _run(url: str, registry: Registry, raw: dict[str, Any], run_input: Any
         view: RunConsole | JsonConsole = (
             JsonConsole(console) if as_json else RunConsole(console, nodes)
         )
+        dispatch = make_dispatch(app)
+        after = "0-0"
         with view:
-            await follow(store, run_id, view.handle)
+            while True:
+                event, after = await follow(store, run_id, view.handle, after)
+                if event is None or event.event_type != EventType.RUN_WAITING:
+                    break
+                if not await _decide(store, run_id, event, decide, dispatch, console):
+                    err.print(f"run {run_id} waits for an approval: pass --decide approve|reject"
+                              + ("" if keep_waiting else " (the embedded run is cancelled now)"))
+                    if not keep_waiting:
+                        await store.finish_run(run_id, RunStatus.CANCELLED,
+                                               {"message": "no one to approve (no terminal, no --decide)"})
+                    return 3
         record = await store.get_run(run_id)
         outputs = await sink_outputs(store, plan, run_id)
         if as_json:

@@ -65,3 +65,19 @@ def test_run_command_exits_1_when_the_run_fails_and_prints_its_error() -> None:
     summary = json.loads(done.stdout.splitlines()[-1])
     assert summary["status"] == "failed"
     assert summary["error"]["node_id"] == "check"
+
+
+@pytest.mark.timeout(300)
+def test_run_command_answers_an_approval_with_decide_and_exits_3_when_nobody_can() -> None:
+    args = ("run", "examples/agent_approval.json", "--offline", "--json", "--workers", "1",
+            "--input", '{"message": "use divide on 10 and 4"}')
+    approved = run_cli(*args, "--decide", "approve")
+    assert approved.returncode == 0, approved.stderr[-3000:]
+    *events, summary = [json.loads(line) for line in approved.stdout.splitlines() if line.strip()]
+    kinds = [e["event_type"] for e in events]
+    assert kinds.index("run_waiting") < kinds.index("run_resumed") < kinds.index("run_completed")
+    assert "2.5" in summary["outputs"]["Assistant"]["output"]["response"]
+
+    unanswered = run_cli(*args)  # stdin is not a terminal and no --decide
+    assert unanswered.returncode == 3
+    assert "--decide" in unanswered.stderr
