@@ -71,6 +71,15 @@ class Api:
     settings: Settings
     dispatched: list[tuple[str, list[str]]] = field(default_factory=list)
     store: Any = None
+    app: Any = None
+
+    async def close(self) -> None:
+        """Close what the app opened on this loop (the ASGI transport runs no lifespan):
+        the event hub's reader connections, the client, the Redis pool."""
+        if self.app is not None:
+            await self.app.state.event_hub.close()
+        await self.client.aclose()
+        await self.redis.aclose()
 
 
 @pytest.fixture(scope="session")
@@ -106,6 +115,7 @@ async def open_api(server: EmbeddedRedis, **overrides: Any) -> Api:
         run_store=store,
         dispatch=lambda run_id, nodes: api.dispatched.append((run_id, list(nodes))),
     )
+    api.app = app
     api.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api")
     return api
 
@@ -114,8 +124,7 @@ async def open_api(server: EmbeddedRedis, **overrides: Any) -> Api:
 async def api(redis_server: EmbeddedRedis) -> AsyncIterator[Api]:
     api = await open_api(redis_server)
     yield api
-    await api.client.aclose()
-    await api.redis.aclose()
+    await api.close()
 
 
 @pytest.fixture
@@ -123,8 +132,7 @@ async def keyed_api(redis_server: EmbeddedRedis) -> AsyncIterator[Api]:
     """An app that requires one of two API keys."""
     api = await open_api(redis_server, api_keys="key-one, key-two")
     yield api
-    await api.client.aclose()
-    await api.redis.aclose()
+    await api.close()
 
 
 def chain(graph_id: str = "g1", **extra: Any) -> dict[str, Any]:

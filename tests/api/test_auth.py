@@ -50,8 +50,7 @@ async def test_oversized_body_is_413(redis_server: EmbeddedRedis) -> None:
         assert "1000 bytes" in response.json()["error"]["message"]
         assert (await api.client.get("/graphs/big")).status_code == 404
     finally:
-        await api.client.aclose()
-        await api.redis.aclose()
+        await api.close()
 
 
 async def test_oversized_chunked_body_is_413(redis_server: EmbeddedRedis) -> None:
@@ -65,5 +64,4 @@ async def test_oversized_chunked_body_is_413(redis_server: EmbeddedRedis) -> Non
         response = await api.client.post("/graphs", content=chunks(), headers={"content-type": "application/json"})
         assert response.status_code == 413
     finally:
-        await api.client.aclose()
-        await api.redis.aclose()
+        await api.close()

@@ -45,9 +45,12 @@ def fuzz_target(
     try:
         yield schema, runner, client
     finally:
-        runner.run(client.aclose())
-        runner.run(redis.aclose())
-        runner.close()
+        try:
+            runner.run(app.state.event_hub.close())  # its readers' connections belong to this loop
+            runner.run(client.aclose())
+            runner.run(redis.aclose())
+        finally:
+            runner.close()
 
 
 def test_no_generated_request_gets_a_server_error(
