@@ -25,6 +25,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from .cycles import topological_order
 from .errors import GraphError
 
 
@@ -100,28 +101,6 @@ class RunPlan:
         )
 
 
-def topological_order(node_ids: list[str], edges: list[tuple[str, str]]) -> list[str]:
-    """Kahn's algorithm, stable in the given node order. Raises on a cycle."""
-    indeg = {n: 0 for n in node_ids}
-    succ: dict[str, list[str]] = {n: [] for n in node_ids}
-    for s, t in edges:
-        if s in indeg and t in indeg:
-            succ[s].append(t)
-            indeg[t] += 1
-    queue = deque(n for n in node_ids if indeg[n] == 0)
-    order: list[str] = []
-    while queue:
-        n = queue.popleft()
-        order.append(n)
-        for t in succ[n]:
-            indeg[t] -= 1
-            if indeg[t] == 0:
-                queue.append(t)
-    if len(order) != len(node_ids):
-        raise GraphError("the flow edges form a cycle")
-    return order
-
-
 @dataclass
 class PlanInput:
     """The minimum the planner needs about one node (kept free of pydantic models)."""
@@ -157,7 +136,13 @@ def plan_run(
         active.add(n)
         stack.extend(t for _, t, _, _ in succ[n])
     ordered_ids = [n.node_id for n in nodes if n.node_id in active]
-    order = topological_order(ordered_ids, [(s, t) for _, s, _, t, _ in flow_edges])
+    successors: dict[str, list[str]] = {n: [] for n in ordered_ids}
+    for _, s, _, t, _ in flow_edges:
+        if s in active and t in active:
+            successors[s].append(t)
+    order = topological_order(ordered_ids, successors)
+    if len(order) != len(ordered_ids):
+        raise GraphError("the flow edges form a cycle")
     plan_nodes: dict[str, PlanNode] = {}
     for nid in order:
         info = by_id[nid]
