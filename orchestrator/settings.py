@@ -5,7 +5,9 @@ Names carry units. One instance per process: ``get_settings()``.
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
+from pathlib import Path
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -56,6 +58,28 @@ class Settings(BaseSettings):
 
     # -- models / agents -------------------------------------------------------------
     openai_base_url: str | None = None  # an OpenAI-compatible server (Ollama, vLLM, a proxy)
+    # A JSON object of secret names to values (e.g. {"OPENAI_API_KEY": "..."}), for hosts
+    # that mount secrets as a file (Kubernetes, Docker secrets) rather than environment
+    # variables. Read when first used; values are masked in events and errors.
+    secrets_file: str | None = None
+
+    @property
+    def secrets(self) -> dict[str, str]:
+        """The secrets of ``secrets_file`` ({} without one); a bad file is an error naming it."""
+        if not self.secrets_file:
+            return {}
+        return _read_secrets(self.secrets_file)
+
+
+@lru_cache(maxsize=8)
+def _read_secrets(path: str) -> dict[str, str]:
+    try:
+        raw = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"ORCH_SECRETS_FILE {path}: cannot read a JSON object of secrets ({exc})") from None
+    if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
+        raise ValueError(f"ORCH_SECRETS_FILE {path}: must hold a JSON object of names to strings")
+    return {str(k): v for k, v in raw.items()}
 
 
 @lru_cache(maxsize=1)

@@ -123,8 +123,10 @@ def resolve_model(spec: str | dict[str, Any] | None, *, settings: Any = None,
 
 
 def _secret_values() -> list[str]:
-    values = [v for k, v in os.environ.items()
-              if k.upper().endswith(_SECRET_SUFFIXES) and len(v) >= 6]
+    from orchestrator.settings import get_settings
+
+    named = {**os.environ, **get_settings().secrets}
+    values = [v for k, v in named.items() if k.upper().endswith(_SECRET_SUFFIXES) and len(v) >= 6]
     return sorted(set(values), key=len, reverse=True)
 
 

@@ -19,7 +19,7 @@ import asyncio
 import json
 import os
 import sys
-from contextlib import ExitStack
+from contextlib import AsyncExitStack, ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -253,6 +253,7 @@ async def _run(url: str, registry: Registry, raw: dict[str, Any], run_input: Any
     settings = get_settings()
     client = aioredis.Redis.from_url(url, decode_responses=True)
     app = make_celery(url, settings)
+    stack = AsyncExitStack()
     try:
         store = RedisRunStore(client, settings)
         try:
@@ -267,6 +268,12 @@ async def _run(url: str, registry: Registry, raw: dict[str, Any], run_input: Any
             JsonConsole(console) if as_json else RunConsole(console, nodes)
         )
         dispatch = make_dispatch(app)
+        # The run must end even if a worker dies: sweep while following (a deployment's
+        # own sweeper may run too; passes are lock-guarded).
+        from orchestrator.sweeper import Sweeper
+
+        sweeper = asyncio.ensure_future(Sweeper(store, dispatch, settings).run_forever())
+        stack.push_async_callback(_cancel, sweeper)
         after = "0-0"
         with view:
             while True:
@@ -296,8 +303,14 @@ async def _run(url: str, registry: Registry, raw: dict[str, Any], run_input: Any
                 console.print(Pretty(record.error))
         return 0 if record.status == RunStatus.SUCCEEDED else 1
     finally:
+        await stack.aclose()
         await client.aclose()
         app.close()
+
+
+async def _cancel(task: asyncio.Future[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 __all__ = ["add_parser", "follow", "run_command", "sink_outputs"]

@@ -64,3 +64,28 @@ async def test_api_keys_in_a_model_spec_are_rejected() -> None:
         await drain(agent.execute(
             {"model": {"provider": "openai-like", "id": "m", "api_key": "sk-x"}, "prompt": "hi"},
             data_in({}), make_ctx()))
+
+
+async def test_a_key_from_the_secrets_file_reaches_the_server_and_no_event(
+        tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pathlib import Path
+
+    from orchestrator.settings import Settings, get_settings
+
+    secret = "sk-from-file-0123456789"
+    path = Path(str(tmp_path)) / "secrets.json"
+    path.write_text(json.dumps({"OPENAI_API_KEY": secret}))
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("ORCH_SECRETS_FILE", str(path))
+    get_settings.cache_clear()
+    try:
+        with StubServer() as server:
+            settings = Settings(openai_base_url=server.base_url)
+            ctx = make_ctx(services={"settings": settings}, session_id="secrets-file")
+            events, _ = await drain(agent.execute(
+                {"model": "openai-like:stub-model", "prompt": "hello", "history": False},
+                data_in({}), ctx))
+            assert server.requests[0]["headers"]["authorization"] == f"Bearer {secret}"
+        assert secret not in json.dumps([e.to_json() for e in events])
+    finally:
+        get_settings.cache_clear()

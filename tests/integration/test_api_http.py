@@ -161,3 +161,52 @@ def test_waiting_webhook_answers_with_the_run_output(client: Client, api_url: st
     body = response.json()
     assert body["status"] == "succeeded"
     assert body["output"]["value"] == {"ok": True}
+
+
+@pytest.fixture
+def second_api_process(redis_server: EmbeddedRedis, workers: WorkerProcesses) -> Iterator[str]:
+    """Another API, as its own `orchestrator serve` process on the same Redis."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    port = free_port()
+    env = {**os.environ, "REDIS_URL": redis_server.url}
+    proc = subprocess.Popen(  # our own CLI
+        [sys.executable, "-m", "orchestrator.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+        env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError("the second API process did not start")
+            time.sleep(0.1)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=15)
+
+
+def test_a_second_api_process_serves_the_rest_of_a_stream_begun_on_the_first(
+    client: Client, api_url: str, second_api_process: str,
+) -> None:
+    client.create_graph(slow_chain("it-two-apis"))
+    run_id = client.start_run("it-two-apis", {"x": 1})
+    first: list[str] = []
+    with httpx.stream("GET", f"{api_url}/runs/{run_id}/events", timeout=30) as response:
+        for event_id, event_type, _ in parse_frames(response.iter_lines()):
+            first.append(event_id or "")
+            if event_type == "started":
+                break  # this client moves to the other API process mid-run
+    with Client(second_api_process) as other:
+        rest = [event_id for event_id, _ in other.iter_events(run_id, last_event_id=first[-1])]
+        assert other.get_run(run_id)["status"] == "succeeded"
+    assert first + rest == stream_ids(api_url, run_id)
