@@ -12,8 +12,8 @@ validator raises ``SocketTypeError``).
 it can be (``"3"`` -> int ``3``), else CoercionError names both types and the value's
 JSON type. ``coerce_parameter`` does the same for a declared ``ParameterType``.
 
-The table is data: structural pairs whose coercion is the identity are listed like any
-other pair, so no logic here branches on a particular socket id.
+The type set and the structural pairs whose coercion is the identity are data
+(``socket_types.json``), so no code here names or branches on a particular socket id.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from .errors import CoercionError
@@ -43,37 +44,12 @@ class SocketType:
     description: str = ""
 
 
-def _socket(sid: str, color: str, shape: str, description: str) -> SocketType:
-    # Labels derive from ids so a type's name is written once, as its id.
-    return SocketType(sid, sid.capitalize(), color, shape, description)
-
+_TABLE = json.loads(Path(__file__).with_name("socket_types.json").read_text())
 
 SOCKET_TYPES: dict[str, SocketType] = {
-    s.id: s
-    for s in (
-        # structural: topology, not data (seed 000 "Typed Side Sockets")
-        _socket("agent", "#7c3aed", "circle", "Structural composition of a node cluster"),
-        _socket("tools", "#f59e0b", "square", "Structural attachment of callables"),
-        # configuration and data (seeds 000 and 001)
-        _socket("model", "#06b6d4", "circle", "Provider reference, fanned out to many nodes"),
-        _socket("string", "#3b82f6", "circle", "Short text values"),
-        _socket("text", "#06b6d4", "circle", "Long-form text content"),
-        _socket("float", "#a1a1aa", "circle", "Decimal numbers"),
-        _socket("int", "#71717a", "circle", "Integers"),
-        _socket("boolean", "#10b981", "diamond", "True/false"),
-        _socket("json", "#f97316", "circle", "Structured objects"),
-        _socket("messages", "#a855f7", "circle", "[{role, content}] lists"),
-        _socket("message", "#a855f7", "circle", "One {role, content} object"),
-        _socket("array", "#8b5cf6", "square", "Ordered lists"),
-        _socket("binary", "#ec4899", "square", "File/blob references"),
-        _socket("document", "#84cc16", "square", "{text, metadata} objects"),
-        _socket("vector", "#14b8a6", "diamond", "Number vectors"),
-        _socket("trigger", "#ef4444", "diamond", "Execution signal (no data)"),
-        _socket("color", "#eab308", "circle", "Colour values"),
-        # generic: the JSON spine and the wildcard
-        _socket("data", "#94a3b8", "circle", "The generic JSON spine: connects to anything"),
-        _socket("any", "#6b7280", "circle-dashed", "Wildcard: accepts anything"),
-    )
+    # Labels derive from ids so a type's name is written once, as its id.
+    t["id"]: SocketType(t["id"], t["id"].capitalize(), t["color"], t["shape"], t["description"])
+    for t in _TABLE["types"]
 }
 
 # Sockets that connect to and from every type (values converted at run time).
@@ -315,8 +291,8 @@ COERCIONS: dict[tuple[str, str], Callable[[Any], Any]] = {
     ("message", "text"): _content,
     ("document", "text"): _document_text,
     ("document", "json"): _to_document,
-    # structural pass-through: the value is handed over as it is
-    ("agent", "tools"): _identity,
+    # structural pass-through pairs (socket_types.json): the value is handed over as it is
+    **{(source, target): _identity for source, target in _TABLE["identity_pairs"]},
 }
 
 

@@ -15,8 +15,6 @@ REPO = KERNEL.parent.parent
 FORBIDDEN_IMPORTS = {"celery", "redis", "fastapi", "starlette", "agno", "kombu", "nodes", "workers",
                      "httpx", "sse_starlette", "uvicorn", "openai", "mcp"}
 DOMAIN_WORDS = ("agent", "agents", "tool", "tools", "chat", "llm", "mcp", "toolset", "prompt")
-# Socket type ids are data in the socket table; the seeds name them (sockets.py only).
-DATA_TABLE_FILES = {"sockets.py"}
 
 
 def kernel_files() -> list[Path]:
@@ -50,9 +48,6 @@ def test_kernel_contains_no_domain_word() -> None:
     pattern = re.compile(r"\b(" + "|".join(DOMAIN_WORDS) + r")\b", re.IGNORECASE)
     for path in kernel_files():
         text = _code_without_docstrings_and_comments(path)
-        if path.name in DATA_TABLE_FILES:
-            # socket ids may appear only as quoted keys of the data tables
-            text = re.sub(r"""(["'])[a-z_]+\1""", "''", text)
         hits = pattern.findall(text)
         assert not hits, f"{path.name} mentions {sorted(set(hits))}"
 
@@ -64,8 +59,6 @@ def test_kernel_contains_no_node_type_name() -> None:
     # vocabulary of definitions, not a node type check.
     type_ids -= set(get_args(ParameterType))
     for path in kernel_files():
-        if path.name in DATA_TABLE_FILES:
-            continue  # socket ids (e.g. "agent") are data there, checked by the domain-word test
         text = _code_without_docstrings_and_comments(path)
         for type_id in type_ids:
             assert not re.search(rf"""["']{re.escape(type_id)}["']""", text), f"{path.name} names {type_id}"
