@@ -22,6 +22,7 @@ no-ops on a finished run or node; a duplicate dispatch is refused by the claim).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import time
@@ -224,10 +225,13 @@ class Sweeper:
 
     # -- forever ------------------------------------------------------------------------
 
-    async def run_forever(self, period_s: float | None = None) -> None:
-        """Sweep every ``period_s`` until cancelled; a failed pass is logged, not fatal."""
+    async def run_forever(self, period_s: float | None = None, *, stop: asyncio.Event | None = None) -> None:
+        """Sweep every ``period_s`` until ``stop`` is set (or the task is cancelled); a
+        failed pass is logged, not fatal. Prefer ``stop``: it ends between passes, never
+        inside one, so no Redis command is cut off half-way (see :func:`stop_sweeper`)."""
         period = period_s if period_s is not None else sweep_period_s(self.settings)
-        while True:
+        stop = stop or asyncio.Event()
+        while not stop.is_set():
             try:
                 report = await self.sweep_once()
                 if report.timed_out or report.requeued or report.lost or report.dispatched:
@@ -236,7 +240,29 @@ class Sweeper:
                 raise
             except Exception:  # Redis down, a broker hiccup: try again next period
                 log.exception("sweep failed; retrying in %.1fs", period)
-            await asyncio.sleep(period)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), period)
+
+
+@dataclass
+class RunningSweeper:
+    task: asyncio.Task[None]
+    stop: asyncio.Event
+
+
+def start_sweeper(sweeper: Sweeper, period_s: float | None = None) -> RunningSweeper:
+    """Run ``sweeper`` in a task of the running loop until :func:`stop_sweeper`."""
+    stop = asyncio.Event()
+    task = asyncio.get_running_loop().create_task(sweeper.run_forever(period_s, stop=stop),
+                                                  name="orchestrator-sweeper")
+    return RunningSweeper(task, stop)
+
+
+async def stop_sweeper(running: RunningSweeper, timeout_s: float = 10.0) -> None:
+    """Let the current pass finish, then end; cancel only a pass stuck past ``timeout_s``."""
+    running.stop.set()
+    with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+        await asyncio.wait_for(running.task, timeout_s)
 
 
 def _setting(settings: Settings, name: str, override: Any, default: Any) -> Any:
@@ -252,25 +278,23 @@ def sweep_period_s(settings: Settings) -> float:
 # -- hosting -------------------------------------------------------------------------------
 
 
-def start_background_sweeper(app_state: Any, period_s: float | None = None) -> asyncio.Task[None]:
+def start_background_sweeper(app_state: Any, period_s: float | None = None) -> RunningSweeper:
     """Start a sweeper task on the running loop for an API app (``app.state``).
 
-    Uses ``app_state.services`` (its run store, dispatch and settings); the task is kept
-    on ``app_state.sweeper_task``. Stop it with :func:`stop_background_sweeper`.
+    Uses ``app_state.services`` (its run store, dispatch and settings); kept on
+    ``app_state.sweeper``. Stop it with :func:`stop_background_sweeper`.
     """
     services = app_state.services
     sweeper = Sweeper(cast("RedisRunStore", services.run_store), services.dispatch,
                       services.settings)
-    task = asyncio.get_running_loop().create_task(sweeper.run_forever(period_s),
-                                                  name="orchestrator-sweeper")
-    app_state.sweeper_task = task
-    return task
+    running = start_sweeper(sweeper, period_s)
+    app_state.sweeper = running
+    return running
 
 
 async def stop_background_sweeper(app_state: Any) -> None:
-    task: asyncio.Task[None] | None = getattr(app_state, "sweeper_task", None)
-    if task is None:
+    running: RunningSweeper | None = getattr(app_state, "sweeper", None)
+    if running is None:
         return
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    app_state.sweeper_task = None
+    await stop_sweeper(running)
+    app_state.sweeper = None

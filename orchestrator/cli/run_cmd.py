@@ -269,11 +269,13 @@ async def _run(url: str, registry: Registry, raw: dict[str, Any], run_input: Any
         )
         dispatch = make_dispatch(app)
         # The run must end even if a worker dies: sweep while following (a deployment's
-        # own sweeper may run too; passes are lock-guarded).
-        from orchestrator.sweeper import Sweeper
+        # own sweeper may run too; passes are lock-guarded). It has its own client and is
+        # stopped between passes, so no command of it is cut off half-way.
+        from orchestrator.sweeper import Sweeper, start_sweeper, stop_sweeper
 
-        sweeper = asyncio.ensure_future(Sweeper(store, dispatch, settings).run_forever())
-        stack.push_async_callback(_cancel, sweeper)
+        sweeper_store = RedisRunStore(aioredis.Redis.from_url(url, decode_responses=True), settings)
+        stack.push_async_callback(sweeper_store.close)
+        stack.push_async_callback(stop_sweeper, start_sweeper(Sweeper(sweeper_store, dispatch, settings)))
         after = "0-0"
         with view:
             while True:
@@ -306,11 +308,6 @@ async def _run(url: str, registry: Registry, raw: dict[str, Any], run_input: Any
         await stack.aclose()
         await client.aclose()
         app.close()
-
-
-async def _cancel(task: asyncio.Future[None]) -> None:
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
 
 
 __all__ = ["add_parser", "follow", "run_command", "sink_outputs"]

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import signal
@@ -59,12 +58,11 @@ async def _sweep(url: str, period_s: float | None, once: bool) -> int:
         if once:
             print(json.dumps(asdict(await sweeper.sweep_once())))
             return 0
-        task = asyncio.ensure_future(sweeper.run_forever(period_s))
+        stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, task.cancel)
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+            loop.add_signal_handler(sig, stop.set)  # end between passes, never inside one
+        await sweeper.run_forever(period_s, stop=stop)
         return 0
     finally:
         await store.close()

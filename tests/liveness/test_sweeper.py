@@ -151,3 +151,21 @@ async def test_run_forever_sweeps_until_cancelled(store: RedisRunStore, sent: An
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert (await store.get_run(run_id)).status == RunStatus.TIMED_OUT
+
+
+async def test_a_stopped_sweeper_ends_between_passes_and_leaves_its_client_usable(
+    store: RedisRunStore, sent: Any,
+) -> None:
+    from orchestrator.sweeper import start_sweeper, stop_sweeper
+
+    run_id = await start(store, deadline_s=0.2)
+    running = start_sweeper(sweeper(store, sent), period_s=0.05)
+    for _ in range(100):
+        if (await store.get_run(run_id)).status == RunStatus.TIMED_OUT:
+            break
+        await asyncio.sleep(0.05)
+    await stop_sweeper(running, timeout_s=5)
+    assert running.task.done() and not running.task.cancelled()
+    assert running.task.exception() is None
+    assert (await store.get_run(run_id)).status == RunStatus.TIMED_OUT
+    assert await store.redis.ping()  # no command was cut off: the shared client still works
