@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from typing import Any
 
-from celery.signals import worker_init, worker_process_shutdown
+from celery.signals import worker_init, worker_process_shutdown, worker_shutdown
 
 from orchestrator.settings import get_settings
 
 log = logging.getLogger("workers.metrics")
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+OWN_DIR_PREFIX = "orchestrator-metrics-"  # a folder `orchestrator worker` made, removed at shutdown
 
 
 @worker_init.connect
@@ -43,3 +45,11 @@ def _forget_process(pid: int | None = None, **_: Any) -> None:
         from prometheus_client import multiprocess
 
         multiprocess.mark_process_dead(pid or os.getpid())  # type: ignore[no-untyped-call]
+
+
+@worker_shutdown.connect
+def _remove_samples(**_: Any) -> None:
+    """The samples folder `orchestrator worker` created lives as long as the worker."""
+    folder = os.environ.get(MULTIPROC_ENV, "")
+    if os.path.basename(folder).startswith(OWN_DIR_PREFIX):
+        shutil.rmtree(folder, ignore_errors=True)
