@@ -7,7 +7,7 @@ tells the step function the node already finished, and the step returns only the
 successors not yet marked dispatched, which are sent again (a crash between completing and
 dispatching loses nothing).
 
-Fusion (continuation): while the task has run for less than ``FUSE_BUDGET_S``, the first
+Fusion (continuation): while the task has run for less than ``Settings.fuse_budget_s`` (``ORCH_FUSE_BUDGET_S``), the first
 ready successor runs in this same task instead of taking a Celery round trip; the others
 are dispatched at once, so parallel branches still spread over the workers. A fused node
 is marked dispatched only after it ran: if this worker dies meanwhile, the redelivered
@@ -43,9 +43,6 @@ log = logging.getLogger("workers.tasks")
 
 INFRA_RETRIES = 5
 INFRA_RETRY_DELAY_S = 1.0
-# A task keeps running ready successors itself while it is younger than this (0 = never):
-# a short linear run of cheap nodes then costs no broker round trip per node.
-FUSE_BUDGET_S = 0.25
 
 
 async def _step(run_id: str, node_id: str) -> StepOutcome:
@@ -69,7 +66,7 @@ async def step_and_dispatch(run_id: str, node_id: str, *,
     state = process_state()
     store = state.store
     if fuse_budget_s is None:
-        fuse_budget_s = float(getattr(state.settings, "fuse_budget_s", FUSE_BUDGET_S))
+        fuse_budget_s = state.settings.fuse_budget_s
     began = time.monotonic()
     outcome = await _step(run_id, node_id)
     while outcome.ready:
