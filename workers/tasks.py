@@ -7,12 +7,13 @@ tells the step function the node already finished, and the step returns only the
 successors not yet marked dispatched, which are sent again (a crash between completing and
 dispatching loses nothing).
 
-Fusion (continuation): while the task has run for less than ``Settings.fuse_budget_s`` (``ORCH_FUSE_BUDGET_S``), the first
-ready successor runs in this same task instead of taking a Celery round trip; the others
-are dispatched at once, so parallel branches still spread over the workers. A fused node
-is marked dispatched only after it ran: if this worker dies meanwhile, the redelivered
-message of the node it started from finds that node done and dispatches the fused one
-again (whose claim is taken over once its lease expired).
+Fusion (continuation): while the task has run for less than ``Settings.fuse_budget_s``
+(``ORCH_FUSE_BUDGET_S``), the first ready successor runs in this same task instead of
+taking a Celery round trip; the others are dispatched at once, so parallel branches still
+spread over the workers. A fused node is marked dispatched by its own claim. If this
+worker dies after completing the previous node and before that claim, the redelivered
+message of the previous node finds it done and sends the fused node (still undispatched);
+if it dies while the fused node runs, its lease expires and the sweeper requeues it.
 
 A Redis outage while the step runs is retried by Celery a few times (the message is not
 lost); every other failure of a node is the step function's business and ends as node
