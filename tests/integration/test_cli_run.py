@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,9 +18,22 @@ CLI = [sys.executable, "-c", "import sys; from orchestrator.cli import main; sys
 
 
 def run_cli(*args: str, timeout_s: float = 240) -> subprocess.CompletedProcess[str]:
+    """Run the CLI; past ``timeout_s`` interrupt it (SIGINT: it stops the redis-server and
+    workers it started) before failing, so a stuck run leaves no processes behind."""
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "ORCH_REDIS_URL")}
-    return subprocess.run([*CLI, *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout_s, check=False)
+    proc = subprocess.Popen([*CLI, *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        raise AssertionError(f"orchestrator {' '.join(args)} did not finish in {timeout_s} s:\n{err[-3000:]}") from None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 @pytest.mark.timeout(300)
