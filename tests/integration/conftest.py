@@ -10,7 +10,7 @@ terminal event.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,9 +102,10 @@ def sync_redis(redis_server: EmbeddedRedis) -> Iterator[redis.Redis]:
     client.close()
 
 
-async def wait_for_terminal(store: Any, run_id: str, timeout_s: float = RUN_TIMEOUT_S,
-                            ) -> list[tuple[str, NodeEvent]]:
-    """Every event of the run, in order, up to and including its terminal run event."""
+async def read_until(store: Any, run_id: str, stop: Callable[[NodeEvent], bool],
+                     timeout_s: float = RUN_TIMEOUT_S) -> list[tuple[str, NodeEvent]]:
+    """Every event of the run, in order, up to and including the first ``stop`` accepts;
+    an AssertionError listing what arrived when none does within ``timeout_s``."""
     events: list[tuple[str, NodeEvent]] = []
 
     async def read() -> None:
@@ -114,16 +115,22 @@ async def wait_for_terminal(store: Any, run_id: str, timeout_s: float = RUN_TIME
             for event_id, event in batch:
                 after = event_id
                 events.append((event_id, event))
-                if not event.node_id and event.event_type in EventType.TERMINAL:
+                if stop(event):
                     return
 
     try:
         await asyncio.wait_for(read(), timeout_s)
     except TimeoutError:
         seen = [(e.node_id, e.event_type) for _, e in events]
-        raise AssertionError(
-            f"run {run_id} did not end within {timeout_s} s; events: {seen}") from None
+        raise AssertionError(f"run {run_id}: no awaited event within {timeout_s} s; events: {seen}") from None
     return events
+
+
+async def wait_for_terminal(store: Any, run_id: str, timeout_s: float = RUN_TIMEOUT_S,
+                            ) -> list[tuple[str, NodeEvent]]:
+    """Every event of the run, in order, up to and including its terminal run event."""
+    return await read_until(store, run_id, lambda e: not e.node_id and e.event_type in EventType.TERMINAL,
+                            timeout_s)
 
 
 async def collect(store: Any, run_id: str, events: list[tuple[str, NodeEvent]]) -> RunResult:

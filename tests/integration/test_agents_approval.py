@@ -17,7 +17,7 @@ from orchestrator.kernel.protocol import EventType, NodeEvent
 from orchestrator.kernel.registry import Registry
 from orchestrator.kernel.store import RunStatus
 from orchestrator.runs import start_run
-from tests.integration.conftest import RUN_TIMEOUT_S, collect, wait_for_terminal
+from tests.integration.conftest import collect, read_until, wait_for_terminal
 
 pytestmark = pytest.mark.integration
 
@@ -65,23 +65,7 @@ def quick_graph() -> dict[str, Any]:
 async def wait_for_event(store: Any, run_id: str, wanted: Callable[[NodeEvent], bool]
                          ) -> list[NodeEvent]:
     """The run's events up to the first one ``wanted`` accepts."""
-    seen: list[NodeEvent] = []
-
-    async def read() -> None:
-        after = "0-0"
-        while True:
-            for event_id, event in await store.read_events(run_id, after=after, block_ms=500):
-                after = event_id
-                seen.append(event)
-                if wanted(event):
-                    return
-
-    try:
-        await asyncio.wait_for(read(), RUN_TIMEOUT_S)
-    except TimeoutError:
-        raise AssertionError(f"run {run_id}: no such event in "
-                             f"{[(e.node_id, e.event_type) for e in seen]}") from None
-    return seen
+    return [e for _, e in await read_until(store, run_id, wanted)]
 
 
 def agno_events(events: list[NodeEvent], node_id: str) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ from orchestrator.kernel.registry import Registry
 from orchestrator.kernel.store import NodeStatus, RunStatus
 from orchestrator.runs import start_run
 from tests.agents.conftest import data_in, load_executor, make_ctx
-from tests.integration.conftest import RUN_TIMEOUT_S
+from tests.integration.conftest import RUN_TIMEOUT_S, read_until
 
 WORDS = 200
 DELAY_S = 0.05  # per streamed word: the whole answer would take WORDS * DELAY_S
@@ -52,19 +52,7 @@ def is_content(event: NodeEvent) -> bool:
 
 async def events_until(store: Any, run_id: str, done: Any) -> list[NodeEvent]:
     """Read the run's events until ``done(event)``; every event read, in order."""
-    seen: list[NodeEvent] = []
-
-    async def read() -> None:
-        after = "0-0"
-        while True:
-            for event_id, event in await store.read_events(run_id, after=after, block_ms=500):
-                after = event_id
-                seen.append(event)
-                if done(event):
-                    return
-
-    await asyncio.wait_for(read(), RUN_TIMEOUT_S)
-    return seen
+    return [e for _, e in await read_until(store, run_id, done)]
 
 
 @pytest.mark.integration
