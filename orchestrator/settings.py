@@ -42,6 +42,14 @@ class Settings(BaseSettings):
     undispatched_grace_s: float = 10.0  # a ready node not dispatched for this long is dispatched by the sweeper
     max_output_bytes: int = 8 * 1024 * 1024  # a node output larger than this fails the node
 
+    # -- egress: every outbound connection a node opens (nodes/_shared/egress.py) -------
+    # Loopback, private, link-local, shared (CGNAT), reserved and multicast addresses are
+    # refused unless this is set; cloud-metadata addresses stay refused even then.
+    egress_allow_private: bool = False
+    # Comma-separated hosts, IP addresses or CIDR networks allowed despite the rule above
+    # (e.g. "127.0.0.1,10.1.0.0/16,db.internal"); the only way to reach a metadata address.
+    egress_allow: str = ""
+
     # -- plugins ---------------------------------------------------------------------
     # Extra folders scanned for node folders (os.pathsep separated).
     node_paths: str = ""

@@ -21,6 +21,7 @@
     │   ├── EvaluationError            an expression failed at run time
     │   ├── CoercionError              a wired value could not be coerced
     │   ├── LinkResolutionError        materialize failed or a source cannot materialize
+    │   ├── EgressDeniedError          an outbound connection refused by the egress policy
     │   ├── RunNotFoundError           unknown run id
     │   └── RunStateError              the run's state does not allow the request (e.g. resume a running run)
     ├── RequestError                   a caller's request cannot be served (service layer)
@@ -180,6 +181,12 @@ class CoercionError(RunError):
 
 class LinkResolutionError(RunError):
     code = "link_resolution"
+
+
+class EgressDeniedError(RunError):
+    """A node's outbound connection was refused by the operator's egress policy."""
+
+    code = "egress_denied"
 
 
 class RunNotFoundError(RunError):
