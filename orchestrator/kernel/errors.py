@@ -19,6 +19,7 @@
     │   ├── NodeExecutionError         an executor raised (after retries)
     │   ├── NodeTimeoutError           an executor ran past its timeout
     │   ├── EvaluationError            an expression failed at run time
+    │   │   └── ExpressionLimitError     an expression went over a size or step budget
     │   ├── CoercionError              a wired value could not be coerced
     │   ├── LinkResolutionError        materialize failed or a source cannot materialize
     │   ├── EgressDeniedError          an outbound connection refused by the egress policy
@@ -173,6 +174,12 @@ class NodeTimeoutError(RunError):
 
 class EvaluationError(RunError):
     code = "evaluation"
+
+
+class ExpressionLimitError(EvaluationError):
+    """An expression went over one of its evaluation budgets (the message names it)."""
+
+    code = "expression_limit"
 
 
 class CoercionError(RunError):
