@@ -32,6 +32,7 @@ key                                        type        what, TTL
                                                        (table in nodes/_ai/storage.py)
 {p}:hooks                                  hash        webhook path -> graph id (kept with the graphs)
 {p}:graph:{gid}:runs                       zset        run id -> created_at; trimmed with retention
+{p}:hooksig:{sha256}                       string      an accepted webhook signature; 2 x webhook_tolerance_s
 =========================================  ==========  ==============================================
 """
 
@@ -106,6 +107,9 @@ class Keys:
 
     def hooks(self) -> str:
         return f"{self.prefix}:hooks"
+
+    def hook_signature(self, digest: str) -> str:
+        return f"{self.prefix}:hooksig:{digest}"
 
     def graph_runs(self, graph_id: str) -> str:
         return f"{self.prefix}:graph:{graph_id}:runs"

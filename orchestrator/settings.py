@@ -60,6 +60,9 @@ class Settings(BaseSettings):
     api_host: str = "127.0.0.1"
     api_port: int = 8000
     max_body_bytes: int = 2 * 1024 * 1024
+    # A signed webhook's timestamp may differ from the server clock by this much; each
+    # signature is remembered (and refused again) for twice as long.
+    webhook_tolerance_s: float = 300.0
     sse_ping_s: float = 15.0
     redis_max_connections: int = 512  # the API's Redis pool (blocking: a burst waits, then 503); SSE streams use none
     api_run_sweeper: bool = True  # each API process also runs the (lock-guarded) sweeper
