@@ -4,7 +4,8 @@ Webhooks: ``{p}:hooks`` maps a path to the graph whose ``webhook_trigger`` node 
 ``data.path``. When the graph sets ``settings.webhook_secret_env`` (an environment
 variable holding the secret) or a secret was stored with ``PUT /graphs/{id}/webhook-secret``,
 the request must carry ``X-Signature-256: t=<unix>,v1=<hex HMAC-SHA256 of "<t>.<body>">``,
-fresh and never used before (``signatures.py``); anything else is a 401 and starts nothing. The node's ``response_mode``:
+fresh and never used before (``signatures.py``); anything else is a 401 and starts nothing.
+The node's ``response_mode``:
 ``immediate`` (default) answers 202 ``{run_id}``; ``wait`` waits up to ``wait_timeout_s``
 for the run to end and answers 200 ``{run_id, status, output}``, or 202 if it is still going.
 """
