@@ -19,6 +19,7 @@ Contract:
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -26,13 +27,14 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from orchestrator.kernel.errors import GraphConflictError, GraphNotFoundError, GraphSchemaError
-from orchestrator.kernel.graph import parse_graph
+from orchestrator.kernel.errors import GraphConflictError, GraphNotFoundError, GraphSchemaError, ParameterError
+from orchestrator.kernel.graph import ID_PATTERN, parse_graph
 from orchestrator.kernel.registry import Registry
 from orchestrator.keys import Keys
 from orchestrator.settings import Settings
 
 WEBHOOK_NODE_TYPE = "webhook_trigger"  # the trigger type whose data.path routes POST /hooks/{path}
+HOOK_PATH_PATTERN = r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+){0,15}"  # at most 16 segments
 _SECRET_FIELD = "webhook_secret"  # noqa: S105 - a hash field name, not a secret
 
 
@@ -119,6 +121,7 @@ class GraphStore:
 
     async def _save(self, gid: str, raw: dict[str, Any], now: float) -> dict[str, Any]:
         graph = validate({**raw, "id": gid, "version": None}, self.registry)
+        _check_hook_paths(graph)
         paths = webhook_paths(graph)
         for path in paths:
             owner = await self.redis.hget(self.hooks_key, path)
@@ -246,11 +249,25 @@ class GraphStore:
 
 
 def _check_id(gid: str) -> None:
-    if not gid or len(gid) > 128 or any(c in gid for c in "/:{} \t\n"):
+    if not re.fullmatch(ID_PATTERN, gid):
         raise GraphSchemaError(
-            f"graph id {gid!r} is not usable: 1-128 characters without '/', ':', braces or spaces",
-            graph_id=gid,
+            f"graph id {gid!r} is not usable: ids are 1-128 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit",
+            graph_id=gid, parameter="id",
         )
+
+
+def _check_hook_paths(graph: dict[str, Any]) -> None:
+    for node in graph.get("nodes") or []:
+        path = (node.get("data") or {}).get("path")
+        if node.get("type") == WEBHOOK_NODE_TYPE and isinstance(path, str) and path \
+                and not re.fullmatch(HOOK_PATH_PATTERN, path.strip("/")):
+            raise ParameterError(
+                f"webhook path {path!r} is not usable: segments of letters, digits, '.', '_' or '-' "
+                "separated by '/'",
+                graph_id=str(graph.get("id")), node_id=str(node.get("id")), node_name=node.get("name"),
+                parameter="path",
+            )
 
 
 def _field(record: dict[Any, Any], name: str, default: str) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import APIRouter, Body, Depends, Query, Response
 
 from .launch import record_json
-from .models import WebhookSecret
+from .models import GraphId, WebhookSecret
 from .services import Services, get_services
 
 router = APIRouter(prefix="/graphs", tags=["graphs"])
@@ -39,7 +39,7 @@ async def list_graphs(
 
 @router.get("/{graph_id}")
 async def get_graph(
-    graph_id: str,
+    graph_id: GraphId,
     version: int | None = Query(None, ge=1, le=1_000_000_000),
     services: Services = SERVICES,
 ) -> dict[str, Any]:
@@ -49,25 +49,25 @@ async def get_graph(
 
 @router.put("/{graph_id}")
 async def update_graph(
-    graph_id: str, graph: dict[str, Any] = GraphBody, services: Services = SERVICES
+    graph_id: GraphId, graph: dict[str, Any] = GraphBody, services: Services = SERVICES
 ) -> dict[str, Any]:
     """Save a new version; older versions stay readable."""
     return await services.graphs.update(graph_id, graph)
 
 
 @router.delete("/{graph_id}", status_code=204)
-async def delete_graph(graph_id: str, services: Services = SERVICES) -> Response:
+async def delete_graph(graph_id: GraphId, services: Services = SERVICES) -> Response:
     await services.graphs.delete(graph_id)
     return Response(status_code=204)
 
 
 @router.get("/{graph_id}/versions")
-async def graph_versions(graph_id: str, services: Services = SERVICES) -> dict[str, Any]:
+async def graph_versions(graph_id: GraphId, services: Services = SERVICES) -> dict[str, Any]:
     return {"graph_id": graph_id, "versions": await services.graphs.versions(graph_id)}
 
 
 @router.put("/{graph_id}/webhook-secret", status_code=204)
-async def set_webhook_secret(graph_id: str, body: WebhookSecret, services: Services = SERVICES) -> Response:
+async def set_webhook_secret(graph_id: GraphId, body: WebhookSecret, services: Services = SERVICES) -> Response:
     """Store the HMAC secret for this graph's webhooks (never returned by any endpoint)."""
     await services.graphs.set_webhook_secret(graph_id, body.secret)
     return Response(status_code=204)
@@ -75,7 +75,7 @@ async def set_webhook_secret(graph_id: str, body: WebhookSecret, services: Servi
 
 @router.get("/{graph_id}/runs")
 async def graph_runs(
-    graph_id: str,
+    graph_id: GraphId,
     offset: int = Query(0, ge=0, le=1_000_000),
     limit: int = Query(50, ge=1, le=500),
     services: Services = SERVICES,

@@ -15,7 +15,7 @@ from orchestrator.kernel.errors import ParameterError, RunStateError
 from orchestrator.kernel.store import RunStatus
 
 from .launch import find_node, launch, run_detail, start_node
-from .models import Approval, Rerun, StartRun
+from .models import Approval, GraphId, Rerun, StartRun
 from .services import Services, get_services
 
 router = APIRouter(tags=["runs"])
@@ -27,7 +27,7 @@ def accepted(run_id: str, **extra: Any) -> JSONResponse:
 
 
 @router.post("/graphs/{graph_id}/runs", status_code=202)
-async def start(graph_id: str, body: StartRun, services: Services = SERVICES) -> JSONResponse:
+async def start(graph_id: GraphId, body: StartRun, services: Services = SERVICES) -> JSONResponse:
     """Start a run; 202 ``{run_id, events_url}``. ``trigger`` picks the start node."""
     starts = None
     if body.trigger is not None:

@@ -25,7 +25,7 @@ from orchestrator.kernel.protocol import EventType
 
 from .event_hub import EventHub
 from .launch import launch, nodes_of_type, run_detail
-from .models import ChatMessage
+from .models import ChatId, ChatMessage
 from .services import Services, get_services
 from .signatures import SIGNATURE_HEADER, verify
 
@@ -151,7 +151,7 @@ async def wait_for_end(hub: EventHub, run_id: str, timeout_s: float) -> bool:
 
 
 @chats.post("/chats/{chat_id}/messages", status_code=202)
-async def chat_message(chat_id: str, body: ChatMessage, services: Services = SERVICES) -> JSONResponse:
+async def chat_message(chat_id: ChatId, body: ChatMessage, services: Services = SERVICES) -> JSONResponse:
     """Run the graph's ``chat_start`` node with ``session_id = chat_id``.
 
     202 ``{run_id, events_url}``; the events URL streams in the chat format.
