@@ -23,6 +23,7 @@ from orchestrator.graph_store import WEBHOOK_NODE_TYPE, webhook_paths
 from orchestrator.kernel.errors import AuthError, GraphError
 from orchestrator.kernel.protocol import EventType
 
+from .auth import Principal, role
 from .event_hub import EventHub
 from .launch import launch, nodes_of_type, run_detail
 from .models import ChatId, ChatMessage
@@ -151,12 +152,13 @@ async def wait_for_end(hub: EventHub, run_id: str, timeout_s: float) -> bool:
 
 
 @chats.post("/chats/{chat_id}/messages", status_code=202)
-async def chat_message(chat_id: ChatId, body: ChatMessage, services: Services = SERVICES) -> JSONResponse:
+async def chat_message(chat_id: ChatId, body: ChatMessage, services: Services = SERVICES,
+                       who: Principal = Depends(role("runner"))) -> JSONResponse:  # noqa: B008
     """Run the graph's ``chat_start`` node with ``session_id = chat_id``.
 
     202 ``{run_id, events_url}``; the events URL streams in the chat format.
     """
-    graph = await services.graphs.get(body.graph_id)
+    graph = await services.graphs.get(body.graph_id, workspace=who.workspace)
     starts = nodes_of_type(graph, CHAT_NODE_TYPE)
     if not starts:
         raise GraphError(
@@ -173,5 +175,6 @@ async def chat_message(chat_id: ChatId, body: ChatMessage, services: Services = 
         start=[str(starts[0]["id"])],
         session_id=chat_id,
         version=graph["version"],
+        workspace=who.workspace,
     )
     return JSONResponse({"run_id": run_id, "events_url": f"/runs/{run_id}/events?format=chat"}, status_code=202)

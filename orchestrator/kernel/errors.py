@@ -29,7 +29,9 @@
     │   ├── GraphNotFoundError         unknown graph id or version
     │   ├── GraphConflictError         a graph id or webhook path already taken
     │   ├── AuthError                  missing/wrong API key, bad webhook signature
+    │   ├── ForbiddenError             the key's role does not allow the request
     │   └── PayloadTooLargeError       a request body over the configured limit
+    ├── ConfigurationError             a setting is unusable (e.g. a placeholder API key)
     └── ControlSignal                  not failures: they steer a run
         ├── RetryRequested             an executor asks to be retried (optionally after a delay)
         ├── SuspendRequested           an executor pauses its node until the run is resumed
@@ -225,11 +227,21 @@ class AuthError(RequestError):
     code = "unauthorized"
 
 
+class ForbiddenError(RequestError):
+    code = "forbidden"
+
+
 class PayloadTooLargeError(RequestError):
     code = "payload_too_large"
 
 
 # --- control signals: not failures ---------------------------------------------------
+
+
+class ConfigurationError(OrchestratorError):
+    """A setting cannot be used as given (raised at start, naming the setting)."""
+
+    code = "configuration"
 
 
 class ControlSignal(OrchestratorError):
