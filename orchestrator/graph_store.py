@@ -19,6 +19,7 @@ Contract:
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -26,13 +27,15 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from orchestrator.kernel.errors import GraphConflictError, GraphNotFoundError, GraphSchemaError
-from orchestrator.kernel.graph import parse_graph
+from orchestrator.kernel.errors import GraphConflictError, GraphNotFoundError, GraphSchemaError, ParameterError
+from orchestrator.kernel.graph import ID_PATTERN, parse_graph
 from orchestrator.kernel.registry import Registry
 from orchestrator.keys import Keys
 from orchestrator.settings import Settings
 
 WEBHOOK_NODE_TYPE = "webhook_trigger"  # the trigger type whose data.path routes POST /hooks/{path}
+HOOK_PATH_PATTERN = r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+){0,15}"  # at most 16 segments
+DEFAULT_WORKSPACE = "default"  # graphs, runs and keys with no workspace belong here
 _SECRET_FIELD = "webhook_secret"  # noqa: S105 - a hash field name, not a secret
 
 
@@ -88,8 +91,11 @@ class GraphStore:
 
     # -- writes ------------------------------------------------------------------------
 
-    async def create(self, raw: Any, graph_id: str | None = None) -> dict[str, Any]:
-        """Save a new graph (id from ``graph_id``, else the JSON's ``id``, else generated)."""
+    async def create(self, raw: Any, graph_id: str | None = None, *,
+                     workspace: str = DEFAULT_WORKSPACE) -> dict[str, Any]:
+        """Save a new graph of ``workspace`` (id from ``graph_id``, else the JSON's ``id``,
+        else generated). Graph ids are one namespace across workspaces: an id another
+        workspace uses is a 409 that says nothing more about that graph."""
         if not isinstance(raw, dict):
             raise GraphSchemaError(f"a graph must be a JSON object, got {type(raw).__name__}")
         gid = graph_id or (str(raw["id"]) if raw.get("id") not in (None, "", "graph") else "")
@@ -99,18 +105,18 @@ class GraphStore:
         created = await self.redis.hsetnx(self.keys.graph(gid), "created_at", repr(now))
         if not created:
             raise GraphConflictError(
-                f"graph {gid!r} already exists; update it instead", graph_id=gid
+                f"graph id {gid!r} is taken; update it instead, or choose another id", graph_id=gid
             )
         try:
+            await self.redis.hset(self.keys.graph(gid), "workspace", workspace)
             return await self._save(gid, raw, now)
         except BaseException:
             await self.redis.delete(self.keys.graph(gid))
             raise
 
-    async def update(self, graph_id: str, raw: Any) -> dict[str, Any]:
+    async def update(self, graph_id: str, raw: Any, *, workspace: str | None = None) -> dict[str, Any]:
         """Save ``raw`` as the next version of an existing graph."""
-        if not await self.redis.exists(self.keys.graph(graph_id)):
-            raise GraphNotFoundError(f"unknown graph {graph_id!r}", graph_id=graph_id)
+        await self._require(graph_id, workspace)
         if not isinstance(raw, dict):
             raise GraphSchemaError(
                 f"a graph must be a JSON object, got {type(raw).__name__}", graph_id=graph_id
@@ -119,6 +125,7 @@ class GraphStore:
 
     async def _save(self, gid: str, raw: dict[str, Any], now: float) -> dict[str, Any]:
         graph = validate({**raw, "id": gid, "version": None}, self.registry)
+        _check_hook_paths(graph)
         paths = webhook_paths(graph)
         for path in paths:
             owner = await self.redis.hget(self.hooks_key, path)
@@ -137,6 +144,7 @@ class GraphStore:
                 mapping={"name": graph.get("name") or "", "updated_at": repr(now)},
             )
             pipe.zadd(self.keys.graphs(), {gid: now})
+            pipe.zadd(self.keys.workspace_graphs(await self.workspace_of(gid)), {gid: now})
             for path in old - set(paths):
                 pipe.hdel(self.hooks_key, path)
             for path in paths:
@@ -146,10 +154,9 @@ class GraphStore:
             await pipe.execute()
         return graph
 
-    async def delete(self, graph_id: str) -> None:
+    async def delete(self, graph_id: str, *, workspace: str | None = None) -> None:
+        await self._require(graph_id, workspace)
         record = await self.redis.hgetall(self.keys.graph(graph_id))
-        if not record:
-            raise GraphNotFoundError(f"unknown graph {graph_id!r}", graph_id=graph_id)
         latest = int(_field(record, "latest", "0"))
         paths = await self._hook_paths_of(graph_id)
         async with self.redis.pipeline(transaction=True) as pipe:
@@ -161,10 +168,11 @@ class GraphStore:
                 *[self.keys.graph_version(graph_id, n) for n in range(1, latest + 1)],
             )
             pipe.zrem(self.keys.graphs(), graph_id)
+            pipe.zrem(self.keys.workspace_graphs(_field(record, "workspace", DEFAULT_WORKSPACE)), graph_id)
             await pipe.execute()
 
-    async def set_webhook_secret(self, graph_id: str, secret: str) -> None:
-        await self._require(graph_id)
+    async def set_webhook_secret(self, graph_id: str, secret: str, *, workspace: str | None = None) -> None:
+        await self._require(graph_id, workspace)
         await self.redis.hset(self.keys.graph(graph_id), _SECRET_FIELD, secret)
 
     async def add_run(self, graph_id: str, run_id: str) -> None:
@@ -178,9 +186,11 @@ class GraphStore:
 
     # -- reads -------------------------------------------------------------------------
 
-    async def get(self, graph_id: str, version: int | None = None) -> dict[str, Any]:
-        """The graph JSON of ``version`` (latest by default), validated again."""
-        latest = await self._require(graph_id)
+    async def get(self, graph_id: str, version: int | None = None, *,
+                  workspace: str | None = None) -> dict[str, Any]:
+        """The graph JSON of ``version`` (latest by default), validated again. With
+        ``workspace``, a graph of another workspace is unknown (404)."""
+        latest = await self._require(graph_id, workspace)
         n = latest if version is None else version
         raw = None
         if 0 < n <= latest:
@@ -192,18 +202,20 @@ class GraphStore:
         validated["version"] = n
         return validated
 
-    async def versions(self, graph_id: str) -> list[int]:
-        latest = await self._require(graph_id)
+    async def versions(self, graph_id: str, *, workspace: str | None = None) -> list[int]:
+        latest = await self._require(graph_id, workspace)
         keys = [self.keys.graph_version(graph_id, n) for n in range(1, latest + 1)]
         present = await self.redis.exists(*keys) if keys else 0
         if present == len(keys):
             return list(range(1, latest + 1))
         return [n for n in range(1, latest + 1) if await self.redis.exists(keys[n - 1])]
 
-    async def page(self, offset: int = 0, limit: int = 50) -> tuple[list[GraphSummary], int]:
-        """Most recently updated first; returns (page, total)."""
-        total = int(await self.redis.zcard(self.keys.graphs()))
-        ids = await self.redis.zrevrange(self.keys.graphs(), offset, offset + limit - 1)
+    async def page(self, offset: int = 0, limit: int = 50, *,
+                   workspace: str | None = None) -> tuple[list[GraphSummary], int]:
+        """Most recently updated first (of one workspace, or of all); returns (page, total)."""
+        index = self.keys.graphs() if workspace is None else self.keys.workspace_graphs(workspace)
+        total = int(await self.redis.zcard(index))
+        ids = await self.redis.zrevrange(index, offset, offset + limit - 1)
         out: list[GraphSummary] = []
         for raw_id in ids:
             gid = _text(raw_id)
@@ -221,8 +233,9 @@ class GraphStore:
             )
         return out, total
 
-    async def runs(self, graph_id: str, offset: int = 0, limit: int = 50) -> list[str]:
-        await self._require(graph_id)
+    async def runs(self, graph_id: str, offset: int = 0, limit: int = 50, *,
+                   workspace: str | None = None) -> list[str]:
+        await self._require(graph_id, workspace)
         ids = await self.redis.zrevrange(self.keys.graph_runs(graph_id), offset, offset + limit - 1)
         return [_text(i) for i in ids]
 
@@ -234,9 +247,15 @@ class GraphStore:
         value = await self.redis.hget(self.keys.graph(graph_id), _SECRET_FIELD)
         return None if value is None else _text(value)
 
-    async def _require(self, graph_id: str) -> int:
-        latest = await self.redis.hget(self.keys.graph(graph_id), "latest")
-        if latest is None:
+    async def workspace_of(self, graph_id: str) -> str:
+        """The workspace a graph belongs to (graphs stored before workspaces: default)."""
+        owner = await self.redis.hget(self.keys.graph(graph_id), "workspace")
+        return DEFAULT_WORKSPACE if owner is None else _text(owner)
+
+    async def _require(self, graph_id: str, workspace: str | None = None) -> int:
+        latest, owner = await self.redis.hmget(self.keys.graph(graph_id), ["latest", "workspace"])
+        owner_ws = DEFAULT_WORKSPACE if owner is None else _text(owner)
+        if latest is None or (workspace is not None and owner_ws != workspace):
             raise GraphNotFoundError(f"unknown graph {graph_id!r}", graph_id=graph_id)
         return int(_text(latest))
 
@@ -246,11 +265,25 @@ class GraphStore:
 
 
 def _check_id(gid: str) -> None:
-    if not gid or len(gid) > 128 or any(c in gid for c in "/:{} \t\n"):
+    if not re.fullmatch(ID_PATTERN, gid):
         raise GraphSchemaError(
-            f"graph id {gid!r} is not usable: 1-128 characters without '/', ':', braces or spaces",
-            graph_id=gid,
+            f"graph id {gid!r} is not usable: ids are 1-128 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit",
+            graph_id=gid, parameter="id",
         )
+
+
+def _check_hook_paths(graph: dict[str, Any]) -> None:
+    for node in graph.get("nodes") or []:
+        path = (node.get("data") or {}).get("path")
+        if node.get("type") == WEBHOOK_NODE_TYPE and isinstance(path, str) and path \
+                and not re.fullmatch(HOOK_PATH_PATTERN, path.strip("/")):
+            raise ParameterError(
+                f"webhook path {path!r} is not usable: segments of letters, digits, '.', '_' or '-' "
+                "separated by '/'",
+                graph_id=str(graph.get("id")), node_id=str(node.get("id")), node_name=node.get("name"),
+                parameter="path",
+            )
 
 
 def _field(record: dict[Any, Any], name: str, default: str) -> str:

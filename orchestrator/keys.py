@@ -24,7 +24,8 @@ key                                        type        what, TTL
 {p}:runs:active                            zset        run id -> deadline (epoch s), for the sweeper
 {p}:graph:{gid}                            hash        graph record (latest version, name, created); graph_ttl_s
 {p}:graph:{gid}:v:{n}                      string      graph JSON of version n; graph_ttl_s
-{p}:graphs                                 zset        graph id -> updated_at
+{p}:graphs                                 zset        graph id -> updated_at (every workspace)
+{p}:ws:{ws}:graphs                         zset        graph id -> updated_at, graphs of one workspace
 {p}:sweeper:lock                           string      one sweeper pass at a time; PX of the pass
 {p}:beat:*                                 (redbeat)   schedule entries of Schedule Trigger nodes; kept in
                                                        step with stored graphs (stale entries deleted)
@@ -32,6 +33,7 @@ key                                        type        what, TTL
                                                        (table in nodes/_ai/storage.py)
 {p}:hooks                                  hash        webhook path -> graph id (kept with the graphs)
 {p}:graph:{gid}:runs                       zset        run id -> created_at; trimmed with retention
+{p}:hooksig:{sha256}                       string      an accepted webhook signature; 2 x webhook_tolerance_s
 =========================================  ==========  ==============================================
 """
 
@@ -101,11 +103,17 @@ class Keys:
     def graphs(self) -> str:
         return f"{self.prefix}:graphs"
 
+    def workspace_graphs(self, workspace: str) -> str:
+        return f"{self.prefix}:ws:{workspace}:graphs"
+
     def sweeper_lock(self) -> str:
         return f"{self.prefix}:sweeper:lock"
 
     def hooks(self) -> str:
         return f"{self.prefix}:hooks"
+
+    def hook_signature(self, digest: str) -> str:
+        return f"{self.prefix}:hooksig:{digest}"
 
     def graph_runs(self, graph_id: str) -> str:
         return f"{self.prefix}:graph:{graph_id}:runs"

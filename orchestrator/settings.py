@@ -56,10 +56,16 @@ class Settings(BaseSettings):
     node_entry_point_group: str = "orchestrator.nodes"
 
     # -- API -------------------------------------------------------------------------
-    api_keys: str = ""  # comma-separated bearer keys; empty = auth disabled (dev only)
+    api_keys: str = ""  # comma-separated bearer keys, admins of workspace "default"; empty = auth disabled
+    # A JSON list of {"key" | "sha256", "workspace", "role"} (roles: viewer, runner, editor, admin).
+    api_keys_file: str | None = None
     api_host: str = "127.0.0.1"
     api_port: int = 8000
     max_body_bytes: int = 2 * 1024 * 1024
+    public_docs: bool = False  # serve /docs, /redoc and /openapi.json without a key
+    # A signed webhook's timestamp may differ from the server clock by this much; each
+    # signature is remembered (and refused again) for twice as long.
+    webhook_tolerance_s: float = 300.0
     sse_ping_s: float = 15.0
     redis_max_connections: int = 512  # the API's Redis pool (blocking: a burst waits, then 503); SSE streams use none
     api_run_sweeper: bool = True  # each API process also runs the (lock-guarded) sweeper

@@ -54,7 +54,8 @@ async def fire(graph_id: str, node_id: str) -> str | None:
     run_id = await start_run(state.store, state.registry, graph, None,
                              dispatch=make_dispatch(celery_app), start=[node_id],
                              meta={"trigger": "schedule", "node_id": node_id,
-                                   "graph_version": graph.get("version")})
+                                   "graph_version": graph.get("version"),
+                                   "workspace": await graphs.workspace_of(graph_id)})
     await graphs.add_run(graph_id, run_id)
     log.info("schedule of graph %s node %s started run %s", graph_id, node_id, run_id)
     return run_id

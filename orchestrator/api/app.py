@@ -1,10 +1,11 @@
 """The FastAPI application: ``create_app(settings=None) -> FastAPI`` (OpenAPI at ``/docs``).
 
 Routers (one concern each): ``graphs``, ``runs``, ``events`` (SSE), ``triggers``
-(webhooks, chat), ``nodes``, ``health``. Bearer-key auth guards everything except
-``/health``, ``/ready``, ``/hooks/*`` (HMAC) and, when ``ORCH_METRICS_PUBLIC`` is set,
-``/metrics``. Errors from the error tree map to HTTP in ``errors.py``; bodies over
-``Settings.max_body_bytes`` get a 413 (``limits.py``).
+(webhooks, chat), ``nodes``, ``health``, ``docs``. Bearer-key auth guards everything
+except ``/health``, ``/ready``, ``/hooks/*`` (signed instead) and, when
+``ORCH_METRICS_PUBLIC`` / ``ORCH_PUBLIC_DOCS`` are set, ``/metrics`` / the docs. Keys
+belong to workspaces and carry roles (``auth.py``). Errors from the error tree map to
+HTTP in ``errors.py``; bodies over ``Settings.max_body_bytes`` get a 413 (``limits.py``).
 
 State lives only in Redis (``Settings.redis_url``), so several API processes can serve
 the same graphs and runs. The Redis client this function builds has a blocking pool of
@@ -25,8 +26,8 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from orchestrator.kernel.registry import Registry
 from orchestrator.settings import Settings, get_settings
 
-from . import errors, events, graphs, health, nodes, runs, triggers
-from .auth import require_key
+from . import docs, errors, events, graphs, health, nodes, runs, triggers
+from .auth import key_ring, require_key
 from .limits import BodyLimit
 from .services import Dispatch, RunStoreApi, Services
 
@@ -52,6 +53,7 @@ def create_app(
     """Build the app. Without arguments: settings from the environment, the node registry
     from ``orchestrator.plugins``, a Redis client on ``Settings.redis_url``."""
     settings = settings or get_settings()
+    key_ring(settings)  # a placeholder or malformed key stops the app here, naming the setting
     owned: list[Redis] = []  # closed at shutdown: only a client this function created
     if redis is None:
         if not settings.redis_url:
@@ -84,12 +86,16 @@ def create_app(
         version="0.1.0",
         description="Graphs of nodes, run one Celery task per node; events over SSE.",
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
     )
     app.state.services = services
     app.state.event_hub = hub
     errors.install(app)
     app.add_middleware(BodyLimit, max_body_bytes=settings.max_body_bytes)
     guarded = [Depends(require_key)]
+    docs.install(app, guarded, public=settings.public_docs)
     app.include_router(health.router)
     app.include_router(triggers.hooks)
     for router in (graphs.router, runs.router, events.router, nodes.router, triggers.chats):

@@ -1,41 +1,184 @@
-"""Bearer API keys (``Settings.api_keys``, comma separated; empty disables auth).
+"""Who is calling: API keys that belong to a workspace and carry a role.
 
-Every key is compared with ``hmac.compare_digest`` so the time taken says nothing about
-how much of a guess was right. ``/health``, ``/ready`` and ``/hooks/*`` (HMAC signed
-instead) do not use this dependency; ``/metrics`` does unless ``ORCH_METRICS_PUBLIC``.
+Keys come from two settings, both optional:
+
+* ``ORCH_API_KEYS``: comma-separated bearer keys, each an ``admin`` of workspace
+  ``default`` (the single-workspace setup, unchanged);
+* ``ORCH_API_KEYS_FILE``: a JSON list of ``{"key": "..."}`` or ``{"sha256": "<hex of the
+  key>"}`` entries with ``"workspace"`` and ``"role"`` (so keys can be stored hashed).
+
+Each presented key is hashed (SHA-256) and compared with every configured digest in
+constant time, with no early exit, so timing says nothing about a guess. With no key
+configured at all, auth is off and every caller is an ``admin`` of ``default`` (a local
+setup; ``serve`` binds to 127.0.0.1 then).
+
+Roles are ordered: ``viewer`` reads; ``runner`` also starts, cancels and reruns runs,
+answers approvals and sends chat messages; ``editor`` also writes graphs, schedules and
+webhook secrets; ``admin`` may do everything. A route states the role it needs with
+``Depends(role("editor"))``; a key below it gets 403. Objects of another workspace are
+never visible: the stores answer 404 for them (see ``graph_store`` and ``launch``).
+
+``require_key`` resolves the :class:`Principal`; :func:`credential` is the one place a
+credential is read from a request (another credential source plugs in there).
+Placeholder keys (``change-me`` and the like) are refused when the app starts.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
+import json
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
 
 from fastapi import Depends, Request
 
-from orchestrator.kernel.errors import AuthError
+from orchestrator.kernel.errors import AuthError, ConfigurationError, ForbiddenError
+from orchestrator.kernel.graph import ID_PATTERN
+from orchestrator.settings import Settings
 
 from .services import Services, get_services
 
+Role = Literal["viewer", "runner", "editor", "admin"]
+ROLES: tuple[Role, ...] = ("viewer", "runner", "editor", "admin")
+DEFAULT_WORKSPACE = "default"
+# Values shipped in examples and manifests: a deployment that kept one is open to anyone.
+PLACEHOLDER_KEYS = frozenset({
+    "change-me", "changeme", "change_me", "replace-me", "replaceme", "secret", "password",
+    "api-key", "apikey", "your-api-key", "example", "test", "xxx", "todo",
+})
 
-def configured_keys(raw: str) -> list[bytes]:
-    return [k.strip().encode() for k in raw.split(",") if k.strip()]
+
+@dataclass(frozen=True)
+class Principal:
+    workspace: str
+    role: Role
+    key_id: str  # the first 8 hex digits of the key's SHA-256: names the key in logs
+
+    def can(self, role: Role) -> bool:
+        return ROLES.index(self.role) >= ROLES.index(role)
 
 
-def check_key(header: str | None, keys: list[bytes]) -> None:
-    """Raise :class:`AuthError` unless ``header`` is ``Bearer <one of keys>``."""
-    if not keys:
-        return
+@dataclass(frozen=True)
+class _Entry:
+    digest: bytes
+    workspace: str
+    role: Role
+
+
+@dataclass(frozen=True)
+class KeyRing:
+    entries: tuple[_Entry, ...]
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.entries)
+
+    def authenticate(self, token: str) -> Principal | None:
+        digest = hashlib.sha256(token.encode()).digest()
+        found: _Entry | None = None
+        for entry in self.entries:  # no early exit: every digest is compared
+            if hmac.compare_digest(digest, entry.digest):
+                found = entry
+        if found is None:
+            return None
+        return Principal(found.workspace, found.role, digest.hex()[:8])
+
+
+def _entry(raw: object, where: str) -> _Entry:
+    if not isinstance(raw, dict):
+        raise ConfigurationError(f"{where}: each key must be an object with key or sha256, workspace, role")
+    key, sha = raw.get("key"), raw.get("sha256")
+    workspace = str(raw.get("workspace") or DEFAULT_WORKSPACE)
+    if not re.fullmatch(ID_PATTERN, workspace):
+        raise ConfigurationError(f"{where}: workspace {workspace!r} must be 1-128 letters, digits, '.', '_' or '-'")
+    role = raw.get("role", "admin")
+    if role not in ROLES:
+        raise ConfigurationError(f"{where}: role {role!r} is not one of {', '.join(ROLES)}")
+    if isinstance(key, str) and key:
+        _refuse_placeholder(key, where)
+        digest = hashlib.sha256(key.encode()).digest()
+    elif isinstance(sha, str) and len(sha) == 64:
+        try:
+            digest = bytes.fromhex(sha)
+        except ValueError:
+            raise ConfigurationError(f"{where}: sha256 must be 64 hex digits") from None
+    else:
+        raise ConfigurationError(f"{where}: give 'key' or 'sha256' (64 hex digits)")
+    return _Entry(digest, workspace, role)
+
+
+def _refuse_placeholder(key: str, where: str) -> None:
+    if key.strip().lower() in PLACEHOLDER_KEYS:
+        raise ConfigurationError(
+            f"{where}: the API key {key!r} is a placeholder; set a real secret "
+            "(e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`)")
+
+
+@lru_cache(maxsize=8)
+def _ring(api_keys: str, keys_file: str | None) -> KeyRing:
+    entries = []
+    for key in (k.strip() for k in api_keys.split(",")):
+        if key:
+            _refuse_placeholder(key, "ORCH_API_KEYS")
+            entries.append(_Entry(hashlib.sha256(key.encode()).digest(), DEFAULT_WORKSPACE, "admin"))
+    if keys_file:
+        try:
+            raw = json.loads(Path(keys_file).read_text())
+        except (OSError, ValueError) as exc:
+            raise ConfigurationError(f"ORCH_API_KEYS_FILE {keys_file}: cannot read a JSON list ({exc})") from None
+        if not isinstance(raw, list):
+            raise ConfigurationError(f"ORCH_API_KEYS_FILE {keys_file}: must hold a JSON list of keys")
+        entries += [_entry(item, f"ORCH_API_KEYS_FILE {keys_file} item {i}") for i, item in enumerate(raw)]
+    return KeyRing(tuple(entries))
+
+
+def key_ring(settings: Settings) -> KeyRing:
+    """The configured keys (parsed once per distinct setting); raises
+    :class:`ConfigurationError` for a placeholder or malformed key."""
+    return _ring(settings.api_keys, settings.api_keys_file)
+
+
+def bearer(header: str | None) -> str:
+    """The token of an ``Authorization: Bearer <token>`` header, or an AuthError."""
     if not header:
         raise AuthError("missing Authorization header; send 'Authorization: Bearer <api key>'")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise AuthError("Authorization header must be 'Bearer <api key>'")
-    given = token.strip().encode()
-    matched = False
-    for key in keys:  # no early exit: every key is compared
-        matched |= hmac.compare_digest(given, key)
-    if not matched:
+    return token.strip()
+
+
+def credential(request: Request) -> str:
+    """The API key a request presents (the one place credentials are read)."""
+    return bearer(request.headers.get("authorization"))
+
+
+OPEN = Principal(DEFAULT_WORKSPACE, "admin", "open")
+
+
+async def require_key(request: Request, services: Services = Depends(get_services)) -> Principal:  # noqa: B008
+    ring = key_ring(services.settings)
+    if not ring.enabled:
+        return OPEN
+    principal = ring.authenticate(credential(request))
+    if principal is None:
         raise AuthError("invalid API key")
+    request.state.principal = principal
+    return principal
 
 
-async def require_key(request: Request, services: Services = Depends(get_services)) -> None:  # noqa: B008
-    check_key(request.headers.get("authorization"), configured_keys(services.settings.api_keys))
+def role(needed: Role) -> Callable[..., Awaitable[Principal]]:
+    """A dependency: the caller's principal, or 403 when its role is below ``needed``."""
+
+    async def check(principal: Principal = Depends(require_key)) -> Principal:  # noqa: B008
+        if not principal.can(needed):
+            raise ForbiddenError(f"this needs the {needed} role; the key is a {principal.role} "
+                                 f"of workspace {principal.workspace!r}")
+        return principal
+
+    return check

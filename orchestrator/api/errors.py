@@ -7,6 +7,7 @@ error                                           status
 ``GraphNotFoundError``, ``RunNotFoundError``    404
 ``GraphConflictError``                          409
 ``AuthError``                                   401
+``ForbiddenError`` (a key's role is too low)    403
 ``PayloadTooLargeError`` (body limit)           413
 ``RunStateError`` (e.g. rerun of a live run)    409
 other ``RunError`` (e.g. nothing to approve)     409
@@ -35,6 +36,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from orchestrator.kernel.errors import (
     AuthError,
+    ForbiddenError,
     GraphConflictError,
     GraphError,
     GraphNotFoundError,
@@ -51,6 +53,7 @@ STATUS: list[tuple[type[OrchestratorError], int]] = [
     (RunNotFoundError, 404),
     (GraphConflictError, 409),
     (AuthError, 401),
+    (ForbiddenError, 403),
     (PayloadTooLargeError, 413),
     (RunStateError, 409),
     (RunError, 409),

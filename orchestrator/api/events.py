@@ -35,7 +35,9 @@ from orchestrator.kernel.errors import ParameterError, RunNotFoundError
 from orchestrator.kernel.protocol import NodeEvent
 from orchestrator.kernel.store import RunStatus
 
+from .auth import Principal, role
 from .event_hub import Delivery, EventHub
+from .launch import owned_run
 from .services import Services, get_services
 
 router = APIRouter(tags=["events"])
@@ -106,10 +108,11 @@ async def run_events(
     after: str | None = Query(None, max_length=50, description="stream id to resume after"),
     format: Literal["events", "chat"] = Query("events"),
     services: Services = Depends(get_services),  # noqa: B008
+    who: Principal = Depends(role("viewer")),  # noqa: B008
 ) -> EventSourceResponse:
     """The run's events as SSE (see the module docstring for the contract)."""
     cursor = start_id(request.headers.get("last-event-id"), after)
-    await services.runs.get_run(run_id)  # 404 before the stream starts
+    await owned_run(services, run_id, who.workspace)  # 404 before the stream starts
     return EventSourceResponse(
         frames(request.app.state.event_hub, run_id, cursor, format),
         ping=services.settings.sse_ping_s,

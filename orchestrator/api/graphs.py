@@ -10,20 +10,24 @@ from typing import Any
 
 from fastapi import APIRouter, Body, Depends, Query, Response
 
+from .auth import Principal, role
 from .launch import record_json
-from .models import WebhookSecret
+from .models import GraphId, WebhookSecret
 from .services import Services, get_services
 
 router = APIRouter(prefix="/graphs", tags=["graphs"])
 
 GraphBody = Body(..., description="graph JSON: {id?, name, nodes, edges, settings}")
 SERVICES = Depends(get_services)
+VIEWER = Depends(role("viewer"))
+EDITOR = Depends(role("editor"))
 
 
 @router.post("", status_code=201)
-async def create_graph(graph: dict[str, Any] = GraphBody, services: Services = SERVICES) -> dict[str, Any]:
+async def create_graph(graph: dict[str, Any] = GraphBody, services: Services = SERVICES,
+                       who: Principal = EDITOR) -> dict[str, Any]:
     """Save a new graph (version 1). The id is the JSON's ``id`` or generated."""
-    return await services.graphs.create(graph)
+    return await services.graphs.create(graph, workspace=who.workspace)
 
 
 @router.get("")
@@ -31,60 +35,65 @@ async def list_graphs(
     offset: int = Query(0, ge=0, le=1_000_000),
     limit: int = Query(50, ge=1, le=500),
     services: Services = SERVICES,
+    who: Principal = VIEWER,
 ) -> dict[str, Any]:
     """Graphs, most recently updated first: ``{items, total, offset, limit}``."""
-    page, total = await services.graphs.page(offset, limit)
+    page, total = await services.graphs.page(offset, limit, workspace=who.workspace)
     return {"items": [g.to_json() for g in page], "total": total, "offset": offset, "limit": limit}
 
 
 @router.get("/{graph_id}")
 async def get_graph(
-    graph_id: str,
+    graph_id: GraphId,
     version: int | None = Query(None, ge=1, le=1_000_000_000),
     services: Services = SERVICES,
+    who: Principal = VIEWER,
 ) -> dict[str, Any]:
     """The latest version, or ``?version=n``."""
-    return await services.graphs.get(graph_id, version)
+    return await services.graphs.get(graph_id, version, workspace=who.workspace)
 
 
 @router.put("/{graph_id}")
 async def update_graph(
-    graph_id: str, graph: dict[str, Any] = GraphBody, services: Services = SERVICES
+    graph_id: GraphId, graph: dict[str, Any] = GraphBody, services: Services = SERVICES,
+    who: Principal = EDITOR,
 ) -> dict[str, Any]:
     """Save a new version; older versions stay readable."""
-    return await services.graphs.update(graph_id, graph)
+    return await services.graphs.update(graph_id, graph, workspace=who.workspace)
 
 
 @router.delete("/{graph_id}", status_code=204)
-async def delete_graph(graph_id: str, services: Services = SERVICES) -> Response:
-    await services.graphs.delete(graph_id)
+async def delete_graph(graph_id: GraphId, services: Services = SERVICES, who: Principal = EDITOR) -> Response:
+    await services.graphs.delete(graph_id, workspace=who.workspace)
     return Response(status_code=204)
 
 
 @router.get("/{graph_id}/versions")
-async def graph_versions(graph_id: str, services: Services = SERVICES) -> dict[str, Any]:
-    return {"graph_id": graph_id, "versions": await services.graphs.versions(graph_id)}
+async def graph_versions(graph_id: GraphId, services: Services = SERVICES, who: Principal = VIEWER) -> dict[str, Any]:
+    return {"graph_id": graph_id, "versions": await services.graphs.versions(graph_id, workspace=who.workspace)}
 
 
 @router.put("/{graph_id}/webhook-secret", status_code=204)
-async def set_webhook_secret(graph_id: str, body: WebhookSecret, services: Services = SERVICES) -> Response:
+async def set_webhook_secret(graph_id: GraphId, body: WebhookSecret, services: Services = SERVICES,
+                             who: Principal = EDITOR) -> Response:
     """Store the HMAC secret for this graph's webhooks (never returned by any endpoint)."""
-    await services.graphs.set_webhook_secret(graph_id, body.secret)
+    await services.graphs.set_webhook_secret(graph_id, body.secret, workspace=who.workspace)
     return Response(status_code=204)
 
 
 @router.get("/{graph_id}/runs")
 async def graph_runs(
-    graph_id: str,
+    graph_id: GraphId,
     offset: int = Query(0, ge=0, le=1_000_000),
     limit: int = Query(50, ge=1, le=500),
     services: Services = SERVICES,
+    who: Principal = VIEWER,
 ) -> dict[str, Any]:
     """Runs of this graph, newest first (expired runs are left out)."""
     from orchestrator.kernel.errors import RunNotFoundError
 
     items: list[dict[str, Any]] = []
-    for run_id in await services.graphs.runs(graph_id, offset, limit):
+    for run_id in await services.graphs.runs(graph_id, offset, limit, workspace=who.workspace):
         try:
             items.append(record_json(await services.runs.get_run(run_id)))
         except RunNotFoundError:

@@ -10,8 +10,9 @@ from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 
 from orchestrator import metrics
+from orchestrator.kernel.errors import AuthError
 
-from .auth import check_key, configured_keys
+from .auth import credential, key_ring
 from .services import Services, get_services
 
 router = APIRouter(tags=["health"])
@@ -38,7 +39,9 @@ async def ready(services: Services = SERVICES) -> JSONResponse:
 async def prometheus(request: Request, services: Services = SERVICES) -> Response:
     """Prometheus exposition; behind the API key unless ``ORCH_METRICS_PUBLIC`` is set."""
     if os.environ.get("ORCH_METRICS_PUBLIC", "").lower() not in ("1", "true", "yes"):
-        check_key(request.headers.get("authorization"), configured_keys(services.settings.api_keys))
+        ring = key_ring(services.settings)
+        if ring.enabled and ring.authenticate(credential(request)) is None:
+            raise AuthError("invalid API key")
     try:
         from workers.app import NODE_QUEUE
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator import metrics
-from orchestrator.kernel.errors import ParameterError
+from orchestrator.graph_store import DEFAULT_WORKSPACE
+from orchestrator.kernel.errors import ParameterError, RunNotFoundError
 from orchestrator.kernel.store import RunRecord
 
 from .services import Services
@@ -55,12 +56,17 @@ async def launch(
     session_id: str | None = None,
     version: int | None = None,
     meta: dict[str, Any] | None = None,
+    workspace: str | None = None,
 ) -> str:
-    """Start a run of a stored graph; returns the run id (the run is queued, not finished)."""
+    """Start a run of a stored graph; returns the run id (the run is queued, not finished).
+
+    With ``workspace`` (the caller's), a graph of another workspace is unknown (404). The
+    run belongs to the graph's workspace (``meta.workspace``)."""
     from orchestrator.runs import start_run
 
-    graph = await services.graphs.get(graph_id, version)
-    run_meta = {"graph_version": graph["version"], "trigger": trigger, **(meta or {})}
+    graph = await services.graphs.get(graph_id, version, workspace=workspace)
+    owner = workspace or await services.graphs.workspace_of(graph_id)
+    run_meta = {"graph_version": graph["version"], "trigger": trigger, **(meta or {}), "workspace": owner}
     run_id: str = await start_run(
         services.run_store,
         services.registry,
@@ -74,6 +80,18 @@ async def launch(
     await services.graphs.add_run(graph_id, run_id)
     metrics.RUNS_STARTED.labels(trigger=trigger).inc()
     return run_id
+
+
+def workspace_of_run(record: RunRecord) -> str:
+    return str((record.meta or {}).get("workspace") or DEFAULT_WORKSPACE)
+
+
+async def owned_run(services: Services, run_id: str, workspace: str) -> RunRecord:
+    """The run record, or RunNotFoundError (404) when it belongs to another workspace."""
+    record = await services.runs.get_run(run_id)
+    if workspace_of_run(record) != workspace:
+        raise RunNotFoundError(f"unknown run {run_id!r}", run_id=run_id)
+    return record
 
 
 def record_json(record: RunRecord) -> dict[str, Any]:

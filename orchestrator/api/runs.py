@@ -14,12 +14,15 @@ from fastapi.responses import JSONResponse
 from orchestrator.kernel.errors import ParameterError, RunStateError
 from orchestrator.kernel.store import RunStatus
 
-from .launch import find_node, launch, run_detail, start_node
-from .models import Approval, Rerun, StartRun
+from .auth import Principal, role
+from .launch import find_node, launch, owned_run, run_detail, start_node, workspace_of_run
+from .models import Approval, GraphId, Rerun, StartRun
 from .services import Services, get_services
 
 router = APIRouter(tags=["runs"])
 SERVICES = Depends(get_services)
+VIEWER = Depends(role("viewer"))
+RUNNER = Depends(role("runner"))
 
 
 def accepted(run_id: str, **extra: Any) -> JSONResponse:
@@ -27,11 +30,12 @@ def accepted(run_id: str, **extra: Any) -> JSONResponse:
 
 
 @router.post("/graphs/{graph_id}/runs", status_code=202)
-async def start(graph_id: str, body: StartRun, services: Services = SERVICES) -> JSONResponse:
+async def start(graph_id: GraphId, body: StartRun, services: Services = SERVICES,
+                who: Principal = RUNNER) -> JSONResponse:
     """Start a run; 202 ``{run_id, events_url}``. ``trigger`` picks the start node."""
     starts = None
     if body.trigger is not None:
-        graph = await services.graphs.get(graph_id, body.version)
+        graph = await services.graphs.get(graph_id, body.version, workspace=who.workspace)
         starts = [start_node(graph, body.trigger, services)]
     run_id = await launch(
         services,
@@ -41,23 +45,25 @@ async def start(graph_id: str, body: StartRun, services: Services = SERVICES) ->
         start=starts,
         session_id=body.session_id,
         version=body.version,
+        workspace=who.workspace,
     )
     return accepted(run_id)
 
 
 @router.get("/runs/{run_id}")
-async def get_run(run_id: str, services: Services = SERVICES) -> dict[str, Any]:
+async def get_run(run_id: str, services: Services = SERVICES, who: Principal = VIEWER) -> dict[str, Any]:
     """Status, error, per-node status and outputs, and the run's final output."""
+    await owned_run(services, run_id, who.workspace)
     return await run_detail(services, run_id)
 
 
 @router.post("/runs/{run_id}/cancel")
-async def cancel(run_id: str, services: Services = SERVICES) -> dict[str, Any]:
+async def cancel(run_id: str, services: Services = SERVICES, who: Principal = RUNNER) -> dict[str, Any]:
     """Cancel: queued nodes never start; running ones stop within ``cancel_poll_s``.
 
     ``cancelled`` is false when the run had already ended (its status is returned).
     """
-    await services.runs.get_run(run_id)  # 404 for an unknown id
+    await owned_run(services, run_id, who.workspace)  # 404 for an unknown id or another workspace's
     done = await services.runs.finish_run(
         run_id,
         RunStatus.CANCELLED,
@@ -84,12 +90,12 @@ def ancestors(plan: Any, node_id: str) -> list[str]:
 
 
 @router.post("/runs/{run_id}/rerun", status_code=202)
-async def rerun(run_id: str, body: Rerun, services: Services = SERVICES) -> JSONResponse:
+async def rerun(run_id: str, body: Rerun, services: Services = SERVICES, who: Principal = RUNNER) -> JSONResponse:
     """Run the old run's graph snapshot again from ``from_node``, reusing the stored
     outputs of the nodes before it. 202 ``{run_id, rerun_of}``; the old run must be over."""
     from orchestrator.runs import start_run
 
-    old = await services.runs.get_run(run_id)
+    old = await owned_run(services, run_id, who.workspace)
     if old.status not in RunStatus.TERMINAL:
         raise RunStateError(f"run {run_id} is still {old.status}; cancel it or wait for it to end", run_id=run_id)
     plan = await services.runs.load_plan(run_id)
@@ -103,7 +109,8 @@ async def rerun(run_id: str, body: Rerun, services: Services = SERVICES) -> JSON
         )
     from_id = str(node["id"])
     seed = await services.runs.read_outputs(run_id, ancestors(plan, from_id))
-    meta = {"rerun_of": run_id, "graph_version": old.graph_version, "trigger": "rerun"}
+    meta = {"rerun_of": run_id, "graph_version": old.graph_version, "trigger": "rerun",
+            "workspace": workspace_of_run(old)}
     new_id: str = await start_run(
         services.run_store,
         services.registry,
@@ -121,10 +128,12 @@ async def rerun(run_id: str, body: Rerun, services: Services = SERVICES) -> JSON
 
 
 @router.post("/runs/{run_id}/approvals")
-async def approve(run_id: str, body: Approval, services: Services = SERVICES) -> dict[str, Any]:
+async def approve(run_id: str, body: Approval, services: Services = SERVICES,
+                  who: Principal = RUNNER) -> dict[str, Any]:
     """Answer a node waiting for approval (the only waiting node when ``node_id`` is omitted)."""
     from orchestrator.approvals import submit_approval
 
+    await owned_run(services, run_id, who.workspace)
     dispatch = services.dispatch
     node_id = await submit_approval(
         services.run_store,

@@ -3,16 +3,15 @@
 Webhooks: ``{p}:hooks`` maps a path to the graph whose ``webhook_trigger`` node has that
 ``data.path``. When the graph sets ``settings.webhook_secret_env`` (an environment
 variable holding the secret) or a secret was stored with ``PUT /graphs/{id}/webhook-secret``,
-the request must carry ``X-Signature-256: sha256=<hex HMAC-SHA256 of the raw body>``;
-a missing or wrong signature is a 401 and starts nothing. The node's ``response_mode``:
+the request must carry ``X-Signature-256: t=<unix>,v1=<hex HMAC-SHA256 of "<t>.<body>">``,
+fresh and never used before (``signatures.py``); anything else is a 401 and starts nothing.
+The node's ``response_mode``:
 ``immediate`` (default) answers 202 ``{run_id}``; ``wait`` waits up to ``wait_timeout_s``
 for the run to end and answers 200 ``{run_id, status, output}``, or 202 if it is still going.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import os
 from typing import Any
@@ -24,13 +23,14 @@ from orchestrator.graph_store import WEBHOOK_NODE_TYPE, webhook_paths
 from orchestrator.kernel.errors import AuthError, GraphError
 from orchestrator.kernel.protocol import EventType
 
+from .auth import Principal, role
 from .event_hub import EventHub
 from .launch import launch, nodes_of_type, run_detail
-from .models import ChatMessage
+from .models import ChatId, ChatMessage
 from .services import Services, get_services
+from .signatures import SIGNATURE_HEADER, verify
 
 CHAT_NODE_TYPE = "chat_start"  # the trigger type a chat message starts
-SIGNATURE_HEADER = "x-signature-256"
 WEBHOOK_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 DEFAULT_WAIT_S = 30.0
 MAX_WAIT_S = 300.0
@@ -53,14 +53,6 @@ async def secret_for(services: Services, graph: dict[str, Any]) -> str | None:
             )
         return value
     return await services.graphs.webhook_secret(str(graph["id"]))
-
-
-def check_signature(secret: str, body: bytes, header: str | None) -> None:
-    if not header:
-        raise AuthError("missing X-Signature-256 header (sha256=<hex HMAC-SHA256 of the body>)")
-    expected = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(header.strip().encode(), expected.encode()):
-        raise AuthError("X-Signature-256 does not match the request body")
 
 
 def parse_body(body: bytes, content_type: str) -> Any:
@@ -91,7 +83,8 @@ async def webhook(path: str, request: Request, services: Services = SERVICES) ->
     body = await request.body()
     secret = await secret_for(services, graph)
     if secret:
-        check_signature(secret, body, request.headers.get(SIGNATURE_HEADER))
+        await verify(services.redis, services.keys, secret, body, request.headers.get(SIGNATURE_HEADER),
+                     tolerance_s=services.settings.webhook_tolerance_s)
     node = next(n for n in nodes_of_type(graph, WEBHOOK_NODE_TYPE) if webhook_paths({"nodes": [n]}) == [path])
     data = node.get("data") or {}
     method = str(data.get("method") or "POST").upper()
@@ -159,12 +152,13 @@ async def wait_for_end(hub: EventHub, run_id: str, timeout_s: float) -> bool:
 
 
 @chats.post("/chats/{chat_id}/messages", status_code=202)
-async def chat_message(chat_id: str, body: ChatMessage, services: Services = SERVICES) -> JSONResponse:
+async def chat_message(chat_id: ChatId, body: ChatMessage, services: Services = SERVICES,
+                       who: Principal = Depends(role("runner"))) -> JSONResponse:  # noqa: B008
     """Run the graph's ``chat_start`` node with ``session_id = chat_id``.
 
     202 ``{run_id, events_url}``; the events URL streams in the chat format.
     """
-    graph = await services.graphs.get(body.graph_id)
+    graph = await services.graphs.get(body.graph_id, workspace=who.workspace)
     starts = nodes_of_type(graph, CHAT_NODE_TYPE)
     if not starts:
         raise GraphError(
@@ -181,5 +175,6 @@ async def chat_message(chat_id: str, body: ChatMessage, services: Services = SER
         start=[str(starts[0]["id"])],
         session_id=chat_id,
         version=graph["version"],
+        workspace=who.workspace,
     )
     return JSONResponse({"run_id": run_id, "events_url": f"/runs/{run_id}/events?format=chat"}, status_code=202)

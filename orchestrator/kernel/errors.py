@@ -19,6 +19,7 @@
     │   ├── NodeExecutionError         an executor raised (after retries)
     │   ├── NodeTimeoutError           an executor ran past its timeout
     │   ├── EvaluationError            an expression failed at run time
+    │   │   └── ExpressionLimitError     an expression went over a size or step budget
     │   ├── CoercionError              a wired value could not be coerced
     │   ├── LinkResolutionError        materialize failed or a source cannot materialize
     │   ├── EgressDeniedError          an outbound connection refused by the egress policy
@@ -28,7 +29,9 @@
     │   ├── GraphNotFoundError         unknown graph id or version
     │   ├── GraphConflictError         a graph id or webhook path already taken
     │   ├── AuthError                  missing/wrong API key, bad webhook signature
+    │   ├── ForbiddenError             the key's role does not allow the request
     │   └── PayloadTooLargeError       a request body over the configured limit
+    ├── ConfigurationError             a setting is unusable (e.g. a placeholder API key)
     └── ControlSignal                  not failures: they steer a run
         ├── RetryRequested             an executor asks to be retried (optionally after a delay)
         ├── SuspendRequested           an executor pauses its node until the run is resumed
@@ -175,6 +178,12 @@ class EvaluationError(RunError):
     code = "evaluation"
 
 
+class ExpressionLimitError(EvaluationError):
+    """An expression went over one of its evaluation budgets (the message names it)."""
+
+    code = "expression_limit"
+
+
 class CoercionError(RunError):
     code = "coercion"
 
@@ -218,11 +227,21 @@ class AuthError(RequestError):
     code = "unauthorized"
 
 
+class ForbiddenError(RequestError):
+    code = "forbidden"
+
+
 class PayloadTooLargeError(RequestError):
     code = "payload_too_large"
 
 
 # --- control signals: not failures ---------------------------------------------------
+
+
+class ConfigurationError(OrchestratorError):
+    """A setting cannot be used as given (raised at start, naming the setting)."""
+
+    code = "configuration"
 
 
 class ControlSignal(OrchestratorError):

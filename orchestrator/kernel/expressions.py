@@ -26,12 +26,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from .errors import EvaluationError
+from .errors import EvaluationError, ExpressionLimitError
+from .expression_limits import DEFAULT_LIMITS, Budget, ExpressionLimits, predicted_chars
 from .expression_parser import COMPARISONS, Node, parse_expression, walk
 from .sockets import json_type
 
 __all__ = [
-    "FUNCTIONS", "Scope", "Template", "check_syntax", "evaluate", "find_references",
+    "FUNCTIONS", "ExpressionLimits", "Scope", "Template", "check_syntax", "evaluate", "find_references",
     "has_expression", "parse_template", "render", "stringify",
 ]
 
@@ -189,6 +190,7 @@ class Scope:
     nodes: Mapping[str, Any] = field(default_factory=dict)
     run: Mapping[str, Any] = field(default_factory=dict)
     extra: Mapping[str, Any] = field(default_factory=dict)
+    limits: ExpressionLimits = DEFAULT_LIMITS
 
 
 def _is_number(x: Any) -> bool:
@@ -211,12 +213,17 @@ _ARITH: dict[str, Callable[[Any, Any], Any]] = {
 }
 
 
-def _binary(op: str, a: Any, b: Any) -> Any:
+def _binary(op: str, a: Any, b: Any, budget: Budget | None = None) -> Any:
     if op in ("==", "!="):  # true is not 1: JSON keeps booleans apart from numbers
         return (isinstance(a, bool) == isinstance(b, bool) and a == b) == (op == "==")
     if op == "+" and (isinstance(a, str) or isinstance(b, str)):
-        return stringify(a) + stringify(b)
+        left, right = stringify(a), stringify(b)
+        if budget is not None:
+            budget.string(len(left) + len(right), "'+'")
+        return left + right
     if op == "+" and isinstance(a, list) and isinstance(b, list):
+        if budget is not None:
+            budget.items(len(a) + len(b), "'+'")
         return a + b
     if op in COMPARISONS and isinstance(a, str) and isinstance(b, str):
         return _ARITH[op](a, b)
@@ -241,12 +248,20 @@ def _contained(a: Any, b: Any) -> bool:
     raise EvaluationError(f"cannot test {json_type(a)} in {json_type(b)}")
 
 
-def _call(name: str, args: list[Any]) -> Any:
+def _call(name: str, args: list[Any], budget: Budget) -> Any:
+    predicted = predicted_chars(name, args)
+    if predicted is not None:
+        budget.string(predicted, f"{name}()")
     try:
-        return FUNCTIONS[name][2](*args)
+        result = FUNCTIONS[name][2](*args)
     except (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError):
         types = ", ".join(json_type(a) for a in args)
         raise EvaluationError(f"{name}() cannot take ({types})") from None
+    if isinstance(result, str):
+        budget.string(len(result), f"{name}()")
+    elif isinstance(result, list):
+        budget.items(len(result), f"{name}()")
+    return result
 
 
 def _variable(scope: Scope, name: str) -> Any:
@@ -262,7 +277,8 @@ def _node_output(scope: Scope, name: str) -> Any:
     return scope.nodes[name]
 
 
-def _eval(node: Node, scope: Scope) -> Any:
+def _eval(node: Node, scope: Scope, budget: Budget) -> Any:
+    budget.step()
     kind = node[0]
     if kind == "lit":
         return node[1]
@@ -275,36 +291,45 @@ def _eval(node: Node, scope: Scope) -> Any:
     if kind == "node":
         return _node_output(scope, node[1])
     if kind == "item":
-        return _member(_eval(node[1], scope), _eval(node[2], scope))
+        return _member(_eval(node[1], scope, budget), _eval(node[2], scope, budget))
     if kind == "list":
-        return [_eval(n, scope) for n in node[1]]
+        budget.items(len(node[1]), "a list literal")
+        return [_eval(n, scope, budget) for n in node[1]]
     if kind == "call":
-        return _call(node[1], [_eval(n, scope) for n in node[2]])
+        return _call(node[1], [_eval(n, scope, budget) for n in node[2]], budget)
     if kind == "not":
-        return not _eval(node[1], scope)
+        return not _eval(node[1], scope, budget)
     if kind == "in":
-        return _contained(_eval(node[1], scope), _eval(node[2], scope))
+        return _contained(_eval(node[1], scope, budget), _eval(node[2], scope, budget))
     if kind == "cond":
-        return _eval(node[1] if _eval(node[2], scope) else node[3], scope)
+        return _eval(node[1] if _eval(node[2], scope, budget) else node[3], scope, budget)
     if kind == "neg":
-        value = _eval(node[1], scope)
+        value = _eval(node[1], scope, budget)
         if not _is_number(value):
             raise EvaluationError(f"cannot negate a {json_type(value)}")
         return -value
-    op, left = node[1], _eval(node[2], scope)
+    op, left = node[1], _eval(node[2], scope, budget)
     if op in ("and", "or"):  # short-circuit; the deciding operand is the result, as in Python
-        return _eval(node[3], scope) if bool(left) == (op == "and") else left
-    return _binary(op, left, _eval(node[3], scope))
+        return _eval(node[3], scope, budget) if bool(left) == (op == "and") else left
+    return _binary(op, left, _eval(node[3], scope, budget), budget)
 
 
 def evaluate(template: Template, scope: Scope) -> Any:
     """The template's value: the JSON value if ``whole``, else the rendered string."""
+    budget = Budget(scope.limits)
     try:
-        values = [p if isinstance(p, str) else _eval(p, scope) for p in template.parts]
+        values = [p if isinstance(p, str) else _eval(p, scope, budget) for p in template.parts]
         if template.whole:
             pairs = zip(values, template.parts, strict=True)
-            return next(v for v, p in pairs if not isinstance(p, str))
-        return "".join(stringify(v) for v in values)
+            value = next(v for v, p in pairs if not isinstance(p, str))
+        else:
+            texts = [stringify(v) for v in values]
+            budget.string(sum(map(len, texts)), "the template")
+            value = "".join(texts)
+        budget.result(value)
+        return value
+    except ExpressionLimitError as exc:
+        raise ExpressionLimitError(f"{exc.message} in expression {template.source[:200]!r}") from None
     except EvaluationError as exc:
         raise EvaluationError(f"{exc.message} in expression {template.source!r}") from None
     except (RecursionError, ValueError) as exc:  # a very deep tree; an int past str()'s limit

@@ -15,6 +15,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from .errors import ChannelError, GraphSchemaError
 
 ERROR_PORT = "error"  # the output handle a node gets when its error mode is "error_port"
+# Graph, node and edge ids: they appear in URLs, Redis keys, task ids and logs, so they are
+# plain: a letter or digit, then up to 127 letters, digits, ".", "_" or "-".
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+# Edge ids never reach a URL or a key, and canvases generate them ("a.out->b.in"): any
+# 1-200 visible characters except "/", "?", "#", "%" and white space.
+EDGE_ID_PATTERN = r"^[^\x00-\x20\x7f/?#%]{1,200}$"
 
 ErrorMode = Literal["stop", "continue", "error_port"]
 
@@ -43,7 +49,7 @@ class NodeSettings(BaseModel):
 
 class Node(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    id: str = Field(min_length=1)
+    id: str = Field(pattern=ID_PATTERN)
     type: str = Field(min_length=1)
     name: str = Field(min_length=1)
     data: dict[str, Any] = Field(default_factory=dict)
@@ -58,7 +64,7 @@ class EdgeData(BaseModel):
 
 class Edge(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    id: str = Field(min_length=1)
+    id: str = Field(pattern=EDGE_ID_PATTERN)
     source: str
     source_handle: str = Field(alias="sourceHandle")
     target: str
@@ -83,7 +89,7 @@ class Edge(BaseModel):
 
 class Graph(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    id: str = "graph"
+    id: str = Field(default="graph", pattern=ID_PATTERN)
     name: str = ""
     description: str = ""
     version: int | None = None

@@ -65,3 +65,25 @@ async def test_oversized_chunked_body_is_413(redis_server: EmbeddedRedis) -> Non
         assert response.status_code == 413
     finally:
         await api.close()
+
+
+@pytest.mark.parametrize("url", ["/openapi.json", "/docs", "/redoc"])
+async def test_api_docs_need_a_key_when_keys_are_configured(keyed_api: Api, url: str) -> None:
+    assert (await keyed_api.client.get(url)).status_code == 401
+    ok = await keyed_api.client.get(url, headers={"Authorization": "Bearer key-one"})
+    assert ok.status_code == 200
+
+
+async def test_api_docs_can_be_made_public(redis_server: EmbeddedRedis) -> None:
+    api = await open_api(redis_server, api_keys="key-one", public_docs=True)
+    try:
+        response = await api.client.get("/openapi.json")
+        assert response.status_code == 200
+        assert "/graphs" in response.json()["paths"]
+        assert (await api.client.get("/graphs")).status_code == 401
+    finally:
+        await api.close()
+
+
+async def test_api_docs_are_open_without_keys(api: Api) -> None:
+    assert (await api.client.get("/openapi.json")).status_code == 200

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.api.conftest import Api, chain
+from tests.fake_nodes import graph
 
 
 async def test_created_graph_reads_back_as_version_one(api: Api) -> None:
@@ -121,3 +124,50 @@ async def test_nodes_lists_every_definition_and_the_socket_catalogue(api: Api) -
     relay = next(n for n in body["nodes"] if n["id"] == "relay")
     assert [p["id"] for p in relay["inputs"]] == ["in"]
     assert all({"id", "color"} <= set(s) for s in body["sockets"])
+
+
+BAD_IDS = ["a\x00b", "a\nb", "a/b", "a?b", "a#b", "a%2Fb", "a b", ".hidden", "x" * 129]
+
+
+@pytest.mark.parametrize("bad", BAD_IDS)
+async def test_a_graph_id_outside_the_pattern_is_422_naming_the_field(api: Api, bad: str) -> None:
+    body = chain("ok")
+    body["id"] = bad
+    response = await api.client.post("/graphs", json=body)
+    assert response.status_code == 422
+    assert "id" in response.json()["error"]["message"]
+    assert (await api.client.get("/graphs")).json()["items"] == []
+
+
+@pytest.mark.parametrize("bad", BAD_IDS)
+async def test_a_node_id_outside_the_pattern_is_422_naming_the_node(api: Api, bad: str) -> None:
+    body = chain("ok")
+    body["nodes"][0]["id"] = bad
+    response = await api.client.post("/graphs", json=body)
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert "nodes.0.id" in error["message"]
+
+
+async def test_an_edge_id_outside_the_pattern_is_422_naming_the_field(api: Api) -> None:
+    body = chain("ok")
+    body["edges"][0]["id"] = "e/1"
+    response = await api.client.post("/graphs", json=body)
+    assert response.status_code == 422
+    assert "edges.0.id" in response.json()["error"]["message"]
+
+
+async def test_a_webhook_path_with_odd_characters_is_422_naming_the_parameter(api: Api) -> None:
+    body = graph([("w", "webhook_trigger", "Hook", {"path": "a/../b?x=1"}), ("r", "relay", "Relay")],
+                 [("w", "out", "r", "in")], id="hooked")
+    response = await api.client.post("/graphs", json=body)
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["node_id"] == "w" and error["parameter"] == "path"
+
+
+@pytest.mark.parametrize("url", ["/graphs/a%00b", "/graphs/a%0Ab/versions", "/graphs/a%20b/runs"])
+async def test_a_path_id_outside_the_pattern_is_422(api: Api, url: str) -> None:
+    response = await api.client.get(url)
+    assert response.status_code == 422
+    assert "graph_id" in response.text

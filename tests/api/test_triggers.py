@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
+import time
 from typing import Any
 
 import pytest
 
+from orchestrator.api import signatures
 from orchestrator.kernel.store import RunStatus
 from tests.api.conftest import Api, chain
 from tests.fake_nodes import graph
@@ -30,8 +30,8 @@ def hook_graph(
     )
 
 
-def sign(body: bytes, secret: str = SECRET) -> str:
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+def sign(body: bytes, secret: str = SECRET, at: float | None = None) -> str:
+    return signatures.sign(secret, body, int(time.time() if at is None else at))
 
 
 async def test_manual_run_is_accepted_recorded_and_dispatched(api: Api) -> None:
@@ -104,7 +104,7 @@ async def test_signed_webhook_runs_with_a_good_signature(api: Api, how: str, mon
     assert "x-signature-256" not in record.run_input["headers"]
 
 
-@pytest.mark.parametrize("signature", [None, "sha256=00", "bogus"])
+@pytest.mark.parametrize("signature", [None, "sha256=00", "bogus", "t=1,v1=00", "v1=00"])
 async def test_signed_webhook_refuses_a_bad_or_missing_signature(api: Api, signature: str | None) -> None:
     await api.client.post("/graphs", json=hook_graph())
     await api.client.put("/graphs/hooked/webhook-secret", json={"secret": SECRET})
@@ -122,6 +122,41 @@ async def test_signature_over_another_body_is_refused(api: Api) -> None:
     headers = {"content-type": "application/json", "X-Signature-256": sign(b'{"a": 1}')}
     response = await api.client.post("/hooks/orders/new", content=b'{"a": 2}', headers=headers)
     assert response.status_code == 401
+
+
+async def test_a_signed_request_is_accepted_once(api: Api) -> None:
+    await api.client.post("/graphs", json=hook_graph())
+    await api.client.put("/graphs/hooked/webhook-secret", json={"secret": SECRET})
+    body = b'{"order": 7}'
+    headers = {"content-type": "application/json", "X-Signature-256": sign(body)}
+    first = await api.client.post("/hooks/orders/new", content=body, headers=headers)
+    replay = await api.client.post("/hooks/orders/new", content=body, headers=headers)
+    assert first.status_code == 202
+    assert replay.status_code == 401
+    assert "already used" in replay.json()["error"]["message"]
+    assert len(api.dispatched) == 1
+
+
+@pytest.mark.parametrize("skew_s", [-3600, 3600])
+async def test_a_signature_outside_the_tolerance_window_is_refused(api: Api, skew_s: int) -> None:
+    await api.client.post("/graphs", json=hook_graph())
+    await api.client.put("/graphs/hooked/webhook-secret", json={"secret": SECRET})
+    body = b'{"order": 7}'
+    headers = {"content-type": "application/json", "X-Signature-256": sign(body, at=time.time() + skew_s)}
+    response = await api.client.post("/hooks/orders/new", content=body, headers=headers)
+    assert response.status_code == 401
+    assert "timestamp" in response.json()["error"]["message"]
+    assert api.dispatched == []
+
+
+async def test_a_changed_timestamp_breaks_the_signature(api: Api) -> None:
+    await api.client.post("/graphs", json=hook_graph())
+    await api.client.put("/graphs/hooked/webhook-secret", json={"secret": SECRET})
+    body = b'{"order": 7}'
+    old = sign(body, at=time.time() - 10)
+    forged = f"t={int(time.time())}," + old.split(",", 1)[1]
+    headers = {"content-type": "application/json", "X-Signature-256": forged}
+    assert (await api.client.post("/hooks/orders/new", content=body, headers=headers)).status_code == 401
 
 
 async def test_webhook_secret_is_never_returned(api: Api) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from orchestrator.embedded_redis import free_port
 
-from .harness import API_KEY, Launcher, argv_of, replace_option, require_cli, wait_until
+from .harness import API_KEY, Launcher, argv_of, load_compose, replace_option, require_cli, wait_until
 
 STARTUP_TIMEOUT_S = 60.0
 STAY_UP_S = 3.0
@@ -159,3 +159,15 @@ def test_flower_answers_http(compose: dict[str, Any], launcher: Launcher) -> Non
             return False
 
     wait_until(answers, STARTUP_TIMEOUT_S, flower, "answer over HTTP")
+
+
+def test_compose_refuses_to_start_without_api_keys() -> None:
+    with pytest.raises(AssertionError, match="ORCH_API_KEYS"):
+        load_compose({})
+
+
+def test_api_is_published_on_loopback_unless_the_operator_says_otherwise(compose: dict[str, Any]) -> None:
+    ports = [str(p) for p in compose["services"]["api"]["ports"]]
+    assert ports == ["127.0.0.1:8000:8000"]
+    exposed = load_compose({"ORCH_API_KEYS": API_KEY, "ORCH_PUBLISH_HOST": "0.0.0.0"})
+    assert [str(p) for p in exposed["services"]["api"]["ports"]] == ["0.0.0.0:8000:8000"]

@@ -101,3 +101,14 @@ def test_workers_scale_on_the_length_of_the_node_queue() -> None:
     env_name = trigger["metadata"]["addressFromEnv"]
     worker_env = {e["name"] for c in containers(by_kind("Deployment")["worker"]) for e in c.get("env", [])}
     assert env_name in worker_env, f"the scaler reads {env_name} from the worker container"
+
+
+def test_the_shipped_placeholder_secret_is_refused_at_api_start() -> None:
+    from orchestrator.api.auth import key_ring
+    from orchestrator.kernel.errors import ConfigurationError
+    from orchestrator.settings import Settings
+
+    secret = by_kind("Secret")["orchestrator-secrets"]
+    keys = secret["stringData"]["ORCH_API_KEYS"]
+    with pytest.raises(ConfigurationError, match="placeholder"):
+        key_ring(Settings(api_keys=keys))

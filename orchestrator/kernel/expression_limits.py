@@ -1,0 +1,82 @@
+"""Budgets for evaluating one expression: steps, string length, list length, result size.
+
+An expression is user text evaluated inside a worker process, outside any sandbox, so a
+short one must not be able to ask for gigabytes (``replace(replace(x, '', x), '', x)``
+multiplies a string's length at each level) or loop for minutes. Every operation that
+builds a string or a list checks the size it *will* produce before producing it
+(:meth:`Budget.string`, :meth:`Budget.items`); every evaluated node costs one step; the
+final value is measured once. Exceeding a limit raises :class:`ExpressionLimitError`,
+which the parameter resolver turns into a node failure naming the parameter and the limit.
+
+The limits are per evaluated template. Values that only pass through (an upstream node's
+output read whole) are not "built" and count only toward ``max_result_bytes``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ExpressionLimitError
+
+
+@dataclass(frozen=True)
+class ExpressionLimits:
+    max_steps: int = 100_000  # evaluated AST nodes
+    max_string_chars: int = 1_000_000  # a string an operation or function builds
+    max_list_items: int = 100_000  # a list an operation or function builds
+    max_result_bytes: int = 8 * 1024 * 1024  # the template's value, as JSON
+
+
+DEFAULT_LIMITS = ExpressionLimits()
+
+
+class Budget:
+    """What one evaluation has used so far of its :class:`ExpressionLimits`."""
+
+    __slots__ = ("limits", "steps")
+
+    def __init__(self, limits: ExpressionLimits) -> None:
+        self.limits = limits
+        self.steps = 0
+
+    def step(self) -> None:
+        self.steps += 1
+        if self.steps > self.limits.max_steps:
+            raise ExpressionLimitError(
+                f"expression exceeds the limit of {self.limits.max_steps} evaluation steps (max_steps)")
+
+    def string(self, chars: int, what: str) -> None:
+        if chars > self.limits.max_string_chars:
+            raise ExpressionLimitError(
+                f"{what} would build a string of {chars} characters, above the limit of "
+                f"{self.limits.max_string_chars} (max_string_chars)")
+
+    def items(self, count: int, what: str) -> None:
+        if count > self.limits.max_list_items:
+            raise ExpressionLimitError(
+                f"{what} would build a list of {count} items, above the limit of "
+                f"{self.limits.max_list_items} (max_list_items)")
+
+    def result(self, value: Any) -> None:
+        size = len(value) if isinstance(value, str) else len(json.dumps(value, default=str))
+        if size > self.limits.max_result_bytes:
+            raise ExpressionLimitError(
+                f"expression value is {size} bytes, above the limit of "
+                f"{self.limits.max_result_bytes} (max_result_bytes)")
+
+
+def predicted_chars(name: str, args: list[Any]) -> int | None:
+    """The length of the string ``name(*args)`` will build, for the functions whose output
+    can be much larger than their input; None when there is nothing to predict."""
+    if name == "replace" and len(args) == 3 and all(isinstance(a, str) for a in args):
+        text, old, new = args
+        count = len(text) + 1 if old == "" else text.count(old)
+        return len(text) + count * (len(new) - len(old))
+    if name == "join" and args and isinstance(args[0], list | tuple):
+        sep = args[1] if len(args) > 1 and isinstance(args[1], str) else ""
+        items = args[0]
+        sizes = sum(len(x) if isinstance(x, str) else 16 for x in items)
+        return sizes + max(0, len(items) - 1) * len(sep)
+    return None

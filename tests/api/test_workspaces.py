@@ -1,0 +1,139 @@
+"""Workspaces and roles: a key sees only its workspace's objects (404 otherwise), and its
+role bounds what it may do (403)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from orchestrator.api import create_app
+from orchestrator.embedded_redis import EmbeddedRedis
+from orchestrator.kernel.errors import ConfigurationError
+from tests.api.conftest import Api, chain, make_settings, open_api
+
+KEYS = {
+    "a-admin": ("alpha", "admin"), "a-editor": ("alpha", "editor"), "a-runner": ("alpha", "runner"),
+    "a-viewer": ("alpha", "viewer"), "b-admin": ("beta", "admin"),
+}
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.fixture
+async def ws_api(redis_server: EmbeddedRedis, tmp_path: Path) -> AsyncIterator[Api]:
+    entries = []
+    for key, (workspace, role) in KEYS.items():
+        if key == "b-admin":  # stored hashed: the file never holds the key itself
+            entries.append({"sha256": hashlib.sha256(key.encode()).hexdigest(), "workspace": workspace,
+                            "role": role})
+        else:
+            entries.append({"key": key, "workspace": workspace, "role": role})
+    keys_file = tmp_path / "keys.json"
+    keys_file.write_text(json.dumps(entries))
+    api = await open_api(redis_server, api_keys="legacy-admin-key", api_keys_file=str(keys_file))
+    yield api
+    await api.close()
+
+
+async def a_graph_and_run(api: Api) -> str:
+    assert (await api.client.post("/graphs", json=chain("ga"), headers=auth("a-admin"))).status_code == 201
+    started = await api.client.post("/graphs/ga/runs", json={"input": {"x": 1}}, headers=auth("a-runner"))
+    assert started.status_code == 202
+    return str(started.json()["run_id"])
+
+
+@pytest.mark.parametrize(("method", "url", "body"), [
+    ("GET", "/graphs/ga", None),
+    ("GET", "/graphs/ga/versions", None),
+    ("GET", "/graphs/ga/runs", None),
+    ("PUT", "/graphs/ga", chain("ga")),
+    ("DELETE", "/graphs/ga", None),
+    ("PUT", "/graphs/ga/webhook-secret", {"secret": "a-secret-of-sixteen-chars"}),
+    ("POST", "/graphs/ga/runs", {}),
+])
+async def test_another_workspace_gets_404_on_a_graph(ws_api: Api, method: str, url: str, body: object) -> None:
+    await a_graph_and_run(ws_api)
+    response = await ws_api.client.request(method, url, json=body, headers=auth("b-admin"))
+    assert response.status_code == 404
+    assert (await ws_api.client.get("/graphs/ga", headers=auth("a-viewer"))).status_code == 200
+
+
+@pytest.mark.parametrize(("method", "url", "body"), [
+    ("GET", "/runs/{run}", None),
+    ("GET", "/runs/{run}/events", None),
+    ("POST", "/runs/{run}/cancel", None),
+    ("POST", "/runs/{run}/rerun", {"from_node": "a"}),
+    ("POST", "/runs/{run}/approvals", {"decision": "approve"}),
+])
+async def test_another_workspace_gets_404_on_a_run_and_its_events(
+        ws_api: Api, method: str, url: str, body: object) -> None:
+    run_id = await a_graph_and_run(ws_api)
+    response = await ws_api.client.request(method, url.format(run=run_id), json=body, headers=auth("b-admin"))
+    assert response.status_code == 404
+    assert (await ws_api.client.get(f"/runs/{run_id}", headers=auth("a-viewer"))).json()["status"] == "running"
+
+
+async def test_graph_lists_show_only_the_callers_workspace(ws_api: Api) -> None:
+    await a_graph_and_run(ws_api)
+    assert (await ws_api.client.post("/graphs", json=chain("gb"), headers=auth("b-admin"))).status_code == 201
+    alpha = (await ws_api.client.get("/graphs", headers=auth("a-viewer"))).json()
+    beta = (await ws_api.client.get("/graphs", headers=auth("b-admin"))).json()
+    assert [g["id"] for g in alpha["items"]] == ["ga"] and alpha["total"] == 1
+    assert [g["id"] for g in beta["items"]] == ["gb"] and beta["total"] == 1
+
+
+async def test_a_chat_message_cannot_start_another_workspaces_graph(ws_api: Api) -> None:
+    await a_graph_and_run(ws_api)
+    response = await ws_api.client.post("/chats/c1/messages", json={"graph_id": "ga", "message": "hi"},
+                                        headers=auth("b-admin"))
+    assert response.status_code == 404
+
+
+@pytest.mark.parametrize(("key", "method", "url", "body", "status"), [
+    ("a-viewer", "POST", "/graphs", chain("gv"), 403),
+    ("a-viewer", "POST", "/graphs/ga/runs", {}, 403),
+    ("a-viewer", "PUT", "/graphs/ga/webhook-secret", {"secret": "a-secret-of-sixteen-chars"}, 403),
+    ("a-runner", "POST", "/graphs", chain("gr"), 403),
+    ("a-runner", "DELETE", "/graphs/ga", None, 403),
+    ("a-runner", "POST", "/graphs/ga/runs", {}, 202),
+    ("a-editor", "POST", "/graphs", chain("ge"), 201),
+    ("a-editor", "PUT", "/graphs/ga/webhook-secret", {"secret": "a-secret-of-sixteen-chars"}, 204),
+])
+async def test_roles_bound_what_a_key_may_do(
+        ws_api: Api, key: str, method: str, url: str, body: object, status: int) -> None:
+    await a_graph_and_run(ws_api)
+    response = await ws_api.client.request(method, url, json=body, headers=auth(key))
+    assert response.status_code == status
+    if status == 403:
+        assert "role" in response.json()["error"]["message"]
+
+
+async def test_orch_api_keys_still_work_as_admins_of_the_default_workspace(ws_api: Api) -> None:
+    created = await ws_api.client.post("/graphs", json=chain("gd"), headers=auth("legacy-admin-key"))
+    assert created.status_code == 201
+    assert (await ws_api.client.get("/graphs/gd", headers=auth("a-admin"))).status_code == 404
+
+
+async def test_a_hashed_key_authenticates_and_a_near_miss_does_not(ws_api: Api) -> None:
+    assert (await ws_api.client.get("/graphs", headers=auth("b-admin"))).status_code == 200
+    assert (await ws_api.client.get("/graphs", headers=auth("b-admin "))).status_code == 200  # trimmed
+    assert (await ws_api.client.get("/graphs", headers=auth("b-admin2"))).status_code == 401
+
+
+@pytest.mark.parametrize("keys", ["change-me", "ok-key-one,CHANGEME"])
+def test_a_placeholder_key_is_refused_at_start(redis_server: EmbeddedRedis, keys: str) -> None:
+    with pytest.raises(ConfigurationError, match="placeholder"):
+        create_app(make_settings(redis_server, api_keys=keys))
+
+
+def test_a_keys_file_with_an_unknown_role_is_refused_at_start(redis_server: EmbeddedRedis, tmp_path: Path) -> None:
+    keys_file = tmp_path / "keys.json"
+    keys_file.write_text(json.dumps([{"key": "k" * 20, "workspace": "w", "role": "owner"}]))
+    with pytest.raises(ConfigurationError, match="role"):
+        create_app(make_settings(redis_server, api_keys_file=str(keys_file)))

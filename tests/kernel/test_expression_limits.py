@@ -1,0 +1,85 @@
+"""Expression budgets: a short expression cannot ask a worker for gigabytes or minutes."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import pytest
+
+from orchestrator.kernel.errors import ExpressionLimitError
+from orchestrator.kernel.expressions import ExpressionLimits, Scope, evaluate, parse_template
+from orchestrator.kernel.local import run_graph_local
+from tests.fake_nodes import graph, make_registry
+
+REG = make_registry()
+
+
+def nested_replace(levels: int, seed: str = "abcdefgh") -> str:
+    """The attack: each level inserts the seed between every character of the last."""
+    return "{{ " + "replace(" * levels + repr(seed) + f", '', {seed!r})" * levels + " }}"
+
+
+def test_nested_replace_is_refused_before_it_allocates() -> None:
+    source = nested_replace(12)
+    assert len(source) < 350  # ~4.8 million characters asked for by 316 characters
+    tracemalloc.start()
+    try:
+        with pytest.raises(ExpressionLimitError, match="max_string_chars"):
+            evaluate(parse_template(source), Scope())
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 20 * 1024 * 1024
+
+
+def test_join_of_a_large_separator_is_refused() -> None:
+    limits = ExpressionLimits(max_string_chars=1000)
+    source = "{{ join(split('a b c d e f g h i j k l'), replace('xxxxxxxxxx', 'x', 'yyyyyyyyyy')) }}"
+    with pytest.raises(ExpressionLimitError, match="join"):
+        evaluate(parse_template(source), Scope(limits=limits))
+
+
+def test_string_concatenation_counts_toward_the_limit() -> None:
+    limits = ExpressionLimits(max_string_chars=10)
+    with pytest.raises(ExpressionLimitError, match="max_string_chars"):
+        evaluate(parse_template("{{ 'abcdef' + 'ghijkl' }}"), Scope(limits=limits))
+    assert evaluate(parse_template("{{ 'abc' + 'def' }}"), Scope(limits=limits)) == "abcdef"
+
+
+def test_list_length_is_limited() -> None:
+    limits = ExpressionLimits(max_list_items=5)
+    with pytest.raises(ExpressionLimitError, match="max_list_items"):
+        evaluate(parse_template("{{ split('a b c d e f g') }}"), Scope(limits=limits))
+    with pytest.raises(ExpressionLimitError, match="max_list_items"):
+        evaluate(parse_template("{{ [1, 2, 3] + [4, 5, 6] }}"), Scope(limits=limits))
+
+
+def test_steps_are_limited() -> None:
+    limits = ExpressionLimits(max_steps=50)
+    source = "{{ " + " + ".join(["1"] * 60) + " }}"
+    with pytest.raises(ExpressionLimitError, match="max_steps"):
+        evaluate(parse_template(source), Scope(limits=limits))
+
+
+def test_result_size_is_limited_for_values_read_whole() -> None:
+    limits = ExpressionLimits(max_result_bytes=100)
+    scope = Scope(input={"big": "x" * 500}, limits=limits)
+    with pytest.raises(ExpressionLimitError, match="max_result_bytes"):
+        evaluate(parse_template("{{ input.big }}"), scope)
+
+
+def test_ordinary_expressions_stay_within_the_default_limits() -> None:
+    scope = Scope(input={"name": "Ada", "tags": ["a", "b"]})
+    assert evaluate(parse_template("Hi {{ upper(input.name) }}: {{ join(input.tags, ', ') }}"), scope) \
+        == "Hi ADA: a, b"
+
+
+async def test_a_node_whose_parameter_goes_over_a_limit_fails_naming_parameter_and_limit() -> None:
+    g = graph([("a", "emit", "A"), ("b", "relay", "B", {"value": nested_replace(12)})],
+              [("a", "out", "b", "in")])
+    result = await run_graph_local(g, REG, {"x": 1})
+    assert result.status == "failed"
+    error = next(e for e in result.events if e.event_type == "error").data["error"]
+    assert error["parameter"] == "value"
+    assert error["node_id"] == "b"
+    assert "max_string_chars" in error["message"]
