@@ -25,7 +25,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from orchestrator.kernel.registry import Registry
 from orchestrator.settings import Settings, get_settings
 
-from . import errors, events, graphs, health, nodes, runs, triggers
+from . import browser_auth, console_ui, cors, errors, events, graphs, health, nodes, runs, triggers
 from .auth import require_key
 from .limits import BodyLimit
 from .services import Dispatch, RunStoreApi, Services
@@ -89,8 +89,13 @@ def create_app(
     app.state.event_hub = hub
     errors.install(app)
     app.add_middleware(BodyLimit, max_body_bytes=settings.max_body_bytes)
+    cors.install(app, settings)  # outermost: preflights are answered before auth
+    browser_auth.mask_access_log()
     guarded = [Depends(require_key)]
     app.include_router(health.router)
+    app.include_router(browser_auth.router)
+    app.include_router(browser_auth.guarded, dependencies=guarded)
+    console_ui.mount(app)
     app.include_router(triggers.hooks)
     for router in (graphs.router, runs.router, events.router, nodes.router, triggers.chats):
         app.include_router(router, dependencies=guarded)

@@ -13,6 +13,7 @@ from fastapi import Depends, Request
 
 from orchestrator.kernel.errors import AuthError
 
+from .browser_auth import browser_credential
 from .services import Services, get_services
 
 
@@ -38,4 +39,9 @@ def check_key(header: str | None, keys: list[bytes]) -> None:
 
 
 async def require_key(request: Request, services: Services = Depends(get_services)) -> None:  # noqa: B008
-    check_key(request.headers.get("authorization"), configured_keys(services.settings.api_keys))
+    keys = configured_keys(services.settings.api_keys)
+    header = request.headers.get("authorization")
+    # Browser hook (browser_auth.py): no header, but a session cookie or a stream token.
+    if keys and header is None and browser_credential(request, services.settings, keys):
+        return
+    check_key(header, keys)
