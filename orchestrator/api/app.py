@@ -25,7 +25,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from orchestrator.kernel.registry import Registry
 from orchestrator.settings import Settings, get_settings
 
-from . import browser_auth, console_ui, cors, errors, events, graphs, health, nodes, runs, triggers
+from . import browser_auth, console_ui, cors, errors, events, graphs, health, nodes, run_list, runs, triggers
 from .auth import require_key
 from .limits import BodyLimit
 from .services import Dispatch, RunStoreApi, Services
@@ -97,6 +97,6 @@ def create_app(
     app.include_router(browser_auth.guarded, dependencies=guarded)
     console_ui.mount(app)
     app.include_router(triggers.hooks)
-    for router in (graphs.router, runs.router, events.router, nodes.router, triggers.chats):
+    for router in (graphs.router, runs.router, run_list.router, events.router, nodes.router, triggers.chats):
         app.include_router(router, dependencies=guarded)
     return app

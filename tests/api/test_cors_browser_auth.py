@@ -168,3 +168,18 @@ async def test_console_is_served_without_credentials(browser_api: Api) -> None:
     response = await browser_api.client.get("/ui/")
     assert response.status_code == 200 and "<html" in response.text.lower()
     assert "default-src 'self'" in response.headers["content-security-policy"]
+
+
+async def test_runs_are_listed_across_graphs_and_filtered_by_status(api: Api) -> None:
+    for graph_id in ("g1", "g2"):
+        assert (await api.client.post("/graphs", json=chain(graph_id))).status_code == 201
+    first = (await api.client.post("/graphs/g1/runs", json={})).json()["run_id"]
+    second = (await api.client.post("/graphs/g2/runs", json={})).json()["run_id"]
+    await api.store.finish_run(first, "cancelled", {"type": "x", "code": "cancelled", "message": "stop"})
+    listed = (await api.client.get("/runs")).json()["items"]
+    assert {r["run_id"] for r in listed} == {first, second}
+    assert {r["graph_id"] for r in listed} == {"g1", "g2"}
+    cancelled = (await api.client.get("/runs?status=cancelled")).json()["items"]
+    assert [r["run_id"] for r in cancelled] == [first]
+    bad = await api.client.get("/runs?status=bogus")
+    assert bad.status_code == 422 and "bogus" in bad.text
