@@ -375,16 +375,20 @@ const App = (() => {
     const groups = {};
     for (const n of cat.raw.nodes) (groups[n.category || "other"] = groups[n.category || "other"] || []).push(n);
     const sock = (id) => { const s = cat.sockets[id] || { color: "#888", shape: "circle" }; return h("span", { class: `sock ${s.shape}`, style: `background:${s.color}`, title: id }); };
-    return [h("h1", {}, "Nodes"), legend(cat), Object.entries(groups).sort().map(([category, list]) => h("section", {},
+    const card = (n) => h("article", { class: "card node-card", dataset: { type: n.id } },
+      h("h3", {}, h("span", { class: "icon", "aria-hidden": "true" }, (n.icon || "?").slice(0, 2)), n.name, h("span", { class: "mono muted" }, ` ${n.id}`)),
+      h("p", {}, n.description || ""),
+      h("div", { class: "ports" },
+        h("div", {}, h("strong", {}, "in: "), (n.inputs || []).map((p) => h("span", { class: "port" }, sock(p.socket), p.id, ` (${p.channel})`))),
+        h("div", {}, h("strong", {}, "out: "), (n.outputs || []).map((p) => h("span", { class: "port" }, sock(p.socket), p.id, ` (${p.channel})`)))),
+      (n.parameters || []).length
+        ? h("details", {}, h("summary", {}, `${n.parameters.length} parameters`),
+          h("ul", {}, n.parameters.map((p) => h("li", {}, h("code", {}, p.id), ` ${p.type} · ${p.mode}`, p.socket ? [" · socket ", sock(p.socket.type)] : null))))
+        : null);
+    const sections = Object.entries(groups).sort().map(([category, list]) => h("section", {},
       h("h2", { style: `border-color:${GraphCanvas.CATEGORY_COLOURS[category] || "#475569"}`, class: "cat" }, category),
-      h("div", { class: "palette" }, list.map((n) => h("article", { class: "card node-card", dataset: { type: n.id } },
-        h("h3", {}, h("span", { class: "icon", "aria-hidden": "true" }, (n.icon || "?").slice(0, 2)), n.name, h("span", { class: "mono muted" }, ` ${n.id}`)),
-        h("p", {}, n.description || ""),
-        h("div", { class: "ports" },
-          h("div", {}, h("strong", {}, "in: "), (n.inputs || []).map((p) => h("span", { class: "port" }, sock(p.socket), p.id, ` (${p.channel})`))),
-          h("div", {}, h("strong", {}, "out: "), (n.outputs || []).map((p) => h("span", { class: "port" }, sock(p.socket), p.id, ` (${p.channel})`)))),
-        (n.parameters || []).length ? h("details", {}, h("summary", {}, `${n.parameters.length} parameters`),
-          h("ul", {}, n.parameters.map((p) => h("li", {}, h("code", {}, p.id), ` ${p.type} · ${p.mode}`, p.socket ? [" · socket ", sock(p.socket.type)] : null)))) : null))))))];
+      h("div", { class: "palette" }, list.map(card))));
+    return [h("h1", {}, "Nodes"), legend(cat), sections];
   }
 
   // ---------------------------------------------------------------- routing
@@ -410,7 +414,7 @@ const App = (() => {
       else if (parts[0] === "chat" && parts[1]) content = await ChatPage.render({ h, Api, graphId: parts[1], chatId: parts[2], approvalCard, errorBox, cleanups });
       else if (parts[0] === "nodes") content = await nodesPage();
       else content = [h("h1", {}, "Not found"), h("p", {}, "No such page. ", h("a", { href: "#/graphs" }, "Go to graphs"))];
-      main.replaceChildren(...[content].flat());
+      main.replaceChildren(...[content].flat(4).filter((c) => c != null));
       document.title = `${(main.querySelector("h1") || {}).textContent || "Console"} · Orchestrator`;
       for (const fn of pendingAfter.splice(0)) fn();
     } catch (err) {

@@ -16,13 +16,16 @@ const GraphCanvas = (() => {
     skipped: "#a1a1aa", not_run: "#52525b", retrying: "#f59e0b", waiting: "#d946ef",
   };
   const SHAPES = { circle: 3, square: 1, diamond: 5 };  // LiteGraph CIRCLE, BOX, ARROW
-  const NODE_W = 220, GAP_X = 90, GAP_Y = 50;
+  const NODE_W = 200, GAP_X = 60, GAP_Y = 40, MIN_SCALE = 0.7;  // below 0.6 LiteGraph hides text
   let patched = false;
 
   function patchLiteGraph() {
     if (patched) return;
     patched = true;
     LiteGraph.debug = false;
+    LiteGraph.NODE_TITLE_COLOR = "#ffffff";
+    LiteGraph.NODE_SELECTED_TITLE_COLOR = "#ffffff";
+    LiteGraph.NODE_TEXT_COLOR = "#d1d5db";
     LiteGraph.release_link_on_empty_shows_menu = false;
     const render = LGraphCanvas.prototype.renderLink;
     LGraphCanvas.prototype.renderLink = function (ctx, a, b, link, ...rest) {
@@ -193,9 +196,9 @@ const GraphCanvas = (() => {
       const minY = Math.min(...nodes.map((n) => n.pos[1])) - 60;
       const maxX = Math.max(...nodes.map((n) => n.pos[0] + n.size[0])) + 30;
       const maxY = Math.max(...nodes.map((n) => n.pos[1] + n.size[1])) + 40;
-      const scale = Math.min(1.1, canvasEl.width / (maxX - minX), canvasEl.height / (maxY - minY));
+      const scale = Math.max(MIN_SCALE, Math.min(1.1, canvasEl.width / (maxX - minX), canvasEl.height / (maxY - minY)));
       view.ds.scale = scale;
-      view.ds.offset = [-minX + (canvasEl.width / scale - (maxX - minX)) / 2, -minY];
+      view.ds.offset = [-minX + Math.max(0, (canvasEl.width / scale - (maxX - minX)) / 2), -minY];
       view.setDirty(true, true);
     };
     size();

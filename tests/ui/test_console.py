@@ -1,0 +1,153 @@
+"""The web console in a real browser against a real API, workers and Redis."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+from tests.fake_nodes import graph
+from tests.ui.conftest import KEY, Console, Stack, example
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+
+
+def slow_graph(graph_id: str, delay_s: float = 1.2) -> dict[str, Any]:
+    return graph(
+        [
+            ("t", "manual_trigger", "Start"),
+            ("p1", "probe", "First", {"delay_s": delay_s}),
+            ("p2", "probe", "Second", {"delay_s": delay_s}),
+        ],
+        [("t", "output", "p1", "input"), ("p1", "output", "p2", "input")],
+        id=graph_id,
+        name=f"Slow {graph_id}",
+    )
+
+
+def node_state(ui: Console, node_id: str) -> str:
+    return str(ui.page.get_attribute(f".node-item[data-node='{node_id}']", "data-state"))
+
+
+def wait_state(ui: Console, node_id: str, state: str, timeout_ms: int = 20_000) -> None:
+    ui.page.wait_for_selector(f".node-item[data-node='{node_id}'][data-state='{state}']", timeout=timeout_ms)
+
+
+def test_pages_render_graphs_canvas_palette_and_runs(console: Console) -> None:
+    console.api("POST", "/graphs", example("agent_team", "ui-team"))
+    console.api("POST", "/graphs", example("hello", "ui-hello"))
+    console.go("graphs")
+    console.page.wait_for_selector("a:has-text('Hello')")
+    console.page.fill("#graph-search", "team")
+    assert console.page.locator("tbody a:has-text('Hello')").count() == 0
+    console.shot("graphs")
+    console.go("graphs/ui-team")
+    console.page.wait_for_selector("#canvas canvas")
+    assert console.page.locator(".node-item").count() == len(example("agent_team", "x")["nodes"])
+    console.page.click(".node-item >> nth=1")
+    console.page.wait_for_selector(".detail h3:has-text('Parameters')")
+    console.shot("graph-canvas")
+    console.go("nodes")
+    console.page.wait_for_selector(".node-card[data-type='agent']")
+    assert console.page.locator(".node-card").count() >= 20
+    console.shot("nodes")
+    console.go("runs")
+    console.page.wait_for_selector("h1:has-text('Runs')")
+    console.shot("runs")
+
+
+def test_invalid_run_input_is_shown_where_it_points(console: Console) -> None:
+    console.api("POST", "/graphs", slow_graph("ui-bad-input", 0.0))
+    console.go("graphs/ui-bad-input")
+    console.page.fill("#run-input", '{"a": 1,\n "b": }')
+    console.page.click("#start-run button[type=submit]")
+    console.page.wait_for_selector("#run-input[aria-invalid=true]")
+    message = console.page.text_content("#run-input-error") or ""
+    assert "not valid JSON" in message and "line 2" in message
+    assert console.api("GET", "/graphs/ui-bad-input/runs")["items"] == []
+
+
+def test_a_run_lights_up_live_and_shows_node_outputs(console: Console) -> None:
+    console.api("POST", "/graphs", slow_graph("ui-live"))
+    console.go("graphs/ui-live")
+    console.page.fill("#run-input", '{"hello": "world"}')
+    console.page.click("#start-run button[type=submit]")
+    console.page.wait_for_url(re.compile(r".*#/runs/.+"))
+    wait_state(console, "p1", "running")
+    assert node_state(console, "p2") in ("queued", "pending")
+    console.shot("run-live")
+    wait_state(console, "p1", "succeeded")
+    wait_state(console, "p2", "succeeded")
+    console.page.wait_for_selector("#run-status [data-status=succeeded]")
+    console.page.click(".node-item[data-node='p2']")
+    console.page.wait_for_selector("#node-outputs")
+    outputs = console.page.locator("#node-outputs + pre").text_content() or ""
+    assert "world" in outputs
+    assert console.page.locator(".tl-row").count() == 3
+    console.shot("run-done")
+
+
+def test_reload_mid_run_continues_without_gaps(console: Console, stack: Stack) -> None:
+    console.api("POST", "/graphs", slow_graph("ui-reload"))
+    run_id = console.api("POST", "/graphs/ui-reload/runs", {"input": {"n": 1}})["run_id"]
+    console.go(f"runs/{run_id}")
+    wait_state(console, "p1", "running")
+    console.page.reload()
+    wait_state(console, "p2", "succeeded")
+    console.page.wait_for_selector("#run-status [data-status=succeeded]")
+    shown = [c.strip() for c in console.page.locator("#event-log tr td:first-child").all_text_contents()]
+    import httpx
+
+    with httpx.stream("GET", f"{stack.api_url}/runs/{run_id}/events", headers={"Authorization": f"Bearer {KEY}"}) as r:
+        stored = [line[3:].strip() for line in r.iter_lines() if line.startswith("id:")]
+    assert shown == stored  # every event once, in order, none missing
+
+
+def test_approval_is_answered_from_the_run_view(console: Console) -> None:
+    console.api("POST", "/graphs", example("agent_approval", "ui-approval"))
+    run_id = console.api("POST", "/graphs/ui-approval/runs", {"input": {"message": "use divide on 10 and 4"}})["run_id"]
+    console.go(f"runs/{run_id}")
+    console.page.wait_for_selector("#approval .approve")
+    wait_state(console, "assistant", "waiting")
+    console.shot("run-approval")
+    console.page.click("#approval .approve")
+    wait_state(console, "assistant", "succeeded")
+    console.page.wait_for_selector("#run-status [data-status=succeeded]")
+    assert "2.5" in json.dumps(console.api("GET", f"/runs/{run_id}")["output"])
+
+
+def test_chat_three_turns_with_tool_calls(console: Console) -> None:
+    console.api("POST", "/graphs", example("agent_chat_tools", "ui-chat"))
+    console.go("chat/ui-chat")
+    console.page.wait_for_selector("#chat-input")
+    for i, text in enumerate(["hello there", "use multiply on 6 and 7", "thanks"]):
+        console.page.fill("#chat-input", text)
+        console.page.press("#chat-input", "Enter")
+        console.page.wait_for_selector(f".msg.assistant >> nth={i}")
+        console.page.wait_for_function(
+            "n => { const m = document.querySelectorAll('.msg.assistant')[n];"
+            " return m && !document.querySelector('#chat-input').disabled; }", arg=i, timeout=20_000,
+        )
+    assert console.page.locator(".msg.user").count() == 3
+    assert "42" in (console.page.locator(".msg.assistant >> nth=1").text_content() or "")
+    console.shot("chat")
+    chat_url = console.page.url
+    console.page.reload()
+    console.page.wait_for_selector(".msg.assistant >> nth=2")
+    assert console.page.url == chat_url and console.page.locator(".msg.user").count() == 3
+
+
+def test_eventsource_on_a_listed_origin_follows_a_run(console: Console, stack: Stack) -> None:
+    console.api("POST", "/graphs", slow_graph("ui-cors", 0.2))
+    run_id = console.api("POST", "/graphs/ui-cors/runs", {"input": {}})["run_id"]
+    page = console.page
+    page.goto(f"{stack.other_origin}/follow.html")
+    events = page.evaluate("([api, key, run]) => window.follow(api, key, run)", [stack.api_url, KEY, run_id])
+    assert events[0][1] == "run_started" and events[-1][1] == "run_completed"
+    assert [t for _, t in events].count("completed") == 3
+    page.goto(f"{stack.unlisted_origin}/follow.html")
+    with pytest.raises(Exception, match="Failed to fetch"):
+        page.evaluate("([api, key, run]) => window.follow(api, key, run)", [stack.api_url, KEY, run_id])
+    console.errors.clear()  # the refused cross-origin request is logged by the browser, as it should be
