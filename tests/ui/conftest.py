@@ -131,7 +131,7 @@ def stack(redis_server: EmbeddedRedis, workers: WorkerProcesses) -> Iterator[Sta
 
 # A page on another origin: asks for a stream token with the API key (CORS preflight
 # with Authorization), then follows the run with the browser's own EventSource.
-FOLLOW_PAGE = """<!doctype html><html lang="en"><title>follow</title><body><script>
+FOLLOW_PAGE = """<!doctype html><html lang="en"><title>follow</title><link rel="icon" href="data:,"><body><script>
 window.follow = async (api, key, runId) => {
   const events = [];
   const grant = await fetch(api + "/auth/stream-token", {method: "POST",

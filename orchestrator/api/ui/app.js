@@ -107,12 +107,35 @@ const App = (() => {
         h("span", { class: "dot" }), h("span", { class: "name" }, n.name || n.id), h("span", { class: "state" }, "")))));
   }
 
+  /* Offset of the first JSON syntax error in ``text`` (browsers' JSON.parse messages do
+     not all say where): a small recursive-descent scan, used only to point at the error. */
+  function jsonErrorOffset(text) {
+    let i = 0;
+    const ws = () => { while (i < text.length && " \t\n\r".includes(text[i])) i++; };
+    const fail = () => { throw i; };
+    const lit = (word) => { if (text.startsWith(word, i)) i += word.length; else fail(); };
+    const str = () => { i++; while (i < text.length && text[i] !== '"') { if (text[i] === "\\") i++; i++; } if (i >= text.length) fail(); i++; };
+    const num = () => { const m = /^-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?/.exec(text.slice(i)); if (!m || !m[0]) fail(); i += m[0].length; };
+    const value = () => {
+      ws();
+      const c = text[i];
+      if (c === "{") { i++; ws(); if (text[i] === "}") { i++; return; } for (;;) { ws(); if (text[i] !== '"') fail(); str(); ws(); if (text[i] !== ":") fail(); i++; value(); ws(); if (text[i] === ",") { i++; continue; } if (text[i] === "}") { i++; return; } fail(); } }
+      if (c === "[") { i++; ws(); if (text[i] === "]") { i++; return; } for (;;) { value(); ws(); if (text[i] === ",") { i++; continue; } if (text[i] === "]") { i++; return; } fail(); } }
+      if (c === '"') return str();
+      if (c === "t") return lit("true");
+      if (c === "f") return lit("false");
+      if (c === "n") return lit("null");
+      return num();
+    };
+    try { value(); ws(); return i < text.length ? i : null; } catch (at) { return typeof at === "number" ? at : null; }
+  }
+
   function parseInput(text) {
     if (!text.trim()) return { value: null };
     try { return { value: JSON.parse(text) }; } catch (err) {
-      const m = /position (\d+)/.exec(err.message);
+      const at = jsonErrorOffset(text);
       let where = "";
-      if (m) { const before = text.slice(0, Number(m[1])); const line = before.split("\n").length; where = ` (line ${line}, column ${before.length - before.lastIndexOf("\n")})`; }
+      if (at != null) { const before = text.slice(0, at); where = ` at line ${before.split("\n").length}, column ${at - before.lastIndexOf("\n")}`; }
       return { error: `Input is not valid JSON${where}: ${err.message}` };
     }
   }
