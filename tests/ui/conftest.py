@@ -79,7 +79,7 @@ def workers(redis_server: EmbeddedRedis) -> Iterator[WorkerProcesses]:
 
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         return
 
 

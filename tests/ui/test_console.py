@@ -151,3 +151,18 @@ def test_eventsource_on_a_listed_origin_follows_a_run(console: Console, stack: S
     with pytest.raises(Exception, match="Failed to fetch"):
         page.evaluate("([api, key, run]) => window.follow(api, key, run)", [stack.api_url, KEY, run_id])
     console.errors.clear()  # the refused cross-origin request is logged by the browser, as it should be
+
+
+def test_chat_shows_an_approval_request_and_edited_arguments_are_used(console: Console) -> None:
+    console.api("POST", "/graphs", example("agent_approval", "ui-chat-approval"))
+    console.go("chat/ui-chat-approval")
+    console.page.fill("#chat-input", "use divide on 10 and 4")
+    console.page.press("#chat-input", "Enter")
+    console.page.wait_for_selector(".msg.assistant .approval .edit")
+    console.page.click(".msg.assistant .approval .edit")
+    console.page.fill(".msg.assistant .approval textarea", '{"a": 9, "b": 3}')
+    console.page.click(".msg.assistant .approval .approve")
+    console.page.wait_for_function("() => !document.querySelector('#chat-input').disabled", timeout=20_000)
+    reply = console.page.locator(".msg.assistant").text_content() or ""
+    assert "3.0" in reply and "2.5" not in reply
+    console.shot("chat-approval")

@@ -319,7 +319,7 @@ const App = (() => {
         else if (RUN_TYPES.includes(type)) {
           runStatus = { run_completed: "succeeded", run_failed: "failed", run_cancelled: "cancelled", run_timed_out: "timed_out" }[type];
           waiting = null; drawBanner();
-          for (const [nid, s] of Object.entries(nodes)) if (["pending", "queued"].includes(s.state)) setState(nid, "not_run");
+          for (const [nid, s] of Object.entries(nodes)) if (nid in run.nodes && ["pending", "queued"].includes(s.state)) setState(nid, "not_run");
           Api.call("GET", `/runs/${enc(runId)}`).then((detailNow) => {
             for (const [nid, n] of Object.entries(detailNow.nodes)) if (nodes[nid] && Object.keys(n.outputs || {}).length) nodes[nid].outputs = n.outputs;
             if (selected) select(selected);

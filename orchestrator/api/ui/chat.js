@@ -39,7 +39,7 @@ const ChatPage = (() => {
       if (turn.reasoning) box.append(h("details", { class: "reasoning" }, h("summary", {}, "Reasoning"), h("div", {}, turn.reasoning)));
       for (const step of turn.steps || []) box.append(h("details", { class: `flow-step s-${step.status}`, dataset: { node: step.node_id } },
         h("summary", {}, `${step.node_name || step.node_id}: ${step.status}`, step.duration_ms != null ? ` · ${step.duration_ms} ms` : ""), step.error ? h("pre", { class: "json" }, JSON.stringify(step.error, null, 2)) : null));
-      for (const t of turn.tools || []) box.append(h("div", { class: "tool" }, `🔧 ${t.name}(${JSON.stringify(t.args || {})})`, t.done ? ` → ${typeof t.result === "string" ? t.result : JSON.stringify(t.result)}` : " …"));
+      for (const t of turn.tools || []) box.append(h("div", { class: "tool" }, `tool ${t.name}(${JSON.stringify(t.args || {})})`, t.done ? ` → ${typeof t.result === "string" ? t.result : JSON.stringify(t.result)}` : " …"));
       for (const m of turn.members || []) box.append(h("div", { class: "member" }, `member ${m.member}: ${m.status}`));
       box.append(h("div", { class: "text" }, turn.text || (turn.done ? "" : "…")));
       if (turn.error) box.append(h("div", { class: "error" }, String(typeof turn.error === "string" ? turn.error : JSON.stringify(turn.error))));
