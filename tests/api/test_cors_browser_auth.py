@@ -183,3 +183,15 @@ async def test_runs_are_listed_across_graphs_and_filtered_by_status(api: Api) ->
     assert [r["run_id"] for r in cancelled] == [first]
     bad = await api.client.get("/runs?status=bogus")
     assert bad.status_code == 422 and "bogus" in bad.text
+
+
+async def test_console_ships_its_canvas_library_as_built_from_the_lock_file(api: Api) -> None:
+    import hashlib
+    from pathlib import Path
+
+    vendor = Path(__file__).parents[2] / "orchestrator" / "api" / "ui" / "vendor"
+    for line in (vendor / "SHA256SUMS").read_text().splitlines():
+        digest, name = line.split()
+        served = await api.client.get(f"/ui/vendor/{name}")
+        assert served.status_code == 200
+        assert hashlib.sha256(served.content).hexdigest() == digest, name

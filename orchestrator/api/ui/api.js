@@ -63,6 +63,7 @@ const Api = (() => {
     const url = `/runs/${encodeURIComponent(runId)}/events` + (format === "chat" ? "?format=chat" : "");
     const source = new EventSource(url, { withCredentials: true });
     let closed = false;
+    let quietErrors = 0;  // stream errors since the last event
     const close = () => { closed = true; source.close(); onState && onState("closed"); };
     const handle = (type) => (message) => {
       const key = (message.lastEventId || "") + "|" + type + "|" + message.data;
@@ -70,6 +71,7 @@ const Api = (() => {
       seen.add(key);
       let data = null;
       try { data = JSON.parse(message.data); } catch (_) { data = message.data; }
+      quietErrors = 0;
       onEvent(type, data, message.lastEventId);
       const terminal = format === "chat"
         ? ["run_completed", "run_cancelled"].includes(type) || (type === "run_error" && data && data.status)
@@ -78,12 +80,17 @@ const Api = (() => {
     };
     for (const type of types) source.addEventListener(type, handle(type));
     source.onopen = () => onState && onState("live");
+    source.onmessage = () => { quietErrors = 0; };
     source.onerror = async () => {
       if (closed) return;
       onState && onState("reconnecting");
+      quietErrors += 1;
+      if (source.readyState === 2) { close(); return; }  // refused (e.g. 401/404): the browser gives up
+      // The browser reconnects by itself with Last-Event-ID. A run that is over and whose
+      // stream twice ended with nothing new has nothing left to send: stop asking.
       try {
         const run = await call("GET", `/runs/${encodeURIComponent(runId)}`);
-        if (["succeeded", "failed", "cancelled", "timed_out"].includes(run.status) && source.readyState !== 1) close();
+        if (["succeeded", "failed", "cancelled", "timed_out"].includes(run.status) && quietErrors >= 2) close();
       } catch (_) { /* the browser retries by itself */ }
     };
     return { close, source };

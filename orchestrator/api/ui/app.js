@@ -300,8 +300,9 @@ const App = (() => {
         h("h3", {}, "Parameters (as configured)"), jsonView(n.data || {}),
         h("h3", {}, "Inputs"), jsonView(inputsOf(id)),
         h("h3", { id: "node-outputs" }, "Outputs"), jsonView(outputs),
-        h("h3", {}, "Events"), h("ul", { class: "mini-log" }, s.events.slice(-30).map((e) => h("li", {}, `${new Date(e.timestamp * 1000).toLocaleTimeString()} ${e.event_type} (attempt ${e.attempt})`))));
+        h("h3", {}, "Events"), h("ul", { class: "mini-log" }, s.events.slice(-30).map((e) => h("li", {}, `${new Date(e.timestamp * 1000).toLocaleTimeString()} ${e.event_type} (attempt ${e.attempt})${workerOf(e) ? ` on ${workerOf(e)}` : ""}`))));
     }
+    function workerOf(e) { const d = e.data || {}; return d.worker_id || d.worker || e.worker_id || ""; }
     function summary(e) {
       const d = e.data || {};
       if (e.event_type === "error") return (d.error && (d.error.message || JSON.stringify(d.error))) || "";
