@@ -166,3 +166,55 @@ def test_chat_shows_an_approval_request_and_edited_arguments_are_used(console: C
     reply = console.page.locator(".msg.assistant").text_content() or ""
     assert "3.0" in reply and "2.5" not in reply
     console.shot("chat-approval")
+
+
+def test_retry_failure_error_details_and_rerun_from_the_failed_node(console: Console) -> None:
+    failing = graph(
+        [
+            ("t", "manual_trigger", "Start"),
+            ("f", "flaky", "Flaky", {"fail_times": 1}),
+            ("b", "boom", "Boom", {"message": "bad input"}),
+        ],
+        [("t", "output", "f", "input"), ("f", "output", "b", "input")],
+        id="ui-fail",
+    )
+    failing["nodes"][1]["settings"] = {"retry": {"max_attempts": 2, "initial_interval_s": 0.8}}
+    console.api("POST", "/graphs", failing)
+    run_id = console.api("POST", "/graphs/ui-fail/runs", {"input": {}})["run_id"]
+    console.go(f"runs/{run_id}")
+    wait_state(console, "f", "retrying")
+    wait_state(console, "f", "succeeded")
+    wait_state(console, "b", "failed")
+    console.page.wait_for_selector("#run-status [data-status=failed]")
+    console.page.click(".node-item[data-node='b']")
+    console.page.wait_for_selector(".detail .error")
+    assert "boom: bad input" in (console.page.text_content(".detail .error") or "")
+    console.page.click(".node-item[data-node='f']")
+    console.page.wait_for_selector(".detail p:has-text('Attempts: 2')")
+    console.shot("run-failed")
+    console.page.click(".node-item[data-node='b']")
+    console.page.click("#rerun")
+    console.page.wait_for_url(re.compile(r".*#/runs/(?!" + run_id + r").+"))
+    new_run = console.page.url.rsplit("/", 1)[-1]
+    assert console.api("GET", f"/runs/{new_run}")["meta"]["rerun_of"] == run_id
+
+
+def test_cancel_from_the_run_view_and_keyboard_access(console: Console) -> None:
+    console.api("POST", "/graphs", slow_graph("ui-cancel", 3.0))
+    run_id = console.api("POST", "/graphs/ui-cancel/runs", {"input": {}})["run_id"]
+    console.go(f"runs/{run_id}")
+    wait_state(console, "p1", "running")
+    console.page.click("#cancel-run")
+    console.page.wait_for_selector("#run-status [data-status=cancelled]")
+    wait_state(console, "p2", "not_run")
+    # Keyboard: tab from the page start to the node list and open a node with Enter.
+    console.page.focus(".node-item[data-node='p2']")
+    console.page.keyboard.press("Enter")
+    console.page.wait_for_selector(".detail h2:has-text('Second')")
+    console.page.keyboard.press("Shift+Tab")
+    focused = console.page.evaluate("document.activeElement.dataset.node")
+    assert focused == "p1"
+    console.go("runs")
+    console.page.select_option("#status-filter", "cancelled")
+    console.page.wait_for_selector(f"tr[data-run='{run_id}']")
+    assert console.page.locator("tbody tr").count() == console.page.locator("tbody [data-status=cancelled]").count()

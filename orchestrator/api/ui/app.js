@@ -290,7 +290,7 @@ const App = (() => {
       const s = nodes[id];
       const outputs = s.outputs ? Object.fromEntries(Object.entries(s.outputs).map(([k, v]) => [k, v && v.value !== undefined ? v.value : v])) : undefined;
       const over = !ACTIVE.has(runStatus);
-      detail.replaceChildren(
+      detail.replaceChildren(...[
         h("h2", {}, n.name || id), h("p", {}, h("span", { class: "mono" }, `${id} · ${n.type || ""} `), badge(s.state)),
         h("p", {}, `Attempts: ${s.attempts.size || 0}`, s.started && s.ended ? ` · took ${fmtMs((s.ended - s.started) * 1000)}` : ""),
         over && ["failed", "succeeded", "skipped", "not_run"].includes(s.state) ? h("button", { type: "button", id: "rerun", onclick: async () => {
@@ -300,7 +300,7 @@ const App = (() => {
         h("h3", {}, "Parameters (as configured)"), jsonView(n.data || {}),
         h("h3", {}, "Inputs"), jsonView(inputsOf(id)),
         h("h3", { id: "node-outputs" }, "Outputs"), jsonView(outputs),
-        h("h3", {}, "Events"), h("ul", { class: "mini-log" }, s.events.slice(-30).map((e) => h("li", {}, `${new Date(e.timestamp * 1000).toLocaleTimeString()} ${e.event_type} (attempt ${e.attempt})${workerOf(e) ? ` on ${workerOf(e)}` : ""}`))));
+        h("h3", {}, "Events"), h("ul", { class: "mini-log" }, s.events.slice(-30).map((e) => h("li", {}, `${new Date(e.timestamp * 1000).toLocaleTimeString()} ${e.event_type} (attempt ${e.attempt})${workerOf(e) ? ` on ${workerOf(e)}` : ""}`)))].flat(3).filter(Boolean));
     }
     function workerOf(e) { const d = e.data || {}; return d.worker_id || d.worker || e.worker_id || ""; }
     function summary(e) {
@@ -332,7 +332,8 @@ const App = (() => {
       const s = nodes[e.node_id];
       if (!s) return;
       s.events.push(e);
-      if (type === "started") { s.attempts.add(e.attempt); s.started = s.started || e.timestamp; s.ended = null; }
+      if (["started", "completed", "error"].includes(type)) s.attempts.add(e.attempt);
+      if (type === "started") { s.started = s.started || e.timestamp; s.ended = null; }
       if (type === "completed") { s.ended = e.timestamp; if (e.data && e.data.outputs) s.outputs = e.data.outputs; }
       if (type === "error") { s.ended = e.timestamp; s.errors.push((e.data && e.data.error) || e.data); }
       if (type === "agent_event" && e.data && e.data.event === "approval_requested") {
