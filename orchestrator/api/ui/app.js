@@ -252,9 +252,9 @@ const App = (() => {
       if (item) { item.dataset.state = state; item.querySelector(".state").textContent = state.replace("_", " "); }
     }
     function drawActions() {
-      actions.replaceChildren(
+      actions.replaceChildren(...[
         ACTIVE.has(runStatus) ? h("button", { type: "button", id: "cancel-run", onclick: async () => { try { await Api.call("POST", `/runs/${enc(runId)}/cancel`); } catch (err) { toast(err.message, "error"); } } }, "Cancel run") : null,
-        h("a", { class: "button", href: `#/graphs/${enc(g.id)}` }, "Graph"));
+        h("a", { class: "button", href: `#/graphs/${enc(g.id)}` }, "Graph")].filter(Boolean));
       status.replaceChildren(badge(runStatus));
     }
     function drawBanner() {
