@@ -218,3 +218,14 @@ def test_cancel_from_the_run_view_and_keyboard_access(console: Console) -> None:
     console.page.select_option("#status-filter", "cancelled")
     console.page.wait_for_selector(f"tr[data-run='{run_id}']")
     assert console.page.locator("tbody tr").count() == console.page.locator("tbody [data-status=cancelled]").count()
+
+
+def test_a_graph_without_positions_is_laid_out_and_the_layout_can_be_saved(console: Console) -> None:
+    console.api("POST", "/graphs", slow_graph("ui-layout", 0.0))
+    console.go("graphs/ui-layout")
+    console.page.wait_for_selector("#canvas canvas")
+    console.page.click("#save-layout")
+    console.page.wait_for_url(re.compile(r".*version=2"))
+    saved = console.api("GET", "/graphs/ui-layout")
+    xs = {n["id"]: n["position"]["x"] for n in saved["nodes"]}
+    assert saved["version"] == 2 and xs["t"] < xs["p1"] < xs["p2"]  # layered left to right

@@ -172,7 +172,13 @@ const App = (() => {
     const hasChat = graph.nodes.some((n) => n.type === "chat_start");
     const page = [
       h("div", { class: "title-row" }, h("h1", {}, graph.name || graph.id), select,
-        hasChat ? h("a", { class: "button", href: `#/chat/${enc(id)}` }, "Chat with this graph") : null),
+        hasChat ? h("a", { class: "button", href: `#/chat/${enc(id)}` }, "Chat with this graph") : null,
+        h("button", { type: "button", id: "save-layout", title: "Save the nodes' positions on the canvas as a new version of the graph", onclick: async () => {
+          const where = view.positions();
+          const body = { ...graph, nodes: graph.nodes.map((n) => ({ ...n, position: where[n.id] })) };
+          try { const saved = await Api.call("PUT", `/graphs/${enc(id)}`, body); toast(`Layout saved as version ${saved.version}`); location.hash = `#/graphs/${enc(id)}?version=${saved.version}`; }
+          catch (err) { toast(err.message, "error"); }
+        } }, "Save layout")),
       graph.description ? h("p", { class: "muted" }, graph.description) : null,
       h("div", { class: "workspace" }, area, h("div", { class: "side" }, nodeList(graph, (n) => show(n)), detail)),
       legend(cat),

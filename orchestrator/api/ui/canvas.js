@@ -214,6 +214,8 @@ const GraphCanvas = (() => {
       setState(nodeId, state) { const n = byId[nodeId]; if (n) { n._state = state; view.setDirty(true, false); } },
       select(nodeId) { const n = byId[nodeId]; if (n) view.selectNode(n); },
       onSelect(fn) { selectHandler = fn; },
+      /* Where each node is drawn now (after the user dragged any): {node id: {x, y}}. */
+      positions() { return Object.fromEntries(Object.entries(byId).map(([id, n]) => [id, { x: Math.round(n.pos[0]), y: Math.round(n.pos[1]) }])); },
       destroy() { clearInterval(ticker); observer.disconnect(); view.stopRendering && view.stopRendering(); lg.stop && lg.stop(); },
     };
   }
