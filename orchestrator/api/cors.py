@@ -13,6 +13,8 @@ Contract:
 
 from __future__ import annotations
 
+import re
+
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 
@@ -23,6 +25,7 @@ from .browser_auth import CSRF_HEADER
 ALLOWED_METHODS = ["GET", "POST", "PUT", "DELETE", "OPTIONS"]
 ALLOWED_HEADERS = ["Authorization", "Content-Type", "Last-Event-ID", CSRF_HEADER]
 PREFLIGHT_CACHE_S = 600
+ORIGIN = re.compile(r"^https?://[^/\s:]+(:\d{1,5})?$")
 
 
 def allowed_origins(raw: str) -> list[str]:
@@ -31,6 +34,9 @@ def allowed_origins(raw: str) -> list[str]:
     origins = [o.strip().rstrip("/") for o in raw.split(",") if o.strip()]
     if "*" in origins:
         raise ValueError("ORCH_CORS_ORIGINS must list origins exactly; '*' is not allowed with credentials")
+    for origin in origins:
+        if not ORIGIN.match(origin):
+            raise ValueError(f"ORCH_CORS_ORIGINS: {origin!r} is not an origin like 'https://app.example.com[:port]'")
     return origins
 
 

@@ -54,9 +54,15 @@ async def test_no_cors_headers_without_a_list(keyed_api: Api) -> None:
     assert "access-control-allow-origin" not in response.headers
 
 
-async def test_wildcard_origin_is_refused(redis_server: EmbeddedRedis) -> None:
+@pytest.mark.parametrize("origins", ["*", "app.example.com", "https://app.example.com/ui"])
+async def test_wildcard_or_malformed_origin_is_refused(redis_server: EmbeddedRedis, origins: str) -> None:
     with pytest.raises(ValueError, match="ORCH_CORS_ORIGINS"):
-        await open_api(redis_server, cors_origins="*")
+        await open_api(redis_server, cors_origins=origins)
+
+
+async def test_session_endpoint_says_when_auth_is_off(api: Api) -> None:
+    assert (await api.client.get("/auth/session")).json() == {"auth": False, "signed_in": True, "csrf_token": ""}
+    assert (await api.client.post("/auth/session", json={"api_key": "anything"})).json()["auth"] is False
 
 
 async def sign_in(api: Api, key: str = "key-one") -> str:
