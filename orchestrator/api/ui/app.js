@@ -50,8 +50,26 @@ const App = (() => {
     return h("pre", { class: "json", tabindex: "0" }, text);
   }
 
+  const SVG = "http://www.w3.org/2000/svg";
+  let iconIds = new Set();
+  const kebab = (name) => String(name || "").replace(/([a-z0-9])([A-Z])/g, "$1-$2").replace(/([a-zA-Z])(\d)/g, "$1-$2").toLowerCase();
+  /* A node type's icon from the vendored Lucide sprite, or its initials. */
+  function icon(name) {
+    const id = kebab(name);
+    if (!iconIds.has(id)) return h("span", { class: "icon", "aria-hidden": "true" }, (name || "?").slice(0, 2));
+    const svg = document.createElementNS(SVG, "svg");
+    svg.setAttribute("class", "icon-svg");
+    svg.setAttribute("aria-hidden", "true");
+    const use = document.createElementNS(SVG, "use");
+    use.setAttribute("href", `vendor/icons.svg#${id}`);
+    svg.append(use);
+    return svg;
+  }
+
   async function nodesCatalogue() {
     if (!catalogue) {
+      const sprite = await fetch("vendor/icons.svg").then((r) => (r.ok ? r.text() : "")).catch(() => "");
+      iconIds = new Set([...sprite.matchAll(/<symbol id="([^"]+)"/g)].map((m) => m[1]));
       const data = await Api.call("GET", "/nodes");
       catalogue = { defs: Object.fromEntries(data.nodes.map((n) => [n.id, n])), sockets: Object.fromEntries(data.sockets.map((s) => [s.id, s])), raw: data };
     }
@@ -102,9 +120,10 @@ const App = (() => {
   }
 
   function nodeList(graph, onPick) {
+    const defs = (catalogue && catalogue.defs) || {};
     return h("ol", { class: "node-list", "aria-label": "Nodes" }, graph.nodes.map((n) => h("li", {},
       h("button", { type: "button", class: "node-item", dataset: { node: n.id, state: "pending" }, onclick: () => onPick(n.id) },
-        h("span", { class: "dot" }), h("span", { class: "name" }, n.name || n.id), h("span", { class: "state" }, "")))));
+        h("span", { class: "dot" }), icon((defs[n.type] || {}).icon), h("span", { class: "name" }, n.name || n.id), h("span", { class: "state" }, "")))));
   }
 
   /* Offset of the first JSON syntax error in ``text`` (browsers' JSON.parse messages do
@@ -407,7 +426,7 @@ const App = (() => {
     for (const n of cat.raw.nodes) (groups[n.category || "other"] = groups[n.category || "other"] || []).push(n);
     const sock = (id) => { const s = cat.sockets[id] || { color: "#888", shape: "circle" }; return h("span", { class: `sock ${s.shape}`, style: `background:${s.color}`, title: id }); };
     const card = (n) => h("article", { class: "card node-card", dataset: { type: n.id } },
-      h("h3", {}, h("span", { class: "icon", "aria-hidden": "true" }, (n.icon || "?").slice(0, 2)), n.name, h("span", { class: "mono muted" }, ` ${n.id}`)),
+      h("h3", {}, icon(n.icon), n.name, h("span", { class: "mono muted" }, ` ${n.id}`)),
       h("p", {}, n.description || ""),
       h("div", { class: "ports" },
         h("div", {}, h("strong", {}, "in: "), (n.inputs || []).map((p) => h("span", { class: "port" }, sock(p.socket), p.id, ` (${p.channel})`))),

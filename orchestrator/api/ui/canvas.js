@@ -94,9 +94,12 @@ const GraphCanvas = (() => {
       options.values = param.values;
     }
     if (type === "text" && typeof value !== "string") value = value == null ? "" : JSON.stringify(value);
+    const full = value;
+    if (type === "text" && value.length > 22) value = value.slice(0, 21) + "…";  // label and value share one line
     if (type === "number" && typeof value !== "number") value = Number(value) || 0;
     const w = node.addWidget(type, param.label || param.id, value, () => {}, options);
     w._param = param.id;
+    w._full = full;  // the untruncated value (the detail panel shows it; the editor will edit it)
     return w;
   }
 
