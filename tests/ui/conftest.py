@@ -54,6 +54,40 @@ class Stack:
     api_url: str
     other_origin: str  # listed in ORCH_CORS_ORIGINS
     unlisted_origin: str  # the same page server under another host name
+    settings: Any = None
+
+
+@dataclass
+class ApiServer:
+    """An API process stand-in: uvicorn in a thread; ``stop`` ends it even with open streams."""
+
+    server: Any
+    thread: threading.Thread
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+def serve_api(settings: Any, port: int) -> ApiServer:
+    import uvicorn
+
+    from orchestrator.api import create_app
+    from orchestrator.plugins import load_registry
+
+    app = create_app(settings, registry=load_registry(settings))
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", timeout_graceful_shutdown=1
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.02)
+    return ApiServer(server, thread)
 
 
 @pytest.fixture(scope="session")
@@ -91,10 +125,6 @@ def serve_thread(server: Any) -> threading.Thread:
 
 @pytest.fixture(scope="session")
 def stack(redis_server: EmbeddedRedis, workers: WorkerProcesses) -> Iterator[Stack]:
-    import uvicorn
-
-    from orchestrator.api import create_app
-    from orchestrator.plugins import load_registry
     from orchestrator.settings import Settings
 
     page_port = free_port()
@@ -103,16 +133,8 @@ def stack(redis_server: EmbeddedRedis, workers: WorkerProcesses) -> Iterator[Sta
         redis_url=redis_server.url, api_keys=KEY, cors_origins=other, sse_ping_s=1.0,
         node_paths=str(FAKE_PACK), key_prefix="orc",
     )
-    app = create_app(settings, registry=load_registry(settings))
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
+    api = serve_api(settings, port)
     pages = Path(tempfile.mkdtemp(prefix="orch-ui-pages-"))
     (pages / "follow.html").write_text(FOLLOW_PAGE)
     page_server = http.server.ThreadingHTTPServer(
@@ -120,12 +142,14 @@ def stack(redis_server: EmbeddedRedis, workers: WorkerProcesses) -> Iterator[Sta
     )
     serve_thread(page_server)
     try:
-        yield Stack(api_url=f"http://127.0.0.1:{port}", other_origin=other, unlisted_origin=f"http://localhost:{page_port}")
+        yield Stack(
+            api_url=f"http://127.0.0.1:{port}", other_origin=other,
+            unlisted_origin=f"http://localhost:{page_port}", settings=settings,
+        )
     finally:
         page_server.shutdown()
         page_server.server_close()
-        server.should_exit = True
-        thread.join(timeout=10)
+        api.stop()
         shutil.rmtree(pages, ignore_errors=True)
 
 
@@ -196,7 +220,7 @@ def console(stack: Stack, browser: Any) -> Iterator[Console]:
     page.set_default_timeout(15_000)
     errors: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("pageerror", lambda e: errors.append(f"{e} {e.stack}"))
     ui = Console(page=page, api_url=stack.api_url, errors=errors)
     ui.go("graphs")
     if page.locator("#signin").count() or page.wait_for_selector("#signin, h1", timeout=10_000):

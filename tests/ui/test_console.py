@@ -229,3 +229,34 @@ def test_a_graph_without_positions_is_laid_out_and_the_layout_can_be_saved(conso
     saved = console.api("GET", "/graphs/ui-layout")
     xs = {n["id"]: n["position"]["x"] for n in saved["nodes"]}
     assert saved["version"] == 2 and xs["t"] < xs["p1"] < xs["p2"]  # layered left to right
+
+
+def test_an_api_restart_mid_run_is_bridged_with_last_event_id(console: Console, stack: Stack) -> None:
+    """The console's own API process goes away mid-run and comes back on the same port:
+    the browser's EventSource reconnects with Last-Event-ID and the log ends up equal to
+    the stored stream (nothing lost, nothing twice)."""
+    from orchestrator.embedded_redis import free_port
+    from tests.ui.conftest import serve_api
+
+    port = free_port()
+    api = serve_api(stack.settings, port)
+    try:
+        console.api("POST", "/graphs", slow_graph("ui-restart", 1.5))
+        run_id = console.api("POST", "/graphs/ui-restart/runs", {"input": {}})["run_id"]
+        console.page.goto(f"http://127.0.0.1:{port}/ui/#/runs/{run_id}")
+        wait_state(console, "p1", "running")
+        api.stop()
+        console.page.wait_for_selector("#stream-state[data-state=reconnecting]")
+        api = serve_api(stack.settings, port)
+        wait_state(console, "p2", "succeeded")
+        console.page.wait_for_selector("#run-status [data-status=succeeded]")
+        shown = [c.strip() for c in console.page.locator("#event-log tr td:first-child").all_text_contents()]
+        import httpx
+
+        url = f"{stack.api_url}/runs/{run_id}/events"
+        with httpx.stream("GET", url, headers={"Authorization": f"Bearer {KEY}"}) as r:
+            stored = [line[3:].strip() for line in r.iter_lines() if line.startswith("id:")]
+        assert shown == stored
+    finally:
+        api.stop()
+    console.errors[:] = [e for e in console.errors if "ERR_CONNECTION_REFUSED" not in e and "ERR_INCOMPLETE" not in e]

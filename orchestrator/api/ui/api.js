@@ -65,7 +65,10 @@ const Api = (() => {
     let closed = false;
     let quietErrors = 0;  // stream errors since the last event
     const close = () => { closed = true; source.close(); onState && onState("closed"); };
+    // A node's "error" event and the EventSource's own connection "error" share one name:
+    // data events are MessageEvents, connection errors plain Events.
     const handle = (type) => (message) => {
+      if (!(message instanceof MessageEvent)) return;
       const key = (message.lastEventId || "") + "|" + type + "|" + message.data;
       if (seen.has(key)) return;
       seen.add(key);
@@ -81,8 +84,8 @@ const Api = (() => {
     for (const type of types) source.addEventListener(type, handle(type));
     source.onopen = () => onState && onState("live");
     source.onmessage = () => { quietErrors = 0; };
-    source.onerror = async () => {
-      if (closed) return;
+    source.onerror = async (event) => {
+      if (closed || event instanceof MessageEvent) return;
       onState && onState("reconnecting");
       quietErrors += 1;
       if (source.readyState === 2) { close(); return; }  // refused (e.g. 401/404): the browser gives up
