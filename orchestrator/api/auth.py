@@ -3,6 +3,9 @@
 Every key is compared with ``hmac.compare_digest`` so the time taken says nothing about
 how much of a guess was right. ``/health``, ``/ready`` and ``/hooks/*`` (HMAC signed
 instead) do not use this dependency; ``/metrics`` does unless ``ORCH_METRICS_PUBLIC``.
+A request without an ``Authorization`` header may instead carry a browser credential (a
+session cookie or a stream token: ``browser_auth.py``), accepted only while its key is
+still configured.
 """
 
 from __future__ import annotations
