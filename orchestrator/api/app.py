@@ -5,7 +5,8 @@ Routers (one concern each): ``graphs``, ``runs``, ``events`` (SSE), ``triggers``
 ``/health``, ``/ready``, ``/hooks/*`` (HMAC), ``/auth/session`` (browser sign-in), the
 console's static files at ``/ui/`` and, when ``ORCH_METRICS_PUBLIC`` is set, ``/metrics``;
 browsers may present a session cookie or a stream token instead (``browser_auth.py``),
-and pages on ``ORCH_CORS_ORIGINS`` may call it cross-origin (``cors.py``). Errors from the error tree map to HTTP in ``errors.py``; bodies over
+and pages on ``ORCH_CORS_ORIGINS`` may call it cross-origin (``cors.py``). Errors from
+the error tree map to HTTP in ``errors.py``; bodies over
 ``Settings.max_body_bytes`` get a 413 (``limits.py``).
 
 State lives only in Redis (``Settings.redis_url``), so several API processes can serve
