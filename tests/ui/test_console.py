@@ -260,3 +260,16 @@ def test_an_api_restart_mid_run_is_bridged_with_last_event_id(console: Console, 
     finally:
         api.stop()
     console.errors[:] = [e for e in console.errors if "ERR_CONNECTION_REFUSED" not in e and "ERR_INCOMPLETE" not in e]
+
+
+def test_chat_with_a_team_shows_member_runs_and_flow_steps(console: Console) -> None:
+    console.api("POST", "/graphs", example("agent_team", "ui-chat-team"))
+    console.go("chat/ui-chat-team")
+    console.page.fill("#chat-input", "a note about owls")
+    console.page.press("#chat-input", "Enter")
+    console.page.wait_for_function("() => !document.querySelector('#chat-input').disabled", timeout=20_000)
+    reply = console.page.locator(".msg.assistant")
+    assert reply.locator(".member").count() >= 2
+    assert reply.locator(".flow-step").count() >= 2
+    assert (reply.locator(".text").text_content() or "").startswith("Team answer")  # members nested, not inline
+    console.shot("chat-team")

@@ -40,7 +40,12 @@ const ChatPage = (() => {
       for (const step of turn.steps || []) box.append(h("details", { class: `flow-step s-${step.status}`, dataset: { node: step.node_id } },
         h("summary", {}, `${step.node_name || step.node_id}: ${step.status}`, step.duration_ms != null ? ` · ${step.duration_ms} ms` : ""), step.error ? h("pre", { class: "json" }, JSON.stringify(step.error, null, 2)) : null));
       for (const t of turn.tools || []) box.append(h("div", { class: "tool" }, `tool ${t.name}(${JSON.stringify(t.args || {})})`, t.done ? ` → ${typeof t.result === "string" ? t.result : JSON.stringify(t.result)}` : " …"));
-      for (const m of turn.members || []) box.append(h("div", { class: "member" }, `member ${m.member}: ${m.status}`));
+      for (const m of turn.members || []) {
+        const said = m.status === "completed" && turn.memberText && turn.memberText[m.member];
+        box.append(said
+          ? h("details", { class: "member" }, h("summary", {}, `member ${m.member}: ${m.status}`), h("div", { class: "member-text" }, said))
+          : h("div", { class: "member" }, `member ${m.member}: ${m.status}`));
+      }
       box.append(h("div", { class: "text" }, turn.text || (turn.done ? "" : "…")));
       if (turn.error) box.append(h("div", { class: "error" }, String(typeof turn.error === "string" ? turn.error : JSON.stringify(turn.error))));
       if (turn.approval && !turn.approval.answered) {
@@ -54,7 +59,11 @@ const ChatPage = (() => {
       const steps = new Map((turn.steps || []).map((s) => [s.node_id, s]));
       const started = {};
       const stream = Api.follow(turn.run_id, { format: "chat", types: TYPES, onEvent: (type, m) => {
-        if (type === "content") turn.text = (turn.text || "") + (m.delta || "");
+        if (type === "content" && m.member) {
+          // A team member's own answer: shown under its member line, not in the reply.
+          const own = (turn.memberText = turn.memberText || {});
+          own[m.agent || "member"] = (own[m.agent || "member"] || "") + (m.delta || "");
+        } else if (type === "content") turn.text = (turn.text || "") + (m.delta || "");
         else if (type === "reasoning") turn.reasoning = (turn.reasoning || "") + (m.delta || "");
         else if (type === "tool_call_started") (turn.tools = turn.tools || []).push({ name: m.name, args: m.args });
         else if (type === "tool_call_completed") {
@@ -96,7 +105,7 @@ const ChatPage = (() => {
     } }, input, sendBtn);
     input.addEventListener("keydown", (e) => { if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); form.requestSubmit(); } });
     draw();
-    for (const turn of convo.turns) if (turn.role === "assistant" && !turn.done) { turn.text = ""; turn.reasoning = ""; turn.tools = []; turn.members = []; turn.steps = []; follow(turn); }
+    for (const turn of convo.turns) if (turn.role === "assistant" && !turn.done) { turn.text = ""; turn.reasoning = ""; turn.tools = []; turn.members = []; turn.steps = []; turn.memberText = {}; follow(turn); }
     setTimeout(() => input.focus(), 0);
     const others = index.filter((c) => c !== chatId);
     return [
