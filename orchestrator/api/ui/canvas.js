@@ -210,6 +210,10 @@ const GraphCanvas = (() => {
     observer.observe(element);
     let selectHandler = null;
     view.onNodeSelected = (node) => selectHandler && selectHandler(node._graphId);
+    view.onShowNodePanel = (node) => selectHandler && selectHandler(node._graphId);  // our panel, not LiteGraph's editor
+    // View only: no key handling (LiteGraph's would delete, copy or paste nodes).
+    canvasEl.removeEventListener("keydown", view._key_callback, true);
+    document.removeEventListener("keyup", view._key_callback, true);
     const ticker = setInterval(() => {
       if (Object.values(byId).some((n) => n._state === "running" || n._state === "waiting")) view.setDirty(true, false);
     }, 80);
@@ -219,7 +223,7 @@ const GraphCanvas = (() => {
       onSelect(fn) { selectHandler = fn; },
       /* Where each node is drawn now (after the user dragged any): {node id: {x, y}}. */
       positions() { return Object.fromEntries(Object.entries(byId).map(([id, n]) => [id, { x: Math.round(n.pos[0]), y: Math.round(n.pos[1]) }])); },
-      destroy() { clearInterval(ticker); observer.disconnect(); view.stopRendering && view.stopRendering(); lg.stop && lg.stop(); },
+      destroy() { clearInterval(ticker); observer.disconnect(); view.stopRendering(); view.unbindEvents(); lg.stop(); },
     };
   }
 
