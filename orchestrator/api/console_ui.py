@@ -41,6 +41,6 @@ def mount(app: FastAPI) -> None:
 
     @app.get("/ui", include_in_schema=False)
     async def console_root() -> RedirectResponse:
-        return RedirectResponse("/ui/")
+        return RedirectResponse("ui/")  # relative: also right behind a proxy's path prefix
 
     app.mount("/ui", ConsoleFiles(directory=ASSETS, html=True), name="console")

@@ -174,6 +174,8 @@ async def test_console_is_served_without_credentials(browser_api: Api) -> None:
     response = await browser_api.client.get("/ui/")
     assert response.status_code == 200 and "<html" in response.text.lower()
     assert "default-src 'self'" in response.headers["content-security-policy"]
+    redirect = await browser_api.client.get("/ui")
+    assert redirect.status_code == 307 and redirect.headers["location"] == "ui/"  # relative: proxy prefixes work
 
 
 async def test_runs_are_listed_across_graphs_and_filtered_by_status(api: Api) -> None:

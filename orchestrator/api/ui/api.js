@@ -5,6 +5,9 @@
 
 const Api = (() => {
   let csrf = "";
+  // The API's base path: the console lives at <base>/ui/, so it also works behind a proxy
+  // that serves the API under a path prefix.
+  const BASE = location.pathname.replace(/\/ui(\/.*)?$/, "");
 
   class ApiError extends Error {
     constructor(status, body) {
@@ -21,7 +24,7 @@ const Api = (() => {
     const headers = { Accept: "application/json" };
     if (body !== undefined) headers["Content-Type"] = "application/json";
     if (method !== "GET" && csrf) headers["X-CSRF-Token"] = csrf;
-    const response = await fetch(path, {
+    const response = await fetch(BASE + path, {
       method, headers, credentials: "same-origin",
       body: body === undefined ? undefined : JSON.stringify(body),
     });
@@ -61,7 +64,7 @@ const Api = (() => {
   function follow(runId, { format = "events", types = [], onEvent, onState }) {
     const seen = new Set();
     const url = `/runs/${encodeURIComponent(runId)}/events` + (format === "chat" ? "?format=chat" : "");
-    const source = new EventSource(url, { withCredentials: true });
+    const source = new EventSource(BASE + url, { withCredentials: true });
     let closed = false;
     let quietErrors = 0;  // stream errors since the last event
     const close = () => { closed = true; source.close(); onState && onState("closed"); };
