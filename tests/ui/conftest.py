@@ -6,7 +6,8 @@ models (``ORCH_OFFLINE_MODELS=1``).
 The API requires a key, so every page goes through the sign-in form and the session
 cookie. A second tiny web server serves a page on another origin (``127.0.0.1:<port>``,
 listed in ``ORCH_CORS_ORIGINS``; ``localhost:<port>`` is the same files on an unlisted
-origin). Screenshots go to ``artifacts/screenshots/`` (git-ignored). Skipped when
+origin). Every server is module-scoped, so nothing of this suite outlives it in a
+whole-suite run. Screenshots go to ``artifacts/screenshots/`` (git-ignored). Skipped when
 ``/usr/bin/chromium`` or the ``playwright`` package is missing (``.ci/system-deps``
 installs Chromium).
 """
@@ -90,7 +91,7 @@ def serve_api(settings: Any, port: int) -> ApiServer:
     return ApiServer(server, thread)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def redis_server() -> Iterator[EmbeddedRedis]:
     server = EmbeddedRedis(unix_socket=False).start()
     try:
@@ -99,7 +100,7 @@ def redis_server() -> Iterator[EmbeddedRedis]:
         server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def workers(redis_server: EmbeddedRedis) -> Iterator[WorkerProcesses]:
     procs = WorkerProcesses(
         redis_server.url, count=1, concurrency=3,
@@ -123,7 +124,7 @@ def serve_thread(server: Any) -> threading.Thread:
     return thread
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def stack(redis_server: EmbeddedRedis, workers: WorkerProcesses) -> Iterator[Stack]:
     from orchestrator.settings import Settings
 
@@ -174,7 +175,7 @@ window.follow = async (api, key, runId) => {
 </script></body></html>"""
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     profile = tempfile.mkdtemp(prefix="orch-ui-chromium-")
     with playwright_sync.sync_playwright() as p:
