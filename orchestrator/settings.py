@@ -70,6 +70,19 @@ class Settings(BaseSettings):
     redis_max_connections: int = 512  # the API's Redis pool (blocking: a burst waits, then 503); SSE streams use none
     api_run_sweeper: bool = True  # each API process also runs the (lock-guarded) sweeper
 
+    # -- browsers (orchestrator/api/cors.py, browser_auth.py; docs/console.md) ------------
+    # Comma-separated origins (scheme://host[:port]) whose pages may call the API with
+    # credentials; empty = no cross-origin access (the console at /ui/ is same-origin).
+    cors_origins: str = ""
+    # Signs session cookies and stream tokens. Unset: a random secret per process, so
+    # sessions do not survive a restart and a deployment of several API processes MUST set it.
+    session_secret: str = ""
+    session_ttl_s: int = 12 * 3600  # a console session (cookie) lasts this long after sign-in
+    stream_token_ttl_s: int = 300  # a signed ?token= for one run's event stream lasts this long
+    # Secure flag on the session cookie: "auto" (when the request is https, also behind a
+    # proxy that sets X-Forwarded-Proto), "always" or "never".
+    session_cookie_secure: str = "auto"
+
     # -- models / agents -------------------------------------------------------------
     openai_base_url: str | None = None  # an OpenAI-compatible server (Ollama, vLLM, a proxy)
     # A JSON object of secret names to values (e.g. {"OPENAI_API_KEY": "..."}), for hosts

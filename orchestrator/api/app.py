@@ -2,10 +2,13 @@
 
 Routers (one concern each): ``graphs``, ``runs``, ``events`` (SSE), ``triggers``
 (webhooks, chat), ``nodes``, ``health``, ``docs``. Bearer-key auth guards everything
-except ``/health``, ``/ready``, ``/hooks/*`` (signed instead) and, when
-``ORCH_METRICS_PUBLIC`` / ``ORCH_PUBLIC_DOCS`` are set, ``/metrics`` / the docs. Keys
-belong to workspaces and carry roles (``auth.py``). Errors from the error tree map to
-HTTP in ``errors.py``; bodies over ``Settings.max_body_bytes`` get a 413 (``limits.py``).
+except ``/health``, ``/ready``, ``/hooks/*`` (signed instead), ``/auth/session`` (browser
+sign-in), the console's static files at ``/ui/`` and, when ``ORCH_METRICS_PUBLIC`` /
+``ORCH_PUBLIC_DOCS`` are set, ``/metrics`` / the docs. Keys belong to workspaces and
+carry roles (``auth.py``); browsers may present a session cookie or a stream token
+instead (``browser_auth.py``), and pages on ``ORCH_CORS_ORIGINS`` may call it
+cross-origin (``cors.py``). Errors from the error tree map to HTTP in ``errors.py``;
+bodies over ``Settings.max_body_bytes`` get a 413 (``limits.py``).
 
 State lives only in Redis (``Settings.redis_url``), so several API processes can serve
 the same graphs and runs. The Redis client this function builds has a blocking pool of
@@ -26,7 +29,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from orchestrator.kernel.registry import Registry
 from orchestrator.settings import Settings, get_settings
 
-from . import docs, errors, events, graphs, health, nodes, runs, triggers
+from . import browser_auth, console_ui, cors, docs, errors, events, graphs, health, nodes, run_list, runs, triggers
 from .auth import key_ring, require_key
 from .limits import BodyLimit
 from .services import Dispatch, RunStoreApi, Services
@@ -94,10 +97,15 @@ def create_app(
     app.state.event_hub = hub
     errors.install(app)
     app.add_middleware(BodyLimit, max_body_bytes=settings.max_body_bytes)
+    cors.install(app, settings)  # outermost: preflights are answered before auth
+    browser_auth.mask_access_log()
     guarded = [Depends(require_key)]
     docs.install(app, guarded, public=settings.public_docs)
     app.include_router(health.router)
+    app.include_router(browser_auth.router)
+    app.include_router(browser_auth.guarded, dependencies=guarded)
+    console_ui.mount(app)
     app.include_router(triggers.hooks)
-    for router in (graphs.router, runs.router, events.router, nodes.router, triggers.chats):
+    for router in (graphs.router, runs.router, run_list.router, events.router, nodes.router, triggers.chats):
         app.include_router(router, dependencies=guarded)
     return app

@@ -18,8 +18,10 @@ webhook secrets; ``admin`` may do everything. A route states the role it needs w
 ``Depends(role("editor"))``; a key below it gets 403. Objects of another workspace are
 never visible: the stores answer 404 for them (see ``graph_store`` and ``launch``).
 
-``require_key`` resolves the :class:`Principal`; :func:`credential` is the one place a
-credential is read from a request (another credential source plugs in there).
+``require_key`` resolves the :class:`Principal` from the bearer header; a request
+without one may carry a browser credential instead (a session cookie or a stream token,
+``browser_auth.py``), which names its key by digest and is accepted only while that key
+is still configured.
 Placeholder keys (``change-me`` and the like) are refused when the app starts.
 """
 
@@ -79,7 +81,10 @@ class KeyRing:
         return bool(self.entries)
 
     def authenticate(self, token: str) -> Principal | None:
-        digest = hashlib.sha256(token.encode()).digest()
+        return self.by_digest(hashlib.sha256(token.encode()).digest())
+
+    def by_digest(self, digest: bytes) -> Principal | None:
+        """The principal of the key whose SHA-256 is ``digest`` (every entry compared)."""
         found: _Entry | None = None
         for entry in self.entries:  # no early exit: every digest is compared
             if hmac.compare_digest(digest, entry.digest):
@@ -154,7 +159,7 @@ def bearer(header: str | None) -> str:
 
 
 def credential(request: Request) -> str:
-    """The API key a request presents (the one place credentials are read)."""
+    """The API key a request presents in its ``Authorization`` header."""
     return bearer(request.headers.get("authorization"))
 
 
@@ -162,9 +167,16 @@ OPEN = Principal(DEFAULT_WORKSPACE, "admin", "open")
 
 
 async def require_key(request: Request, services: Services = Depends(get_services)) -> Principal:  # noqa: B008
+    from .browser_auth import browser_principal
+
     ring = key_ring(services.settings)
     if not ring.enabled:
         return OPEN
+    if request.headers.get("authorization") is None:
+        browser = browser_principal(request, services.settings, ring)
+        if browser is not None:
+            request.state.principal = browser
+            return browser
     principal = ring.authenticate(credential(request))
     if principal is None:
         raise AuthError("invalid API key")

@@ -137,3 +137,27 @@ def test_a_keys_file_with_an_unknown_role_is_refused_at_start(redis_server: Embe
     keys_file.write_text(json.dumps([{"key": "k" * 20, "workspace": "w", "role": "owner"}]))
     with pytest.raises(ConfigurationError, match="role"):
         create_app(make_settings(redis_server, api_keys_file=str(keys_file)))
+
+
+async def test_a_browser_session_acts_with_its_keys_workspace(ws_api: Api) -> None:
+    await a_graph_and_run(ws_api)
+    signed = await ws_api.client.post("/auth/session", json={"api_key": "b-admin"})
+    assert signed.status_code == 200
+    assert (await ws_api.client.get("/graphs/ga")).status_code == 404
+    assert (await ws_api.client.get("/graphs")).json()["items"] == []
+
+
+async def test_a_stream_token_is_not_issued_for_another_workspaces_run(ws_api: Api) -> None:
+    run_id = await a_graph_and_run(ws_api)
+    refused = await ws_api.client.post("/auth/stream-token", json={"run_id": run_id}, headers=auth("b-admin"))
+    assert refused.status_code == 404
+    granted = await ws_api.client.post("/auth/stream-token", json={"run_id": run_id}, headers=auth("a-viewer"))
+    assert granted.status_code == 200
+
+
+async def test_the_runs_list_shows_only_the_callers_workspace(ws_api: Api) -> None:
+    run_id = await a_graph_and_run(ws_api)
+    mine = (await ws_api.client.get("/runs", headers=auth("a-viewer"))).json()["items"]
+    theirs = (await ws_api.client.get("/runs", headers=auth("b-admin"))).json()["items"]
+    assert [r["run_id"] for r in mine] == [run_id]
+    assert theirs == []

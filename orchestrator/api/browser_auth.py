@@ -1,0 +1,221 @@
+"""Browser credentials: a session cookie got by signing in with an API key, and
+short-lived signed stream tokens for ``EventSource`` URLs (which cannot send headers).
+
+Contract (see docs/console.md):
+
+* ``POST /auth/session`` ``{api_key}`` checks the key like the bearer header does and sets
+  the ``orch_session`` cookie (HttpOnly, SameSite=Lax, Secure on https or per
+  ``Settings.session_cookie_secure``, ``Max-Age`` = ``Settings.session_ttl_s``). The body
+  answers ``{auth, csrf_token, expires_in_s}``; ``GET /auth/session`` answers the same for
+  a browser that already holds the cookie (``{auth: true, signed_in: false}`` without one);
+  ``DELETE /auth/session`` clears it.
+* The cookie holds a signed (itsdangerous, HMAC-SHA256 with ``Settings.session_secret``)
+  SHA-256 digest of the key, never the key. It is accepted only while that key is still
+  configured (``ORCH_API_KEYS`` or ``ORCH_API_KEYS_FILE``), and acts with that key's
+  workspace and role: removing a key ends its sessions.
+* CSRF: a request authenticated by the cookie with a state-changing method (anything but
+  GET, HEAD, OPTIONS) must carry ``X-CSRF-Token`` equal to the session's token. A custom
+  header also forces a CORS preflight, which unlisted origins fail.
+* ``POST /auth/stream-token`` ``{run_id}`` (any credential; a run of the caller's
+  workspace) answers a token valid for ``Settings.stream_token_ttl_s`` on
+  ``GET /runs/{run_id}/events?token=...`` only.
+* Without ``Settings.session_secret`` a random secret is drawn once per process: sessions
+  end at a restart and are not shared between processes (set it when there are several).
+* Credentials are never logged: ``token=`` query values are masked in uvicorn's access log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import re
+import secrets
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request, Response
+from itsdangerous import BadSignature, URLSafeTimedSerializer
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.kernel.errors import AuthError
+from orchestrator.settings import Settings
+
+from .auth import KeyRing, Principal, bearer, key_ring, require_key
+from .launch import owned_run
+from .services import Services, get_services
+
+COOKIE = "orch_session"
+CSRF_HEADER = "X-CSRF-Token"
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+EVENTS_PATH = re.compile(r"^/runs/([^/]+)/events$")
+_PROCESS_SECRET = secrets.token_urlsafe(32)  # used only when Settings.session_secret is unset
+
+router = APIRouter(prefix="/auth", tags=["auth"])  # open: signing in needs no credential
+guarded = APIRouter(prefix="/auth", tags=["auth"])  # behind require_key
+
+
+class SignIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    api_key: str = Field(min_length=1, max_length=1000)
+
+
+class StreamTokenRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    run_id: str = Field(min_length=1, max_length=200)
+
+
+def key_digest(key: bytes) -> str:
+    return hashlib.sha256(key).hexdigest()
+
+
+def signer(settings: Settings, purpose: str) -> URLSafeTimedSerializer:
+    return URLSafeTimedSerializer(settings.session_secret or _PROCESS_SECRET, salt=f"orchestrator.{purpose}")
+
+
+def known_digest(digest: Any, ring: KeyRing) -> Principal | None:
+    """The principal of the configured key whose hex SHA-256 is ``digest``, or None."""
+    if not isinstance(digest, str) or len(digest) != 64:
+        return None
+    try:
+        raw = bytes.fromhex(digest)
+    except ValueError:
+        return None
+    return ring.by_digest(raw)
+
+
+def load(settings: Settings, purpose: str, token: str, max_age_s: int) -> dict[str, Any] | None:
+    try:
+        value = signer(settings, purpose).loads(token, max_age=max_age_s)
+    except BadSignature:  # also SignatureExpired
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def read_session(request: Request, settings: Settings, ring: KeyRing) -> tuple[dict[str, Any], Principal] | None:
+    """The valid session of the request's cookie and its key's principal, or None."""
+    raw = request.cookies.get(COOKIE)
+    if not raw:
+        return None
+    session = load(settings, "session", raw, settings.session_ttl_s)
+    principal = known_digest(session.get("k"), ring) if session is not None else None
+    if session is None or principal is None:
+        return None
+    return session, principal
+
+
+def browser_principal(request: Request, settings: Settings, ring: KeyRing) -> Principal | None:
+    """The auth hook for requests without an ``Authorization`` header: the principal of a
+    valid session cookie (with the CSRF header on state-changing methods) or of a valid
+    stream token for this very events URL; None when neither is present; ``AuthError``
+    for a session request missing its CSRF token."""
+    found = read_session(request, settings, ring)
+    if found is not None:
+        session, principal = found
+        if request.method not in SAFE_METHODS:
+            given = request.headers.get(CSRF_HEADER) or ""
+            if not hmac.compare_digest(given.encode(), str(session.get("c", "")).encode()):
+                raise AuthError(f"a request signed in by cookie must send the {CSRF_HEADER} header of its session")
+        return principal
+    token = request.query_params.get("token")
+    match = EVENTS_PATH.match(request.url.path)
+    if token and match and request.method == "GET":
+        grant = load(settings, "stream", token, settings.stream_token_ttl_s)
+        if grant is not None and grant.get("r") == match.group(1):
+            return known_digest(grant.get("k"), ring)
+    return None
+
+
+def secure_cookie(request: Request, settings: Settings) -> bool:
+    if settings.session_cookie_secure in ("always", "never"):
+        return settings.session_cookie_secure == "always"
+    proto = request.headers.get("x-forwarded-proto", request.url.scheme)
+    return proto.split(",")[0].strip() == "https"
+
+
+SERVICES = Depends(get_services)
+
+
+@router.get("/session")
+async def session_info(request: Request, services: Services = SERVICES) -> dict[str, Any]:
+    """Whether auth is on and this browser is signed in (with its CSRF token if so)."""
+    ring = key_ring(services.settings)
+    if not ring.enabled:
+        return {"auth": False, "signed_in": True, "csrf_token": ""}
+    found = read_session(request, services.settings, ring)
+    if found is None:
+        return {"auth": True, "signed_in": False}
+    session, principal = found
+    return {"auth": True, "signed_in": True, "csrf_token": session["c"],
+            "workspace": principal.workspace, "role": principal.role}
+
+
+@router.post("/session")
+async def sign_in(body: SignIn, request: Request, response: Response, services: Services = SERVICES) -> dict[str, Any]:
+    """Check the API key and set the session cookie; 401 for a wrong key."""
+    settings, ring = services.settings, key_ring(services.settings)
+    if not ring.enabled:
+        return {"auth": False, "signed_in": True, "csrf_token": ""}
+    if ring.authenticate(body.api_key.strip()) is None:
+        raise AuthError("invalid API key")
+    csrf = secrets.token_urlsafe(24)
+    cookie = signer(settings, "session").dumps({"k": key_digest(body.api_key.strip().encode()), "c": csrf})
+    response.set_cookie(
+        COOKIE,
+        cookie,
+        max_age=settings.session_ttl_s,
+        httponly=True,
+        samesite="lax",
+        secure=secure_cookie(request, settings),
+        path="/",
+    )
+    return {"auth": True, "signed_in": True, "csrf_token": csrf, "expires_in_s": settings.session_ttl_s}
+
+
+@router.delete("/session", status_code=204)
+async def sign_out(request: Request, services: Services = SERVICES) -> Response:
+    """Clear the cookie (a signed cookie cannot be revoked earlier: remove the key for that)."""
+    response = Response(status_code=204)
+    response.delete_cookie(COOKIE, path="/", httponly=True, samesite="lax")
+    return response
+
+
+def stream_grant(request: Request, services: Services) -> str:
+    """The digest of the key behind this (already authenticated) request."""
+    header = request.headers.get("authorization")
+    if header:
+        return key_digest(bearer(header).encode())
+    found = read_session(request, services.settings, key_ring(services.settings))
+    return str(found[0]["k"]) if found else ""
+
+
+@guarded.post("/stream-token")
+async def issue_stream_token(
+    body: StreamTokenRequest, request: Request, services: Services = SERVICES,
+    who: Principal = Depends(require_key),  # noqa: B008
+) -> dict[str, Any]:
+    """A token for ``GET /runs/{run_id}/events?token=``, valid ``stream_token_ttl_s``."""
+    await owned_run(services, body.run_id, who.workspace)  # 404 for an unknown or foreign run
+    settings = services.settings
+    token = signer(settings, "stream").dumps({"r": body.run_id, "k": stream_grant(request, services)})
+    return {
+        "token": token,
+        "expires_in_s": settings.stream_token_ttl_s,
+        "events_url": f"/runs/{body.run_id}/events?token={token}",
+    }
+
+
+class MaskTokens(logging.Filter):
+    """Masks ``token=`` query values in uvicorn's access log lines."""
+
+    PATTERN = re.compile(r"([?&]token=)[^&\s]*")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(self.PATTERN.sub(r"\1***", a) if isinstance(a, str) else a for a in record.args)
+        return True
+
+
+def mask_access_log() -> None:
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, MaskTokens) for f in access.filters):
+        access.addFilter(MaskTokens())
