@@ -1,0 +1,68 @@
+"""Helpers for the RAG and integration node tests: run a node with services, egress, a PDF."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from orchestrator.kernel.protocol import DataValue, ExecutionResult
+from orchestrator.settings import Settings, get_settings
+from tests.nodes.node_harness import make_ctx, registry
+
+
+async def run_with(node_type: str, data: dict[str, Any], inputs: dict[str, Any] | None = None,
+                   services: dict[str, Any] | None = None, **ctx_kw: Any) -> Any:
+    """The node's ``output`` value, run with declared defaults and ``services`` injected."""
+    entry = registry().get(node_type)
+    resolved = {p.id: p.default for p in entry.definition.parameters}
+    resolved.update(data)
+    ctx = make_ctx(node_type=node_type, **ctx_kw)
+    ctx.services.update(services or {})
+    wrapped = {port: DataValue(type="data", value=v) for port, v in (inputs or {}).items()}
+    result: ExecutionResult = await entry.executor.execute(resolved, wrapped, ctx)  # type: ignore[attr-defined]
+    return result.outputs["output"].value
+
+
+@pytest.fixture
+def allow_loopback(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The egress policy lets nodes reach 127.0.0.1 (local test servers) for one test."""
+    monkeypatch.setenv("ORCH_EGRESS_ALLOW", "127.0.0.1")
+    get_settings.cache_clear()
+    yield
+    monkeypatch.delenv("ORCH_EGRESS_ALLOW")
+    get_settings.cache_clear()
+
+
+def settings(**kw: Any) -> Settings:
+    return Settings(**kw)
+
+
+def pdf_bytes(pages: list[str], title: str = "") -> bytes:
+    """A minimal valid PDF with one line of text per page (Helvetica)."""
+    objects: list[bytes] = []
+    kids = " ".join(f"{3 + 2 * i} 0 R" for i in range(len(pages)))
+    objects.append(b"<< /Type /Catalog /Pages 2 0 R >>")
+    objects.append(f"<< /Type /Pages /Kids [{kids}] /Count {len(pages)} >>".encode())
+    font_id = 3 + 2 * len(pages)
+    for i, text in enumerate(pages):
+        stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
+        objects.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {4 + 2 * i} 0 R "
+                       f"/Resources << /Font << /F1 {font_id} 0 R >> >> >>".encode())
+        objects.append(b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream")
+    objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
+    info_id = len(objects) + 1
+    objects.append(f"<< /Title ({title}) >>".encode())
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for n, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += f"{n} 0 obj\n".encode() + body + b"\nendobj\n"
+    xref = len(out)
+    out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
+    for off in offsets:
+        out += f"{off:010d} 00000 n \n".encode()
+    out += (f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R /Info {info_id} 0 R >>\n"
+            f"startxref\n{xref}\n%%EOF\n").encode()
+    return bytes(out)
