@@ -64,6 +64,9 @@ class Settings(BaseSettings):
     s3_region: str = "us-east-1"
     s3_access_key_id: str | None = None
     s3_secret_access_key: str | None = None
+    # The Database Query node's embedded default (a node without a credential uses it).
+    database_sqlite_path: str = "~/.local/share/orchestrator/database.sqlite3"
+    database_statement_timeout_s: float = 30.0  # longest statement a Database Query node may run
     vector_backend: str = "sqlite"  # "sqlite" (embedded, one machine) or "pgvector" (shared server)
     vector_sqlite_path: str = "~/.local/share/orchestrator/vectors.sqlite3"
     vector_database_url: str | None = None  # postgresql://... with pgvector, for vector_backend=pgvector

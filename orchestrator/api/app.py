@@ -25,7 +25,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from orchestrator.kernel.registry import Registry
 from orchestrator.settings import Settings, get_settings
 
-from . import errors, events, graphs, health, nodes, runs, triggers
+from . import credentials, errors, events, files, graphs, health, nodes, runs, triggers
 from .auth import require_key
 from .limits import BodyLimit
 from .services import Dispatch, RunStoreApi, Services
@@ -88,10 +88,12 @@ def create_app(
     app.state.services = services
     app.state.event_hub = hub
     errors.install(app)
-    app.add_middleware(BodyLimit, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimit, max_body_bytes=settings.max_body_bytes,
+                       path_limits={"/files": settings.files_max_bytes + 64 * 1024})  # + multipart framing
     guarded = [Depends(require_key)]
     app.include_router(health.router)
     app.include_router(triggers.hooks)
-    for router in (graphs.router, runs.router, events.router, nodes.router, triggers.chats):
+    for router in (graphs.router, runs.router, events.router, nodes.router, triggers.chats,
+                   credentials.router, files.router):
         app.include_router(router, dependencies=guarded)
     return app

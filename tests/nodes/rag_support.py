@@ -66,3 +66,39 @@ def pdf_bytes(pages: list[str], title: str = "") -> bytes:
     out += (f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R /Info {info_id} 0 R >>\n"
             f"startxref\n{xref}\n%%EOF\n").encode()
     return bytes(out)
+
+
+@pytest.fixture(scope="session")
+def node_redis() -> Iterator[Any]:
+    """A real redis-server on a free port for nodes that read credentials and files."""
+    from orchestrator.embedded_redis import EmbeddedRedis
+
+    server = EmbeddedRedis(unix_socket=False).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+CREDENTIALS_KEY = "kS3i5vyfYd4YJ0k7oC2x6M9yM8p0PZp8w3r9T3eT4mU="
+
+
+def redis_services(server: Any, **overrides: Any) -> dict[str, Any]:
+    """``services`` as a worker passes them, on ``server`` with a fresh key prefix."""
+    import secrets
+
+    base: dict[str, Any] = {"redis_url": server.url, "key_prefix": "t" + secrets.token_hex(4),
+                            "credentials_key": CREDENTIALS_KEY}
+    return {"redis_url": server.url, "settings": Settings(**{**base, **overrides})}
+
+
+async def store_credential(services: dict[str, Any], name: str, type_: str, values: dict[str, str]) -> None:
+    from redis.asyncio import Redis
+
+    from orchestrator.credentials import CredentialStore, validate
+
+    redis = Redis.from_url(services["redis_url"], decode_responses=True)
+    try:
+        await CredentialStore(redis, services["settings"]).put(validate(name, type_, values))
+    finally:
+        await redis.aclose()
