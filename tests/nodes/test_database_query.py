@@ -43,7 +43,7 @@ async def test_a_value_is_never_spliced_into_the_sql(db: dict[str, Any]) -> None
 
 async def test_read_only_is_the_default_and_refuses_writes(db: dict[str, Any]) -> None:
     await _write(db, "CREATE TABLE t (v INTEGER)")
-    with pytest.raises(NodeExecutionError, match="readonly|read-only|query_only|attempt to write"):
+    with pytest.raises(NodeExecutionError, match=r"readonly|read-only|query_only|attempt to write"):
         await run_with("database_query", {"query": "INSERT INTO t (v) VALUES (1)"}, services=db)
     out = await run_with("database_query", {"query": "SELECT count(*) AS n FROM t"}, services=db)
     assert out["rows"] == [{"n": 0}]
@@ -58,7 +58,7 @@ async def test_row_limit_truncates(db: dict[str, Any]) -> None:
 async def test_statement_timeout_interrupts_a_long_query(db: dict[str, Any]) -> None:
     sql = ("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 100000000) "
            "SELECT count(*) FROM n")
-    with pytest.raises(NodeTimeoutError, match="timeout of 0.2s"):
+    with pytest.raises(NodeTimeoutError, match=r"timeout of 0\.2s"):
         await run_with("database_query", {"query": sql, "timeout_s": 0.2}, services=db)
 
 

@@ -60,7 +60,7 @@ async def test_redirects_are_followed(server: LocalHttp, allow_loopback: None) -
 
 
 async def test_error_status_fails_or_passes_through(server: LocalHttp, allow_loopback: None) -> None:
-    with pytest.raises(NodeExecutionError, match="answered 404: .*no such item"):
+    with pytest.raises(NodeExecutionError, match=r"answered 404: .*no such item"):
         await run_with("http_request", {"url": f"{server.url}/missing"})
     out = await run_with("http_request", {"url": f"{server.url}/missing", "fail_on_status": False})
     assert out["status"] == 404 and out["body"] == {"error": "no such item"}
@@ -85,7 +85,7 @@ async def test_node_retry_policy_retries_a_503_and_succeeds(server: LocalHttp, a
 
 
 async def test_timeout_is_a_node_timeout(server: LocalHttp, allow_loopback: None) -> None:
-    with pytest.raises(NodeTimeoutError, match="timed out after 0.2s"):
+    with pytest.raises(NodeTimeoutError, match=r"timed out after 0\.2s"):
         await run_with("http_request", {"url": f"{server.url}/slow", "timeout_s": 0.2})
 
 
