@@ -91,7 +91,10 @@ async def _prepare(conn: AsyncConnection, dialect: str, stmt: Statement) -> None
 async def _execute(conn: AsyncConnection, stmt: Statement) -> dict[str, Any]:
     result = await conn.execute(text(stmt.sql), stmt.parameters)
     if not result.returns_rows:
-        return {"rows": [], "columns": [], "count": 0, "truncated": False, "rowcount": result.rowcount}
+        # rowcount: rows the statement changed; null when the driver cannot tell (asyncpg
+        # with a list of parameter sets).
+        rowcount = result.rowcount if result.rowcount >= 0 else None
+        return {"rows": [], "columns": [], "count": 0, "truncated": False, "rowcount": rowcount}
     columns = list(result.keys())
     fetched = result.fetchmany(stmt.max_rows + 1)
     rows = [{c: to_json(v) for c, v in zip(columns, row, strict=True)} for row in fetched[:stmt.max_rows]]

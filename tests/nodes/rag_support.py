@@ -102,3 +102,21 @@ async def store_credential(services: dict[str, Any], name: str, type_: str, valu
         await CredentialStore(redis, services["settings"]).put(validate(name, type_, values))
     finally:
         await redis.aclose()
+
+
+@pytest.fixture(scope="session")
+def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real PostgreSQL (with pgvector) from the ``pgserver`` wheel, on a Unix socket in a
+    fresh data folder; stopped at the end of the session. Never the machine's own server."""
+    pgserver = pytest.importorskip("pgserver", reason="the pgserver wheel is not installed")
+    import os
+    import shutil
+
+    data = tmp_path_factory.mktemp("pg")
+    os.chmod(data, 0o777)  # as root, pgserver runs postgres as its own unprivileged user
+    server = pgserver.get_server(str(data), cleanup_mode="stop")
+    try:
+        yield str(server.get_uri())
+    finally:
+        server.cleanup()
+        shutil.rmtree(data, ignore_errors=True)

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from orchestrator.kernel.errors import NodeExecutionError, NodeTimeoutError, ParameterError
-from tests.nodes.rag_support import node_redis, redis_services, run_with, settings, store_credential
+from tests.nodes.rag_support import node_redis, pg_url, redis_services, run_with, settings, store_credential
 
-__all__ = ["node_redis"]
+__all__ = ["node_redis", "pg_url"]
 
 
 @pytest.fixture
@@ -79,3 +80,43 @@ async def test_database_url_credential_selects_the_database_and_its_type_is_chec
     await store_credential(services, "tok", "bearer", {"token": "abcdef"})
     with pytest.raises(ParameterError, match="of type bearer"):
         await run_with("database_query", {"query": "SELECT 1", "credential": "tok"}, services=services)
+
+
+# -- PostgreSQL (a real server from the pgserver wheel) ------------------------------------
+
+
+@pytest.fixture
+async def pg(node_redis: Any, pg_url: str) -> dict[str, Any]:
+    services = redis_services(node_redis)
+    await store_credential(services, "pg", "database_url", {"url": pg_url})
+    return services
+
+
+async def test_postgres_rows_types_and_bound_parameters(pg: dict[str, Any]) -> None:
+    out = await run_with("database_query", {
+        "query": "SELECT CAST(:n AS integer) + 1 AS next, CAST(12.50 AS numeric) AS price, "
+                 "DATE '2026-01-02' AS day, CAST(:s AS text) AS echoed",
+        "parameters": {"n": 41, "s": "x'; DROP TABLE y; --"}, "credential": "pg"}, services=pg)
+    assert out["rows"] == [{"next": 42, "price": 12.5, "day": "2026-01-02", "echoed": "x'; DROP TABLE y; --"}]
+
+
+async def test_postgres_is_read_only_by_default_and_writes_when_asked(pg: dict[str, Any]) -> None:
+    table = "t_" + secrets.token_hex(4)
+    with pytest.raises(NodeExecutionError, match="read-only transaction"):
+        await run_with("database_query", {"query": f"CREATE TABLE {table} (v int)", "credential": "pg"},
+                       services=pg)
+    await run_with("database_query", {"query": f"CREATE TABLE {table} (v int)", "credential": "pg",
+                                      "read_only": False}, services=pg)
+    done = await run_with("database_query", {"query": f"INSERT INTO {table} (v) VALUES (:v)",
+                                             "parameters": [{"v": 1}, {"v": 2}, {"v": 3}], "credential": "pg",
+                                             "read_only": False}, services=pg)
+    assert done["rowcount"] in (3, None)  # asyncpg does not count rows of a statement run per item
+    out = await run_with("database_query", {"query": f"SELECT v FROM {table} ORDER BY v", "credential": "pg",
+                                            "max_rows": 2}, services=pg)
+    assert out["rows"] == [{"v": 1}, {"v": 2}] and out["truncated"] is True
+
+
+async def test_postgres_statement_timeout(pg: dict[str, Any]) -> None:
+    with pytest.raises(NodeTimeoutError, match=r"timeout of 0\.2s"):
+        await run_with("database_query", {"query": "SELECT pg_sleep(5)", "credential": "pg", "timeout_s": 0.2},
+                       services=pg)
