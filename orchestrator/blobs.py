@@ -85,8 +85,20 @@ class _S3:
             config=Config(retries={"max_attempts": 3, "mode": "standard"}, s3={"addressing_style": "path"}))
 
     def _put(self, key: str, data: bytes, mime: str, name: str) -> None:
-        self.client.put_object(Bucket=self.bucket, Key=key, Body=data, ContentType=mime,
-                               Metadata={"name": name.encode("ascii", "replace").decode()})
+        from botocore.exceptions import ClientError
+
+        def put() -> None:
+            self.client.put_object(Bucket=self.bucket, Key=key, Body=data, ContentType=mime,
+                                   Metadata={"name": name.encode("ascii", "replace").decode()})
+
+        try:
+            put()
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "NoSuchBucket":
+                raise RequestError(f"S3 write of {key!r} failed: {exc.response.get('Error', {}).get('Code')}") \
+                    from None
+            self.client.create_bucket(Bucket=self.bucket)  # first file of a fresh deployment
+            put()
 
     def _get(self, key: str) -> Blob:
         from botocore.exceptions import ClientError

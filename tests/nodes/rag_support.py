@@ -120,3 +120,42 @@ def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     finally:
         server.cleanup()
         shutil.rmtree(data, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def s3_url() -> Iterator[str]:
+    """An S3-compatible server (moto's, in a subprocess on a free port), stopped by pid."""
+    pytest.importorskip("moto.server", reason="moto[server] is not installed")
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError("the moto S3 server did not start") from None
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def s3_settings(s3_url: str, server: Any, **overrides: Any) -> dict[str, Any]:
+    """``services`` whose file store writes to the S3 server ``s3_url``."""
+    import secrets
+
+    base: dict[str, Any] = {"blob_backend": "s3", "s3_endpoint_url": s3_url, "s3_bucket": "b" + secrets.token_hex(4),
+                            "s3_access_key_id": "test", "s3_secret_access_key": "test"}
+    return redis_services(server, **{**base, **overrides})
