@@ -214,3 +214,12 @@ async def test_bad_collection_names_and_missing_vectors_are_parameter_errors(vec
         await run_with("vector_store", {"collection": "../x"}, {"input": _docs(("a", [1.0], {}))}, vec_services)
     with pytest.raises(ParameterError, match="Embedding node"):
         await run_with("vector_store", {"collection": "ok"}, {"input": {"documents": [{"text": "a"}]}}, vec_services)
+
+
+async def test_loader_fetches_html_from_a_url_through_the_egress_policy(allow_loopback: None) -> None:
+    from tests.nodes.local_http import LocalHttp
+
+    with LocalHttp() as server:
+        out = await run_with("document_loader", {"source": "url", "url": f"{server.url}/text"})
+    assert out["documents"] == [{"text": "plain words", "metadata": {"source": f"{server.url}/text",
+                                                                    "format": "text"}}]
