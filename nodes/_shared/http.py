@@ -7,7 +7,8 @@ tree. Statuses: 429 and 5xx raise ``RetryRequested`` (with ``Retry-After`` as th
 capped at ``MAX_RETRY_AFTER_S``) when ``retry_statuses`` is on, so the node's retry
 policy decides whether another attempt follows; other 4xx/5xx raise
 ``NodeExecutionError`` when ``fail_on_status`` is on, else the response is returned.
-Secret values of the credential are masked in every error message.
+Secret values of the credential are masked in every error message, and returned on the
+response (``secrets``) so callers mask them in what they output.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class HttpResponse:
     content: bytes
     url: str
     elapsed_ms: float
+    secrets: list[str] = field(default_factory=list)  # the credential's values, to mask in outputs
 
 
 def apply_auth(call: HttpCall, credential: Credential) -> None:
@@ -94,6 +96,8 @@ async def fetch(ctx: FlowContext, call: HttpCall) -> HttpResponse:
         credential = await load_credential(ctx, call.credential, AUTH_TYPES)
         apply_auth(call, credential)
         secrets = credential.secrets()
+        if credential.type == "basic":  # the encoded pair is as secret as the password
+            secrets.append(call.headers["Authorization"].split(" ", 1)[1])
     started = time.perf_counter()
     try:
         async with egress_client(timeout=httpx.Timeout(call.timeout_s), follow_redirects=call.follow_redirects,
@@ -125,7 +129,7 @@ async def fetch(ctx: FlowContext, call: HttpCall) -> HttpResponse:
                                       secrets)) from None
     out = HttpResponse(response.status_code, {k.lower(): v for k, v in response.headers.items()},
                        b"".join(chunks), mask(str(response.url), secrets),
-                       round((time.perf_counter() - started) * 1000, 1))
+                       round((time.perf_counter() - started) * 1000, 1), secrets)
     where = f"{call.method} {mask(call.url, secrets)}"
     if out.status in RETRY_STATUSES and call.retry_statuses:
         raise RetryRequested(f"{where} answered {out.status}",

@@ -76,7 +76,7 @@ class LocalHttp(ThreadingHTTPServer):
         self.requests: list[dict[str, Any]] = []
         self.flaky_calls = 0
         self.release = threading.Event()
-        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
     @property
     def url(self) -> str:

@@ -93,7 +93,8 @@ async def test_bearer_credential_is_sent_and_masked_in_errors(server: LocalHttp,
                                                              services: dict[str, Any]) -> None:
     await store_credential(services, "svc", "bearer", {"token": "tok-SECRET-123"})
     out = await run_with("http_request", {"url": f"{server.url}/echo", "credential": "svc"}, services=services)
-    assert out["body"]["headers"]["authorization"] == "Bearer tok-SECRET-123"
+    assert server.requests[-1]["headers"]["authorization"] == "Bearer tok-SECRET-123"
+    assert out["body"]["headers"]["authorization"] == "Bearer ***"  # echoed back, masked in the output
     with pytest.raises(NodeExecutionError) as caught:
         await run_with("http_request", {"url": f"{server.url}/reflect-auth", "credential": "svc"},
                        services=services)
@@ -105,9 +106,11 @@ async def test_query_key_and_basic_credentials(server: LocalHttp, allow_loopback
     await store_credential(services, "qk", "query_key", {"name": "api_key", "value": "k-9876"})
     await store_credential(services, "basic", "basic", {"username": "ada", "password": "pw-1234"})
     out = await run_with("http_request", {"url": f"{server.url}/echo", "credential": "qk"}, services=services)
-    assert out["body"]["path"] == "/echo?api_key=k-9876" and "k-9876" not in out["url"]
+    assert server.requests[-1]["path"] == "/echo?api_key=k-9876"
+    assert "k-9876" not in str(out) and out["url"].endswith("api_key=***")
     out = await run_with("http_request", {"url": f"{server.url}/echo", "credential": "basic"}, services=services)
-    assert out["body"]["headers"]["authorization"] == "Basic YWRhOnB3LTEyMzQ="
+    assert server.requests[-1]["headers"]["authorization"] == "Basic YWRhOnB3LTEyMzQ="
+    assert out["body"]["headers"]["authorization"] == "Basic ***"
 
 
 async def test_unknown_or_wrong_type_credential_is_a_parameter_error(server: LocalHttp, allow_loopback: None,

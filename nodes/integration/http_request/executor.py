@@ -5,7 +5,7 @@ status handling, retry on 429/5xx). The body is decoded by ``response_format``: 
 ``text``, or ``binary`` (stored through the file store and output as a file reference,
 ``{"$binary": {ref, mime, size}}``); ``auto`` picks by content type, and any body above
 ``inline_max_bytes`` becomes a file reference too, so large payloads stay out of the
-run state.
+run state. The credential's secret values are masked in the output (a server may echo them).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from nodes._rag.services import as_text, open_blobs
 from nodes._shared.http import HttpCall, HttpResponse, fetch
 from nodes._shared.values import result
 from orchestrator.blobs import as_binary_ref
+from orchestrator.credentials import mask
 from orchestrator.kernel.errors import NodeExecutionError, ParameterError
 from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext
 
@@ -107,8 +108,9 @@ class HttpRequest:
         inline = _int(data, "inline_max_bytes", 1 << 20)
         body = await _decode(response, as_text(data.get("response_format")) or "auto", inline, ctx)
         headers = {k: v for k, v in response.headers.items() if k not in ("set-cookie",)}
-        return result({"output": {"status": response.status, "headers": headers, "body": body,
-                                  "url": response.url, "elapsed_ms": response.elapsed_ms}})
+        # A server that echoes the credential back must not put it into the run's events.
+        return result({"output": mask({"status": response.status, "headers": headers, "body": body,
+                                       "url": response.url, "elapsed_ms": response.elapsed_ms}, response.secrets)})
 
 
 executor = HttpRequest()
