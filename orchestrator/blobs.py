@@ -15,7 +15,8 @@ backend    where
 =========  ===============================================================================
 
 :class:`Blobs` is the one interface: ``put(data, mime=, name=) -> BinaryRef``,
-``get(ref) -> Blob``, ``delete(ref)``. New files go to ``blob_backend`` (``redis`` by
+``get(ref) -> Blob``, ``delete(ref)``, within one workspace (a ref of another workspace is
+unknown: 404). New files go to ``blob_backend`` (``redis`` by
 default); a file over ``blob_redis_max_bytes`` goes to S3 when it is configured, else the
 put fails naming the limit. Missing refs raise :class:`ResourceNotFoundError`.
 """
@@ -177,8 +178,15 @@ class Blobs:
                 await pipe.execute()
         return BinaryRef(ref=ref, mime=mime, size=len(data))
 
+    def _own(self, ref: str) -> tuple[str, str, str]:
+        """The parts of ``ref``; a file of another workspace is unknown here (404)."""
+        backend, workspace, blob_id = parse_ref(ref)
+        if workspace != self.workspace:
+            raise ResourceNotFoundError(f"no file {ref} in workspace {self.workspace!r}", parameter="ref")
+        return backend, workspace, blob_id
+
     async def get(self, ref: str | BinaryRef) -> Blob:
-        backend, workspace, blob_id = parse_ref(ref.ref if isinstance(ref, BinaryRef) else ref)
+        backend, workspace, blob_id = self._own(ref.ref if isinstance(ref, BinaryRef) else ref)
         if backend == "s3":
             return await self._s3_backend().get(f"{workspace}/{blob_id}")
         raw: dict[bytes, bytes] = await self.redis.hgetall(self.keys.blob(workspace, blob_id))  # type: ignore[assignment]
@@ -189,7 +197,7 @@ class Blobs:
                     raw.get(b"name", b"").decode())
 
     async def delete(self, ref: str) -> None:
-        backend, workspace, blob_id = parse_ref(ref)
+        backend, workspace, blob_id = self._own(ref)
         if backend == "s3":
             await self._s3_backend().delete(f"{workspace}/{blob_id}")
         else:

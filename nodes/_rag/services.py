@@ -2,7 +2,8 @@
 
 Workers pass ``services={"redis_url": ..., "settings": ...}`` into every step; from those a
 node opens the credential store, the file store and the vector store it needs, for the
-duration of one execution (no asyncio object outlives the call, so nothing is shared
+duration of one execution (credentials and files of the run's workspace: ``services
+["workspace"]`` once hosts pass it, else "default") (no asyncio object outlives the call, so nothing is shared
 across event loops). Tests pass the same two entries.
 """
 
@@ -17,7 +18,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from orchestrator.blobs import Blobs
-from orchestrator.credentials import Credential, CredentialStore
+from orchestrator.credentials import DEFAULT_WORKSPACE, Credential, CredentialStore
 from orchestrator.kernel.errors import ParameterError, RequestError
 from orchestrator.kernel.protocol import FlowContext
 from orchestrator.settings import Settings, get_settings
@@ -32,6 +33,11 @@ def settings_of(ctx: FlowContext) -> Settings:
     return found if isinstance(found, Settings) else get_settings()
 
 
+def workspace_of(ctx: FlowContext) -> str:
+    """The run's workspace: ``services["workspace"]`` when the host passes it, else "default"."""
+    return str(ctx.services.get("workspace") or DEFAULT_WORKSPACE)
+
+
 def redis_url_of(ctx: FlowContext) -> str:
     url = ctx.services.get("redis_url") or settings_of(ctx).redis_url
     if not url:
@@ -44,7 +50,7 @@ async def load_credential(ctx: FlowContext, name: str, types: tuple[str, ...],
     """The credential ``name``, which must be one of ``types`` (errors name the parameter)."""
     redis = Redis.from_url(redis_url_of(ctx), decode_responses=True)
     try:
-        found = await CredentialStore(redis, settings_of(ctx)).get(name)
+        found = await CredentialStore(redis, settings_of(ctx), workspace=workspace_of(ctx)).get(name)
     except RequestError as exc:
         raise ParameterError(f"parameter '{parameter}': {exc.message}", parameter=parameter) from None
     finally:
@@ -57,7 +63,7 @@ async def load_credential(ctx: FlowContext, name: str, types: tuple[str, ...],
 
 @asynccontextmanager
 async def open_blobs(ctx: FlowContext) -> AsyncIterator[Blobs]:
-    blobs = Blobs.from_settings(settings_of(ctx), redis_url_of(ctx))
+    blobs = Blobs.from_settings(settings_of(ctx), redis_url_of(ctx), workspace=workspace_of(ctx))
     try:
         yield blobs
     finally:

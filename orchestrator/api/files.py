@@ -16,7 +16,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, File, Response, UploadFile
 from redis.asyncio import ConnectionPool, Redis
 
-from orchestrator.blobs import Blobs
+from orchestrator.blobs import DEFAULT_WORKSPACE, Blobs
 from orchestrator.kernel.errors import PayloadTooLargeError
 
 from .services import Services, get_services
@@ -26,12 +26,13 @@ READ_CHUNK_BYTES = 1 << 20
 
 
 @asynccontextmanager
-async def blobs_of(services: Services) -> AsyncIterator[Blobs]:
-    """A file store on the app's Redis server (a byte-level client of its own)."""
+async def blobs_of(services: Services, workspace: str = DEFAULT_WORKSPACE) -> AsyncIterator[Blobs]:
+    """The caller's workspace's file store on the app's Redis server (a byte-level client
+    of its own). Files of another workspace are unknown (404)."""
     pool = services.redis.connection_pool
     kwargs = {**pool.connection_kwargs, "decode_responses": False}
     client = Redis.from_pool(ConnectionPool(connection_class=pool.connection_class, **kwargs))
-    blobs = Blobs(client, services.settings)
+    blobs = Blobs(client, services.settings, workspace=workspace)
     try:
         yield blobs
     finally:

@@ -75,3 +75,41 @@ async def test_document_loader_reads_a_pdf_from_s3(node_redis: Any, s3_url: str)
     assert [(d["metadata"]["source"], d["metadata"]["page"]) for d in out["documents"]] == [
         ("report.pdf", 1), ("report.pdf", 2)]
     assert "Revenue grew" in out["documents"][1]["text"]
+
+
+async def test_a_file_of_another_workspace_is_unknown(node_redis: Any) -> None:
+    settings = redis_services(node_redis)["settings"]
+    mine = Blobs.from_settings(settings, workspace="team-a")
+    other = Blobs.from_settings(settings, workspace="team-b")
+    try:
+        ref = await mine.put(b"private", mime="text/plain")
+        assert ref.ref.startswith("redis:team-a:")
+        with pytest.raises(ResourceNotFoundError, match="workspace 'team-b'"):
+            await other.get(ref)
+        with pytest.raises(ResourceNotFoundError):
+            await other.delete(ref.ref)
+        assert (await mine.get(ref)).data == b"private"
+    finally:
+        await mine.aclose()
+        await other.aclose()
+
+
+async def test_nodes_read_credentials_and_files_of_the_runs_workspace(node_redis: Any) -> None:
+    from tests.nodes.rag_support import store_credential
+
+    services = redis_services(node_redis)
+    team = {**services, "workspace": "team-a"}
+    blobs = Blobs.from_settings(services["settings"], workspace="team-a")
+    try:
+        ref = await blobs.put(b"team notes", mime="text/plain", name="notes.txt")
+    finally:
+        await blobs.aclose()
+    out = await run_with("document_loader", {}, {"input": {"file": ref.to_json()}}, team)
+    assert out["documents"][0]["text"] == "team notes"
+    with pytest.raises(ResourceNotFoundError):  # a run of the default workspace cannot read it
+        await run_with("document_loader", {}, {"input": {"file": ref.to_json()}}, services)
+    await store_credential(services, "db", "database_url", {"url": "sqlite:///:memory:"})
+    from orchestrator.kernel.errors import ParameterError
+
+    with pytest.raises(ParameterError, match="workspace 'team-a'"):
+        await run_with("database_query", {"query": "SELECT 1", "credential": "db"}, services=team)
