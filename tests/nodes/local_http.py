@@ -48,6 +48,14 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Location", "/echo")
             self.send_header("Content-Length", "0")
             self.end_headers()
+        elif route == "/pages":  # three pages; each names the next in its body
+            page = int(self.path.split("p=")[1]) if "p=" in self.path else 1
+            nxt = f"/pages?p={page + 1}" if page < 3 else None
+            self._json(200, {"results": [page * 10, page * 10 + 1], "next": nxt})
+        elif route == "/linked":  # two pages chained by a Link header
+            page = int(self.path.split("p=")[1]) if "p=" in self.path else 1
+            link = {"Link": f'<{self.server.url}/linked?p=2>; rel="next"'} if page == 1 else {}
+            self._json(200, [f"item-{page}"], link)
         elif route == "/items":
             self._json(200, [{"id": 1, "name": "anvil", "price": 12.5}, {"id": 2, "name": "rope", "price": 3.0}])
         else:

@@ -146,3 +146,14 @@ async def test_text_response_and_size_limit(server: LocalHttp, allow_loopback: N
     assert out["body"] == "plain words"
     with pytest.raises(NodeExecutionError, match="exceeds max_bytes"):
         await run_with("http_request", {"url": f"{server.url}/big", "max_bytes": 100})
+
+
+async def test_pagination_follows_next_urls_and_link_headers(server: LocalHttp, allow_loopback: None) -> None:
+    out = await run_with("http_request", {"url": f"{server.url}/pages", "pagination": "next_url",
+                                          "items_field": "results"})
+    assert out["body"] == [10, 11, 20, 21, 30, 31] and out["pages"] == 3
+    out = await run_with("http_request", {"url": f"{server.url}/pages", "pagination": "next_url",
+                                          "items_field": "results", "max_pages": 2})
+    assert out["body"] == [10, 11, 20, 21] and out["pages"] == 2
+    out = await run_with("http_request", {"url": f"{server.url}/linked", "pagination": "link_header"})
+    assert out["body"] == ["item-1", "item-2"] and out["pages"] == 2

@@ -6,15 +6,23 @@ status handling, retry on 429/5xx). The body is decoded by ``response_format``: 
 ``{"$binary": {ref, mime, size}}``); ``auto`` picks by content type, and any body above
 ``inline_max_bytes`` becomes a file reference too, so large payloads stay out of the
 run state. The credential's secret values are masked in the output (a server may echo them).
+
+Pagination (optional): ``next_url`` follows a URL in each JSON page, ``link_header`` the
+``Link: <...>; rel="next"`` header, up to ``max_pages``; every page goes through the same
+client (egress policy, credential) and the output ``body`` is the pages' items joined.
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urljoin
+
+import httpx
 
 from nodes._rag.services import as_text, open_blobs
 from nodes._shared.http import HttpCall, HttpResponse, fetch
+from nodes._shared.paths import get_path
 from nodes._shared.values import result
 from orchestrator.blobs import as_binary_ref
 from orchestrator.credentials import mask
@@ -87,6 +95,27 @@ async def _decode(response: HttpResponse, fmt: str, inline_max_bytes: int, ctx: 
     return ref.to_json()
 
 
+def _next_url(data: dict[str, Any], response: HttpResponse, body: Any, call: HttpCall) -> str | None:
+    mode = as_text(data.get("pagination")) or "none"
+    if mode == "link_header":
+        link = httpx.Response(200, headers={"link": response.headers.get("link", "")}).links.get("next")
+        found = link.get("url") if link else None
+    elif mode == "next_url":
+        found = get_path(body, as_text(data.get("next_url_field")) or "next")
+    else:
+        return None
+    return urljoin(call.url, found) if isinstance(found, str) and found else None
+
+
+def _items(data: dict[str, Any], body: Any, page: int) -> list[Any]:
+    field = as_text(data.get("items_field"))
+    items = get_path(body, field) if field else body
+    if not isinstance(items, list):
+        where = f"at {field!r}" if field else "(set parameter 'items_field')"
+        raise NodeExecutionError(f"page {page} has no list of items {where}")
+    return items
+
+
 class HttpRequest:
     node_type = "http_request"
 
@@ -106,11 +135,28 @@ class HttpRequest:
         await _body(call, data, ctx)
         response = await fetch(ctx, call)
         inline = _int(data, "inline_max_bytes", 1 << 20)
-        body = await _decode(response, as_text(data.get("response_format")) or "auto", inline, ctx)
+        fmt = as_text(data.get("response_format")) or "auto"
+        body = await _decode(response, fmt, inline, ctx)
+        if (as_text(data.get("pagination")) or "none") != "none":
+            items, pages = _items(data, body, 1), 1
+            max_pages = _int(data, "max_pages", 10)
+            while pages < max_pages and (next_url := _next_url(data, response, body, call)):
+                call.url, call.query = next_url, {}  # the next URL carries its own query
+                if call.credential:  # fetch applies the credential again
+                    call.headers.pop("Authorization", None)
+                response = await fetch(ctx, call)
+                body = await _decode(response, "json", inline, ctx)
+                pages += 1
+                items.extend(_items(data, body, pages))
+            body = items
+            extra = {"pages": pages}
+        else:
+            extra = {}
         headers = {k: v for k, v in response.headers.items() if k not in ("set-cookie",)}
         # A server that echoes the credential back must not put it into the run's events.
         return result({"output": mask({"status": response.status, "headers": headers, "body": body,
-                                       "url": response.url, "elapsed_ms": response.elapsed_ms}, response.secrets)})
+                                       "url": response.url, "elapsed_ms": response.elapsed_ms, **extra},
+                                      response.secrets)})
 
 
 executor = HttpRequest()
