@@ -34,6 +34,10 @@ key                                        type        what, TTL
 {p}:hooks                                  hash        webhook path -> graph id (kept with the graphs)
 {p}:graph:{gid}:runs                       zset        run id -> created_at; trimmed with retention
 {p}:hooksig:{sha256}                       string      an accepted webhook signature; 2 x webhook_tolerance_s
+{p}:cred:{ws}                              hash        credential name -> Fernet token of {type, values}; no TTL
+                                                       (kept until deleted, like graphs); workspace ws
+{p}:blob:{ws}:{id}                         hash        uploaded/produced file: data, mime, size, name;
+                                                       retention_s (the run's retention)
 =========================================  ==========  ==============================================
 """
 
@@ -117,6 +121,12 @@ class Keys:
 
     def graph_runs(self, graph_id: str) -> str:
         return f"{self.prefix}:graph:{graph_id}:runs"
+
+    def credentials(self, workspace: str) -> str:
+        return f"{self.prefix}:cred:{workspace}"
+
+    def blob(self, workspace: str, blob_id: str) -> str:
+        return f"{self.prefix}:blob:{workspace}:{blob_id}"
 
     def run_keys(self, run_id: str) -> list[str]:
         """Every fixed per-run key (lease keys carry their own short TTL)."""

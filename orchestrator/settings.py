@@ -50,6 +50,30 @@ class Settings(BaseSettings):
     # (e.g. "127.0.0.1,10.1.0.0/16,db.internal"); the only way to reach a metadata address.
     egress_allow: str = ""
 
+    # -- credentials, files, vectors (orchestrator/credentials.py, blobs.py, nodes/_rag) --
+    # Fernet keys (comma-separated, newest first) that encrypt stored credentials; the
+    # first encrypts, every one decrypts (rotation: prepend a new key, then
+    # `orchestrator credentials rotate`). Unset: credentials cannot be stored or read.
+    credentials_key: str = ""
+    files_max_bytes: int = 32 * 1024 * 1024  # an upload (POST /files) larger than this gets a 413
+    # Files up to this size go to Redis (with retention_s); larger ones to S3 when configured.
+    blob_redis_max_bytes: int = 8 * 1024 * 1024
+    blob_backend: str = "redis"  # "redis" or "s3": where new files go (reads follow the ref)
+    s3_endpoint_url: str | None = None  # an S3-compatible server (MinIO); unset = AWS
+    s3_bucket: str = "orchestrator"
+    s3_region: str = "us-east-1"
+    s3_access_key_id: str | None = None
+    s3_secret_access_key: str | None = None
+    # The Database Query node's embedded default (a node without a credential uses it).
+    database_sqlite_path: str = "~/.local/share/orchestrator/database.sqlite3"
+    database_statement_timeout_s: float = 30.0  # longest statement a Database Query node may run
+    vector_backend: str = "sqlite"  # "sqlite" (embedded, one machine) or "pgvector" (shared server)
+    vector_sqlite_path: str = "~/.local/share/orchestrator/vectors.sqlite3"
+    vector_database_url: str | None = None  # postgresql://... with pgvector, for vector_backend=pgvector
+    # Folders the Document Loader may read by path (os.pathsep separated); the shipped
+    # examples/ folder is always readable. Empty = nothing else.
+    loader_paths: str = ""
+
     # -- plugins ---------------------------------------------------------------------
     # Extra folders scanned for node folders (os.pathsep separated).
     node_paths: str = ""

@@ -29,7 +29,22 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from orchestrator.kernel.registry import Registry
 from orchestrator.settings import Settings, get_settings
 
-from . import browser_auth, console_ui, cors, docs, errors, events, graphs, health, nodes, run_list, runs, triggers
+from . import (
+    browser_auth,
+    console_ui,
+    cors,
+    credentials,
+    docs,
+    errors,
+    events,
+    files,
+    graphs,
+    health,
+    nodes,
+    run_list,
+    runs,
+    triggers,
+)
 from .auth import key_ring, require_key
 from .limits import BodyLimit
 from .services import Dispatch, RunStoreApi, Services
@@ -96,7 +111,8 @@ def create_app(
     app.state.services = services
     app.state.event_hub = hub
     errors.install(app)
-    app.add_middleware(BodyLimit, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimit, max_body_bytes=settings.max_body_bytes,
+                       path_limits={"/files": settings.files_max_bytes + 64 * 1024})  # + multipart framing
     cors.install(app, settings)  # outermost: preflights are answered before auth
     browser_auth.mask_access_log()
     guarded = [Depends(require_key)]
@@ -106,6 +122,7 @@ def create_app(
     app.include_router(browser_auth.guarded, dependencies=guarded)
     console_ui.mount(app)
     app.include_router(triggers.hooks)
-    for router in (graphs.router, runs.router, run_list.router, events.router, nodes.router, triggers.chats):
+    for router in (graphs.router, runs.router, run_list.router, events.router, nodes.router, triggers.chats,
+                   credentials.router, files.router):
         app.include_router(router, dependencies=guarded)
     return app

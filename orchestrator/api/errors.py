@@ -5,6 +5,7 @@ error                                           status
 ==============================================  ======
 ``GraphError`` (any subclass)                   422
 ``GraphNotFoundError``, ``RunNotFoundError``    404
+``ResourceNotFoundError`` (credential, file)    404
 ``GraphConflictError``                          409
 ``AuthError``                                   401
 ``ForbiddenError`` (a key's role is too low)    403
@@ -42,6 +43,7 @@ from orchestrator.kernel.errors import (
     GraphNotFoundError,
     OrchestratorError,
     PayloadTooLargeError,
+    ResourceNotFoundError,
     RunError,
     RunNotFoundError,
     RunStateError,
@@ -51,6 +53,7 @@ STATUS: list[tuple[type[OrchestratorError], int]] = [
     (GraphError, 422),
     (GraphNotFoundError, 404),
     (RunNotFoundError, 404),
+    (ResourceNotFoundError, 404),
     (GraphConflictError, 409),
     (AuthError, 401),
     (ForbiddenError, 403),

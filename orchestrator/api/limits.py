@@ -23,25 +23,30 @@ class _TooLarge(HTTPException):
 
 
 class BodyLimit:
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
-        self.app = app
-        self.max_body_bytes = max_body_bytes
+    """``path_limits`` maps a path prefix (e.g. ``/files``) to its own limit."""
 
-    def _error(self) -> PayloadTooLargeError:
-        return PayloadTooLargeError(f"request body exceeds the limit of {self.max_body_bytes} bytes", parameter="body")
+    def __init__(self, app: ASGIApp, max_body_bytes: int, path_limits: dict[str, int] | None = None) -> None:
+        self.app = app
+        self.default_bytes = max_body_bytes
+        self.path_limits = path_limits or {}
+
+    def _error(self, limit_bytes: int) -> PayloadTooLargeError:
+        return PayloadTooLargeError(f"request body exceeds the limit of {limit_bytes} bytes", parameter="body")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        path = str(scope.get("path", ""))
+        limit = next((n for prefix, n in self.path_limits.items() if path.startswith(prefix)), self.default_bytes)
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
                     declared = int(value)
                 except ValueError:
                     declared = 0
-                if declared > self.max_body_bytes:
-                    await error_response(self._error())(scope, receive, send)
+                if declared > limit:
+                    await error_response(self._error(limit))(scope, receive, send)
                     return
         seen = 0
         started = False
@@ -51,8 +56,8 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_body_bytes:
-                    raise _TooLarge(self._error().message)
+                if seen > limit:
+                    raise _TooLarge(self._error(limit).message)
             return message
 
         async def tracking_send(message: Message) -> None:
@@ -66,4 +71,4 @@ class BodyLimit:
         except _TooLarge:
             if started:
                 raise
-            await error_response(self._error())(scope, receive, send)
+            await error_response(self._error(limit))(scope, receive, send)

@@ -7,7 +7,8 @@ import argparse
 import importlib
 import sys
 
-SUBCOMMANDS = ("run", "worker", "serve", "graphs", "runs", "nodes", "sweeper")  # sweeper_cmd also adds "beat"
+SUBCOMMANDS = ("run", "worker", "serve", "graphs", "runs", "nodes", "sweeper",
+               "credentials")  # sweeper_cmd also adds "beat"
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -28,6 +28,7 @@
     ├── RequestError                   a caller's request cannot be served (service layer)
     │   ├── GraphNotFoundError         unknown graph id or version
     │   ├── GraphConflictError         a graph id or webhook path already taken
+    │   ├── ResourceNotFoundError      a named stored resource (credential, file) does not exist
     │   ├── AuthError                  missing/wrong API key, bad webhook signature
     │   ├── ForbiddenError             the key's role does not allow the request
     │   └── PayloadTooLargeError       a request body over the configured limit
@@ -221,6 +222,12 @@ class GraphNotFoundError(RequestError):
 
 class GraphConflictError(RequestError):
     code = "graph_conflict"
+
+
+class ResourceNotFoundError(RequestError):
+    """A named stored resource (a credential, a file) does not exist."""
+
+    code = "not_found"
 
 
 class AuthError(RequestError):

@@ -5,6 +5,9 @@ tool (the call split over two SSE chunks, as real servers do); otherwise it answ
 ``"Stub says: <last tool result or user message>"``. Streams ``chat.completion.chunk``s
 and ends with a usage chunk; non-stream requests get one ``chat.completion``. Requests
 are recorded on ``server.requests`` (headers + body) for assertions.
+
+``POST /v1/embeddings``: one vector per input text, ``[len(text), count of 'a', 1.0]``
+(or ``dimensions`` long, padded with zeros), in shuffled ``index`` order as the API allows.
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ class _Handler(BaseHTTPRequestHandler):
                                      "body": body})
         if self.server.fail_status:
             self._send(self.server.fail_status, {"error": {"message": "stub failure"}})
+            return
+        if self.path.endswith("/embeddings"):
+            self._embeddings(body)
             return
         messages = body.get("messages", [])
         tool_results = [m for m in messages if m.get("role") == "tool"]
@@ -75,6 +81,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
         self.close_connection = True
+
+    def _embeddings(self, body: dict[str, Any]) -> None:
+        texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        size = int(body.get("dimensions") or 3)
+        data = []
+        for i, text in enumerate(texts):
+            vector = ([float(len(text)), float(text.count("a")), 1.0] + [0.0] * size)[:size]
+            data.append({"object": "embedding", "index": i, "embedding": vector})
+        data.reverse()
+        self._send(200, {"object": "list", "data": data, "model": body["model"],
+                         "usage": {"prompt_tokens": len(texts), "total_tokens": len(texts)}})
 
     def _sse(self, payload: dict[str, Any]) -> None:
         self.wfile.write(f"data: {json.dumps(payload)}\n\n".encode())

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from cryptography.fernet import Fernet
 
 from orchestrator.api import create_app
 from orchestrator.embedded_redis import EmbeddedRedis
@@ -36,7 +37,8 @@ async def ws_api(redis_server: EmbeddedRedis, tmp_path: Path) -> AsyncIterator[A
             entries.append({"key": key, "workspace": workspace, "role": role})
     keys_file = tmp_path / "keys.json"
     keys_file.write_text(json.dumps(entries))
-    api = await open_api(redis_server, api_keys="legacy-admin-key", api_keys_file=str(keys_file))
+    api = await open_api(redis_server, api_keys="legacy-admin-key", api_keys_file=str(keys_file),
+                         credentials_key=Fernet.generate_key().decode())
     yield api
     await api.close()
 
@@ -161,3 +163,18 @@ async def test_the_runs_list_shows_only_the_callers_workspace(ws_api: Api) -> No
     theirs = (await ws_api.client.get("/runs", headers=auth("b-admin"))).json()["items"]
     assert [r["run_id"] for r in mine] == [run_id]
     assert theirs == []
+
+
+async def test_credentials_and_files_belong_to_the_callers_workspace(ws_api: Api) -> None:
+    body = {"name": "api-token", "type": "bearer", "values": {"token": "tok-alpha-123"}}
+    assert (await ws_api.client.post("/credentials", json=body, headers=auth("a-admin"))).status_code == 201
+    assert (await ws_api.client.get("/credentials/api-token", headers=auth("b-admin"))).status_code == 404
+    assert (await ws_api.client.delete("/credentials/api-token", headers=auth("b-admin"))).status_code == 404
+    assert (await ws_api.client.get("/credentials", headers=auth("b-admin"))).json()["credentials"] == []
+    assert (await ws_api.client.post("/credentials", json=body, headers=auth("a-editor"))).status_code == 403
+    uploaded = await ws_api.client.post("/files", files={"file": ("a.txt", b"alpha data", "text/plain")},
+                                        headers=auth("a-runner"))
+    assert uploaded.status_code == 201, uploaded.text
+    ref = uploaded.json()["$binary"]["ref"]
+    assert (await ws_api.client.get(f"/files/{ref}", headers=auth("b-admin"))).status_code == 404
+    assert (await ws_api.client.get(f"/files/{ref}", headers=auth("a-viewer"))).content == b"alpha data"

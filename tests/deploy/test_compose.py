@@ -18,13 +18,14 @@ from orchestrator.embedded_redis import free_port
 
 from .harness import API_KEY, Launcher, argv_of, load_compose, replace_option, require_cli, wait_until
 
+DATA_SERVICES = {"redis", "pgvector", "minio"}  # third-party images beside the app's
 STARTUP_TIMEOUT_S = 60.0
 STAY_UP_S = 3.0
 ERROR_LINE = re.compile(r"Traceback|\bERROR\b|\bCRITICAL\b|^error:", re.MULTILINE)
 
 
 def app_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {name: s for name, s in compose["services"].items() if name != "redis"}
+    return {name: s for name, s in compose["services"].items() if name not in DATA_SERVICES}
 
 
 def command_of(service: dict[str, Any]) -> list[str]:

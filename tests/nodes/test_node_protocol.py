@@ -10,7 +10,7 @@ from tests.nodes.node_harness import registry, run_node
 
 # Categories owned by nodes that need external services (models, MCP servers); their
 # examples are skipped only when they declare so with meta.example.needs_services.
-SERVICE_CATEGORIES = {"ai", "agents", "tools"}
+SERVICE_CATEGORIES = {"ai", "agents", "tools", "integration"}
 
 NODE_TYPES = list(registry())
 

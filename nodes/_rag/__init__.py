@@ -1,0 +1,1 @@
+"""Shared code of the RAG and integration nodes: documents, chunking, embedders, vector stores."""

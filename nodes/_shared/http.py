@@ -1,0 +1,140 @@
+"""The HTTP client of the integration nodes: one request through the egress policy.
+
+:func:`fetch` sends an :class:`HttpCall` with :func:`nodes._shared.egress.egress_client`
+(every connection, redirects included, checked after DNS), applies a credential's auth,
+reads at most ``max_bytes`` of the body, and translates httpx's errors into the error
+tree. Statuses: 429 and 5xx raise ``RetryRequested`` (with ``Retry-After`` as the delay,
+capped at ``MAX_RETRY_AFTER_S``) when ``retry_statuses`` is on, so the node's retry
+policy decides whether another attempt follows; other 4xx/5xx raise
+``NodeExecutionError`` when ``fail_on_status`` is on, else the response is returned.
+Secret values of the credential are masked in every error message, and returned on the
+response (``secrets``) so callers mask them in what they output.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from nodes._rag.services import load_credential
+from nodes._shared.egress import egress_client
+from orchestrator.credentials import Credential, mask
+from orchestrator.kernel.errors import EgressDeniedError, NodeExecutionError, NodeTimeoutError, RetryRequested
+from orchestrator.kernel.protocol import FlowContext
+
+AUTH_TYPES = ("bearer", "basic", "header", "query_key", "api_key")
+MAX_RETRY_AFTER_S = 60.0
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+@dataclass
+class HttpCall:
+    method: str
+    url: str
+    query: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+    json: Any = None
+    form: dict[str, Any] | None = None
+    content: bytes | None = None
+    timeout_s: float = 30.0
+    follow_redirects: bool = True
+    max_redirects: int = 5
+    max_bytes: int = 32 << 20
+    credential: str = ""
+    fail_on_status: bool = True
+    retry_statuses: bool = True
+
+
+@dataclass
+class HttpResponse:
+    status: int
+    headers: dict[str, str]
+    content: bytes
+    url: str
+    elapsed_ms: float
+    secrets: list[str] = field(default_factory=list)  # the credential's values, to mask in outputs
+
+
+def apply_auth(call: HttpCall, credential: Credential) -> None:
+    v = credential.values
+    if credential.type == "bearer":
+        call.headers["Authorization"] = f"Bearer {v['token']}"
+    elif credential.type == "api_key":
+        call.headers["Authorization"] = f"Bearer {v['key']}"
+    elif credential.type == "header":
+        call.headers[v["name"]] = v["value"]
+    elif credential.type == "query_key":
+        call.query[v["name"]] = v["value"]
+    elif credential.type == "basic":
+        call.headers["Authorization"] = httpx.BasicAuth(v["username"], v["password"])._auth_header
+
+
+def retry_after_s(value: str | None) -> float | None:
+    """Seconds from a ``Retry-After`` header (delta seconds or an HTTP date), capped."""
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(value) if value else None
+        if parsed is None:
+            return None
+        seconds = parsed.timestamp() - time.time()
+    return max(0.0, min(seconds, MAX_RETRY_AFTER_S))
+
+
+async def fetch(ctx: FlowContext, call: HttpCall) -> HttpResponse:
+    """Send ``call`` (see the module docstring)."""
+    if not call.url.lower().startswith(("http://", "https://")):
+        raise NodeExecutionError(f"parameter 'url' must be an http(s) URL; got {call.url!r}")
+    secrets: list[str] = []
+    if call.credential:
+        credential = await load_credential(ctx, call.credential, AUTH_TYPES)
+        apply_auth(call, credential)
+        secrets = credential.secrets()
+        if credential.type == "basic":  # the encoded pair is as secret as the password
+            secrets.append(call.headers["Authorization"].split(" ", 1)[1])
+    started = time.perf_counter()
+    try:
+        async with egress_client(timeout=httpx.Timeout(call.timeout_s), follow_redirects=call.follow_redirects,
+                                 max_redirects=call.max_redirects) as client:
+            request = client.build_request(call.method.upper(), call.url, params=call.query or None,
+                                           headers=call.headers, json=call.json, data=call.form,
+                                           content=call.content)
+            response = await client.send(request, stream=True)
+            try:
+                chunks: list[bytes] = []
+                size = 0
+                async for chunk in response.aiter_bytes():
+                    size += len(chunk)
+                    if size > call.max_bytes:
+                        raise NodeExecutionError(f"response body from {mask(call.url, secrets)} exceeds "
+                                                 f"max_bytes ({call.max_bytes})")
+                    chunks.append(chunk)
+            finally:
+                await response.aclose()
+    except EgressDeniedError as exc:
+        raise EgressDeniedError(mask(exc.message, secrets)) from None
+    except httpx.TimeoutException:
+        raise NodeTimeoutError(f"{call.method} {mask(call.url, secrets)} timed out after {call.timeout_s}s") from None
+    except httpx.TooManyRedirects:
+        raise NodeExecutionError(f"{call.method} {mask(call.url, secrets)}: more than {call.max_redirects} "
+                                 "redirects") from None
+    except httpx.HTTPError as exc:
+        raise NodeExecutionError(mask(f"{call.method} {call.url} failed: {type(exc).__name__}: {exc}",
+                                      secrets)) from None
+    out = HttpResponse(response.status_code, {k.lower(): v for k, v in response.headers.items()},
+                       b"".join(chunks), mask(str(response.url), secrets),
+                       round((time.perf_counter() - started) * 1000, 1), secrets)
+    where = f"{call.method} {mask(call.url, secrets)}"
+    if out.status in RETRY_STATUSES and call.retry_statuses:
+        raise RetryRequested(f"{where} answered {out.status}",
+                             delay_s=retry_after_s(out.headers.get("retry-after")))
+    if out.status >= 400 and call.fail_on_status:
+        snippet = mask(out.content[:300].decode("utf-8", "replace"), secrets)
+        raise NodeExecutionError(f"{where} answered {out.status}: {snippet}")
+    return out

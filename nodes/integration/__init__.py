@@ -1,0 +1,1 @@
+"""Integration nodes: HTTP requests and database queries."""

@@ -1,0 +1,1 @@
+"""The database_query node: definition.json + executor.py."""

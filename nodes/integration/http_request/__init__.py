@@ -1,0 +1,1 @@
+"""The http_request node: definition.json + executor.py."""

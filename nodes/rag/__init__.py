@@ -1,0 +1,1 @@
+"""RAG nodes: load documents, chunk, embed, store and search vectors."""

@@ -1,0 +1,1 @@
+"""The document_loader node: definition.json + executor.py."""

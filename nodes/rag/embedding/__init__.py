@@ -1,0 +1,1 @@
+"""The embedding node: definition.json + executor.py."""

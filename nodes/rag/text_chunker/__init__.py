@@ -1,0 +1,1 @@
+"""The text_chunker node: definition.json + executor.py."""

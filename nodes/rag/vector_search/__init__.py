@@ -1,0 +1,1 @@
+"""The vector_search node: definition.json + executor.py."""

@@ -1,0 +1,1 @@
+"""The vector_store node: definition.json + executor.py."""

@@ -1,0 +1,66 @@
+"""``/credentials``: named, typed secrets, stored encrypted; values never leave the API.
+
+``POST /credentials`` ``{name, type, values}`` stores (or replaces) one and answers its
+description (name, type, value names, public values such as a base URL); ``GET`` lists
+or describes; ``DELETE /credentials/{name}`` removes one. Types and storage:
+``orchestrator/credentials.py``. Credentials belong to the caller's workspace; reading names and types needs the viewer
+role, storing or deleting one the admin role.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.credentials import DEFAULT_WORKSPACE, CredentialStore, validate
+from orchestrator.kernel.errors import ResourceNotFoundError
+
+from .auth import Principal, role
+from .services import Services, get_services
+
+router = APIRouter(tags=["credentials"])
+
+
+class CredentialIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=128)
+    type: str
+    values: dict[str, str]
+
+
+VIEWER = Depends(role("viewer"))
+ADMIN = Depends(role("admin"))
+
+
+def store_of(services: Services, workspace: str = DEFAULT_WORKSPACE) -> CredentialStore:
+    return CredentialStore(services.redis, services.settings, workspace=workspace)
+
+
+@router.post("/credentials", status_code=201)
+async def put_credential(body: CredentialIn, services: Services = Depends(get_services),  # noqa: B008
+                         who: Principal = ADMIN) -> dict[str, Any]:
+    credential = validate(body.name, body.type, body.values)
+    await store_of(services, who.workspace).put(credential)
+    return credential.describe()
+
+
+@router.get("/credentials")
+async def list_credentials(services: Services = Depends(get_services),  # noqa: B008
+                           who: Principal = VIEWER) -> dict[str, Any]:
+    return {"credentials": await store_of(services, who.workspace).list()}
+
+
+@router.get("/credentials/{name}")
+async def get_credential(name: str, services: Services = Depends(get_services),  # noqa: B008
+                         who: Principal = VIEWER) -> dict[str, Any]:
+    return (await store_of(services, who.workspace).get(name)).describe()
+
+
+@router.delete("/credentials/{name}", status_code=204)
+async def delete_credential(name: str, services: Services = Depends(get_services),  # noqa: B008
+                            who: Principal = ADMIN) -> Response:
+    if not await store_of(services, who.workspace).delete(name):
+        raise ResourceNotFoundError(f"no credential named {name!r}", parameter="name")
+    return Response(status_code=204)

@@ -1,0 +1,169 @@
+"""Named, typed secrets that graphs reference by name, encrypted at rest in Redis.
+
+A credential is ``{name, type, values}``; ``type`` fixes which values it holds:
+
+================  ===========================  =============================================
+type              values (required, optional)  used by
+================  ===========================  =============================================
+``api_key``       key, (base_url)              Embedding (OpenAI-compatible), HTTP Request
+``bearer``        token                        HTTP Request (``Authorization: Bearer``)
+``basic``         username, password           HTTP Request (HTTP basic auth)
+``header``        name, value                  HTTP Request (one header)
+``query_key``     name, value                  HTTP Request (one query parameter)
+``database_url``  url                          Database Query, Vector Store (pgvector)
+================  ===========================  =============================================
+
+Storage: one Redis hash per workspace (``Keys.credentials``), field = name, value = a
+Fernet token (AES-128-CBC + HMAC-SHA256, from ``cryptography``) of the JSON
+``{type, values, created_at}``. The key comes from ``ORCH_CREDENTIALS_KEY``: several keys,
+comma-separated, newest first, form a ``MultiFernet`` (the first encrypts, any decrypts);
+:meth:`CredentialStore.rotate` re-encrypts every credential with the first key.
+
+Nothing here returns a value to an API caller: :meth:`describe` gives name, type, the
+value *names* and the creation time. :func:`mask` replaces known secret values in text.
+Workspaces: every method takes the store's ``workspace`` ("default" until the API's keys
+belong to workspaces); the Redis key carries it, so scoping is a constructor argument.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
+from redis.asyncio import Redis
+
+from orchestrator.kernel.errors import RequestError, ResourceNotFoundError
+from orchestrator.keys import Keys
+from orchestrator.settings import Settings
+
+TYPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "api_key": (("key",), ("base_url",)),
+    "bearer": (("token",), ()),
+    "basic": (("username", "password"), ()),
+    "header": (("name", "value"), ()),
+    "query_key": (("name", "value"), ()),
+    "database_url": (("url",), ()),
+}
+# Values that are not secret (shown by describe and never masked).
+PUBLIC_VALUES = frozenset({"base_url", "name", "username"})
+MASK = "***"
+MIN_MASK_LEN = 4
+DEFAULT_WORKSPACE = "default"
+
+
+@dataclass(frozen=True)
+class Credential:
+    name: str
+    type: str
+    values: dict[str, str]
+    created_at: float = 0.0
+
+    def secrets(self) -> list[str]:
+        """The secret values (for masking)."""
+        return [v for k, v in self.values.items() if k not in PUBLIC_VALUES and len(v) >= MIN_MASK_LEN]
+
+    def describe(self) -> dict[str, Any]:
+        public = {k: v for k, v in self.values.items() if k in PUBLIC_VALUES}
+        return {"name": self.name, "type": self.type, "fields": sorted(self.values), "public": public,
+                "created_at": self.created_at}
+
+
+def validate(name: str, type_: str, values: dict[str, Any]) -> Credential:
+    """A credential, or a RequestError naming the bad name, type or value."""
+    if not isinstance(name, str) or not name or len(name) > 128 or not name.replace("-", "").replace("_", "") \
+            .replace(".", "").isalnum():
+        raise RequestError(f"credential name must be 1-128 letters, digits, '-', '_' or '.'; got {name!r}",
+                           parameter="name")
+    if type_ not in TYPES:
+        raise RequestError(f"credential type must be one of {', '.join(TYPES)}; got {type_!r}", parameter="type")
+    required, optional = TYPES[type_]
+    missing = [k for k in required if not isinstance(values.get(k), str) or not values.get(k)]
+    if missing:
+        raise RequestError(f"credential {name!r} of type {type_} needs {', '.join(missing)}", parameter="values")
+    unknown = sorted(set(values) - set(required) - set(optional))
+    if unknown:
+        raise RequestError(f"credential {name!r} of type {type_} takes {', '.join(required + optional)}; "
+                           f"unknown: {', '.join(unknown)}", parameter="values")
+    return Credential(name, type_, {k: str(v) for k, v in values.items() if v is not None}, time.time())
+
+
+def fernet(settings: Settings) -> MultiFernet:
+    keys = [k.strip() for k in settings.credentials_key.split(",") if k.strip()]
+    if not keys:
+        raise RequestError("credentials need an encryption key: set ORCH_CREDENTIALS_KEY "
+                           "(generate one with `orchestrator credentials keygen`)")
+    try:
+        return MultiFernet([Fernet(k.encode()) for k in keys])
+    except ValueError:
+        raise RequestError("ORCH_CREDENTIALS_KEY must hold Fernet keys (32 url-safe base64 bytes), "
+                           "comma-separated") from None
+
+
+def generate_key() -> str:
+    return Fernet.generate_key().decode()
+
+
+def mask(value: Any, secrets: list[str]) -> Any:
+    """``value`` with every secret replaced by ``***`` (walks str/list/dict)."""
+    if not secrets:
+        return value
+    if isinstance(value, str):
+        for secret in sorted(secrets, key=len, reverse=True):
+            value = value.replace(secret, MASK)
+        return value
+    if isinstance(value, dict):
+        return {k: mask(v, secrets) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [mask(v, secrets) for v in value]
+    return value
+
+
+class CredentialStore:
+    """Credentials of one workspace (see the module docstring). ``redis`` decodes responses."""
+
+    def __init__(self, redis: Redis, settings: Settings, *, workspace: str = DEFAULT_WORKSPACE) -> None:
+        self.redis = redis
+        self.settings = settings
+        self.key = Keys(settings.key_prefix).credentials(workspace)
+        self.workspace = workspace
+
+    async def put(self, credential: Credential) -> None:
+        """Store (or replace) ``credential``."""
+        body = {"type": credential.type, "values": credential.values, "created_at": credential.created_at}
+        token = fernet(self.settings).encrypt(json.dumps(body).encode()).decode()
+        await self.redis.hset(self.key, credential.name, token)
+
+    async def get(self, name: str) -> Credential:
+        token = await self.redis.hget(self.key, name)
+        if token is None:
+            raise ResourceNotFoundError(f"no credential named {name!r} in workspace {self.workspace!r}",
+                                        parameter="credential")
+        return self._decrypt(name, token)
+
+    def _decrypt(self, name: str, token: str | bytes) -> Credential:
+        raw = token.encode() if isinstance(token, str) else token
+        try:
+            body = json.loads(fernet(self.settings).decrypt(raw))
+        except InvalidToken:
+            raise RequestError(f"credential {name!r} cannot be decrypted with ORCH_CREDENTIALS_KEY "
+                               "(was the key rotated away?)", parameter="credential") from None
+        return Credential(name, body["type"], dict(body["values"]), float(body.get("created_at", 0.0)))
+
+    async def list(self) -> list[dict[str, Any]]:
+        raw = await self.redis.hgetall(self.key)
+        return [self._decrypt(str(n), t).describe() for n, t in sorted(raw.items())]
+
+    async def delete(self, name: str) -> bool:
+        return bool(await self.redis.hdel(self.key, name))
+
+    async def rotate(self) -> int:
+        """Re-encrypt every credential with the first key; returns how many."""
+        f = fernet(self.settings)
+        raw = await self.redis.hgetall(self.key)
+        for name, token in raw.items():
+            data = token.encode() if isinstance(token, str) else token
+            await self.redis.hset(self.key, name, f.rotate(data).decode())
+        return len(raw)

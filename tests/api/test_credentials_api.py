@@ -1,0 +1,74 @@
+"""``/credentials`` over the API: stored encrypted, never returned, typed, deletable."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from cryptography.fernet import Fernet
+
+from orchestrator.embedded_redis import EmbeddedRedis
+from tests.api.conftest import Api, open_api
+
+KEY = Fernet.generate_key().decode()
+
+
+@pytest.fixture
+async def capi(redis_server: EmbeddedRedis) -> AsyncIterator[Api]:
+    api = await open_api(redis_server, credentials_key=KEY)
+    yield api
+    await api.close()
+
+
+async def test_a_stored_credential_is_described_but_its_secret_never_returned(capi: Api) -> None:
+    r = await capi.client.post("/credentials", json={"name": "openai", "type": "api_key",
+                                                     "values": {"key": "sk-VERY-SECRET", "base_url": "http://x/v1"}})
+    assert r.status_code == 201, r.text
+    assert r.json()["public"] == {"base_url": "http://x/v1"} and r.json()["fields"] == ["base_url", "key"]
+    for response in (r, await capi.client.get("/credentials"), await capi.client.get("/credentials/openai")):
+        assert "sk-VERY-SECRET" not in response.text
+    listed = (await capi.client.get("/credentials")).json()["credentials"]
+    assert [(c["name"], c["type"]) for c in listed] == [("openai", "api_key")]
+
+
+async def test_secrets_are_encrypted_at_rest(capi: Api) -> None:
+    await capi.client.post("/credentials", json={"name": "db", "type": "database_url",
+                                                 "values": {"url": "postgresql://u:pw-PLAIN@h/db"}})
+    raw: dict[str, Any] = await capi.redis.hgetall(f"{capi.settings.key_prefix}:cred:default")
+    assert list(raw) == ["db"] and "pw-PLAIN" not in raw["db"]
+    assert b"pw-PLAIN" in Fernet(KEY.encode()).decrypt(raw["db"].encode())
+
+
+async def test_bad_type_or_missing_value_is_a_400_naming_it(capi: Api) -> None:
+    r = await capi.client.post("/credentials", json={"name": "x", "type": "password", "values": {}})
+    assert r.status_code == 400 and r.json()["error"]["parameter"] == "type"
+    r = await capi.client.post("/credentials", json={"name": "x", "type": "basic", "values": {"username": "u"}})
+    assert r.status_code == 400 and "password" in r.json()["error"]["message"]
+
+
+async def test_delete_then_get_is_a_404(capi: Api) -> None:
+    await capi.client.post("/credentials", json={"name": "t", "type": "bearer", "values": {"token": "abc123"}})
+    assert (await capi.client.delete("/credentials/t")).status_code == 204
+    assert (await capi.client.get("/credentials/t")).status_code == 404
+    assert (await capi.client.delete("/credentials/t")).status_code == 404
+
+
+async def test_without_a_key_credentials_cannot_be_stored(redis_server: EmbeddedRedis) -> None:
+    api = await open_api(redis_server)
+    try:
+        r = await api.client.post("/credentials", json={"name": "t", "type": "bearer", "values": {"token": "abc"}})
+        assert r.status_code == 400 and "ORCH_CREDENTIALS_KEY" in r.json()["error"]["message"]
+    finally:
+        await api.close()
+
+
+async def test_rotation_re_encrypts_with_the_new_key(capi: Api) -> None:
+    from orchestrator.credentials import CredentialStore
+
+    await capi.client.post("/credentials", json={"name": "t", "type": "bearer", "values": {"token": "tok-1"}})
+    new = Fernet.generate_key().decode()
+    both = capi.settings.model_copy(update={"credentials_key": f"{new},{KEY}"})
+    assert await CredentialStore(capi.redis, both).rotate() == 1
+    only_new = capi.settings.model_copy(update={"credentials_key": new})
+    assert (await CredentialStore(capi.redis, only_new).get("t")).values == {"token": "tok-1"}

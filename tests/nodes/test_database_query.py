@@ -1,0 +1,122 @@
+"""The Database Query node on SQLite: bound parameters, read-only default, limits, timeouts."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.kernel.errors import NodeExecutionError, NodeTimeoutError, ParameterError
+from tests.nodes.rag_support import node_redis, pg_url, redis_services, run_with, settings, store_credential
+
+__all__ = ["node_redis", "pg_url"]
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> dict[str, Any]:
+    return {"settings": settings(database_sqlite_path=str(tmp_path / "db.sqlite3"))}
+
+
+async def _write(db: dict[str, Any], sql: str, parameters: Any = None) -> Any:
+    return await run_with("database_query", {"query": sql, "parameters": parameters, "read_only": False}, services=db)
+
+
+async def test_rows_come_back_as_json_with_bound_parameters(db: dict[str, Any]) -> None:
+    await _write(db, "CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT, price REAL)")
+    done = await _write(db, "INSERT INTO items (name, price) VALUES (:name, :price)",
+                        [{"name": "anvil", "price": 12.5}, {"name": "rope", "price": 3.0}])
+    assert done["rowcount"] == 2
+    out = await run_with("database_query", {"query": "SELECT name, price FROM items WHERE price > :min ORDER BY id",
+                                            "parameters": {"min": 1}}, services=db)
+    assert out["rows"] == [{"name": "anvil", "price": 12.5}, {"name": "rope", "price": 3.0}]
+    assert out["columns"] == ["name", "price"] and out["truncated"] is False
+
+
+async def test_a_value_is_never_spliced_into_the_sql(db: dict[str, Any]) -> None:
+    await _write(db, "CREATE TABLE t (v TEXT)")
+    evil = "x'); DROP TABLE t; --"
+    await _write(db, "INSERT INTO t (v) VALUES (:v)", {"v": evil})
+    out = await run_with("database_query", {"query": "SELECT v FROM t"}, services=db)
+    assert out["rows"] == [{"v": evil}]
+
+
+async def test_read_only_is_the_default_and_refuses_writes(db: dict[str, Any]) -> None:
+    await _write(db, "CREATE TABLE t (v INTEGER)")
+    with pytest.raises(NodeExecutionError, match=r"readonly|read-only|query_only|attempt to write"):
+        await run_with("database_query", {"query": "INSERT INTO t (v) VALUES (1)"}, services=db)
+    out = await run_with("database_query", {"query": "SELECT count(*) AS n FROM t"}, services=db)
+    assert out["rows"] == [{"n": 0}]
+
+
+async def test_row_limit_truncates(db: dict[str, Any]) -> None:
+    sql = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 50) SELECT i FROM n"
+    out = await run_with("database_query", {"query": sql, "max_rows": 10}, services=db)
+    assert out["count"] == 10 and out["truncated"] is True and out["rows"][-1] == {"i": 10}
+
+
+async def test_statement_timeout_interrupts_a_long_query(db: dict[str, Any]) -> None:
+    sql = ("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 100000000) "
+           "SELECT count(*) FROM n")
+    with pytest.raises(NodeTimeoutError, match=r"timeout of 0\.2s"):
+        await run_with("database_query", {"query": sql, "timeout_s": 0.2}, services=db)
+
+
+async def test_two_statements_are_refused(db: dict[str, Any]) -> None:
+    with pytest.raises(NodeExecutionError, match="one statement"):
+        await run_with("database_query", {"query": "SELECT 1; SELECT 2"}, services=db)
+
+
+async def test_database_url_credential_selects_the_database_and_its_type_is_checked(
+        node_redis: Any, tmp_path: Path) -> None:
+    services = redis_services(node_redis)
+    await store_credential(services, "other", "database_url", {"url": f"sqlite:///{tmp_path / 'other.db'}"})
+    await run_with("database_query", {"query": "CREATE TABLE only_here (x INTEGER)", "read_only": False,
+                                      "credential": "other"}, services=services)
+    out = await run_with("database_query", {"query": "SELECT name FROM sqlite_master", "credential": "other"},
+                         services=services)
+    assert out["rows"] == [{"name": "only_here"}]
+    await store_credential(services, "tok", "bearer", {"token": "abcdef"})
+    with pytest.raises(ParameterError, match="of type bearer"):
+        await run_with("database_query", {"query": "SELECT 1", "credential": "tok"}, services=services)
+
+
+# -- PostgreSQL (a real server from the pgserver wheel) ------------------------------------
+
+
+@pytest.fixture
+async def pg(node_redis: Any, pg_url: str) -> dict[str, Any]:
+    services = redis_services(node_redis)
+    await store_credential(services, "pg", "database_url", {"url": pg_url})
+    return services
+
+
+async def test_postgres_rows_types_and_bound_parameters(pg: dict[str, Any]) -> None:
+    out = await run_with("database_query", {
+        "query": "SELECT CAST(:n AS integer) + 1 AS next, CAST(12.50 AS numeric) AS price, "
+                 "DATE '2026-01-02' AS day, CAST(:s AS text) AS echoed",
+        "parameters": {"n": 41, "s": "x'; DROP TABLE y; --"}, "credential": "pg"}, services=pg)
+    assert out["rows"] == [{"next": 42, "price": 12.5, "day": "2026-01-02", "echoed": "x'; DROP TABLE y; --"}]
+
+
+async def test_postgres_is_read_only_by_default_and_writes_when_asked(pg: dict[str, Any]) -> None:
+    table = "t_" + secrets.token_hex(4)
+    with pytest.raises(NodeExecutionError, match="read-only transaction"):
+        await run_with("database_query", {"query": f"CREATE TABLE {table} (v int)", "credential": "pg"},
+                       services=pg)
+    await run_with("database_query", {"query": f"CREATE TABLE {table} (v int)", "credential": "pg",
+                                      "read_only": False}, services=pg)
+    done = await run_with("database_query", {"query": f"INSERT INTO {table} (v) VALUES (:v)",
+                                             "parameters": [{"v": 1}, {"v": 2}, {"v": 3}], "credential": "pg",
+                                             "read_only": False}, services=pg)
+    assert done["rowcount"] in (3, None)  # asyncpg does not count rows of a statement run per item
+    out = await run_with("database_query", {"query": f"SELECT v FROM {table} ORDER BY v", "credential": "pg",
+                                            "max_rows": 2}, services=pg)
+    assert out["rows"] == [{"v": 1}, {"v": 2}] and out["truncated"] is True
+
+
+async def test_postgres_statement_timeout(pg: dict[str, Any]) -> None:
+    with pytest.raises(NodeTimeoutError, match=r"timeout of 0\.2s"):
+        await run_with("database_query", {"query": "SELECT pg_sleep(5)", "credential": "pg", "timeout_s": 0.2},
+                       services=pg)

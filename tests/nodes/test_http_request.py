@@ -1,0 +1,159 @@
+"""The HTTP Request node against a local server: bodies, auth, statuses, retries, egress."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from orchestrator.blobs import Blobs
+from orchestrator.kernel.errors import EgressDeniedError, NodeExecutionError, NodeTimeoutError, RetryRequested
+from orchestrator.kernel.local import run_graph_local
+from tests.nodes.local_http import LocalHttp
+from tests.nodes.node_harness import registry
+from tests.nodes.rag_support import allow_loopback, node_redis, redis_services, run_with, store_credential
+
+__all__ = ["allow_loopback", "node_redis"]
+
+
+@pytest.fixture
+def server() -> Iterator[LocalHttp]:
+    with LocalHttp() as s:
+        yield s
+
+
+@pytest.fixture
+def services(node_redis: Any) -> dict[str, Any]:
+    return redis_services(node_redis)
+
+
+async def test_loopback_url_is_refused_by_default(server: LocalHttp) -> None:
+    with pytest.raises(EgressDeniedError):
+        await run_with("http_request", {"url": f"{server.url}/echo"})
+    assert server.requests == []
+
+
+async def test_get_sends_query_and_headers_and_parses_json(server: LocalHttp, allow_loopback: None) -> None:
+    out = await run_with("http_request", {"url": f"{server.url}/echo", "query": {"q": "a b", "n": 2},
+                                          "headers": {"X-Trace": "t1"}})
+    assert out["status"] == 200
+    assert out["body"]["path"] == "/echo?q=a+b&n=2" and out["body"]["headers"]["x-trace"] == "t1"
+
+
+@pytest.mark.parametrize(("body_type", "body", "sent", "mime"), [
+    ("json", {"a": [1, 2]}, '{"a":[1,2]}', "application/json"),
+    ("form", {"name": "Ada", "n": 3}, "name=Ada&n=3", "application/x-www-form-urlencoded"),
+    ("raw", "plain text", "plain text", "text/plain; charset=utf-8"),
+])
+async def test_post_sends_each_body_type(server: LocalHttp, allow_loopback: None, body_type: str, body: Any,
+                                         sent: str, mime: str) -> None:
+    out = await run_with("http_request", {"method": "POST", "url": f"{server.url}/echo", "body_type": body_type,
+                                          "body": body})
+    assert out["body"]["body"].replace(" ", "") == sent.replace(" ", "")
+    assert out["body"]["headers"]["content-type"] == mime
+
+
+async def test_redirects_are_followed(server: LocalHttp, allow_loopback: None) -> None:
+    out = await run_with("http_request", {"url": f"{server.url}/redirect"})
+    assert out["status"] == 200 and out["url"].endswith("/echo")
+
+
+async def test_error_status_fails_or_passes_through(server: LocalHttp, allow_loopback: None) -> None:
+    with pytest.raises(NodeExecutionError, match=r"answered 404: .*no such item"):
+        await run_with("http_request", {"url": f"{server.url}/missing"})
+    out = await run_with("http_request", {"url": f"{server.url}/missing", "fail_on_status": False})
+    assert out["status"] == 404 and out["body"] == {"error": "no such item"}
+
+
+async def test_429_asks_for_a_retry_after_the_servers_delay(server: LocalHttp, allow_loopback: None) -> None:
+    with pytest.raises(RetryRequested) as caught:
+        await run_with("http_request", {"url": f"{server.url}/limited"})
+    assert caught.value.delay_s == 2.0 and "429" in caught.value.message
+
+
+async def test_node_retry_policy_retries_a_503_and_succeeds(server: LocalHttp, allow_loopback: None) -> None:
+    graph = {"id": "g", "nodes": [
+        {"id": "start", "type": "manual_trigger", "name": "Start", "data": {}},
+        {"id": "call", "type": "http_request", "name": "Call", "data": {"url": f"{server.url}/flaky"},
+         "settings": {"retry": {"max_attempts": 3, "initial_interval_s": 0, "jitter": False}}}],
+        "edges": [{"id": "e1", "source": "start", "sourceHandle": "output", "target": "call", "targetHandle": "input",
+                   "data": {"channel": "flow"}}]}
+    done = await run_graph_local(graph, registry())
+    assert done.status == "succeeded", done.error
+    assert done.output("call")["body"] == {"ok": True, "calls": 2}
+
+
+async def test_timeout_is_a_node_timeout(server: LocalHttp, allow_loopback: None) -> None:
+    with pytest.raises(NodeTimeoutError, match=r"timed out after 0\.2s"):
+        await run_with("http_request", {"url": f"{server.url}/slow", "timeout_s": 0.2})
+
+
+async def test_bearer_credential_is_sent_and_masked_in_errors(server: LocalHttp, allow_loopback: None,
+                                                             services: dict[str, Any]) -> None:
+    await store_credential(services, "svc", "bearer", {"token": "tok-SECRET-123"})
+    out = await run_with("http_request", {"url": f"{server.url}/echo", "credential": "svc"}, services=services)
+    assert server.requests[-1]["headers"]["authorization"] == "Bearer tok-SECRET-123"
+    assert out["body"]["headers"]["authorization"] == "Bearer ***"  # echoed back, masked in the output
+    with pytest.raises(NodeExecutionError) as caught:
+        await run_with("http_request", {"url": f"{server.url}/reflect-auth", "credential": "svc"},
+                       services=services)
+    assert "tok-SECRET-123" not in str(caught.value) and "***" in str(caught.value)
+
+
+async def test_query_key_and_basic_credentials(server: LocalHttp, allow_loopback: None,
+                                               services: dict[str, Any]) -> None:
+    await store_credential(services, "qk", "query_key", {"name": "api_key", "value": "k-9876"})
+    await store_credential(services, "basic", "basic", {"username": "ada", "password": "pw-1234"})
+    out = await run_with("http_request", {"url": f"{server.url}/echo", "credential": "qk"}, services=services)
+    assert server.requests[-1]["path"] == "/echo?api_key=k-9876"
+    assert "k-9876" not in str(out) and out["url"].endswith("api_key=***")
+    out = await run_with("http_request", {"url": f"{server.url}/echo", "credential": "basic"}, services=services)
+    assert server.requests[-1]["headers"]["authorization"] == "Basic YWRhOnB3LTEyMzQ="
+    assert out["body"]["headers"]["authorization"] == "Basic ***"
+
+
+async def test_unknown_or_wrong_type_credential_is_a_parameter_error(server: LocalHttp, allow_loopback: None,
+                                                                     services: dict[str, Any]) -> None:
+    from orchestrator.kernel.errors import ParameterError
+
+    with pytest.raises(ParameterError, match="no credential named 'nope'"):
+        await run_with("http_request", {"url": f"{server.url}/echo", "credential": "nope"}, services=services)
+    await store_credential(services, "db", "database_url", {"url": "sqlite:///x"})
+    with pytest.raises(ParameterError, match="of type database_url"):
+        await run_with("http_request", {"url": f"{server.url}/echo", "credential": "db"}, services=services)
+
+
+async def test_large_and_binary_bodies_become_file_references(server: LocalHttp, allow_loopback: None,
+                                                              services: dict[str, Any]) -> None:
+    out = await run_with("http_request", {"url": f"{server.url}/big", "inline_max_bytes": 1000}, services=services)
+    ref = out["body"]["$binary"]
+    assert ref["size"] == 5000 and ref["mime"] == "application/octet-stream"
+    blobs = Blobs.from_settings(services["settings"])
+    try:
+        assert (await blobs.get(ref["ref"])).data == b"x" * 5000
+        uploaded = await blobs.put(b"\x00\x01binary", mime="application/x-thing")
+    finally:
+        await blobs.aclose()
+    out = await run_with("http_request", {"method": "PUT", "url": f"{server.url}/echo", "body_type": "binary",
+                                          "body": uploaded.to_json()}, services=services)
+    assert server.requests[-1]["body"] == b"\x00\x01binary"
+    assert out["body"]["headers"]["content-type"] == "application/x-thing"
+
+
+async def test_text_response_and_size_limit(server: LocalHttp, allow_loopback: None) -> None:
+    out = await run_with("http_request", {"url": f"{server.url}/text"})
+    assert out["body"] == "plain words"
+    with pytest.raises(NodeExecutionError, match="exceeds max_bytes"):
+        await run_with("http_request", {"url": f"{server.url}/big", "max_bytes": 100})
+
+
+async def test_pagination_follows_next_urls_and_link_headers(server: LocalHttp, allow_loopback: None) -> None:
+    out = await run_with("http_request", {"url": f"{server.url}/pages", "pagination": "next_url",
+                                          "items_field": "results"})
+    assert out["body"] == [10, 11, 20, 21, 30, 31] and out["pages"] == 3
+    out = await run_with("http_request", {"url": f"{server.url}/pages", "pagination": "next_url",
+                                          "items_field": "results", "max_pages": 2})
+    assert out["body"] == [10, 11, 20, 21] and out["pages"] == 2
+    out = await run_with("http_request", {"url": f"{server.url}/linked", "pagination": "link_header"})
+    assert out["body"] == ["item-1", "item-2"] and out["pages"] == 2
