@@ -157,3 +157,26 @@ async def test_pagination_follows_next_urls_and_link_headers(server: LocalHttp, 
     assert out["body"] == [10, 11, 20, 21] and out["pages"] == 2
     out = await run_with("http_request", {"url": f"{server.url}/linked", "pagination": "link_header"})
     assert out["body"] == ["item-1", "item-2"] and out["pages"] == 2
+
+
+async def test_a_run_of_another_workspace_cannot_use_the_credential(server: LocalHttp, allow_loopback: None,
+                                                                    services: dict[str, Any]) -> None:
+    """The run record says which workspace the run belongs to; credentials of other
+    workspaces are unknown to its nodes."""
+    import json
+
+    from redis.asyncio import Redis
+
+    from orchestrator.kernel.errors import ParameterError
+    from orchestrator.keys import Keys
+
+    await store_credential(services, "svc", "bearer", {"token": "tok-SECRET-123"})  # workspace default
+    redis = Redis.from_url(services["redis_url"], decode_responses=True)
+    try:
+        await redis.hset(Keys(services["settings"].key_prefix).run("run-test"), "meta",
+                         json.dumps({"workspace": "beta"}))
+    finally:
+        await redis.aclose()
+    with pytest.raises(ParameterError, match="svc") as caught:
+        await run_with("http_request", {"url": f"{server.url}/echo", "credential": "svc"}, services=services)
+    assert "tok-SECRET" not in str(caught.value)
