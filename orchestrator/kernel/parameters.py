@@ -1,5 +1,8 @@
 """Parameter resolution: wire > expression > inline value > default, then coercion.
 
+A declared default is evaluated exactly as an inline value would be (a default of
+``{{ input.message }}`` is the input's ``message``).
+
 ``inputs`` and parameters are separate: a flow edge into a declared input port is an
 input; a flow or link edge into a hybrid parameter's socket (handle = parameter id) is a
 *wire* that overrides the parameter.
@@ -38,6 +41,9 @@ def resolve_parameter(
             raw = node.data[param.id]
             # A nested graph's expressions belong to its own nodes, evaluated when it runs.
             return render(raw, scope) if param.expressions and param.type != "graph" else raw
+        # A default is a value like any other: "{{ input.message }}" reads the input.
+        if param.expressions and param.type != "graph" and param.default is not None:
+            return render(param.default, scope)
         return param.default
     except (EvaluationError, CoercionError) as exc:
         raise _context(exc, node, param) from exc

@@ -111,8 +111,10 @@ def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     pgserver = pytest.importorskip("pgserver", reason="the pgserver wheel is not installed")
     import os
     import shutil
+    import tempfile
 
-    data = tmp_path_factory.mktemp("pg")
+    # Its own folder, not pytest's shared tmp tree (which other pytest sessions prune).
+    data = tempfile.mkdtemp(prefix="orch-pg-")
     os.chmod(data, 0o777)  # as root, pgserver runs postgres as its own unprivileged user
     server = pgserver.get_server(str(data), cleanup_mode="stop")
     try:
