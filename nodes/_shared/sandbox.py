@@ -22,14 +22,16 @@ import math
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-CHILD = str(Path(__file__).with_name("sandbox_child.py"))
+from nodes._shared.sandbox_bwrap import SCRATCH, Confinement, confine, interpreter, unavailable
+from nodes._shared.sandbox_seccomp import SeccompUnavailable, confinement_bpf, no_exec_bpf
+from orchestrator.settings import get_settings
+
+CHILD_SOURCE = Path(__file__).with_name("sandbox_child.py").read_text(encoding="utf-8")
 MARKER = "\x1e__code_node_result__"
 STARTUP_GRACE_S = 1.0  # interpreter start-up is not the user's time
 MAX_LOG_CHARS = 64 * 1024
@@ -48,25 +50,6 @@ class SandboxError(RuntimeError):
 class SandboxResult:
     value: Any
     logs: str
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass  # already gone
-
-
-def _communicate(
-    proc: subprocess.Popen[bytes], payload: bytes, wall_s: float
-) -> tuple[bytes, bytes, bool]:
-    try:
-        out, err = proc.communicate(payload, timeout=wall_s)
-        return out, err, False
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        out, err = proc.communicate()
-        return out, err, True
 
 
 def _parse(out: bytes) -> dict[str, Any] | None:
@@ -94,7 +77,8 @@ def _crash(returncode: int, err: bytes, timeout_s: float, memory_mb: int) -> San
 
 async def run_python(code: str, value: Any, *, timeout_s: float, memory_mb: int) -> SandboxResult:
     """Run ``code`` as the body of ``def main(input, items)``; return its value and prints."""
-    scratch = tempfile.mkdtemp(prefix="code-node-")
+    boundary = boundary_or_refusal()
+    scratch = SCRATCH if boundary else tempfile.mkdtemp(prefix="code-node-")
     request = {
         "code": code,
         "input": value,
@@ -102,32 +86,46 @@ async def run_python(code: str, value: Any, *, timeout_s: float, memory_mb: int)
         "memory_mb": memory_mb,
         "cpu_s": math.ceil(timeout_s) + 1,
         "max_log_bytes": MAX_LOG_CHARS,
+        "no_exec_bpf": no_exec_bpf().hex() if boundary else None,
     }
-    proc = subprocess.Popen(
-        [sys.executable, "-I", "-B", CHILD],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=scratch,
-        env={},
-        start_new_session=True,  # its own process group, so a kill takes every descendant
-        close_fds=True,
-    )
+    argv = [interpreter(), "-I", "-B", "-c", CHILD_SOURCE]
+    seccomp_fd: int | None = None
+    if boundary:
+        seccomp_fd = _memfd(confinement_bpf())
+        how = Confinement(scratch_mb=get_settings().sandbox_scratch_mb, seccomp_fd=seccomp_fd)
+        argv = confine(argv, how)
     try:
-        out, err, timed_out = await asyncio.to_thread(
-            _communicate, proc, json.dumps(request).encode(), timeout_s + STARTUP_GRACE_S
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=scratch if not boundary else "/",
+            env={},
+            start_new_session=True,  # its own process group, so a kill takes every descendant
+            pass_fds=() if seccomp_fd is None else (seccomp_fd,),
         )
-    except asyncio.CancelledError:
-        _kill_group(proc)
-        raise
     finally:
-        _kill_group(proc)
-        shutil.rmtree(scratch, ignore_errors=True)
+        if seccomp_fd is not None:
+            os.close(seccomp_fd)
+    timed_out = False
+    try:
+        out, err = await asyncio.wait_for(
+            proc.communicate(json.dumps(request).encode()), timeout_s + STARTUP_GRACE_S
+        )
+    except TimeoutError:
+        timed_out = True
+        _kill_group(proc.pid)
+        out, err = await proc.communicate()
+    finally:  # also on cancellation: nothing outlives the call
+        _kill_group(proc.pid)
+        if not boundary:
+            shutil.rmtree(scratch, ignore_errors=True)
     if timed_out:
         raise SandboxError(f"code timed out after {timeout_s:g}s", kind="timeout")
     reply = _parse(out)
     if reply is None:
-        raise _crash(proc.returncode, err, timeout_s, memory_mb)
+        raise _crash(proc.returncode or 0, err, timeout_s, memory_mb)
     logs = str(reply.get("logs") or "")
     if reply.get("ok"):
         return SandboxResult(value=reply.get("value"), logs=logs)
@@ -136,3 +134,41 @@ async def run_python(code: str, value: Any, *, timeout_s: float, memory_mb: int)
         message = f"code exceeded its memory limit of {memory_mb} MB"
         raise SandboxError(message, kind=kind, logs=logs)
     raise SandboxError(f"code failed: {reply.get('error')}", kind=kind, logs=logs)
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # already gone
+
+
+def _memfd(data: bytes) -> int:
+    fd = os.memfd_create("code-node-seccomp", 0)  # inheritable: bubblewrap reads it
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def boundary_or_refusal() -> bool:
+    """True when the OS-level boundary is used; False in the opted-in weak mode.
+
+    Raises :class:`SandboxError` (kind ``unavailable``) naming what is missing and the
+    setting that opts into the weak mode when the boundary cannot be set up.
+    """
+    missing = unavailable()
+    if missing is None:
+        try:
+            confinement_bpf()
+        except SeccompUnavailable as exc:
+            missing = str(exc)
+    if missing is None:
+        return True
+    if get_settings().sandbox_allow_weak:
+        return False
+    raise SandboxError(
+        f"the Code node's OS-level sandbox cannot be set up: {missing}. Install it, or set "
+        "ORCH_SANDBOX_ALLOW_WEAK=true to run code with only the in-process audit hook, "
+        "which is not a security boundary (see nodes/flow/code/SANDBOX.md)",
+        kind="unavailable",
+    )
