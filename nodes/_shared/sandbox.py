@@ -1,13 +1,21 @@
-"""Run a Python function body in a sandboxed child process (the Code node's engine).
+"""Run a Python function body in a confined child process (the Code node's engine).
 
-``run_python(code, value, timeout_s=..., memory_mb=...)`` starts
-``python -I -B sandbox_child.py`` (``sys.executable``) in a fresh scratch folder with an
-empty environment and its own process group, sends the code and input as JSON on stdin,
-and reads one result line back. The child sets resource limits and installs an audit
-hook before the user's code runs (see ``sandbox_child.py`` and the Code node's
-SANDBOX.md for exactly what is stopped and what is not). The parent enforces the
-wall-clock timeout by killing the whole process group, also when the awaiting task is
-cancelled, and deletes the scratch folder afterwards.
+``run_python(code, value, timeout_s=..., memory_mb=...)`` starts the worker's interpreter
+(``python -I -B -c <sandbox_child.py>``) inside the OS-level boundary of
+``sandbox_bwrap.confine`` (namespaces, uid 65534, read-only interpreter, tmpfs scratch,
+no network) with the seccomp program of ``sandbox_seccomp.confinement_bpf``; sends the
+code and input as JSON on stdin and reads one result line back. The child adds the
+no-exec seccomp program, resource limits and the audit hook (second layer) before the
+user's code runs; SANDBOX.md beside the Code node says which layer stops what.
+
+When the boundary cannot be set up (no bubblewrap, no libseccomp, ...) the call raises
+:class:`SandboxError` of kind ``unavailable`` naming what is missing, unless the operator
+set ``ORCH_SANDBOX_ALLOW_WEAK``: then the child runs unconfined in a temporary folder
+with only the audit hook and the limits (the former behaviour, not a security boundary).
+
+The wait is asyncio-native (never blocks the worker's loop); the wall-clock timeout and
+cancellation kill bubblewrap's process group, and bubblewrap's ``--die-with-parent`` and
+PID namespace take everything inside with it.
 
 Failures raise :class:`SandboxError` (a RuntimeError) whose message is the user's
 traceback last line, "timed out after Xs" or "exceeded its memory limit"; ``logs``
@@ -22,6 +30,7 @@ import math
 import os
 import shutil
 import signal
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,9 +84,17 @@ def _crash(returncode: int, err: bytes, timeout_s: float, memory_mb: int) -> San
     return SandboxError(message, kind="crash")
 
 
-async def run_python(code: str, value: Any, *, timeout_s: float, memory_mb: int) -> SandboxResult:
-    """Run ``code`` as the body of ``def main(input, items)``; return its value and prints."""
+async def run_python(
+    code: str, value: Any, *, timeout_s: float, memory_mb: int, audit_hook: bool = True
+) -> SandboxResult:
+    """Run ``code`` as the body of ``def main(input, items)``; return its value and prints.
+
+    ``audit_hook=False`` leaves out the second layer (tests use it to show that the OS
+    boundary alone stops an attack); it is refused outside the OS boundary.
+    """
     boundary = boundary_or_refusal()
+    if not audit_hook and not boundary:
+        raise ValueError("audit_hook=False needs the OS-level boundary")
     scratch = SCRATCH if boundary else tempfile.mkdtemp(prefix="code-node-")
     request = {
         "code": code,
@@ -87,6 +104,8 @@ async def run_python(code: str, value: Any, *, timeout_s: float, memory_mb: int)
         "cpu_s": math.ceil(timeout_s) + 1,
         "max_log_bytes": MAX_LOG_CHARS,
         "no_exec_bpf": no_exec_bpf().hex() if boundary else None,
+        "prefix": os.path.realpath(sys.base_prefix),
+        "audit_hook": audit_hook,
     }
     argv = [interpreter(), "-I", "-B", "-c", CHILD_SOURCE]
     seccomp_fd: int | None = None

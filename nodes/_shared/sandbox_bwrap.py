@@ -84,9 +84,20 @@ def _root_filesystem(extra: tuple[str, ...]) -> list[str]:
             args += ["--symlink", os.readlink(target), target]
         elif os.path.isdir(target):
             args += ["--ro-bind", target, target]
+    made: set[str] = set()
     for path in (*prefixes(), *extra):
-        if not path.startswith("/usr/"):
-            args += ["--ro-bind", path, path]
+        if path.startswith("/usr/"):
+            continue
+        # Parents are created traversable (bubblewrap would copy a 0700 /root's mode).
+        parent = os.path.dirname(path)
+        chain: list[str] = []
+        while parent not in ("/", "") and parent not in made:
+            chain.insert(0, parent)
+            parent = os.path.dirname(parent)
+        for folder in chain:
+            args += ["--perms", "0755", "--dir", folder]
+            made.add(folder)
+        args += ["--ro-bind", path, path]
     return args
 
 

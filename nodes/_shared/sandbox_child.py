@@ -174,9 +174,14 @@ def main() -> None:
     value = request.get("input")
     items = value if isinstance(value, list) else [value]
 
+    expected = request.get("prefix")
+    if expected and os.path.realpath(sys.base_prefix) != expected:
+        raise SystemExit(f"sandbox: the interpreter found its standard library at "
+                         f"{sys.base_prefix}, not {expected}; refusing to run")
     forbid_exec(request.get("no_exec_bpf"))
     set_limits(int(request["memory_mb"]), int(request["cpu_s"]))
-    sys.addaudithook(make_hook(scratch, (stdlib,)))
+    if request.get("audit_hook", True):
+        sys.addaudithook(make_hook(scratch, (stdlib,)))
     sys.stdout = sys.stderr = logs
     try:
         out = namespace["main"](value, items)
