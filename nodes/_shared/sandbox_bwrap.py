@@ -85,9 +85,11 @@ def _root_filesystem(extra: tuple[str, ...]) -> list[str]:
         elif os.path.isdir(target):
             args += ["--ro-bind", target, target]
     made: set[str] = set()
-    for path in (*prefixes(), *extra):
-        if path.startswith("/usr/"):
+    made_binds: set[str] = set()  # a path inside one already bound needs no bind of its own
+    for path in sorted(dict.fromkeys((*prefixes(), *extra)), key=lambda p: p.count("/")):
+        if path.startswith("/usr/") or any(path.startswith(p + "/") for p in made_binds):
             continue
+        made_binds.add(path)
         # Parents are created traversable (bubblewrap would copy a 0700 /root's mode).
         parent = os.path.dirname(path)
         chain: list[str] = []
