@@ -60,6 +60,9 @@ class Settings(BaseSettings):
     # "/usr/local/bin/my-mcp,uvx"); empty = no stdio MCP server may run.
     mcp_stdio_commands: str = ""
     mcp_stdio_network: bool = False  # give confined stdio MCP servers the host's network
+    # false: allowed stdio MCP commands run unconfined (still only the named environment),
+    # for trusted servers that need the host; the allow-list still applies.
+    mcp_stdio_confine: bool = True
 
     # -- plugins ---------------------------------------------------------------------
     # Extra folders scanned for node folders (os.pathsep separated).

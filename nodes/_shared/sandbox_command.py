@@ -10,6 +10,9 @@ tmpfs ``/tmp``, death with the worker), with only the environment the node names
 ``ORCH_MCP_STDIO_NETWORK`` is set. No seccomp program here: a server may legitimately
 start helper processes (``npx``, ``uvx``), so fork and exec stay allowed inside.
 
+``ORCH_MCP_STDIO_CONFINE=false`` runs allowed commands unconfined (for trusted servers
+that need the host); the allow-list and the environment rule still apply.
+
 Read-only binds besides ``/usr``: the Python prefixes (the venv too, so a Python server's
 dependencies import), the program's folder when it lives outside ``/usr``, and every
 argument that names an existing file or folder (made absolute, so it resolves inside).
@@ -80,6 +83,8 @@ def confined_command(command: str, env: dict[str, str],
     if program is None:
         raise CommandRefused(f"command {argv[0]!r} is not found")
     inner_env = {"PATH": PATH, "HOME": "/tmp", **env}  # noqa: S108 -- the sandbox's own tmpfs
+    if not settings.mcp_stdio_confine:
+        return ConfinedCommand(program, argv[1:], inner_env)
     missing = unavailable()
     if missing is not None:
         if not settings.sandbox_allow_weak:
