@@ -43,6 +43,7 @@ from orchestrator.settings import get_settings
 CHILD_SOURCE = Path(__file__).with_name("sandbox_child.py").read_text(encoding="utf-8")
 MARKER = "\x1e__code_node_result__"
 STARTUP_GRACE_S = 1.0  # interpreter start-up is not the user's time
+KILL_GRACE_S = 5.0  # how long a killed sandbox may take to close its pipes
 MAX_LOG_CHARS = 64 * 1024
 
 
@@ -135,7 +136,10 @@ async def run_python(
     except TimeoutError:
         timed_out = True
         _kill_group(proc.pid)
-        out, err = await proc.communicate()
+        try:  # bubblewrap's death takes the sandbox with it; the pipes then close
+            out, err = await asyncio.wait_for(proc.communicate(), KILL_GRACE_S)
+        except TimeoutError:
+            out, err = b"", b""
     finally:  # also on cancellation: nothing outlives the call
         _kill_group(proc.pid)
         if not boundary:
