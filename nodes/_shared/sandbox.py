@@ -129,21 +129,23 @@ async def run_python(
         if seccomp_fd is not None:
             os.close(seccomp_fd)
     timed_out = False
+    out_limit = get_settings().max_output_bytes + 8 * MAX_LOG_CHARS
     try:
-        out, err = await asyncio.wait_for(
-            proc.communicate(json.dumps(request).encode()), timeout_s + STARTUP_GRACE_S
+        out, err, flooded = await asyncio.wait_for(
+            _exchange(proc, json.dumps(request).encode(), out_limit), timeout_s + STARTUP_GRACE_S
         )
     except TimeoutError:
-        timed_out = True
-        _kill_group(proc.pid)
-        try:  # bubblewrap's death takes the sandbox with it; the pipes then close
-            out, err = await asyncio.wait_for(proc.communicate(), KILL_GRACE_S)
-        except TimeoutError:
-            out, err = b"", b""
+        timed_out, out, err, flooded = True, b"", b"", False
     finally:  # also on cancellation: nothing outlives the call
         _kill_group(proc.pid)
         if not boundary:
             shutil.rmtree(scratch, ignore_errors=True)
+    try:  # bubblewrap's death takes the sandbox with it
+        await asyncio.wait_for(proc.wait(), KILL_GRACE_S)
+    except TimeoutError:
+        pass
+    if flooded:
+        raise SandboxError(f"code wrote more than {out_limit} bytes to its output", kind="output")
     if timed_out:
         raise SandboxError(f"code timed out after {timeout_s:g}s", kind="timeout")
     reply = _parse(out)
@@ -157,6 +159,40 @@ async def run_python(
         message = f"code exceeded its memory limit of {memory_mb} MB"
         raise SandboxError(message, kind=kind, logs=logs)
     raise SandboxError(f"code failed: {reply.get('error')}", kind=kind, logs=logs)
+
+
+async def _exchange(
+    proc: asyncio.subprocess.Process, payload: bytes, out_limit: int
+) -> tuple[bytes, bytes, bool]:
+    """Send the request; read stdout (at most ``out_limit`` bytes, else kill) and stderr.
+
+    Returns (stdout, stderr tail, flooded). The worker never buffers more than the limits,
+    however much the code writes.
+    """
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    try:
+        proc.stdin.write(payload)
+        await proc.stdin.drain()
+        proc.stdin.close()
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the child died early; its exit status tells why
+
+    async def read(stream: asyncio.StreamReader, limit: int, kill: bool) -> tuple[bytes, bool]:
+        kept = bytearray()
+        while chunk := await stream.read(65536):
+            kept += chunk
+            if len(kept) > limit:
+                if kill:
+                    _kill_group(proc.pid)
+                    return bytes(kept[:limit]), True
+                del kept[: len(kept) - limit]  # keep the tail: the last error line
+        return bytes(kept), False
+
+    (out, flooded), (err, _) = await asyncio.gather(
+        read(proc.stdout, out_limit, True), read(proc.stderr, MAX_LOG_CHARS, False)
+    )
+    await proc.wait()
+    return out, err, flooded
 
 
 def _kill_group(pid: int) -> None:

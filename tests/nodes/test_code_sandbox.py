@@ -300,3 +300,9 @@ def test_the_sandbox_dies_with_its_worker() -> None:
         worker.wait()
         if worker.stdout is not None:
             worker.stdout.close()
+
+
+async def test_an_output_flood_is_cut_off_without_filling_the_workers_memory() -> None:
+    with pytest.raises(SandboxError, match="wrote more than") as failed:
+        await run_code("import os\nwhile True:\n    os.write(1, b'x' * 65536)", timeout_s=20)
+    assert failed.value.kind == "output"
