@@ -93,7 +93,7 @@ async def run_python(
     ``audit_hook=False`` leaves out the second layer (tests use it to show that the OS
     boundary alone stops an attack); it is refused outside the OS boundary.
     """
-    boundary = boundary_or_refusal()
+    boundary = await boundary_or_refusal()
     if not audit_hook and not boundary:
         raise ValueError("audit_hook=False needs the OS-level boundary")
     scratch = SCRATCH if boundary else tempfile.mkdtemp(prefix="code-node-")
@@ -209,7 +209,39 @@ def _memfd(data: bytes) -> int:
     return fd
 
 
-def boundary_or_refusal() -> bool:
+_PROBED: dict[tuple[str, ...], str | None] = {}  # bubblewrap command line -> why it fails
+
+
+async def _probe() -> str | None:
+    """Start an empty confined interpreter once per process; why it fails, or None.
+
+    Catches what only running shows: user namespaces refused (Docker's default seccomp
+    profile, ``kernel.unprivileged_userns_clone=0``), a seccomp program bubblewrap rejects.
+    """
+    fd = _memfd(confinement_bpf())
+    try:
+        argv = confine([interpreter(), "-I", "-c", "pass"], Confinement(seccomp_fd=fd))
+        key = tuple(a for a in argv if a != str(fd))
+        if key in _PROBED:
+            return _PROBED[key]
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE, env={}, pass_fds=(fd,), start_new_session=True)
+    finally:
+        os.close(fd)
+    try:
+        _out, err = await asyncio.wait_for(proc.communicate(), KILL_GRACE_S)
+    except TimeoutError:
+        _kill_group(proc.pid)
+        return "starting a confined interpreter took too long"  # not cached: may be load
+    text = err.decode("utf-8", errors="replace").strip()
+    _PROBED[key] = None if proc.returncode == 0 else (
+        f"bubblewrap failed ({text or f'exit code {proc.returncode}'}); user namespaces may "
+        "be disabled, or a container's seccomp profile refuses them")
+    return _PROBED[key]
+
+
+async def boundary_or_refusal() -> bool:
     """True when the OS-level boundary is used; False in the opted-in weak mode.
 
     Raises :class:`SandboxError` (kind ``unavailable``) naming what is missing and the
@@ -221,6 +253,8 @@ def boundary_or_refusal() -> bool:
             confinement_bpf()
         except SeccompUnavailable as exc:
             missing = str(exc)
+    if missing is None:
+        missing = await _probe()
     if missing is None:
         return True
     if get_settings().sandbox_allow_weak:

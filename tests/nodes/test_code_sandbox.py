@@ -108,6 +108,25 @@ async def test_without_the_boundary_the_code_node_refuses_and_names_the_setting(
     assert refused.value.kind == "unavailable"
 
 
+@pytest.mark.parametrize("weak", [False, True])
+async def test_a_bubblewrap_that_cannot_create_namespaces_means_refusal_unless_weak_is_allowed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, weak: bool,
+) -> None:
+    fake = tmp_path / "bwrap"  # what bwrap says under Docker's default seccomp profile
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\n"
+                    "exit 1\n")
+    fake.chmod(0o755)
+    settings = Settings(sandbox_bwrap_path=str(fake), sandbox_allow_weak=weak)
+    monkeypatch.setattr(sandbox, "get_settings", lambda: settings)
+    monkeypatch.setattr(sandbox_bwrap, "get_settings", lambda: settings)
+    if weak:
+        out, _ = await run_code("return 7")
+        assert out.outputs["output"].value == 7
+        return
+    with pytest.raises(SandboxError, match=r"No permissions.*ORCH_SANDBOX_ALLOW_WEAK"):
+        await run_code("return 7")
+
+
 READ_ENVIRONS = textwrap.dedent("""\
     import os
     seen = []
