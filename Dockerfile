@@ -27,6 +27,12 @@ ENV PYTHONUNBUFFERED=1 \
     ORCH_API_HOST=0.0.0.0 \
     ORCH_API_PORT=8000
 COPY --from=build /wheels /wheels
+# bubblewrap, setpriv (util-linux) and libseccomp2: the OS-level boundary of Code nodes and
+# stdio MCP servers (nodes/flow/code/SANDBOX.md). The container needs user namespaces:
+# run it with a seccomp profile that allows them (see docs/security.md).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends bubblewrap libseccomp2 util-linux \
+    && rm -rf /var/lib/apt/lists/*
 # `pip install .` of the built wheel; EXTRAS (e.g. "ops") adds optional groups.
 RUN wheel="$(ls /wheels/*.whl)" \
     && pip install "${wheel}${EXTRAS:+[${EXTRAS}]}" \

@@ -73,6 +73,19 @@ class Settings(BaseSettings):
     # Folders the Document Loader may read by path (os.pathsep separated); the shipped
     # examples/ folder is always readable. Empty = nothing else.
     loader_paths: str = ""
+    # -- sandbox: Code node and stdio MCP servers (nodes/_shared/sandbox*.py) ------------
+    # Without bubblewrap/user namespaces/libseccomp the Code node refuses to run; set this
+    # to run it anyway with only the in-process audit hook (NOT a security boundary).
+    sandbox_allow_weak: bool = False
+    sandbox_bwrap_path: str = "bwrap"  # the bubblewrap binary (looked up on PATH)
+    sandbox_scratch_mb: int = 64  # size of the sandbox's tmpfs scratch folder
+    # Comma-separated executables a stdio MCP server may be started with (e.g.
+    # "/usr/local/bin/my-mcp,uvx"); empty = no stdio MCP server may run.
+    mcp_stdio_commands: str = ""
+    mcp_stdio_network: bool = False  # give confined stdio MCP servers the host's network
+    # false: allowed stdio MCP commands run unconfined (still only the named environment),
+    # for trusted servers that need the host; the allow-list still applies.
+    mcp_stdio_confine: bool = True
 
     # -- plugins ---------------------------------------------------------------------
     # Extra folders scanned for node folders (os.pathsep separated).

@@ -1,13 +1,21 @@
-"""Run a Python function body in a sandboxed child process (the Code node's engine).
+"""Run a Python function body in a confined child process (the Code node's engine).
 
-``run_python(code, value, timeout_s=..., memory_mb=...)`` starts
-``python -I -B sandbox_child.py`` (``sys.executable``) in a fresh scratch folder with an
-empty environment and its own process group, sends the code and input as JSON on stdin,
-and reads one result line back. The child sets resource limits and installs an audit
-hook before the user's code runs (see ``sandbox_child.py`` and the Code node's
-SANDBOX.md for exactly what is stopped and what is not). The parent enforces the
-wall-clock timeout by killing the whole process group, also when the awaiting task is
-cancelled, and deletes the scratch folder afterwards.
+``run_python(code, value, timeout_s=..., memory_mb=...)`` starts the worker's interpreter
+(``python -I -B -c <sandbox_child.py>``) inside the OS-level boundary of
+``sandbox_bwrap.confine`` (namespaces, uid 65534, read-only interpreter, tmpfs scratch,
+no network) with the seccomp program of ``sandbox_seccomp.confinement_bpf``; sends the
+code and input as JSON on stdin and reads one result line back. The child adds the
+no-exec seccomp program, resource limits and the audit hook (second layer) before the
+user's code runs; SANDBOX.md beside the Code node says which layer stops what.
+
+When the boundary cannot be set up (no bubblewrap, no libseccomp, ...) the call raises
+:class:`SandboxError` of kind ``unavailable`` naming what is missing, unless the operator
+set ``ORCH_SANDBOX_ALLOW_WEAK``: then the child runs unconfined in a temporary folder
+with only the audit hook and the limits (the former behaviour, not a security boundary).
+
+The wait is asyncio-native (never blocks the worker's loop); the wall-clock timeout and
+cancellation kill bubblewrap's process group, and bubblewrap's ``--die-with-parent`` and
+PID namespace take everything inside with it.
 
 Failures raise :class:`SandboxError` (a RuntimeError) whose message is the user's
 traceback last line, "timed out after Xs" or "exceeded its memory limit"; ``logs``
@@ -22,16 +30,20 @@ import math
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-CHILD = str(Path(__file__).with_name("sandbox_child.py"))
+from nodes._shared.sandbox_bwrap import SCRATCH, Confinement, confine, interpreter, unavailable
+from nodes._shared.sandbox_seccomp import SeccompUnavailable, confinement_bpf, no_exec_bpf
+from orchestrator.settings import get_settings
+
+CHILD_SOURCE = Path(__file__).with_name("sandbox_child.py").read_text(encoding="utf-8")
 MARKER = "\x1e__code_node_result__"
 STARTUP_GRACE_S = 1.0  # interpreter start-up is not the user's time
+KILL_GRACE_S = 5.0  # how long a killed sandbox may take to close its pipes
 MAX_LOG_CHARS = 64 * 1024
 
 
@@ -48,25 +60,6 @@ class SandboxError(RuntimeError):
 class SandboxResult:
     value: Any
     logs: str
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass  # already gone
-
-
-def _communicate(
-    proc: subprocess.Popen[bytes], payload: bytes, wall_s: float
-) -> tuple[bytes, bytes, bool]:
-    try:
-        out, err = proc.communicate(payload, timeout=wall_s)
-        return out, err, False
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        out, err = proc.communicate()
-        return out, err, True
 
 
 def _parse(out: bytes) -> dict[str, Any] | None:
@@ -92,9 +85,18 @@ def _crash(returncode: int, err: bytes, timeout_s: float, memory_mb: int) -> San
     return SandboxError(message, kind="crash")
 
 
-async def run_python(code: str, value: Any, *, timeout_s: float, memory_mb: int) -> SandboxResult:
-    """Run ``code`` as the body of ``def main(input, items)``; return its value and prints."""
-    scratch = tempfile.mkdtemp(prefix="code-node-")
+async def run_python(
+    code: str, value: Any, *, timeout_s: float, memory_mb: int, audit_hook: bool = True
+) -> SandboxResult:
+    """Run ``code`` as the body of ``def main(input, items)``; return its value and prints.
+
+    ``audit_hook=False`` leaves out the second layer (tests use it to show that the OS
+    boundary alone stops an attack); it is refused outside the OS boundary.
+    """
+    boundary = await boundary_or_refusal()
+    if not audit_hook and not boundary:
+        raise ValueError("audit_hook=False needs the OS-level boundary")
+    scratch = SCRATCH if boundary else tempfile.mkdtemp(prefix="code-node-")
     request = {
         "code": code,
         "input": value,
@@ -102,32 +104,53 @@ async def run_python(code: str, value: Any, *, timeout_s: float, memory_mb: int)
         "memory_mb": memory_mb,
         "cpu_s": math.ceil(timeout_s) + 1,
         "max_log_bytes": MAX_LOG_CHARS,
+        "no_exec_bpf": no_exec_bpf().hex() if boundary else None,
+        "prefix": os.path.realpath(sys.base_prefix),
+        "audit_hook": audit_hook,
     }
-    proc = subprocess.Popen(
-        [sys.executable, "-I", "-B", CHILD],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=scratch,
-        env={},
-        start_new_session=True,  # its own process group, so a kill takes every descendant
-        close_fds=True,
-    )
+    argv = [interpreter(), "-I", "-B", "-c", CHILD_SOURCE]
+    seccomp_fd: int | None = None
+    if boundary:
+        seccomp_fd = _memfd(confinement_bpf())
+        how = Confinement(scratch_mb=get_settings().sandbox_scratch_mb, seccomp_fd=seccomp_fd)
+        argv = confine(argv, how)
     try:
-        out, err, timed_out = await asyncio.to_thread(
-            _communicate, proc, json.dumps(request).encode(), timeout_s + STARTUP_GRACE_S
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=scratch if not boundary else "/",
+            env={},
+            start_new_session=True,  # its own process group, so a kill takes every descendant
+            pass_fds=() if seccomp_fd is None else (seccomp_fd,),
         )
-    except asyncio.CancelledError:
-        _kill_group(proc)
-        raise
     finally:
-        _kill_group(proc)
-        shutil.rmtree(scratch, ignore_errors=True)
+        if seccomp_fd is not None:
+            os.close(seccomp_fd)
+    timed_out = False
+    out_limit = get_settings().max_output_bytes + 8 * MAX_LOG_CHARS
+    try:
+        out, err, flooded = await asyncio.wait_for(
+            _exchange(proc, json.dumps(request).encode(), out_limit), timeout_s + STARTUP_GRACE_S
+        )
+    except TimeoutError:
+        timed_out, out, err, flooded = True, b"", b"", False
+    finally:  # also on cancellation: nothing outlives the call
+        _kill_group(proc.pid)
+        if not boundary:
+            shutil.rmtree(scratch, ignore_errors=True)
+    try:  # bubblewrap's death takes the sandbox with it
+        await asyncio.wait_for(proc.wait(), KILL_GRACE_S)
+    except TimeoutError:
+        pass
+    if flooded:
+        raise SandboxError(f"code wrote more than {out_limit} bytes to its output", kind="output")
     if timed_out:
         raise SandboxError(f"code timed out after {timeout_s:g}s", kind="timeout")
     reply = _parse(out)
     if reply is None:
-        raise _crash(proc.returncode, err, timeout_s, memory_mb)
+        raise _crash(proc.returncode or 0, err, timeout_s, memory_mb)
     logs = str(reply.get("logs") or "")
     if reply.get("ok"):
         return SandboxResult(value=reply.get("value"), logs=logs)
@@ -136,3 +159,109 @@ async def run_python(code: str, value: Any, *, timeout_s: float, memory_mb: int)
         message = f"code exceeded its memory limit of {memory_mb} MB"
         raise SandboxError(message, kind=kind, logs=logs)
     raise SandboxError(f"code failed: {reply.get('error')}", kind=kind, logs=logs)
+
+
+async def _exchange(
+    proc: asyncio.subprocess.Process, payload: bytes, out_limit: int
+) -> tuple[bytes, bytes, bool]:
+    """Send the request; read stdout (at most ``out_limit`` bytes, else kill) and stderr.
+
+    Returns (stdout, stderr tail, flooded). The worker never buffers more than the limits,
+    however much the code writes.
+    """
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    try:
+        proc.stdin.write(payload)
+        await proc.stdin.drain()
+        proc.stdin.close()
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the child died early; its exit status tells why
+
+    async def read(stream: asyncio.StreamReader, limit: int, kill: bool) -> tuple[bytes, bool]:
+        kept = bytearray()
+        while chunk := await stream.read(65536):
+            kept += chunk
+            if len(kept) > limit:
+                if kill:
+                    _kill_group(proc.pid)
+                    return bytes(kept[:limit]), True
+                del kept[: len(kept) - limit]  # keep the tail: the last error line
+        return bytes(kept), False
+
+    (out, flooded), (err, _) = await asyncio.gather(
+        read(proc.stdout, out_limit, True), read(proc.stderr, MAX_LOG_CHARS, False)
+    )
+    await proc.wait()
+    return out, err, flooded
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # already gone
+
+
+def _memfd(data: bytes) -> int:
+    fd = os.memfd_create("code-node-seccomp", 0)  # inheritable: bubblewrap reads it
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+_PROBED: dict[tuple[str, ...], str | None] = {}  # bubblewrap command line -> why it fails
+
+
+async def _probe() -> str | None:
+    """Start an empty confined interpreter once per process; why it fails, or None.
+
+    Catches what only running shows: user namespaces refused (Docker's default seccomp
+    profile, ``kernel.unprivileged_userns_clone=0``), a seccomp program bubblewrap rejects.
+    """
+    fd = _memfd(confinement_bpf())
+    try:
+        argv = confine([interpreter(), "-I", "-c", "pass"], Confinement(seccomp_fd=fd))
+        key = tuple(a for a in argv if a != str(fd))
+        if key in _PROBED:
+            return _PROBED[key]
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE, env={}, pass_fds=(fd,), start_new_session=True)
+    finally:
+        os.close(fd)
+    try:
+        _out, err = await asyncio.wait_for(proc.communicate(), KILL_GRACE_S)
+    except TimeoutError:
+        _kill_group(proc.pid)
+        return "starting a confined interpreter took too long"  # not cached: may be load
+    text = err.decode("utf-8", errors="replace").strip()
+    _PROBED[key] = None if proc.returncode == 0 else (
+        f"bubblewrap failed ({text or f'exit code {proc.returncode}'}); user namespaces may "
+        "be disabled, or a container's seccomp profile refuses them")
+    return _PROBED[key]
+
+
+async def boundary_or_refusal() -> bool:
+    """True when the OS-level boundary is used; False in the opted-in weak mode.
+
+    Raises :class:`SandboxError` (kind ``unavailable``) naming what is missing and the
+    setting that opts into the weak mode when the boundary cannot be set up.
+    """
+    missing = unavailable()
+    if missing is None:
+        try:
+            confinement_bpf()
+        except SeccompUnavailable as exc:
+            missing = str(exc)
+    if missing is None:
+        missing = await _probe()
+    if missing is None:
+        return True
+    if get_settings().sandbox_allow_weak:
+        return False
+    raise SandboxError(
+        f"the Code node's OS-level sandbox cannot be set up: {missing}. Install it, or set "
+        "ORCH_SANDBOX_ALLOW_WEAK=true to run code with only the in-process audit hook, "
+        "which is not a security boundary (see nodes/flow/code/SANDBOX.md)",
+        kind="unavailable",
+    )

@@ -1,8 +1,9 @@
 """The Code node's child process: limits, audit hook, then the user's ``main``.
 
-Run as ``python -I -B sandbox_child.py`` by ``nodes/_shared/sandbox.py`` (never imported).
+Run as ``python -I -B -c <this file>`` by ``nodes/_shared/sandbox.py`` (never imported),
+inside the bubblewrap boundary (or, in the opted-in weak mode, without it).
 Reads one JSON request on stdin: ``{"code", "input", "scratch", "memory_mb", "cpu_s",
-"max_log_bytes"}``. Writes user prints to a buffer, and finally one line
+"max_log_bytes", "no_exec_bpf"}``. Writes user prints to a buffer, and finally one line
 ``MARKER + json`` on the real stdout: ``{"ok": true, "value": ..., "logs": ...}`` or
 ``{"ok": false, "kind": "exception"|"memory"|"output"|"syntax", "error": ..., "logs": ...}``.
 Order matters: everything this script needs is imported and the user code is compiled
@@ -92,6 +93,33 @@ def make_hook(scratch: str, read_roots: tuple[str, ...]):  # type: ignore[no-unt
     return hook
 
 
+def forbid_exec(bpf_hex: str | None) -> None:
+    """Install the seccomp program that refuses execve/execveat (OS-level boundary only).
+
+    ``bpf_hex`` is a compiled classic-BPF program (``struct sock_filter[]``) from
+    ``sandbox_seccomp.no_exec_bpf``. Uses ``prctl(PR_SET_NO_NEW_PRIVS)`` then
+    ``prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &sock_fprog)``; failing is fatal.
+    """
+    if not bpf_hex:
+        return
+    import ctypes
+
+    program = bytes.fromhex(bpf_hex)
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    buffer = ctypes.create_string_buffer(program, len(program))
+    fprog = SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_char_p))
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+    if libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0:  # PR_SET_SECCOMP, MODE_FILTER
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
+    for name in [n for n in sys.modules if n.split(".")[0] in ("ctypes", "_ctypes")]:
+        del sys.modules[name]  # so the user's import of ctypes meets the audit hook again
+
+
 def compile_main(code: str):  # type: ignore[no-untyped-def]
     """The user's code as the body of ``def main(input, items)``, line numbers kept."""
     body = ast.parse(code, FILENAME).body or [ast.Pass()]
@@ -146,8 +174,14 @@ def main() -> None:
     value = request.get("input")
     items = value if isinstance(value, list) else [value]
 
+    expected = request.get("prefix")
+    if expected and os.path.realpath(sys.base_prefix) != expected:
+        raise SystemExit(f"sandbox: the interpreter found its standard library at "
+                         f"{sys.base_prefix}, not {expected}; refusing to run")
+    forbid_exec(request.get("no_exec_bpf"))
     set_limits(int(request["memory_mb"]), int(request["cpu_s"]))
-    sys.addaudithook(make_hook(scratch, (stdlib,)))
+    if request.get("audit_hook", True):
+        sys.addaudithook(make_hook(scratch, (stdlib,)))
     sys.stdout = sys.stderr = logs
     try:
         out = namespace["main"](value, items)

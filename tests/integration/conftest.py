@@ -10,6 +10,7 @@ terminal event.
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,7 +61,10 @@ def redis_server() -> Iterator[EmbeddedRedis]:
 def workers(redis_server: EmbeddedRedis) -> Iterator[WorkerProcesses]:
     procs = WorkerProcesses(
         redis_server.url, count=WORKER_COUNT, concurrency=WORKER_CONCURRENCY,
-        env={"ORCH_NODE_PATHS": str(FAKE_PACK), "ORCH_OFFLINE_MODELS": "1"},
+        env={"ORCH_NODE_PATHS": str(FAKE_PACK), "ORCH_OFFLINE_MODELS": "1",
+             # test_agents_history's MCP server reports its parent (the worker process):
+             # allowed, and unconfined so that the worker's pid is visible to it.
+             "ORCH_MCP_STDIO_COMMANDS": sys.executable, "ORCH_MCP_STDIO_CONFINE": "false"},
     )
     procs.start()
     try:

@@ -107,7 +107,9 @@ async def test_code_cannot_import_ctypes() -> None:
 
 async def test_code_cannot_write_outside_its_scratch_folder(tmp_path: Path) -> None:
     target = tmp_path / f"escape-{uuid.uuid4().hex}.txt"
-    with pytest.raises(RuntimeError, match="sandbox blocks writing"):
+    # Stopped by the audit hook, or (inside the OS boundary, where /tmp is the sandbox's
+    # own tmpfs) by the path not existing in the sandbox's file system.
+    with pytest.raises(RuntimeError, match=r"sandbox blocks writing|No such file"):
         await run_code(f"open({str(target)!r}, 'w').write('x')")
     assert not target.exists()
 
@@ -120,14 +122,15 @@ async def test_code_cannot_escape_its_scratch_folder_with_dot_dot() -> None:
 async def test_code_cannot_read_files_outside_scratch_and_stdlib(tmp_path: Path) -> None:
     secret = tmp_path / "secret.txt"
     secret.write_text("hunter2")
-    with pytest.raises(RuntimeError, match="sandbox blocks reading"):
+    with pytest.raises(RuntimeError, match=r"sandbox blocks reading|No such file") as failed:
         await run_code(f"return open({str(secret)!r}).read()")
+    assert "hunter2" not in str(failed.value)
 
 
 async def test_code_cannot_delete_files_outside_its_scratch_folder(tmp_path: Path) -> None:
     victim = tmp_path / "keep.txt"
     victim.write_text("x")
-    with pytest.raises(RuntimeError, match=r"sandbox blocks os\.remove"):
+    with pytest.raises(RuntimeError, match=r"sandbox blocks os\.remove|No such file"):
         await run_code(f"import os\nos.remove({str(victim)!r})")
     assert victim.exists()
 
@@ -146,9 +149,11 @@ async def test_code_sees_an_empty_environment() -> None:
     assert values(out)["output"] == []
 
 
-async def test_code_deletes_its_scratch_folder_afterwards() -> None:
-    out, _ = await run_code("import os\nreturn os.getcwd()")
-    assert not Path(values(out)["output"]).exists()
+async def test_code_scratch_folder_does_not_outlive_a_call() -> None:
+    marker = f"left-{uuid.uuid4().hex}"
+    await run_code(f"open({marker!r}, 'w').write('x')\nreturn 1")
+    out, _ = await run_code(f"import os\nreturn os.path.exists({marker!r})")
+    assert values(out)["output"] is False
 
 
 async def test_code_rejects_a_timeout_above_sixty_seconds() -> None:

@@ -1,9 +1,20 @@
 """MCP Server: materializes an unconnected Agno ``MCPTools``.
 
 The agent's ``arun`` connects it and closes it when the run ends, so no connection
-outlives a node execution (a worker may run any node of any run next). A stdio server gets
-the MCP SDK's minimal default environment (PATH, HOME, ...) plus ``env`` — never the
-worker's own environment, which holds secrets.
+outlives a node execution (a worker may run any node of any run next).
+
+The graph does not choose what runs or where the worker connects; the operator does:
+
+- stdio: the command's program must be on ``ORCH_MCP_STDIO_COMMANDS`` (empty = no stdio
+  server at all); it runs inside the OS-level boundary of ``nodes/_shared/sandbox_command``
+  (namespaces, uid 65534, read-only file system, no network unless
+  ``ORCH_MCP_STDIO_NETWORK``) with only ``env`` plus a fixed PATH and HOME, never the
+  worker's own environment, which holds secrets.
+- streamable-http: the URL must pass the egress policy (``nodes/_shared/egress.py``),
+  checked after DNS resolution when the server is materialized. Agno's ``MCPTools`` builds
+  its own HTTP client (no factory can be given), so the connection itself is not made
+  through ``egress_client``: a redirect or a DNS answer that changes after the check is not
+  re-checked (docs/security.md).
 
 ``agno.tools.mcp`` is imported when a server is materialized, not at discovery: it costs
 seconds of start-up in every worker and CLI process otherwise.
@@ -14,6 +25,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from nodes._shared.egress import EgressPolicy
+from nodes._shared.sandbox_command import CommandRefused, confined_command
 from orchestrator.kernel.errors import ParameterError
 from orchestrator.kernel.protocol import FlowContext
 
@@ -37,7 +50,7 @@ class McpServerExecutor:
     async def materialize(self, data: dict[str, Any], output_handle: str,
                           ctx: FlowContext) -> MCPTools:
         from agno.tools.mcp import MCPTools
-        from mcp.client.stdio import get_default_environment
+        from mcp import StdioServerParameters
         transport = str(data.get("transport") or "stdio")
         command = str(data.get("command") or "").strip()
         url = str(data.get("url") or "").strip()
@@ -61,8 +74,15 @@ class McpServerExecutor:
             "exclude_tools": _list(data.get("exclude_tools"), "exclude_tools", ctx),
         }
         if transport == "stdio":
-            full_env = {**get_default_environment(), **{str(k): str(v) for k, v in (env or {}).items()}}
-            return MCPTools(command=command, transport="stdio", env=full_env, **common)
+            named = {str(k): str(v) for k, v in (env or {}).items()}
+            try:
+                confined = confined_command(command, named)
+            except CommandRefused as exc:
+                raise bad(str(exc), "command") from exc
+            params = StdioServerParameters(command=confined.program, args=confined.args,
+                                           env=confined.env)
+            return MCPTools(server_params=params, transport="stdio", **common)
+        await EgressPolicy.from_settings().check_url(url)  # EgressDeniedError names the settings
         return MCPTools(url=url, transport="streamable-http", **common)
 
 

@@ -1,0 +1,136 @@
+"""The OS-level boundary: a bubblewrap command line that confines one program.
+
+:func:`confine` turns ``[program, *args]`` into ``[bwrap, ..., program, *args]``:
+
+- new user (when the worker is not root), mount, PID, IPC, UTS, cgroup and network
+  namespaces (the network one is skipped only when ``Confinement.network`` is set);
+- a root filesystem that holds only read-only binds of ``/usr`` (plus the ``/lib*``
+  symlinks), the interpreter's real prefix (``sys.base_prefix``, not a venv) and
+  ``Confinement.ro_paths``; a fresh ``/proc`` of its own PID namespace, a minimal ``/dev``
+  and a size-limited tmpfs at ``/tmp`` (the scratch folder, the only writable place);
+- an unprivileged uid/gid 65534 (``nobody``) with no capabilities and ``no_new_privs``.
+  When the worker is not root the sandbox runs in a user namespace as the worker's own
+  uid on the host. When the worker is root, bubblewrap runs without a user namespace (as
+  root it needs none) and execs the program through ``setpriv``, which switches to the
+  host's uid/gid 65534 and clears every capability set: the program is *not* root on the
+  host, not even a root without capabilities;
+- ``--die-with-parent`` and ``--new-session``: the sandbox dies with the process that
+  started it (the worker), and cannot push input into the worker's terminal;
+- an empty environment plus ``Confinement.env``; optionally a seccomp program (``--seccomp``).
+
+:func:`unavailable` says why the boundary cannot be set up here (``None`` when it can).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass, field
+
+from orchestrator.settings import get_settings
+
+NOBODY = 65534
+SCRATCH = "/tmp"  # noqa: S108 -- a path inside the sandbox: its own tmpfs
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """What the confined program may see; defaults are the strictest."""
+
+    network: bool = False
+    ro_paths: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    scratch_mb: int = 64
+    seccomp_fd: int | None = None
+    chdir: str = SCRATCH
+
+
+def bwrap_path() -> str | None:
+    configured = get_settings().sandbox_bwrap_path
+    return shutil.which(configured)
+
+
+def interpreter() -> str:
+    """The worker's Python interpreter, symlinks resolved (a venv's python is a symlink)."""
+    return os.path.realpath(sys.executable)
+
+
+def prefixes() -> tuple[str, ...]:
+    seen: list[str] = []
+    for raw in (sys.base_prefix, sys.base_exec_prefix,
+                os.path.dirname(os.path.dirname(interpreter()))):
+        path = os.path.realpath(raw)
+        if path not in seen and not any(path.startswith(p + os.sep) for p in seen):
+            seen.append(path)
+    return tuple(seen)
+
+
+def unavailable() -> str | None:
+    """Why :func:`confine` cannot work on this machine, or ``None``."""
+    if bwrap_path() is None:
+        return (f"bubblewrap ('{get_settings().sandbox_bwrap_path}') is not installed "
+                "(Debian: apt-get install bubblewrap)")
+    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+        return "setpriv (util-linux) is not installed; it drops root for the sandbox"
+    return None
+
+
+def _root_filesystem(extra: tuple[str, ...]) -> list[str]:
+    args = ["--ro-bind", "/usr", "/usr"]
+    for name in ("lib", "lib64", "lib32", "bin", "sbin"):
+        target = os.path.join("/", name)
+        if os.path.islink(target):
+            args += ["--symlink", os.readlink(target), target]
+        elif os.path.isdir(target):
+            args += ["--ro-bind", target, target]
+    made: set[str] = set()
+    made_binds: set[str] = set()  # a path inside one already bound needs no bind of its own
+    for path in sorted(dict.fromkeys((*prefixes(), *extra)), key=lambda p: p.count("/")):
+        if path.startswith("/usr/") or any(path.startswith(p + "/") for p in made_binds):
+            continue
+        made_binds.add(path)
+        # Parents are created traversable (bubblewrap would copy a 0700 /root's mode).
+        parent = os.path.dirname(path)
+        chain: list[str] = []
+        while parent not in ("/", "") and parent not in made:
+            chain.insert(0, parent)
+            parent = os.path.dirname(parent)
+        for folder in chain:
+            args += ["--perms", "0755", "--dir", folder]
+            made.add(folder)
+        args += ["--ro-bind", path, path]
+    return args
+
+
+def confine(argv: list[str], how: Confinement) -> list[str]:
+    """``argv`` wrapped in bubblewrap with the confinement ``how`` (see the module doc)."""
+    bwrap = bwrap_path()
+    if bwrap is None:
+        raise RuntimeError(unavailable() or "bubblewrap is not installed")
+    root = os.geteuid() == 0
+    args = [bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc",
+            "--unshare-uts", "--unshare-cgroup-try"]
+    if not how.network:
+        args.append("--unshare-net")
+    if not root:
+        args += ["--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY)]
+    args += ["--cap-drop", "ALL"] if not root else []
+    args += _root_filesystem(how.ro_paths)
+    if how.network:
+        args += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf",
+                 "--ro-bind-try", "/etc/ssl", "/etc/ssl", "--ro-bind-try", "/etc/hosts", "/etc/hosts"]
+    args += ["--proc", "/proc", "--dev", "/dev",
+             "--perms", "1777", "--size", str(how.scratch_mb * 1024 * 1024), "--tmpfs", SCRATCH,
+             "--chdir", how.chdir, "--clearenv"]
+    for name, value in how.env.items():
+        args += ["--setenv", name, value]
+    if how.seccomp_fd is not None:
+        args += ["--seccomp", str(how.seccomp_fd)]
+    args.append("--")
+    if root:
+        setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
+        args += [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+                 "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs",
+                 "--pdeathsig=KILL", "--"]
+    return args + argv

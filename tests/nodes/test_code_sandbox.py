@@ -1,0 +1,327 @@
+"""Attacks on the Code node's OS-level boundary (real bubblewrap): each must fail.
+
+Most attacks run twice: through the Code node (every layer), and with the audit hook left
+out (``audit_hook=False``), which shows that the OS boundary alone stops them. Needs
+bubblewrap (``.ci/system-deps`` installs it); without it these tests fail naming it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nodes._shared import sandbox, sandbox_bwrap
+from nodes._shared.sandbox import SandboxError, run_python
+from orchestrator.settings import Settings
+from tests.nodes.test_code import run_code
+
+SECRET = f"sk-fake-{uuid.uuid4().hex}"
+HERE = Path(__file__).parent
+
+
+@pytest.fixture(autouse=True)
+def boundary_present() -> None:
+    missing = sandbox_bwrap.unavailable()
+    assert missing is None, f"the sandbox tests need the OS boundary: {missing}"
+
+
+@pytest.fixture
+def worker_secret(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fake model key in this (worker) process's environment, as in a deployment."""
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    return SECRET
+
+
+async def bare(code: str, **limits: float) -> object:
+    """Run with the audit hook left out: only the OS boundary stands in the way."""
+    ran = await run_python(code, None, timeout_s=limits.get("timeout_s", 5),
+                           memory_mb=int(limits.get("memory_mb", 256)), audit_hook=False)
+    return ran.value
+
+
+async def outcome(code: str, *, hook: bool) -> str:
+    """Everything a user could see of a run: the output, or the error and its logs."""
+    try:
+        if hook:
+            out, events = await run_code(code)
+            return repr(out) + repr([e.data for e in events])
+        return repr(await bare(code))
+    except RuntimeError as exc:
+        return f"error: {exc} {getattr(exc, 'logs', '')}"
+
+
+POSIXSUBPROCESS_SPAWN = textwrap.dedent("""\
+    import importlib.util, os
+    folder = os.path.dirname(os.__file__) + '/lib-dynload'
+    so = folder + '/' + [f for f in os.listdir(folder) if f.startswith('_posixsubprocess')][0]
+    spec = importlib.util.spec_from_file_location('innocent._posixsubprocess', so)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    r, w = os.pipe()
+    er, ew = os.pipe()
+    script = b'echo spawned; cat /proc/$PPID/environ /proc/1/environ'
+    mod.fork_exec([b'/bin/sh', b'-c', script], [b'/bin/sh'], True, tuple(sorted((w, ew))),
+                  None, None, -1, -1, -1, w, -1, -1, er, ew, False, False, -1, None, None,
+                  None, -1, None, False)
+    os.close(w)
+    os.close(ew)
+    return os.read(r, 100000).decode(errors='replace')
+    """)
+
+
+@pytest.mark.parametrize("hook", [True, False])
+async def test_the_posixsubprocess_alias_spawn_fails(hook: bool, worker_secret: str) -> None:
+    seen = await outcome(POSIXSUBPROCESS_SPAWN, hook=hook)
+    assert seen.startswith("error:")
+    assert "spawned" not in seen.replace("'spawned", "") and worker_secret not in seen
+
+
+async def test_without_the_boundary_the_alias_spawn_works_which_is_why_weak_mode_is_opt_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    weak = Settings(sandbox_allow_weak=True, sandbox_bwrap_path="no-such-bwrap")
+    monkeypatch.setattr(sandbox, "get_settings", lambda: weak)
+    monkeypatch.setattr(sandbox_bwrap, "get_settings", lambda: weak)
+    out, _ = await run_code(POSIXSUBPROCESS_SPAWN)
+    assert "spawned" in str(out.outputs["output"].value)
+
+
+async def test_without_the_boundary_the_code_node_refuses_and_names_the_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    closed = Settings(sandbox_bwrap_path="no-such-bwrap")
+    monkeypatch.setattr(sandbox, "get_settings", lambda: closed)
+    monkeypatch.setattr(sandbox_bwrap, "get_settings", lambda: closed)
+    with pytest.raises(SandboxError, match=r"bubblewrap.*ORCH_SANDBOX_ALLOW_WEAK") as refused:
+        await run_code("return 1")
+    assert refused.value.kind == "unavailable"
+
+
+@pytest.mark.parametrize("weak", [False, True])
+async def test_a_bubblewrap_that_cannot_create_namespaces_means_refusal_unless_weak_is_allowed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, weak: bool,
+) -> None:
+    fake = tmp_path / "bwrap"  # what bwrap says under Docker's default seccomp profile
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\n"
+                    "exit 1\n")
+    fake.chmod(0o755)
+    settings = Settings(sandbox_bwrap_path=str(fake), sandbox_allow_weak=weak)
+    monkeypatch.setattr(sandbox, "get_settings", lambda: settings)
+    monkeypatch.setattr(sandbox_bwrap, "get_settings", lambda: settings)
+    if weak:
+        out, _ = await run_code("return 7")
+        assert out.outputs["output"].value == 7
+        return
+    with pytest.raises(SandboxError, match=r"No permissions.*ORCH_SANDBOX_ALLOW_WEAK"):
+        await run_code("return 7")
+
+
+READ_ENVIRONS = textwrap.dedent("""\
+    import os
+    seen = []
+    for pid in {1, 2, 3, os.getppid(), %d}:
+        try:
+            seen.append(open('/proc/%%d/environ' %% pid, 'rb').read().decode(errors='replace'))
+        except OSError as exc:
+            seen.append(repr(exc))
+    return seen
+    """)
+
+
+@pytest.mark.parametrize("hook", [True, False])
+async def test_the_workers_environment_cannot_be_read(hook: bool, worker_secret: str) -> None:
+    seen = await outcome(READ_ENVIRONS % os.getpid(), hook=hook)
+    assert worker_secret not in seen
+
+
+@pytest.mark.parametrize("hook", [True, False])
+async def test_sqlite_and_other_writes_outside_scratch_fail(hook: bool) -> None:
+    targets = [HERE / f"escape-{uuid.uuid4().hex}.db",
+               Path(os.path.dirname(os.__file__)) / f"escape-{uuid.uuid4().hex}.db"]
+    code = "\n".join(
+        ["import sqlite3", "errors = []"]
+        + [f"try:\n    sqlite3.connect({str(t)!r}).execute('create table t(x)')\n"
+           f"except Exception as exc:\n    errors.append(repr(exc))" for t in targets]
+        + [f"try:\n    open({str(targets[0]) + '.txt'!r}, 'w').write('x')\n"
+           f"except Exception as exc:\n    errors.append(repr(exc))",
+           "return errors"])
+    seen = await outcome(code, hook=hook)
+    for target in targets:
+        assert not target.exists() and not Path(str(target) + ".txt").exists(), seen
+
+
+@pytest.mark.parametrize("hook", [True, False])
+async def test_pidfd_signals_fail(hook: bool) -> None:
+    code = ("import os, signal\nfd = os.pidfd_open(os.getppid())\n"
+            "signal.pidfd_send_signal(fd, signal.SIGKILL)\nreturn 'sent'")
+    seen = await outcome(code, hook=hook)
+    assert seen.startswith("error:") and "Operation not permitted" in seen
+
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.3)
+    yield server
+    server.close()
+
+
+@pytest.mark.parametrize("hook", [True, False])
+async def test_sockets_fail(hook: bool, listener: socket.socket) -> None:
+    port = listener.getsockname()[1]
+    code = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)\nreturn 'in'"
+    seen = await outcome(code, hook=hook)
+    assert seen.startswith("error:")
+    with pytest.raises(TimeoutError):
+        listener.accept()  # nobody connected
+
+
+@pytest.fixture
+def victim() -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(["sleep", "30"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+@pytest.mark.parametrize("hook", [True, False])
+async def test_ctypes_fork_and_kill_fail(hook: bool, victim: subprocess.Popen[bytes]) -> None:
+    code = (f"import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            f"return [libc.fork(), libc.kill({victim.pid}, 9), libc.kill(1, 9)]")
+    seen = await outcome(code, hook=hook)
+    assert seen.startswith("error:") or seen == repr([-1, -1, -1])
+    assert victim.poll() is None
+
+
+@pytest.mark.parametrize("hook", [True, False])
+async def test_a_fork_bomb_fails_at_once(hook: bool) -> None:
+    seen = await outcome("import os\nwhile True:\n    os.fork()", hook=hook)
+    assert seen.startswith("error:") and ("Operation not permitted" in seen or "blocks" in seen)
+
+
+async def test_exec_after_start_fails() -> None:
+    seen = await outcome("import os\nos.execv('/usr/bin/true', ['true'])", hook=False)
+    assert "Operation not permitted" in seen
+
+
+async def test_a_memory_bomb_hits_the_memory_limit() -> None:
+    with pytest.raises(SandboxError) as failed:
+        await bare("x = bytearray(1 << 30)\nreturn len(x)", memory_mb=128)
+    assert failed.value.kind == "memory"
+
+
+async def test_host_files_and_other_processes_are_not_visible() -> None:
+    host_passwd = Path("/etc/passwd").read_text().splitlines()[0]
+    code = textwrap.dedent("""\
+        import os
+        seen = {}
+        for path in ('/etc/passwd', '/etc/shadow', '/root/.bashrc'):
+            try:
+                seen[path] = open(path).read()
+            except OSError as exc:
+                seen[path] = type(exc).__name__
+        seen['pids'] = sorted(p for p in os.listdir('/proc') if p.isdigit())
+        seen['uid'] = [os.getuid(), os.getgid()]
+        return seen
+        """)
+    seen = await bare(code)
+    assert isinstance(seen, dict)
+    assert host_passwd not in str(seen)
+    assert seen["/etc/shadow"] in ("FileNotFoundError", "PermissionError")
+    assert str(os.getpid()) not in seen["pids"] and len(seen["pids"]) <= 2
+    assert seen["uid"] == [65534, 65534]
+
+
+async def test_legit_code_works_and_the_loop_stays_free() -> None:
+    ticks: list[float] = []
+
+    async def ticker() -> None:
+        for _ in range(10):
+            ticks.append(time.monotonic())
+            await asyncio.sleep(0.02)
+
+    code = ("import json, math, time\nopen('n.json', 'w').write(json.dumps(items))\n"
+            "time.sleep(0.5)\nreturn {'sum': math.fsum(json.load(open('n.json')))}")
+    (out, _), _none = await asyncio.gather(run_code(code, [1.5, 2.5]), ticker())
+    assert out.outputs["output"].value == {"sum": 4.0}
+    assert len(ticks) == 10 and ticks[-1] - ticks[0] < 0.45  # ticked while the code ran
+
+
+DIES_WITH_PARENT = textwrap.dedent("""\
+    import asyncio, sys
+    sys.path.insert(0, %r)
+    from nodes._shared.sandbox import run_python
+    async def main():
+        task = asyncio.ensure_future(run_python('import time\\ntime.sleep(60)', None,
+                                                timeout_s=60, memory_mb=128))
+        await asyncio.sleep(1.0)
+        print('ready', flush=True)
+        await task
+    asyncio.run(main())
+    """)
+
+
+def _descendants(root: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry))
+    found: set[int] = set()
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_the_sandbox_dies_with_its_worker() -> None:
+    worker = subprocess.Popen([sys.executable, "-c", DIES_WITH_PARENT % str(HERE.parents[1])],
+                              stdout=subprocess.PIPE)
+    try:
+        assert worker.stdout is not None and worker.stdout.readline().strip() == b"ready"
+        inside = _descendants(worker.pid)
+        assert len(inside) >= 2  # bubblewrap and the sandboxed interpreter (at least)
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+        deadline = time.monotonic() + 5
+        while any(_alive(p) for p in inside) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [p for p in inside if _alive(p)]
+    finally:
+        worker.kill()
+        worker.wait()
+        if worker.stdout is not None:
+            worker.stdout.close()
+
+
+async def test_an_output_flood_is_cut_off_without_filling_the_workers_memory() -> None:
+    with pytest.raises(SandboxError, match="wrote more than") as failed:
+        await run_code("import os\nwhile True:\n    os.write(1, b'x' * 65536)", timeout_s=20)
+    assert failed.value.kind == "output"
