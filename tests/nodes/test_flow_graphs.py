@@ -92,3 +92,35 @@ async def test_switch_routes_a_run_to_the_matching_case_only() -> None:
     done = await run_graph_local(graph, registry(), {"region": "us"})
     ran = [n for n in ("eu", "us", "other") if done.node_states[n] == NodeStatus.SUCCEEDED]
     assert ran == ["us"]
+
+
+def wide_join(width: int, mode: str = "append") -> dict[str, Any]:
+    """A trigger fanned out to ``width`` set_fields nodes, all joined by one merge's
+    ``inputs`` port; the edges into the merge are listed in reverse branch order."""
+    nodes = [node("t", "manual_trigger", "Start"), node("m", "merge", "Join", mode=mode)]
+    edges = []
+    for i in range(width):
+        nodes.append(node(f"b{i}", "set_fields", f"Branch {i}", fields={"i": i}))
+        edges.append(edge("t", f"b{i}"))
+    edges += [edge(f"b{i}", "m", target_handle="inputs") for i in reversed(range(width))]
+    return {"id": "g-wide", "nodes": nodes, "edges": edges}
+
+
+async def test_merge_joins_twenty_branches_in_edge_list_order() -> None:
+    done = await run_graph_local(wide_join(20), registry(), {})
+    assert done.status == RunStatus.SUCCEEDED
+    assert [v["i"] for v in done.output("m", "output")] == list(reversed(range(20)))
+
+
+async def test_merge_by_input_keys_many_branches_by_source_name() -> None:
+    done = await run_graph_local(wide_join(5, mode="by_input"), registry(), {})
+    assert done.output("m", "output") == {f"Branch {i}": {"i": i} for i in range(5)}
+
+
+async def test_merge_of_many_waits_only_for_live_branches() -> None:
+    graph = branching_graph()
+    graph["edges"] = [e for e in graph["edges"] if e["target"] != "m"]
+    graph["edges"] += [edge("hi", "m", target_handle="inputs"), edge("lo", "m", target_handle="inputs")]
+    done = await run_graph_local(graph, registry(), {"score": 9})
+    assert done.status == RunStatus.SUCCEEDED
+    assert done.output("m", "output") == [{"score": 9, "band": "high"}]
