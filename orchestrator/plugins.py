@@ -15,6 +15,11 @@ executor module exports ``executor`` (an object with ``node_type`` and ``execute
 
 "Drop a folder, restart, it appears": nothing else registers a node type. A broken folder
 raises :class:`PluginError` naming it; with ``strict=False`` it is logged and skipped.
+
+:func:`colour_of` gives a definition's palette colour (``GET /nodes`` serves it): its
+own ``color`` if it sets one, else its category's from ``nodes/categories.json``, else a colour picked from
+:data:`FALLBACK_PALETTE` by a hash of the category name (stable across processes, so a
+node pack's new category always draws the same).
 """
 
 from __future__ import annotations
@@ -213,6 +218,31 @@ def load_registry(settings: Settings | None = None, *, extra_paths: Sequence[Pat
                 raise PluginError(str(exc)) from None
             log.warning("skipping node type %r: %s", definition.id, exc)
     return registry
+
+
+# Distinct, readable on light and dark backgrounds; for categories no table names.
+FALLBACK_PALETTE = ("#ef4444", "#ec4899", "#8b5cf6", "#06b6d4", "#14b8a6", "#22c55e", "#a855f7", "#0ea5e9")
+
+
+@lru_cache(maxsize=1)
+def category_colours() -> dict[str, str]:
+    """The category -> colour table shipped with the repo's nodes ({} without it)."""
+    repo = _repo_nodes_dir()
+    table = repo / "categories.json" if repo is not None else None
+    if table is None or not table.is_file():
+        return {}
+    raw = json.loads(table.read_text())
+    return {k: v for k, v in raw.items() if not k.startswith("_") and isinstance(v, str)}
+
+
+def colour_of(definition: NodeDefinition) -> str:
+    if definition.color:
+        return definition.color
+    known = category_colours().get(definition.category)
+    if known:
+        return known
+    digest = hashlib.sha256(definition.category.encode()).digest()
+    return FALLBACK_PALETTE[digest[0] % len(FALLBACK_PALETTE)]
 
 
 @lru_cache(maxsize=1)

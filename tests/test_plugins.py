@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,10 +50,13 @@ def write_node(root: Path, rel: str, type_id: str, *, definition_text: str | Non
 
 
 @pytest.fixture(autouse=True)
-def isolated(monkeypatch: pytest.MonkeyPatch) -> None:
+def isolated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Scan only what each test sets up: no repo nodes/ tree, no installed entry points."""
     monkeypatch.setattr(plugins, "_repo_nodes_dir", lambda: None)
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda **kw: [])
+    plugins.category_colours.cache_clear()
+    yield
+    plugins.category_colours.cache_clear()  # read without the repo tree: not for later tests
 
 
 def no_settings(**kw: Any) -> Settings:
@@ -173,3 +177,14 @@ def test_the_same_type_in_two_folders_is_an_error_naming_both(tmp_path: Path) ->
 def test_a_node_path_that_is_not_a_directory_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(PluginError, match="not a directory"):
         load_registry(no_settings(node_paths=str(tmp_path / "missing")))
+
+
+def test_a_definitions_own_colour_wins_and_an_unknown_category_gets_a_stable_one() -> None:
+    from orchestrator.kernel.definition import NodeDefinition
+    from orchestrator.plugins import FALLBACK_PALETTE, colour_of
+
+    own = NodeDefinition.model_validate({"id": "x", "name": "X", "category": "flow", "color": "#123456"})
+    assert colour_of(own) == "#123456"
+    novel = NodeDefinition.model_validate({"id": "y", "name": "Y", "category": "my-pack"})
+    assert colour_of(novel) in FALLBACK_PALETTE
+    assert colour_of(novel) == colour_of(novel.model_copy())

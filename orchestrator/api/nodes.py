@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Depends
 
 from orchestrator.kernel.sockets import socket_catalogue
+from orchestrator.plugins import colour_of
 
 from .services import Services, get_services
 
@@ -19,6 +20,7 @@ async def list_nodes(services: Services = Depends(get_services)) -> dict[str, An
     nodes = []
     for node_type in services.registry:
         item = node_type.definition.model_dump(mode="json")
+        item["color"] = colour_of(node_type.definition)  # by category unless the definition sets one
         item["capabilities"] = {
             "execute": node_type.can_execute,
             "materialize": node_type.can_materialize,

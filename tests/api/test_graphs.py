@@ -171,3 +171,8 @@ async def test_a_path_id_outside_the_pattern_is_422(api: Api, url: str) -> None:
     response = await api.client.get(url)
     assert response.status_code == 422
     assert "graph_id" in response.text
+
+
+async def test_node_catalogue_gives_every_node_a_colour(api: Api) -> None:
+    nodes = (await api.client.get("/nodes")).json()["nodes"]
+    assert nodes and all(isinstance(n["color"], str) and n["color"].startswith("#") for n in nodes)

@@ -139,7 +139,7 @@ const GraphCanvas = (() => {
       node.title = n.name || n.id;
       node._graphId = n.id;
       node._state = "pending";
-      const colour = CATEGORY_COLOURS[def.category] || n.color || "#475569";
+      const colour = def.color || CATEGORY_COLOURS[def.category] || "#475569";
       node.color = colour;
       node.bgcolor = "#1f2430";
       const handles = new Set();
