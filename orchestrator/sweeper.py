@@ -248,6 +248,7 @@ class Sweeper:
 class RunningSweeper:
     task: asyncio.Task[None]
     stop: asyncio.Event
+    owned: Any = None  # a Redis client the sweeper opened for itself, closed at stop
 
 
 def start_sweeper(sweeper: Sweeper, period_s: float | None = None) -> RunningSweeper:
@@ -263,6 +264,8 @@ async def stop_sweeper(running: RunningSweeper, timeout_s: float = 10.0) -> None
     running.stop.set()
     with contextlib.suppress(TimeoutError, asyncio.CancelledError):
         await asyncio.wait_for(running.task, timeout_s)
+    if running.owned is not None:
+        await running.owned.aclose()
 
 
 def _setting(settings: Settings, name: str, override: Any, default: Any) -> Any:
@@ -281,13 +284,26 @@ def sweep_period_s(settings: Settings) -> float:
 def start_background_sweeper(app_state: Any, period_s: float | None = None) -> RunningSweeper:
     """Start a sweeper task on the running loop for an API app (``app.state``).
 
-    Uses ``app_state.services`` (its run store, dispatch and settings); kept on
-    ``app_state.sweeper``. Stop it with :func:`stop_background_sweeper`.
+    Uses ``app_state.services`` (dispatch and settings; a Redis client of its own on
+    ``Settings.redis_url``, else the app's run store); kept on ``app_state.sweeper``. Stop
+    it with :func:`stop_background_sweeper`, which closes that client.
     """
     services = app_state.services
-    sweeper = Sweeper(cast("RedisRunStore", services.run_store), services.dispatch,
-                      services.settings)
+    from redis.asyncio import Redis
+
+    from workers.store import RedisRunStore
+
+    store = cast("RedisRunStore", services.run_store)
+    owned = None
+    if services.settings.redis_url and isinstance(store, RedisRunStore):
+        # Its own client, created on this (the serving) loop: the sweeper shares no
+        # loop-bound connection or pool lock with request handlers, whichever loop those
+        # run on (see docs/architecture.md, "One event loop per app").
+        owned = Redis.from_url(services.settings.redis_url, decode_responses=True)
+        store = RedisRunStore(owned, services.settings)
+    sweeper = Sweeper(store, services.dispatch, services.settings)
     running = start_sweeper(sweeper, period_s)
+    running.owned = owned
     app_state.sweeper = running
     return running
 
