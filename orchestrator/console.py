@@ -54,6 +54,28 @@ def token_text(event: NodeEvent) -> str | None:
     return None
 
 
+def event_label(event: NodeEvent) -> str:
+    """Who an event is about, as the user names it. An event a container forwards from its
+    body (``data.subgraph``, e.g. a loop's ``"Loop[2]"``) reads ``Loop[2] > Inner``; a
+    team member's agent event (``data.agent`` differs from the node) reads ``Team > Member``.
+    """
+    outer = event.node_name or event.node_id or "run"
+    data = event.data or {}
+    subgraph = data.get("subgraph")
+    if isinstance(subgraph, str) and subgraph:
+        inner = data.get("inner_node_name") or data.get("inner_node_id") or "?"
+        outer = f"{subgraph} > {inner}"
+    agent = data.get("agent") if event.event_type == EventType.AGENT_EVENT else None
+    if isinstance(agent, str) and agent and agent not in (event.node_name, data.get("inner_node_name")):
+        return f"{outer} > {agent}"
+    return outer
+
+
+def is_inner(event: NodeEvent) -> bool:
+    """True for an event a container forwards from its body: it is not the node's own."""
+    return bool((event.data or {}).get("subgraph"))
+
+
 def preview(value: Any, limit: int = PREVIEW_CHARS) -> str:
     text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -85,22 +107,28 @@ class RunConsole:
 
     def handle(self, event_id: str, event: NodeEvent) -> None:
         chunk = token_text(event)
+        key = event.node_id if not is_inner(event) and event.event_type != EventType.AGENT_EVENT \
+            else event_label(event)
         if chunk is not None:
-            self.streams[event.node_id] = self.streams.get(event.node_id, "") + chunk
+            self.streams[key] = self.streams.get(key, "") + chunk
+            self.names.setdefault(key, key)
         else:
             if not event.node_id and event.event_type == EventType.RUN_WAITING:
                 waiting = (event.data or {}).get("node_id")
                 if waiting:
                     self.status[waiting] = "waiting"
-            if event.node_id and event.event_type in EVENT_STATUS:
+            if event.node_id and event.event_type in EVENT_STATUS and not is_inner(event):
                 self.status[event.node_id] = EVENT_STATUS[event.event_type]
                 if event.node_id not in self.names:
                     self.names[event.node_id] = event.node_name or event.node_id
                     self.nodes.append((event.node_id, self.names[event.node_id], event.node_type))
             ended = event.event_type in (EventType.COMPLETED, EventType.ERROR)
-            if ended and event.node_id in self.streams:
-                self.console.print(Panel(self.streams.pop(event.node_id),
-                                         title=self.names.get(event.node_id, event.node_id)))
+            if ended:  # the node's (or inner node's) streams are complete: print them whole
+                prefix = event_label(event)
+                for done in [k for k in self.streams
+                             if k == event.node_id or k == prefix or k.startswith(prefix + " > ")]:
+                    self.console.print(Panel(self.streams.pop(done),
+                                             title=self.names.get(done, done)))
             self.console.print(self._line(event))
         self.live.update(self._render())
 
@@ -108,7 +136,7 @@ class RunConsole:
         if self.started_at is None:
             self.started_at = event.timestamp
         t = f"{event.timestamp - self.started_at:7.3f}s"
-        who = event.node_name or event.node_id or "run"
+        who = event_label(event)
         style = STATUS_STYLE.get(EVENT_STATUS.get(event.event_type, ""), "bold")
         line = Text.assemble((t, "dim"), " ", (f"{event.event_type:<14}", style), " ", who)
         if event.attempt > 1:

@@ -59,6 +59,9 @@ class Settings(BaseSettings):
     api_keys: str = ""  # comma-separated bearer keys; empty = auth disabled (dev only)
     api_host: str = "127.0.0.1"
     api_port: int = 8000
+    # `serve` without api_keys binds to loopback only; set this to serve an open API on
+    # another address anyway (behind your own auth proxy, say). Shipped default: closed.
+    allow_open_api: bool = False
     max_body_bytes: int = 2 * 1024 * 1024
     sse_ping_s: float = 15.0
     redis_max_connections: int = 512  # the API's Redis pool (blocking: a burst waits, then 503); SSE streams use none

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -12,17 +13,28 @@ from orchestrator.client import Client
 DEFAULT_URL = "http://127.0.0.1:8000"
 
 
-def add_connection_args(parser: Any) -> None:
+def add_connection_args(parser: Any, *, leaf: bool = False) -> None:
+    """``--api-url`` and ``--api-key``. Added to a command group and again (``leaf=True``)
+    to each of its actions, so ``graphs list --api-url U`` works as ``graphs --api-url U
+    list`` does; a leaf's default is SUPPRESS, so it never overwrites the group's value."""
+    url_default = os.environ.get("ORCH_API_URL", DEFAULT_URL)
     parser.add_argument(
         "--api-url",
-        default=os.environ.get("ORCH_API_URL", DEFAULT_URL),
-        help="API base URL (default: ORCH_API_URL or %(default)s)",
+        default=argparse.SUPPRESS if leaf else url_default,
+        help=f"API base URL (default: ORCH_API_URL or {url_default})",
     )
     parser.add_argument(
         "--api-key",
-        default=os.environ.get("ORCH_API_KEY"),
+        default=argparse.SUPPRESS if leaf else os.environ.get("ORCH_API_KEY"),
         help="bearer API key (default: ORCH_API_KEY)",
     )
+
+
+def add_action(actions: Any, name: str, help: str) -> argparse.ArgumentParser:
+    """One action of a command group (``graphs list``), with the connection flags."""
+    parser: argparse.ArgumentParser = actions.add_parser(name, help=help, description=help)
+    add_connection_args(parser, leaf=True)
+    return parser
 
 
 def client(args: Any) -> Client:
