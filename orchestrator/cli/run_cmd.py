@@ -47,6 +47,9 @@ if TYPE_CHECKING:
 Decision = Literal["approve", "reject"]
 OFFLINE_ENV = "ORCH_OFFLINE_MODELS"  # agent nodes use a deterministic dry-run model
 READ_BLOCK_MS = 1000
+# How long stopping lets a running node finish: the embedded Redis ends with this command,
+# so a warm shutdown saves nothing; Ctrl-C and SIGTERM should not wait a node out.
+STOP_GRACE_S = 2.0
 BARE_WORD = re.compile(r"[\w.@/:+-]+")
 os.environ.setdefault("AGNO_TELEMETRY", "false")  # node packs may import agno in this process
 
@@ -254,7 +257,8 @@ def _run_owned(args: argparse.Namespace, raw: dict[str, Any], run_input: Any,
             err.print("[dim]starting an embedded redis-server (REDIS_URL is unset)…[/]")
             url = stack.enter_context(EmbeddedRedis()).url
             pool = max(1, args.workers)
-            workers = WorkerProcesses(url, count=1, concurrency=pool, env=worker_env)
+            workers = WorkerProcesses(url, count=1, concurrency=pool, env=worker_env,
+                                      grace_s=STOP_GRACE_S)
             stack.callback(workers.stop)
             err.print(f"[dim]starting a Celery worker with {pool} pool process"
                       f"{'es' if pool > 1 else ''}"
