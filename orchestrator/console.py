@@ -31,6 +31,7 @@ EVENT_STATUS = {
 }
 TOKEN_KEYS = ("delta", "token", "text")  # where a progress event's text chunk may sit
 CONTENT_EVENT_SUFFIX = "RunContent"  # agent_event kinds whose "content" is a text delta
+FORWARD_KEYS = frozenset({"subgraph", "inner_node_id", "inner_node_name", "inner_node_type"})
 PREVIEW_CHARS = 100
 STREAM_LINES = 8
 
@@ -143,8 +144,8 @@ class RunConsole:
             line.append(f" (attempt {event.attempt})", style="magenta")
         if event.event_type == EventType.AGENT_EVENT and event.data:
             line.append(f"  {event.data.get('event', '')}", style="cyan")
-        elif event.data:
-            detail: Any = event.data.get("error") or event.data.get("message") or event.data
+        elif data := {k: v for k, v in (event.data or {}).items() if k not in FORWARD_KEYS}:
+            detail: Any = data.get("error") or data.get("message") or data
             if isinstance(detail, dict) and isinstance(detail.get("outputs"), dict):
                 detail = {port: dv.get("value") if isinstance(dv, dict) else dv
                           for port, dv in detail["outputs"].items()}

@@ -62,6 +62,8 @@ def read_graph(path: Path) -> dict[str, Any]:
 def graphs_command(args: argparse.Namespace) -> int:
     try:
         return _run(args)
+    except BrokenPipeError:
+        raise  # stdout closed (`| head`): main() ends quietly
     except (OrchestratorError, OSError, ValueError) as exc:
         return fail(str(exc))
 
