@@ -31,6 +31,7 @@ EVENT_STATUS = {
 }
 TOKEN_KEYS = ("delta", "token", "text")  # where a progress event's text chunk may sit
 CONTENT_EVENT_SUFFIX = "RunContent"  # agent_event kinds whose "content" is a text delta
+RUN_STARTED_SUFFIX = "RunStarted"  # RunStarted / TeamRunStarted carry model and provider
 FORWARD_KEYS = frozenset({"subgraph", "inner_node_id", "inner_node_name", "inner_node_type"})
 PREVIEW_CHARS = 100
 STREAM_LINES = 8
@@ -70,6 +71,16 @@ def event_label(event: NodeEvent) -> str:
     if isinstance(agent, str) and agent and agent not in (event.node_name, data.get("inner_node_name")):
         return f"{outer} > {agent}"
     return outer
+
+
+def model_ran(event: NodeEvent) -> str | None:
+    """``provider:id`` of the model a run-start agent event reports (the model that runs,
+    e.g. ``dryrun:gpt-4o-mini`` under ``--offline``, not the one the graph configured)."""
+    data = event.data or {}
+    if not str(data.get("event", "")).endswith(RUN_STARTED_SUFFIX) or not data.get("model"):
+        return None
+    provider = data.get("model_provider")
+    return f"{provider}:{data['model']}" if provider else str(data["model"])
 
 
 def is_inner(event: NodeEvent) -> bool:
@@ -144,6 +155,9 @@ class RunConsole:
             line.append(f" (attempt {event.attempt})", style="magenta")
         if event.event_type == EventType.AGENT_EVENT and event.data:
             line.append(f"  {event.data.get('event', '')}", style="cyan")
+            ran = model_ran(event)
+            if ran:
+                line.append(f"  model {ran}", style="dim")
         elif data := {k: v for k, v in (event.data or {}).items() if k not in FORWARD_KEYS}:
             detail: Any = data.get("error") or data.get("message") or data
             if isinstance(detail, dict) and isinstance(detail.get("outputs"), dict):

@@ -68,3 +68,12 @@ def test_final_outputs_print_as_json_not_python_repr() -> None:
 
 def test_a_text_output_prints_as_its_text() -> None:
     assert _render("Hello, Ada!").strip() == "Hello, Ada!"
+
+
+def test_agent_run_start_names_the_model_that_ran() -> None:
+    view, out = _view()
+    with view:
+        view.handle("1-0", _event(EventType.AGENT_EVENT, "t", "Team", {
+            "event": "TeamRunStarted", "agent": "Team", "model": "gpt-4o-mini",
+            "model_provider": "dryrun"}, "agent"))
+    assert "model dryrun:gpt-4o-mini" in out.getvalue()
