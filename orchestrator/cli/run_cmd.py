@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from rich.console import Console, RenderableType
 from rich.json import JSON
+from rich.markup import escape
 from rich.panel import Panel
 from rich.pretty import Pretty
 from rich.text import Text
@@ -142,9 +143,9 @@ def trigger_node(raw: dict[str, Any], name: str | None) -> list[str] | None:
 
 def print_error(console: Console, exc: OrchestratorError) -> None:
     where = exc.where()
-    console.print(f"[bold red]{type(exc).__name__}[/]: {exc.message}", highlight=False)
+    console.print(f"[bold red]{type(exc).__name__}[/]: {escape(exc.message)}", highlight=False)
     if where:
-        console.print(f"  at {where}", highlight=False)
+        console.print(f"  at {escape(where)}", highlight=False)
 
 
 def as_json_view(value: Any) -> RenderableType:
@@ -227,7 +228,7 @@ def run_command(args: argparse.Namespace) -> int:
         raw = load_graph(args.graph)
         run_input = load_input(args.input, args.input_file)
     except InputError as exc:
-        err.print(f"[bold red]error[/]: {exc}", markup=True)
+        err.print(f"[bold red]error[/]: {escape(str(exc))}", soft_wrap=True)
         return 2
     try:
         with terminate_as_interrupt():

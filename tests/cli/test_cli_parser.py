@@ -93,6 +93,8 @@ def test_run_with_malformed_input_exits_2_before_starting_anything(
     assert code == 2
     assert "column 2" in err
     assert "starting" not in err  # no redis-server or worker was started
+    assert main(["run", str(ROOT / "examples" / "hello.json"), "--input", "[bold]x"]) == 2
+    assert "[bold]x" in capsys.readouterr().err  # shown as typed, not as terminal markup
 
 
 def test_runs_start_follow_keeps_stdout_to_json_lines(
