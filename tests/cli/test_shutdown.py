@@ -83,15 +83,20 @@ def started() -> Iterator[list[subprocess.Popen[str]]]:
 
 
 def _stop_and_check(proc: subprocess.Popen[str], sig: signal.Signals,
-                    expect: tuple[str, ...], codes: tuple[int, ...] = ()) -> None:
+                    expect: tuple[str, ...], codes: tuple[int, ...] = (),
+                    group: bool = False) -> None:
     """Signal ``proc``; every descendant it had must be gone within GONE_WITHIN_S and it
-    must exit with one of ``codes`` (default: 128 + the signal, as a shell reports)."""
+    must exit with one of ``codes`` (default: 128 + the signal, as a shell reports).
+    ``group``: signal its whole process group, as a terminal's Ctrl-C does."""
     tree = descendant_pids(proc.pid)
     names = {pid: _cmdline(pid) for pid in tree}
     for part in expect:
         assert any(part in cmd for cmd in names.values()), (part, names)
     began = time.monotonic()
-    proc.send_signal(sig)
+    if group:
+        os.killpg(proc.pid, sig)
+    else:
+        proc.send_signal(sig)
     proc.wait(timeout=GONE_WITHIN_S)
     left = [pid for pid in tree if _alive(pid)]
     while left and time.monotonic() - began < GONE_WITHIN_S:
@@ -102,15 +107,19 @@ def _stop_and_check(proc: subprocess.Popen[str], sig: signal.Signals,
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("sig", SIGNALS)
+@pytest.mark.parametrize(("sig", "group"), [
+    pytest.param(signal.SIGTERM, False, id="SIGTERM"),
+    pytest.param(signal.SIGINT, False, id="SIGINT"),
+    pytest.param(signal.SIGINT, True, id="ctrl-c-to-the-process-group"),
+])
 def test_run_stops_redis_workers_pool_and_sandbox_on_signal(
-    sig: signal.Signals, tmp_path: Path, started: list[subprocess.Popen[str]],
+    sig: signal.Signals, group: bool, tmp_path: Path, started: list[subprocess.Popen[str]],
 ) -> None:
     graph = tmp_path / "slow.json"
     graph.write_text(json.dumps(SLOW_GRAPH))
     proc = subprocess.Popen([*CLI, "run", str(graph), "--json", "--workers", "1"], cwd=ROOT,
                             env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, start_new_session=group)
     started.append(proc)
     assert proc.stdout is not None
     for line in proc.stdout:  # until the code node runs (its sandbox is up right after)
@@ -119,7 +128,10 @@ def test_run_stops_redis_workers_pool_and_sandbox_on_signal(
             break
     _wait_for(lambda: any("sandbox_child" in _cmdline(p) for p in descendant_pids(proc.pid)),
               20, "the code node's sandbox process")
-    _stop_and_check(proc, sig, ("redis-server", "celery", "sandbox_child"))
+    _stop_and_check(proc, sig, ("redis-server", "celery", "sandbox_child"), group=group)
+    _, err = proc.communicate(timeout=10)
+    assert "Traceback" not in err, err[-3000:]
+    assert err.splitlines()[-1] == ("terminated" if sig == signal.SIGTERM else "interrupted")
 
 
 @pytest.mark.timeout(120)
