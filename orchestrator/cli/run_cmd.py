@@ -29,7 +29,6 @@ from rich.console import Console, RenderableType
 from rich.json import JSON
 from rich.markup import escape
 from rich.panel import Panel
-from rich.pretty import Pretty
 from rich.text import Text
 
 from orchestrator.console import JsonConsole, RunConsole
@@ -199,7 +198,7 @@ def _ask(console: Console, event: NodeEvent) -> Decision | None:
         return None
     payload = (event.data or {}).get("payload") or {}
     calls = payload.get("tool_calls") or payload
-    console.print(Panel(Pretty(calls), title="the run waits for an approval"))
+    console.print(Panel(as_json_view(calls), title="the run waits for an approval"))
     answer = console.input("approve? [y/N] ").strip().lower()
     return "approve" if answer in ("y", "yes") else "reject"
 
