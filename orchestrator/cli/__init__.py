@@ -17,6 +17,8 @@ import os
 import sys
 from importlib import metadata
 
+from ._remote import share_connection_args
+
 SUBCOMMANDS = (  # sweeper_cmd also adds "beat"
     "run", "worker", "serve", "graphs", "runs", "nodes", "sweeper", "credentials",
 )
@@ -47,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
                 continue  # sub-command not installed in this build
             raise
         module.add_parser(sub)
+    for command in sub.choices.values():
+        share_connection_args(command)
     return parser
 
 

@@ -14,9 +14,10 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 
 
 def add_connection_args(parser: Any, *, leaf: bool = False) -> None:
-    """``--api-url`` and ``--api-key``. Added to a command group and again (``leaf=True``)
-    to each of its actions, so ``graphs list --api-url U`` works as ``graphs --api-url U
-    list`` does; a leaf's default is SUPPRESS, so it never overwrites the group's value."""
+    """``--api-url`` and ``--api-key`` on a command group (``graphs``). :func:`main`'s parser
+    adds them again (``leaf=True``) to each action of such a group, so ``graphs list
+    --api-url U`` works as ``graphs --api-url U list`` does; a leaf's default is SUPPRESS,
+    so it never overwrites the group's value."""
     url_default = os.environ.get("ORCH_API_URL", DEFAULT_URL)
     parser.add_argument(
         "--api-url",
@@ -31,10 +32,20 @@ def add_connection_args(parser: Any, *, leaf: bool = False) -> None:
 
 
 def add_action(actions: Any, name: str, help: str) -> argparse.ArgumentParser:
-    """One action of a command group (``graphs list``), with the connection flags."""
+    """One action of a command group (``graphs list``); its help is also its description."""
     parser: argparse.ArgumentParser = actions.add_parser(name, help=help, description=help)
-    add_connection_args(parser, leaf=True)
     return parser
+
+
+def share_connection_args(group: argparse.ArgumentParser) -> None:
+    """Give every action of ``group`` the group's connection flags (when it has them)."""
+    if "--api-url" not in group._option_string_actions:
+        return
+    for action in group._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for leaf in action.choices.values():
+                if "--api-url" not in leaf._option_string_actions:
+                    add_connection_args(leaf, leaf=True)
 
 
 def client(args: Any) -> Client:

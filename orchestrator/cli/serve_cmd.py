@@ -56,9 +56,15 @@ def is_loopback(host: str) -> bool:
         return False  # a name other than localhost may resolve anywhere
 
 
+def keys_configured(settings: Settings) -> bool:
+    """True when the API will ask for a key (ORCH_API_KEYS, or a keys file where the
+    settings have one)."""
+    return bool(settings.api_keys.strip() or getattr(settings, "api_keys_file", None))
+
+
 def open_api_refusal(host: str, settings: Settings) -> str | None:
     """Why serving on ``host`` is refused (None: allowed)."""
-    if settings.api_keys.strip() or settings.allow_open_api or is_loopback(host):
+    if keys_configured(settings) or settings.allow_open_api or is_loopback(host):
         return None
     return (f"refusing to serve the API on {host} without API keys: anyone who can reach "
             f"it could run graphs. Set ORCH_API_KEYS (comma-separated bearer keys), or "
@@ -71,7 +77,7 @@ def serve_command(args: argparse.Namespace) -> int:
     if refusal is not None:
         print(f"error: {refusal}", file=sys.stderr)
         return 2
-    if not settings.api_keys.strip():
+    if not keys_configured(settings):
         scope = ("loopback only" if is_loopback(args.host)
                  else "OPEN to the network (ORCH_ALLOW_OPEN_API=1)")
         print(f"no API keys (ORCH_API_KEYS unset): serving without authentication on "
