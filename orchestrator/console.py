@@ -31,6 +31,8 @@ EVENT_STATUS = {
 }
 TOKEN_KEYS = ("delta", "token", "text")  # where a progress event's text chunk may sit
 CONTENT_EVENT_SUFFIX = "RunContent"  # agent_event kinds whose "content" is a text delta
+RUN_STARTED_SUFFIX = "RunStarted"  # RunStarted / TeamRunStarted carry model and provider
+FORWARD_KEYS = frozenset({"subgraph", "inner_node_id", "inner_node_name", "inner_node_type"})
 PREVIEW_CHARS = 100
 STREAM_LINES = 8
 
@@ -52,6 +54,38 @@ def token_text(event: NodeEvent) -> str | None:
         if isinstance(value, str) and value:
             return value
     return None
+
+
+def event_label(event: NodeEvent) -> str:
+    """Who an event is about, as the user names it. An event a container forwards from its
+    body (``data.subgraph``, e.g. a loop's ``"Loop[2]"``) reads ``Loop[2] > Inner``; a
+    team member's agent event (``data.agent`` differs from the node) reads ``Team > Member``.
+    """
+    outer = event.node_name or event.node_id or "run"
+    data = event.data or {}
+    subgraph = data.get("subgraph")
+    if isinstance(subgraph, str) and subgraph:
+        inner = data.get("inner_node_name") or data.get("inner_node_id") or "?"
+        outer = f"{subgraph} > {inner}"
+    agent = data.get("agent") if event.event_type == EventType.AGENT_EVENT else None
+    if isinstance(agent, str) and agent and agent not in (event.node_name, data.get("inner_node_name")):
+        return f"{outer} > {agent}"
+    return outer
+
+
+def model_ran(event: NodeEvent) -> str | None:
+    """``provider:id`` of the model a run-start agent event reports (the model that runs,
+    e.g. ``dryrun:gpt-4o-mini`` under ``--offline``, not the one the graph configured)."""
+    data = event.data or {}
+    if not str(data.get("event", "")).endswith(RUN_STARTED_SUFFIX) or not data.get("model"):
+        return None
+    provider = data.get("model_provider")
+    return f"{provider}:{data['model']}" if provider else str(data["model"])
+
+
+def is_inner(event: NodeEvent) -> bool:
+    """True for an event a container forwards from its body: it is not the node's own."""
+    return bool((event.data or {}).get("subgraph"))
 
 
 def preview(value: Any, limit: int = PREVIEW_CHARS) -> str:
@@ -85,22 +119,28 @@ class RunConsole:
 
     def handle(self, event_id: str, event: NodeEvent) -> None:
         chunk = token_text(event)
+        key = event.node_id if not is_inner(event) and event.event_type != EventType.AGENT_EVENT \
+            else event_label(event)
         if chunk is not None:
-            self.streams[event.node_id] = self.streams.get(event.node_id, "") + chunk
+            self.streams[key] = self.streams.get(key, "") + chunk
+            self.names.setdefault(key, key)
         else:
             if not event.node_id and event.event_type == EventType.RUN_WAITING:
                 waiting = (event.data or {}).get("node_id")
                 if waiting:
                     self.status[waiting] = "waiting"
-            if event.node_id and event.event_type in EVENT_STATUS:
+            if event.node_id and event.event_type in EVENT_STATUS and not is_inner(event):
                 self.status[event.node_id] = EVENT_STATUS[event.event_type]
                 if event.node_id not in self.names:
                     self.names[event.node_id] = event.node_name or event.node_id
                     self.nodes.append((event.node_id, self.names[event.node_id], event.node_type))
             ended = event.event_type in (EventType.COMPLETED, EventType.ERROR)
-            if ended and event.node_id in self.streams:
-                self.console.print(Panel(self.streams.pop(event.node_id),
-                                         title=self.names.get(event.node_id, event.node_id)))
+            if ended:  # the node's (or inner node's) streams are complete: print them whole
+                prefix = event_label(event)
+                for done in [k for k in self.streams
+                             if k == event.node_id or k == prefix or k.startswith(prefix + " > ")]:
+                    self.console.print(Panel(self.streams.pop(done),
+                                             title=self.names.get(done, done)))
             self.console.print(self._line(event))
         self.live.update(self._render())
 
@@ -108,15 +148,18 @@ class RunConsole:
         if self.started_at is None:
             self.started_at = event.timestamp
         t = f"{event.timestamp - self.started_at:7.3f}s"
-        who = event.node_name or event.node_id or "run"
+        who = event_label(event)
         style = STATUS_STYLE.get(EVENT_STATUS.get(event.event_type, ""), "bold")
         line = Text.assemble((t, "dim"), " ", (f"{event.event_type:<14}", style), " ", who)
         if event.attempt > 1:
             line.append(f" (attempt {event.attempt})", style="magenta")
         if event.event_type == EventType.AGENT_EVENT and event.data:
             line.append(f"  {event.data.get('event', '')}", style="cyan")
-        elif event.data:
-            detail: Any = event.data.get("error") or event.data.get("message") or event.data
+            ran = model_ran(event)
+            if ran:
+                line.append(f"  model {ran}", style="dim")
+        elif data := {k: v for k, v in (event.data or {}).items() if k not in FORWARD_KEYS}:
+            detail: Any = data.get("error") or data.get("message") or data
             if isinstance(detail, dict) and isinstance(detail.get("outputs"), dict):
                 detail = {port: dv.get("value") if isinstance(dv, dict) else dv
                           for port, dv in detail["outputs"].items()}

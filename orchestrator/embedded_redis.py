@@ -124,7 +124,10 @@ class EmbeddedRedis:
             return self
         self.dir.mkdir(parents=True, exist_ok=True)
         log = open(self.dir / "redis.log", "wb")  # the child keeps its own copy
-        self._proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT)
+        # Its own session: a terminal's Ctrl-C reaches only our process, which then stops
+        # the server in order (after the run's last reads), not the server mid-run.
+        self._proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
         self.pid = self._proc.pid
         deadline = time.monotonic() + START_TIMEOUT_S

@@ -5,12 +5,15 @@ worker -P prefork -c <concurrency>``, in its own process group with ``REDIS_URL`
 extra ``env``) set, and waits until every one has started consuming: each worker writes a
 readiness file from Celery's ``worker_ready`` signal (``workers.app``), which costs no
 broker round trip. ``stop`` sends SIGTERM to each process group it started (a warm
-shutdown: running nodes finish), waits ``grace_s``, then SIGKILLs the group. Nothing is
-ever signalled by name.
+shutdown: running nodes finish), waits ``grace_s``, then SIGKILLs the group and any
+descendant that left it (a node's sandbox runs in its own session): every process found
+under a worker when ``stop`` began is gone when it returns. Nothing is ever signalled by
+name.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -138,6 +141,7 @@ class WorkerProcesses:
     def stop(self) -> None:
         """SIGTERM each group we started, wait ``grace_s``, SIGKILL what is left."""
         procs, self.procs = self.procs, []
+        strays = [pid for proc in procs for pid in descendant_pids(proc.pid)]
         for proc in procs:
             _signal_group(proc, signal.SIGTERM)
         deadline = time.monotonic() + self.grace_s
@@ -148,6 +152,9 @@ class WorkerProcesses:
                 pass
             _signal_group(proc, signal.SIGKILL)  # pool children outliving their parent
             proc.wait()
+        for pid in strays:  # descendants in their own session (sandboxes), orphaned now
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> WorkerProcesses:
@@ -160,6 +167,26 @@ class WorkerProcesses:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def descendant_pids(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (from ``/proc``; empty where there is none).
+    Read from the parent links, so it also finds children that started their own session."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            stat = entry.read_text()
+        except OSError:
+            continue  # exited while we looked
+        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
+        children.setdefault(int(fields[1]), []).append(int(entry.parent.name))
+    found: list[int] = []
+    todo = list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo.extend(children.get(child, []))
+    return found
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:

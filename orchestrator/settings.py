@@ -98,6 +98,9 @@ class Settings(BaseSettings):
     api_keys_file: str | None = None
     api_host: str = "127.0.0.1"
     api_port: int = 8000
+    # `serve` without api_keys binds to loopback only; set this to serve an open API on
+    # another address anyway (behind your own auth proxy, say). Shipped default: closed.
+    allow_open_api: bool = False
     max_body_bytes: int = 2 * 1024 * 1024
     public_docs: bool = False  # serve /docs, /redoc and /openapi.json without a key
     # A signed webhook's timestamp may differ from the server clock by this much; each

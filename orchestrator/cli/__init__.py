@@ -1,19 +1,46 @@
-"""The ``orchestrator`` command. Each sub-command lives in its own module exposing
-``add_parser(subparsers)``; the parser sets ``func(args) -> int``."""
+"""The ``orchestrator`` command. Each sub-command lives in its own module
+``orchestrator/cli/<name>_cmd.py`` exposing ``add_parser(subparsers)``; the parser sets
+``func(args) -> int``. A module listed in :data:`SUBCOMMANDS` that is not installed is
+skipped, so adding a command is one module plus one name here.
+
+Conventions every sub-command keeps: each flag has help text; connection flags
+(``--api-url``/``--api-key``) are accepted before or after the action; data goes to
+stdout (JSON where it is structured), progress and errors to stderr. A closed stdout
+(``orchestrator graphs get X | head``) ends the command quietly with code 141.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+from importlib import metadata
 
-SUBCOMMANDS = ("run", "worker", "serve", "graphs", "runs", "nodes", "sweeper",
-               "credentials")  # sweeper_cmd also adds "beat"
+from ._remote import share_connection_args
+
+SUBCOMMANDS = (  # sweeper_cmd also adds "beat"
+    "run", "worker", "serve", "graphs", "runs", "nodes", "sweeper", "credentials",
+)
+DISTRIBUTION = "agentflow-orchestrator"
+BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader left
+
+
+def version() -> str:
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:  # pragma: no cover - run from a bare checkout
+        return "unknown"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="orchestrator", description="Run agent workflow graphs.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="orchestrator", description="Run agent workflow graphs.",
+        epilog="Run `orchestrator COMMAND --help` for a command's options.",
+    )
+    parser.add_argument("--version", action="version",
+                        version=f"%(prog)s {version()} ({DISTRIBUTION})")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in SUBCOMMANDS:
         try:
             module = importlib.import_module(f"orchestrator.cli.{name}_cmd")
@@ -22,12 +49,22 @@ def build_parser() -> argparse.ArgumentParser:
                 continue  # sub-command not installed in this build
             raise
         module.add_parser(sub)
+    for command in sub.choices.values():
+        share_connection_args(command)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    code: int = args.func(args)
+    try:
+        code: int = args.func(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly. Point stdout at /dev/null so the
+        # interpreter's final flush does not raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return BROKEN_PIPE_EXIT
     return code
 
 

@@ -14,32 +14,36 @@ from typing import Any
 
 from orchestrator.kernel.errors import OrchestratorError
 
-from ._remote import add_connection_args, client, emit, fail
+from ._remote import add_action, add_connection_args, client, emit, fail
 
 
 def add_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser("graphs", help="manage stored graphs through the API")
+    p = subparsers.add_parser("graphs", help="manage stored graphs through the API",
+                              description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     add_connection_args(p)
-    sub = p.add_subparsers(dest="action", required=True)
-    ls = sub.add_parser("list", help="list graphs")
-    ls.add_argument("--offset", type=int, default=0)
-    ls.add_argument("--limit", type=int, default=50)
-    get = sub.add_parser("get", help="print a graph")
-    get.add_argument("graph_id")
-    get.add_argument("--version", type=int, default=None)
-    create = sub.add_parser("create", help="create a graph from a JSON file")
-    create.add_argument("file", type=Path)
-    update = sub.add_parser("update", help="save a JSON file as the next version of a graph")
-    update.add_argument("graph_id")
-    update.add_argument("file", type=Path)
-    delete = sub.add_parser("delete", help="delete a graph and its versions")
-    delete.add_argument("graph_id")
-    export = sub.add_parser("export", help="write a stored graph to a JSON file")
-    export.add_argument("graph_id")
-    export.add_argument("file", type=Path)
-    export.add_argument("--version", type=int, default=None)
-    imp = sub.add_parser("import", help="create (or update, if it exists) a graph from a file")
-    imp.add_argument("file", type=Path)
+    sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    ls = add_action(sub, "list", "list stored graphs (JSON)")
+    ls.add_argument("--offset", type=int, default=0, help="skip this many graphs (default 0)")
+    ls.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    get = add_action(sub, "get", "print a stored graph as JSON")
+    get.add_argument("graph_id", help="the graph's id")
+    get.add_argument("--version", type=int, default=None,
+                     help="that saved version (default: the latest)")
+    create = add_action(sub, "create", "create a graph from a JSON file")
+    create.add_argument("file", type=Path, help="graph JSON file")
+    update = add_action(sub, "update", "save a JSON file as the next version of a graph")
+    update.add_argument("graph_id", help="the graph's id")
+    update.add_argument("file", type=Path, help="graph JSON file")
+    delete = add_action(sub, "delete", "delete a graph and its versions")
+    delete.add_argument("graph_id", help="the graph's id")
+    export = add_action(sub, "export", "write a stored graph to a JSON file")
+    export.add_argument("graph_id", help="the graph's id")
+    export.add_argument("file", type=Path, help="where to write the graph")
+    export.add_argument("--version", type=int, default=None,
+                        help="that saved version (default: the latest)")
+    imp = add_action(sub, "import", "create (or update, if it exists) a graph from a file")
+    imp.add_argument("file", type=Path, help="graph JSON file")
     imp.add_argument(
         "--check",
         action="store_true",
@@ -58,6 +62,8 @@ def read_graph(path: Path) -> dict[str, Any]:
 def graphs_command(args: argparse.Namespace) -> int:
     try:
         return _run(args)
+    except BrokenPipeError:
+        raise  # stdout closed (`| head`): main() ends quietly
     except (OrchestratorError, OSError, ValueError) as exc:
         return fail(str(exc))
 

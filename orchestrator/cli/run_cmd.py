@@ -18,14 +18,18 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import sys
+import time
 from contextlib import AsyncExitStack, ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.json import JSON
+from rich.markup import escape
 from rich.panel import Panel
-from rich.pretty import Pretty
+from rich.text import Text
 
 from orchestrator.console import JsonConsole, RunConsole
 from orchestrator.kernel.errors import GraphError, OrchestratorError
@@ -35,12 +39,18 @@ from orchestrator.kernel.scheduling import RunPlan
 from orchestrator.kernel.store import NodeStatus, RunStatus
 from orchestrator.settings import get_settings
 
+from ._signals import Terminated, interrupted_exit_code, terminate_as_interrupt
+
 if TYPE_CHECKING:
     from workers.store import RedisRunStore
 
 Decision = Literal["approve", "reject"]
 OFFLINE_ENV = "ORCH_OFFLINE_MODELS"  # agent nodes use a deterministic dry-run model
 READ_BLOCK_MS = 1000
+# How long stopping lets a running node finish: the embedded Redis ends with this command,
+# so a warm shutdown saves nothing; Ctrl-C and SIGTERM should not wait a node out.
+STOP_GRACE_S = 2.0
+BARE_WORD = re.compile(r"[\w.@/:+-]+")
 os.environ.setdefault("AGNO_TELEMETRY", "false")  # node packs may import agno in this process
 
 
@@ -55,7 +65,8 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("graph", type=Path, help="graph JSON file")
     source = p.add_mutually_exclusive_group()
-    source.add_argument("--input", help="run input as JSON (a bare word is taken as a string)")
+    source.add_argument("--input", help="run input as JSON; a single bare word (letters, digits, "
+                        "_.@/:+-, no spaces or quotes) is taken as a string")
     source.add_argument("--input-file", type=Path, help="file holding the run input as JSON")
     p.add_argument("--trigger", help="name or id of the trigger node to start from")
     p.add_argument("--workers", type=int, default=2,
@@ -98,8 +109,18 @@ def load_input(text: str | None, path: Path | None) -> Any:
         return None
     try:
         return json.loads(text)
-    except json.JSONDecodeError:
-        return text  # `--input hello` means the string "hello"
+    except json.JSONDecodeError as exc:
+        if is_bare_word(text):
+            return text  # `--input hello` means the string "hello"
+        raise InputError(f"--input is not valid JSON: {exc.msg} at line {exc.lineno} "
+                         f"column {exc.colno} (char {exc.pos})\n  {text}\n  "
+                         f"{' ' * exc.pos}^") from None
+
+
+def is_bare_word(text: str) -> bool:
+    """True for input meant as a plain string: one word of letters, digits, ``_.-@/:``
+    that is not JSON-looking (no quotes, brackets, braces, commas or spaces)."""
+    return BARE_WORD.fullmatch(text) is not None and not text[0].isdigit() and text[0] != "-"
 
 
 def trigger_node(raw: dict[str, Any], name: str | None) -> list[str] | None:
@@ -121,9 +142,17 @@ def trigger_node(raw: dict[str, Any], name: str | None) -> list[str] | None:
 
 def print_error(console: Console, exc: OrchestratorError) -> None:
     where = exc.where()
-    console.print(f"[bold red]{type(exc).__name__}[/]: {exc.message}", highlight=False)
+    console.print(f"[bold red]{type(exc).__name__}[/]: {escape(exc.message)}", highlight=False)
     if where:
-        console.print(f"  at {where}", highlight=False)
+        console.print(f"  at {escape(where)}", highlight=False)
+
+
+def as_json_view(value: Any) -> RenderableType:
+    """A value as the user sees it: a string as its text, anything else as indented JSON
+    (never a Python repr: ``true``/``null``/double quotes, pasteable elsewhere)."""
+    if isinstance(value, str):
+        return Text(value)
+    return JSON(json.dumps(value, default=str, ensure_ascii=False), indent=2)
 
 
 def _plain(value: Any) -> Any:
@@ -169,7 +198,7 @@ def _ask(console: Console, event: NodeEvent) -> Decision | None:
         return None
     payload = (event.data or {}).get("payload") or {}
     calls = payload.get("tool_calls") or payload
-    console.print(Panel(Pretty(calls), title="the run waits for an approval"))
+    console.print(Panel(as_json_view(calls), title="the run waits for an approval"))
     answer = console.input("approve? [y/N] ").strip().lower()
     return "approve" if answer in ("y", "yes") else "reject"
 
@@ -198,43 +227,60 @@ def run_command(args: argparse.Namespace) -> int:
         raw = load_graph(args.graph)
         run_input = load_input(args.input, args.input_file)
     except InputError as exc:
-        err.print(f"[bold red]error[/]: {exc}")
+        err.print(f"[bold red]error[/]: {escape(str(exc))}", soft_wrap=True)
         return 2
+    try:
+        with terminate_as_interrupt():
+            return _run_owned(args, raw, run_input, console, err)
+    except KeyboardInterrupt as exc:  # the ExitStack has stopped the workers and redis
+        err.print("terminated" if isinstance(exc, Terminated) else "interrupted")
+        return interrupted_exit_code(exc)
+
+
+def _run_owned(args: argparse.Namespace, raw: dict[str, Any], run_input: Any,
+               console: Console, err: Console) -> int:
+    """Start what the run needs (embedded redis and workers when REDIS_URL is unset),
+    run it, and stop what was started, whatever way this returns or raises."""
     from orchestrator.kernel.validation import validate_graph
     from orchestrator.plugins import get_registry
 
     settings = get_settings()
     worker_env = {OFFLINE_ENV: "1"} if args.offline else {}
-    try:
-        with ExitStack() as stack:
-            url = settings.redis_url or None  # an empty REDIS_URL counts as unset
-            workers = None
-            if url is None:
-                from orchestrator.embedded_redis import EmbeddedRedis
-                from orchestrator.embedded_workers import WorkerProcesses
+    with ExitStack() as stack:
+        url = settings.redis_url or None  # an empty REDIS_URL counts as unset
+        workers = None
+        began = time.monotonic()
+        if url is None:
+            from orchestrator.embedded_redis import EmbeddedRedis
+            from orchestrator.embedded_workers import WorkerProcesses
 
-                url = stack.enter_context(EmbeddedRedis()).url
-                workers = WorkerProcesses(url, count=1, concurrency=max(1, args.workers),
-                                          env=worker_env)
-                stack.callback(workers.stop)
-                workers.spawn()  # workers boot while this process loads and checks the graph
-            elif args.offline:
-                err.print("[yellow]note[/]: --offline only applies to workers this command starts")
-            registry = get_registry()
-            try:
-                start = trigger_node(raw, args.trigger)
-                validate_graph(raw, registry)
-            except GraphError as exc:
-                print_error(err, exc)
-                return 2
-            if workers is not None:
-                workers.wait_ready()
-            return asyncio.run(_run(url, registry, raw, run_input, start, args.json, console, err,
-                                    decide=args.decide, keep_waiting=workers is None,
-                                    session_id=args.session))
-    except KeyboardInterrupt:
-        err.print("interrupted")
-        return 130
+            err.print("[dim]starting an embedded redis-server (REDIS_URL is unset)…[/]")
+            url = stack.enter_context(EmbeddedRedis()).url
+            pool = max(1, args.workers)
+            workers = WorkerProcesses(url, count=1, concurrency=pool, env=worker_env,
+                                      grace_s=STOP_GRACE_S)
+            stack.callback(workers.stop)
+            err.print(f"[dim]starting a Celery worker with {pool} pool process"
+                      f"{'es' if pool > 1 else ''}"
+                      f"{' (offline models)' if args.offline else ''}…[/]")
+            workers.spawn()  # workers boot while this process loads and checks the graph
+        elif args.offline:
+            err.print("[yellow]note[/]: --offline only applies to workers this command starts")
+        err.print("[dim]loading nodes and checking the graph…[/]")
+        registry = get_registry()
+        try:
+            start = trigger_node(raw, args.trigger)
+            validate_graph(raw, registry)
+        except GraphError as exc:
+            print_error(err, exc)
+            return 2
+        if workers is not None:
+            err.print("[dim]waiting for the worker to be ready…[/]")
+            workers.wait_ready()
+            err.print(f"[dim]ready in {time.monotonic() - began:.1f} s; starting the run[/]")
+        return asyncio.run(_run(url, registry, raw, run_input, start, args.json, console, err,
+                                decide=args.decide, keep_waiting=workers is None,
+                                session_id=args.session))
 
 
 async def _run(url: str, registry: Registry, raw: dict[str, Any], run_input: Any,
@@ -298,11 +344,11 @@ async def _run(url: str, registry: Registry, raw: dict[str, Any], run_input: Any
         else:
             for name, ports in outputs.items():
                 shown = next(iter(ports.values())) if len(ports) == 1 else ports
-                console.print(Panel(Pretty(shown), title=f"output of {name}"))
+                console.print(Panel(as_json_view(shown), title=f"output of {name}"))
             style = "green" if record.status == RunStatus.SUCCEEDED else "red"
             console.print(f"run {run_id}: [bold {style}]{record.status}[/]")
             if record.error:
-                console.print(Pretty(record.error))
+                console.print(as_json_view(record.error))
         return 0 if record.status == RunStatus.SUCCEEDED else 1
     finally:
         await stack.aclose()

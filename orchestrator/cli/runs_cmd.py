@@ -1,37 +1,46 @@
-"""``orchestrator runs start GRAPH_ID --input JSON | status ID | events ID | cancel ID``."""
+"""``orchestrator runs start GRAPH_ID --input JSON | status ID | events ID | cancel ID | rerun ID NODE``.
+
+``start`` prints the new run's id on stdout; with ``--follow`` stdout carries only the
+run's events (one JSON object per line) and the id goes to stderr.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from orchestrator.kernel.errors import OrchestratorError
 from orchestrator.kernel.protocol import EventType
 
-from ._remote import add_connection_args, client, emit, fail
+from ._remote import add_action, add_connection_args, client, emit, fail
 
 
 def add_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser("runs", help="start and follow runs through the API")
+    p = subparsers.add_parser("runs", help="start and follow runs through the API",
+                              description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     add_connection_args(p)
-    sub = p.add_subparsers(dest="action", required=True)
-    start = sub.add_parser("start", help="start a run of a stored graph")
-    start.add_argument("graph_id")
+    sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    start = add_action(sub, "start", "start a run of a stored graph (prints its id)")
+    start.add_argument("graph_id", help="the stored graph's id")
     start.add_argument("--input", default="null", help="run input as JSON (default null)")
     start.add_argument("--trigger", default=None, help="trigger node id or name")
     start.add_argument("--session", default=None, help="session id")
-    start.add_argument("--follow", "-f", action="store_true", help="stream events to the end")
-    status = sub.add_parser("status", help="print a run's status, nodes and output")
-    status.add_argument("run_id")
-    events = sub.add_parser("events", help="stream a run's events (JSON lines) to its end")
-    events.add_argument("run_id")
+    start.add_argument("--follow", "-f", action="store_true",
+                       help="stream events (JSON lines on stdout) to the end; the run id "
+                            "then goes to stderr")
+    status = add_action(sub, "status", "print a run's status, nodes and output")
+    status.add_argument("run_id", help="the run's id")
+    events = add_action(sub, "events", "stream a run's events (JSON lines) to its end")
+    events.add_argument("run_id", help="the run's id")
     events.add_argument("--after", default=None, help="resume after this event id")
-    cancel = sub.add_parser("cancel", help="cancel a run")
-    cancel.add_argument("run_id")
-    rerun = sub.add_parser("rerun", help="re-run a finished run from a node")
-    rerun.add_argument("run_id")
-    rerun.add_argument("from_node")
+    cancel = add_action(sub, "cancel", "cancel a run")
+    cancel.add_argument("run_id", help="the run's id")
+    rerun = add_action(sub, "rerun", "re-run a finished run from a node")
+    rerun.add_argument("run_id", help="the finished run's id")
+    rerun.add_argument("from_node", help="node id or name to re-run from")
     p.set_defaults(func=runs_command)
 
 
@@ -60,8 +69,11 @@ def _run(args: argparse.Namespace) -> int:
             run_id = api.start_run(
                 args.graph_id, run_input, trigger=args.trigger, session_id=args.session
             )
-            print(run_id, flush=True)
-            return _follow(api, run_id) if args.follow else 0
+            if not args.follow:
+                print(run_id, flush=True)
+                return 0
+            print(f"started run {run_id}", file=sys.stderr, flush=True)
+            return _follow(api, run_id)
         if args.action == "status":
             emit(api.get_run(args.run_id))
         elif args.action == "events":

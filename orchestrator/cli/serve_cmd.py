@@ -3,24 +3,39 @@
 With ``REDIS_URL`` set, the API uses that Redis and expects workers to be run elsewhere
 (``orchestrator worker``, docker compose). Without it, this command starts an embedded
 redis-server and ``--local-workers`` Celery worker processes it owns, so one command
-serves a working system; they are stopped by pid when the server exits.
+serves a working system; they are stopped by pid when the server exits, on SIGINT and
+on SIGTERM alike.
+
+Safe default: without API keys (``ORCH_API_KEYS``) the API has no authentication, so it
+is served on loopback only. Asking for another ``--host`` without keys is refused (exit
+code 2) unless ``ORCH_ALLOW_OPEN_API=1`` says an open API is intended.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import ipaddress
 import os
+import sys
 from typing import Any
 
-from orchestrator.settings import get_settings
+from orchestrator.settings import Settings, get_settings
+
+from ._signals import interrupted_exit_code, terminate_as_interrupt
+
+LOOPBACK_NAMES = ("localhost",)
 
 
 def add_parser(subparsers: Any) -> None:
     settings = get_settings()
-    p = subparsers.add_parser("serve", help="serve the HTTP API (uvicorn)")
-    p.add_argument("--host", default=settings.api_host)
-    p.add_argument("--port", type=int, default=settings.api_port)
+    p = subparsers.add_parser("serve", help="serve the HTTP API (uvicorn)", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--host", default=settings.api_host,
+                   help="address to bind (default: ORCH_API_HOST or %(default)s); a "
+                        "non-loopback address needs ORCH_API_KEYS or ORCH_ALLOW_OPEN_API=1")
+    p.add_argument("--port", type=int, default=settings.api_port,
+                   help="TCP port (default: ORCH_API_PORT or %(default)s)")
     p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
     p.add_argument(
         "--local-workers",
@@ -28,11 +43,55 @@ def add_parser(subparsers: Any) -> None:
         default=1,
         help="Celery workers to start when REDIS_URL is unset (embedded mode)",
     )
-    p.add_argument("--log-level", default="info")
+    p.add_argument("--log-level", default="info", help="uvicorn log level (default info)")
     p.set_defaults(func=serve_command)
 
 
+def is_loopback(host: str) -> bool:
+    if host.strip().lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name other than localhost may resolve anywhere
+
+
+def keys_configured(settings: Settings) -> bool:
+    """True when the API will ask for a key (``ORCH_API_KEYS`` or ``ORCH_API_KEYS_FILE``);
+    a placeholder or malformed key is a ConfigurationError naming the setting."""
+    from orchestrator.api.auth import key_ring
+
+    return key_ring(settings).enabled
+
+
+def open_api_refusal(host: str, settings: Settings) -> str | None:
+    """Why serving on ``host`` is refused (None: allowed)."""
+    if keys_configured(settings) or settings.allow_open_api or is_loopback(host):
+        return None
+    return (f"refusing to serve the API on {host} without API keys: anyone who can reach "
+            f"it could run graphs. Set ORCH_API_KEYS (comma-separated bearer keys), or "
+            f"ORCH_ALLOW_OPEN_API=1 to serve it open anyway, or bind --host 127.0.0.1")
+
+
 def serve_command(args: argparse.Namespace) -> int:
+    settings = get_settings()
+    refusal = open_api_refusal(args.host, settings)
+    if refusal is not None:
+        print(f"error: {refusal}", file=sys.stderr)
+        return 2
+    if not keys_configured(settings):
+        scope = ("loopback only" if is_loopback(args.host)
+                 else "OPEN to the network (ORCH_ALLOW_OPEN_API=1)")
+        print(f"no API keys (ORCH_API_KEYS unset): serving without authentication on "
+              f"{args.host}, {scope}", file=sys.stderr, flush=True)
+    try:
+        with terminate_as_interrupt():
+            return _serve(args)
+    except KeyboardInterrupt as exc:  # the ExitStack has stopped redis and the workers
+        return interrupted_exit_code(exc)
+
+
+def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     with contextlib.ExitStack() as stack:
@@ -40,14 +99,18 @@ def serve_command(args: argparse.Namespace) -> int:
             from orchestrator.embedded_redis import EmbeddedRedis
             from orchestrator.embedded_workers import WorkerProcesses
 
+            print("starting an embedded redis-server (REDIS_URL is unset)…",
+                  file=sys.stderr, flush=True)
             server = stack.enter_context(EmbeddedRedis(unix_socket=False))
             os.environ["REDIS_URL"] = server.url  # read by the app factory in each process
             get_settings.cache_clear()
-            print(f"embedded redis at {server.url} (pid {server.pid})")
+            print(f"embedded redis at {server.url} (pid {server.pid})", flush=True)
             if args.local_workers > 0:
                 workers = WorkerProcesses(server.url, count=args.local_workers)
-                workers.start()
                 stack.callback(workers.stop)
+                print(f"starting {args.local_workers} Celery worker(s)…",
+                      file=sys.stderr, flush=True)
+                workers.start()
         uvicorn.run(
             "orchestrator.api:create_app",
             factory=True,

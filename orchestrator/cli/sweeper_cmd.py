@@ -32,7 +32,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--once", action="store_true", help="one pass, print its report as JSON")
     p.set_defaults(func=sweeper_command)
     b = subparsers.add_parser("beat", help="run celery beat for schedule triggers (redbeat)")
-    b.add_argument("--loglevel", "-l", default="INFO")
+    b.add_argument("--loglevel", "-l", default="INFO", help="celery log level (default INFO)")
     b.set_defaults(func=beat_command)
 
 

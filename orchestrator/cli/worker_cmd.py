@@ -23,7 +23,7 @@ def add_parser(subparsers: Any) -> None:
                    help="pool processes (default: ORCH_WORKER_CONCURRENCY)")
     p.add_argument("--queues", "-Q", default=QUEUE, help=f"queues to consume (default {QUEUE})")
     p.add_argument("--pool", "-P", default="prefork", help="Celery pool (default prefork)")
-    p.add_argument("--loglevel", "-l", default="INFO")
+    p.add_argument("--loglevel", "-l", default="INFO", help="celery log level (default INFO)")
     p.add_argument("--hostname", "-n", default=None, help="worker node name (default w@%%h)")
     p.set_defaults(func=worker_command)
 

@@ -41,6 +41,10 @@ def test_run_command_runs_an_example_graph_on_its_own_redis_and_workers() -> Non
     done = run_cli("run", "examples/hello.json", "--input", '{"name": "Ada"}', "--json",
                    "--workers", "1")
     assert done.returncode == 0, done.stderr[-3000:]
+    # it says what it does while Redis and the worker start (stderr: stdout stays JSON)
+    progress = done.stderr.splitlines()
+    assert progress[0].startswith("starting an embedded redis-server")
+    assert any(line.startswith("ready in ") for line in progress), progress
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
     *events, summary = lines
     assert summary["status"] == "succeeded"
@@ -95,3 +99,13 @@ def test_run_command_answers_an_approval_with_decide_and_exits_3_when_nobody_can
     unanswered = run_cli(*args)  # stdin is not a terminal and no --decide
     assert unanswered.returncode == 3
     assert "--decide" in unanswered.stderr
+
+
+@pytest.mark.timeout(300)
+def test_run_view_names_loop_inner_nodes_and_prints_outputs_as_json() -> None:
+    done = run_cli("run", "examples/loop.json", "--workers", "1",
+                   "--input", '[{"n": 1}, {"n": 2}]')
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "For each[1] > Mark" in done.stdout  # the inner node, not only the loop's name
+    assert '"processed": true' in done.stdout  # JSON, not the Python repr 'processed': True
+    assert "True" not in done.stdout

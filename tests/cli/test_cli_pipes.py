@@ -1,0 +1,69 @@
+"""The CLI as a subprocess where the behaviour needs one: a closed stdout pipe, and
+``--api-url`` after the action against a (stub) HTTP API."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BIG_GRAPH = {"id": "big", "version": 1, "nodes": [
+    {"id": f"n{i}", "type": "set_fields", "name": f"Node {i}", "data": {"x": "y" * 200}}
+    for i in range(2000)  # ~0.5 MB of JSON: more than a pipe buffer holds
+], "edges": []}
+
+
+class _Api(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = json.dumps(BIG_GRAPH if self.path.startswith("/graphs/big")
+                          else {"graphs": [], "total": 0}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+
+@pytest.fixture
+def api_url() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Api)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def _cli_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ("ORCH_API_URL", "ORCH_API_KEY")}
+
+
+@pytest.mark.timeout(60)
+def test_graphs_get_piped_into_head_ends_quietly(api_url: str) -> None:
+    cmd = (f"{sys.executable} -m orchestrator.cli graphs get big --api-url {api_url} "
+           f"| head -n 3")
+    done = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], cwd=ROOT, env=_cli_env(),
+                          capture_output=True, text=True, timeout=60)
+    assert done.stdout.splitlines()[0] == "{"
+    assert "BrokenPipe" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 141  # 128 + SIGPIPE: what a shell reports
+
+
+@pytest.mark.timeout(60)
+def test_graphs_list_accepts_api_url_after_the_action(api_url: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "graphs", "list",
+                           "--api-url", api_url], cwd=ROOT, env=_cli_env(),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"graphs": [], "total": 0}
