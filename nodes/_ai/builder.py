@@ -113,7 +113,12 @@ async def build_runner(data: dict[str, Any], ctx: FlowContext, *, member: bool =
                 stream_member_events=True, **common)
 
 
-def model_label(data: dict[str, Any]) -> str:
+def model_label(data: dict[str, Any], runner: Any = None) -> str:
+    """The model that ran: ``dryrun:<id>`` when the dry-run model stood in (``--offline``
+    or a ``dryrun:`` spec), else the configured ``provider:id``."""
+    model = getattr(runner, "model", None)
+    if isinstance(model, DryRunModel):
+        return f"dryrun:{model.id}"
     return spec_label(data.get("model"))
 
 

@@ -168,3 +168,11 @@ async def test_cancelling_a_streaming_agent_stops_it_mid_answer() -> None:
 async def test_materialize_offers_only_the_agent_handle() -> None:
     with pytest.raises(ParameterError, match="agent"):
         await agent.materialize({"model": "dryrun:x"}, "output", make_ctx())
+
+
+async def test_offline_output_names_the_dry_run_model_that_ran(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORCH_OFFLINE_MODELS", "1")
+    ctx = make_ctx(links={("a1", "tools"): await _calculator()})
+    _events, result = await drain(agent.execute(
+        {"model": "openai-chat:gpt-4o-mini", "prompt": "hello"}, data_in({}), ctx))
+    assert result.outputs["output"].value["model"] == "dryrun:gpt-4o-mini"

@@ -96,7 +96,7 @@ class AgentExecutor:
             raise RuntimeError(f"agent {name!r} stream ended without completing")
         yield ExecutionResult(outputs={"output": DataValue("data", {
             "response": tracker.content,
-            "model": model_label(data),
+            "model": model_label(data, runner),
             "tokens_used": tracker.tokens_used,
         })})
 
