@@ -6,19 +6,23 @@
 #
 # Node packs outside the image: mount them and list the folders in ORCH_NODE_PATHS.
 
-# -- build: a wheel of this project (setuptools is needed here only) ---------------------
+# -- build: a wheel of this project and the locked requirements (uv.lock) ----------------
 FROM python:3.11-slim AS build
+ARG EXTRAS=ops
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml uv.lock README.md ./
 COPY orchestrator ./orchestrator
 COPY workers ./workers
 COPY nodes ./nodes
-RUN pip wheel --no-deps --wheel-dir /wheels .
+# The exact versions (with hashes) of uv.lock: an image built today and one built next
+# month hold the same dependencies. --frozen: use the lock as it is, never re-resolve.
+RUN mkdir -p /wheels && pip install 'uv>=0.5' \
+    && uv export --frozen --no-emit-project ${EXTRAS:+--extra ${EXTRAS}} -o /wheels/requirements.txt \
+    && pip wheel --no-deps --wheel-dir /wheels .
 
 # -- runtime: the wheel and its runtime dependencies, no dev tools -----------------------
 FROM python:3.11-slim
-ARG EXTRAS=ops
 ENV PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
@@ -33,9 +37,9 @@ COPY --from=build /wheels /wheels
 RUN apt-get update \
     && apt-get install -y --no-install-recommends bubblewrap libseccomp2 util-linux \
     && rm -rf /var/lib/apt/lists/*
-# `pip install .` of the built wheel; EXTRAS (e.g. "ops") adds optional groups.
-RUN wheel="$(ls /wheels/*.whl)" \
-    && pip install "${wheel}${EXTRAS:+[${EXTRAS}]}" \
+# The locked dependencies (hash-checked), then the project's wheel without resolving again.
+RUN pip install --require-hashes -r /wheels/requirements.txt \
+    && pip install --no-deps /wheels/*.whl \
     && rm -rf /wheels \
     && groupadd --system --gid 10001 orchestrator \
     && useradd --system --uid 10001 --gid orchestrator --create-home --home-dir /home/orchestrator \

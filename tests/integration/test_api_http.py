@@ -210,3 +210,22 @@ def test_a_second_api_process_serves_the_rest_of_a_stream_begun_on_the_first(
         rest = [event_id for event_id, _ in other.iter_events(run_id, last_event_id=first[-1])]
         assert other.get_run(run_id)["status"] == "succeeded"
     assert first + rest == stream_ids(api_url, run_id)
+
+
+def test_the_readme_client_snippet_runs_as_written(api_url: str, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """README's Python example, executed as it stands (only the API address differs)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text()
+    snippet = next(block for block in re.findall(r"```python\n(.*?)```", readme, flags=re.S)
+                   if "orchestrator.client import Client" in block)
+    snippet = snippet.replace('"http://127.0.0.1:8000", api_key="..."', repr(api_url))
+    monkeypatch.chdir(root)
+    # The repository's own README, executed in a test: a doc example that stops working fails here.
+    exec(compile(snippet, "README.md", "exec"), {})
+    printed = capsys.readouterr().out
+    assert "run_completed" in printed
+    assert "'band': 'high'" in printed or '"band": "high"' in printed
