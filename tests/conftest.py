@@ -6,7 +6,9 @@ import atexit
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 os.environ["AGNO_TELEMETRY"] = "false"
@@ -20,6 +22,30 @@ _STATE_DIR = tempfile.mkdtemp(prefix="orch-test-state-")
 atexit.register(shutil.rmtree, _STATE_DIR, True)
 os.environ["ORCH_VECTOR_SQLITE_PATH"] = os.path.join(_STATE_DIR, "vectors.sqlite3")
 os.environ["ORCH_DATABASE_SQLITE_PATH"] = os.path.join(_STATE_DIR, "database.sqlite3")
+
+# Modules whose tests are slow (each starts and kills processes, or drives a browser): marked
+# here, in one place, so `./dev test -m "not slow"` is a fast subset for a developer; CI and
+# `./dev test` run them all.
+SLOW_MODULES = frozenset({
+    "tests/integration/test_faults.py",
+    "tests/integration/test_retention.py",
+    "tests/integration/test_cli_run.py",
+    "tests/cli/test_shutdown.py",
+    "tests/ui/test_console.py",
+    "tests/deploy/test_compose.py",
+})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = Path(str(config.rootpath))
+    for item in items:
+        try:
+            relative = Path(str(item.path)).relative_to(root).as_posix()
+        except ValueError:
+            continue
+        if relative in SLOW_MODULES or relative.startswith("tests/ui/test_editor"):
+            item.add_marker(pytest.mark.slow)
+
 
 settings.register_profile(
     "default", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
