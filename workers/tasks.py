@@ -1,7 +1,9 @@
 """The node task: a thin driver around the kernel's step function.
 
 ``orchestrator.node(run_id, node_id)`` runs :func:`orchestrator.kernel.step.run_step` on
-the pool process's event loop with the Redis run store, sends a task for every node that
+the worker process's one event loop (``workers.process_state``: the pool thread that took
+the message waits while the loop runs this step beside every other in-flight step) with
+the Redis run store, sends a task for every node that
 became ready, and records them as dispatched. Redelivery is harmless: the store's claim
 tells the step function the node already finished, and the step returns only the
 successors not yet marked dispatched, which are sent again (a crash between completing and
@@ -27,7 +29,7 @@ import time
 from typing import Any
 
 from celery import Task
-from celery.signals import worker_init, worker_process_shutdown
+from celery.signals import worker_init, worker_process_shutdown, worker_shutdown
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -60,28 +62,30 @@ async def _step(run_id: str, node_id: str) -> StepOutcome:
     return outcome
 
 
-async def step_and_dispatch(run_id: str, node_id: str, *,
-                            fuse_budget_s: float | None = None) -> StepOutcome:
-    """Run one node step in this process, then its ready successors: the first one here
-    (within the fusion budget, default ``Settings.fuse_budget_s``), the rest as node tasks."""
+def step_and_dispatch(run_id: str, node_id: str, *,
+                      fuse_budget_s: float | None = None) -> StepOutcome:
+    """Run one node step on the process's loop, then its ready successors: the first one
+    here (within the fusion budget, default ``Settings.fuse_budget_s``), the rest as node
+    tasks. Called from a pool thread: the steps run on the loop, the (synchronous) kombu
+    publish runs in this thread, so it never stalls the other steps on the loop."""
     state = process_state()
     store = state.store
     if fuse_budget_s is None:
         fuse_budget_s = state.settings.fuse_budget_s
     began = time.monotonic()
-    outcome = await _step(run_id, node_id)
+    outcome = state.run(_step(run_id, node_id))
     while outcome.ready:
         keep = outcome.ready[0] if time.monotonic() - began < fuse_budget_s else None
         send = outcome.ready[1:] if keep is not None else outcome.ready
         if send:
             send_nodes(celery_app, run_id, send)
-            await store.mark_dispatched(run_id, send)
+            state.run(store.mark_dispatched(run_id, send))
         if keep is None:
             break
         # Run it here: its claim marks it dispatched, so there is nothing to record; a
         # crash between the completion above and that claim leaves it ready and
         # undispatched, which the sweeper dispatches.
-        outcome = await _step(run_id, keep)
+        outcome = state.run(_step(run_id, keep))
     return outcome
 
 
@@ -90,11 +94,15 @@ async def step_and_dispatch(run_id: str, node_id: str, *,
 def node_task(self: Task[Any, Any], run_id: str, node_id: str) -> None:
     state = process_state()
     log.debug("node task received run=%s node=%s", run_id, node_id)
+    in_flight = metrics.NODES_IN_FLIGHT.labels(worker=state.worker_id)
+    in_flight.inc()
     try:
-        state.run(step_and_dispatch(run_id, node_id))
+        step_and_dispatch(run_id, node_id)
     except (RedisConnectionError, RedisTimeoutError) as exc:
         log.warning("redis unavailable run=%s node=%s: %s; retrying", run_id, node_id, exc)
         raise self.retry(exc=exc, countdown=INFRA_RETRY_DELAY_S, max_retries=INFRA_RETRIES) from exc
+    finally:
+        in_flight.dec()
 
 
 @celery_app.task(name=NOOP_TASK, ignore_result=True)
@@ -113,5 +121,10 @@ def _preload_nodes(**_: Any) -> None:
 
 
 @worker_process_shutdown.connect
+def _close_child_state(**_: Any) -> None:
+    reset()  # a prefork child
+
+
+@worker_shutdown.connect
 def _close_process_state(**_: Any) -> None:
-    reset()
+    reset()  # the worker process itself (threads or solo pool)

@@ -62,7 +62,8 @@ def kill_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def pool(server: EmbeddedRedis, kill_dir: Path) -> Iterator[WorkerProcesses]:
-    with WorkerProcesses(server.url, count=2, concurrency=1, env=worker_env(kill_dir)) as procs:
+    with WorkerProcesses(server.url, count=2, concurrency=1, pool="prefork",
+                         env=worker_env(kill_dir)) as procs:
         yield procs
 
 
