@@ -42,6 +42,8 @@ from .store import RedisRunStore
 MAX_CACHED_RUNS = 32  # runs whose artifacts a process keeps (least recently used dropped first)
 LOOP_THREAD_NAME = "orchestrator-loop"
 STOP_TIMEOUT_S = 5.0
+REDIS_MAX_CONNECTIONS = 256  # per process; steps hold one only for the length of a command
+REDIS_POOL_TIMEOUT_S = 30.0
 
 T = TypeVar("T")
 
@@ -94,6 +96,8 @@ class ProcessState:
     registry: Registry
     services: dict[str, Any]
     options: StepOptions
+    capacity: int = 1  # node steps this process may hold at once (set_capacity)
+    in_flight: int = 0  # node steps running now (changed on the loop thread only)
     artifacts: ArtifactCache = field(
         default_factory=lambda: ArtifactCache(max_runs=MAX_CACHED_RUNS)
     )
@@ -113,6 +117,15 @@ async def _awaited(work: Awaitable[T]) -> T:
 
 _state: ProcessState | None = None
 _build_lock = threading.Lock()
+_capacity = 1
+
+
+def set_capacity(node_steps: int) -> None:
+    """How many node steps this process may run at once (the worker's pool size)."""
+    global _capacity
+    _capacity = max(1, node_steps)
+    if _state is not None:
+        _state.capacity = _capacity
 
 
 def worker_id() -> str:
@@ -136,13 +149,16 @@ def _build() -> ProcessState:
         services={"redis_url": url, "settings": settings},
         options=StepOptions(lease_s=settings.node_lease_s, cancel_poll_s=settings.cancel_poll_s,
                             max_output_bytes=settings.max_output_bytes),
+        capacity=_capacity,
     )
 
 
 async def _client(url: str, settings: Settings) -> aioredis.Redis:
-    # the store needs str replies; enough connections for every in-flight step
-    return aioredis.Redis.from_url(url, decode_responses=True,
-                                   max_connections=max(64, settings.node_concurrency * 2))
+    # The store needs str replies. A blocking pool: a burst of steps waits for a free
+    # connection (up to REDIS_POOL_TIMEOUT_S) instead of failing with "Too many connections".
+    pool = aioredis.BlockingConnectionPool.from_url(
+        url, decode_responses=True, max_connections=REDIS_MAX_CONNECTIONS, timeout=REDIS_POOL_TIMEOUT_S)
+    return aioredis.Redis(connection_pool=pool)
 
 
 def process_state() -> ProcessState:

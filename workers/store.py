@@ -20,6 +20,7 @@ The client must be created with ``decode_responses=True``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -44,6 +45,7 @@ SCRIPTS = (
     "create", "claim", "renew", "append", "dispatched", "complete", "finish", "resume", "seed",
 )
 PLAN_CACHE_SIZE = 256
+STATUS_MAX_AGE_S = 0.1  # a run status read is shared this long by the nodes polling it
 
 # The run-level event each forced terminal status appends.
 _FINISH_EVENTS = {
@@ -102,6 +104,7 @@ class RedisRunStore(RunStore):
         self._scripts = {name: redis.register_script(_lua_source(name)) for name in SCRIPTS}
         self._plans: OrderedDict[str, RunPlan] = OrderedDict()
         self._event_templates: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        self._statuses: OrderedDict[str, tuple[float, asyncio.Future[Any]]] = OrderedDict()
 
     @classmethod
     def from_url(cls, url: str, settings: Settings | None = None) -> RedisRunStore:
@@ -200,6 +203,23 @@ class RedisRunStore(RunStore):
         plan = RunPlan.from_json(json.loads(raw))
         self._remember(plan)
         return plan
+
+    async def run_status(self, run_id: str) -> str:
+        """The run's status. Every node of a run polls it while running (cancellation), so
+        in one process concurrent callers share one read, and a read younger than
+        ``STATUS_MAX_AGE_S`` is reused: one HGET per run per period, not one per node."""
+        now = time.monotonic()
+        cached = self._statuses.get(run_id)
+        if cached is None or (cached[1].done() and now - cached[0] > STATUS_MAX_AGE_S):
+            cached = (now, asyncio.ensure_future(self.redis.hget(self.keys.run(run_id), "status")))
+            self._statuses[run_id] = cached
+            self._statuses.move_to_end(run_id)
+            while len(self._statuses) > PLAN_CACHE_SIZE:
+                self._statuses.popitem(last=False)
+        status = await asyncio.shield(cached[1])
+        if status is None:
+            raise RunNotFoundError("no such run (unknown or expired)", run_id=run_id)
+        return str(status)
 
     async def get_run(self, run_id: str) -> RunRecord:
         h = cast(dict[str, str], await self.redis.hgetall(self.keys.run(run_id)))

@@ -48,6 +48,7 @@ class StepOutcome:
     status: str  # node status, or "done" / "busy" / "closed" when it did not run
     node_type: str = ""
     duration_s: float = 0.0  # claim to completion, when it ran
+    retry_in_s: float | None = None  # a retry was scheduled: run the node again after this long
 
 
 @dataclass

@@ -1,0 +1,31 @@
+"""The raw-Celery baseline of bench/concurrency.py: one task that sleeps, nothing else.
+
+Started as its own worker (``celery -A bench.celery_baseline worker -P threads``) on the
+bench's Redis (``BENCH_REDIS_URL``). Each task records its start and end (epoch s) in a
+Redis list the bench reads.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import redis
+from celery import Celery
+
+QUEUE = "bench-baseline"
+SLEEP_TASK = "bench.sleep"
+URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+app = Celery("bench_baseline", broker=URL, set_as_current=False)
+app.conf.update(task_acks_late=True, worker_prefetch_multiplier=1, task_ignore_result=True,
+                task_default_queue=QUEUE, worker_hijack_root_logger=False,
+                broker_connection_retry_on_startup=True)
+_client = redis.Redis.from_url(URL, decode_responses=True)
+
+
+@app.task(name=SLEEP_TASK, ignore_result=True)
+def sleep_task(key: str, delay_s: float) -> None:
+    began = time.time()
+    time.sleep(delay_s)
+    _client.rpush(key, f"{began},{time.time()}")
