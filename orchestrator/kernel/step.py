@@ -39,6 +39,7 @@ from .store import Claim, NodeCompletion, NodeStatus, RunStatus, RunStore
 log = logging.getLogger("orchestrator.step")
 
 _DEFAULT_ARTIFACTS = ArtifactCache()
+HEARTBEAT_STOP_S = 5.0  # at most this long waiting for the heartbeat to end after its node
 
 
 @dataclass
@@ -115,8 +116,16 @@ def _gather(graph: Graph, registry: Registry, node: Node, definition: NodeDefini
 
 async def _drive(executor: Any, data: dict[str, Any], inputs: dict[str, DataValue],
                  ctx: FlowContext, sink: Any) -> ExecutionResult:
-    """Call execute; stream events of an async generator to ``sink`` as they come."""
-    produced = executor.execute(data, inputs, ctx)
+    """Call execute; stream events of an async generator to ``sink`` as they come.
+
+    A synchronous ``execute`` (neither a coroutine nor an async generator function) runs in
+    the loop's default executor, a bounded thread pool, so its CPU or blocking work never
+    stalls the other steps on the loop."""
+    execute = executor.execute
+    if inspect.iscoroutinefunction(execute) or inspect.isasyncgenfunction(execute):
+        produced = execute(data, inputs, ctx)
+    else:
+        produced = await asyncio.get_running_loop().run_in_executor(None, execute, data, inputs, ctx)
     if inspect.isasyncgen(produced):
         result: ExecutionResult | None = None
         try:
@@ -152,11 +161,17 @@ async def _supervise(store: RunStore, run_id: str, node_id: str, opts: StepOptio
             raise RunCancelled("the run ended while the node was running", run_id=run_id, node_id=node_id)
 
 
-async def _heartbeat(store: RunStore, run_id: str, node_id: str, worker_id: str, lease_s: float) -> None:
-    """Renew the node's lease every third of it for as long as this worker holds the claim
-    (parameter resolution, execution, retry backoff), so only a dead worker loses it."""
-    while True:
-        await asyncio.sleep(lease_s / 3)
+async def _heartbeat(store: RunStore, run_id: str, node_id: str, worker_id: str, lease_s: float,
+                     stop: asyncio.Event) -> None:
+    """Renew the node's lease every third of it until ``stop`` is set (parameter
+    resolution and execution), so only a dead worker loses it. Ends on ``stop`` even if a
+    cancellation was swallowed inside a Redis call (asyncio timeouts on Python 3.11 can)."""
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(stop.wait(), lease_s / 3)
+            return
+        except TimeoutError:
+            pass
         try:
             await store.renew_lease(run_id, node_id, worker_id=worker_id, lease_s=lease_s)
         except Exception:  # a missed beat is retried next time; the lease outlives two misses
@@ -256,12 +271,14 @@ async def run_step(
         return StepOutcome(ready=claim.pending_dispatch, ran=False, status=claim.kind)
 
     started_at = time.monotonic()
-    heartbeat = asyncio.ensure_future(_heartbeat(store, run_id, node_id, worker_id, opts.lease_s))
+    beating = asyncio.Event()
+    heartbeat = asyncio.ensure_future(_heartbeat(store, run_id, node_id, worker_id, opts.lease_s, beating))
     try:
         completion, retry_in_s = await _execute_node(step, claim)
     finally:
+        beating.set()
         heartbeat.cancel()
-        await asyncio.gather(heartbeat, return_exceptions=True)
+        await asyncio.wait({heartbeat}, timeout=HEARTBEAT_STOP_S)
     if completion.status != NodeStatus.WAITING:
         for ev in completion.events:
             if ev.event_type == EventType.COMPLETED and ev.data is not None:
