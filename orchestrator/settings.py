@@ -47,6 +47,10 @@ class Settings(BaseSettings):
     max_node_reclaims: int = 3  # a node whose worker died more often than this fails the run
     undispatched_grace_s: float = 10.0  # a ready node not dispatched for this long is dispatched by the sweeper
     max_output_bytes: int = 8 * 1024 * 1024  # a node output larger than this fails the node
+    # Back-pressure: new runs (API, webhooks, chat) get 429 while this many node tasks or
+    # more wait in the queue; 0 = never refuse. Retry-After of a 429, in seconds:
+    max_queued_nodes: int = 10_000
+    overload_retry_after_s: int = 5
 
     # -- egress: every outbound connection a node opens (nodes/_shared/egress.py) -------
     # Loopback, private, link-local, shared (CGNAT), reserved and multicast addresses are

@@ -8,6 +8,7 @@ error                                           status
 ``GraphConflictError``                          409
 ``AuthError``                                   401
 ``PayloadTooLargeError`` (body limit)           413
+``OverloadedError`` (queued work over a bound)   429 + ``Retry-After``
 ``RunStateError`` (e.g. rerun of a live run)    409
 other ``RunError`` (e.g. nothing to approve)     409
 request body not JSON                           400
@@ -39,6 +40,7 @@ from orchestrator.kernel.errors import (
     GraphError,
     GraphNotFoundError,
     OrchestratorError,
+    OverloadedError,
     PayloadTooLargeError,
     RunError,
     RunNotFoundError,
@@ -52,6 +54,7 @@ STATUS: list[tuple[type[OrchestratorError], int]] = [
     (GraphConflictError, 409),
     (AuthError, 401),
     (PayloadTooLargeError, 413),
+    (OverloadedError, 429),
     (RunStateError, 409),
     (RunError, 409),
 ]
@@ -67,6 +70,8 @@ def status_of(exc: OrchestratorError) -> int:
 def error_response(exc: OrchestratorError) -> JSONResponse:
     status = status_of(exc)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    if isinstance(exc, OverloadedError):
+        headers = {"Retry-After": str(exc.retry_after_s)}
     return JSONResponse({"error": exc.to_dict()}, status_code=status, headers=headers)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator import metrics
+from orchestrator import admission, metrics
 from orchestrator.kernel.errors import ParameterError
 from orchestrator.kernel.store import RunRecord
 
@@ -56,9 +56,12 @@ async def launch(
     version: int | None = None,
     meta: dict[str, Any] | None = None,
 ) -> str:
-    """Start a run of a stored graph; returns the run id (the run is queued, not finished)."""
+    """Start a run of a stored graph; returns the run id (the run is queued, not finished).
+
+    Raises ``OverloadedError`` (429) before storing anything while the queue is over its bound."""
     from orchestrator.runs import start_run
 
+    await admission.check(services.redis, services.settings)
     graph = await services.graphs.get(graph_id, version)
     run_meta = {"graph_version": graph["version"], "trigger": trigger, **(meta or {})}
     run_id: str = await start_run(

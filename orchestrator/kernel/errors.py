@@ -28,7 +28,8 @@
     │   ├── GraphNotFoundError         unknown graph id or version
     │   ├── GraphConflictError         a graph id or webhook path already taken
     │   ├── AuthError                  missing/wrong API key, bad webhook signature
-    │   └── PayloadTooLargeError       a request body over the configured limit
+    │   ├── PayloadTooLargeError       a request body over the configured limit
+    │   └── OverloadedError            queued work above a configured bound: retry later
     └── ControlSignal                  not failures: they steer a run
         ├── RetryRequested             an executor asks to be retried (optionally after a delay)
         ├── SuspendRequested           an executor pauses its node until the run is resumed
@@ -220,6 +221,25 @@ class AuthError(RequestError):
 
 class PayloadTooLargeError(RequestError):
     code = "payload_too_large"
+
+
+class OverloadedError(RequestError):
+    """Queued work is above a configured bound; nothing was stored. ``limit`` names the
+    setting, ``queued`` and ``bound`` say how far over it is, ``retry_after_s`` when to
+    try again."""
+
+    code = "overloaded"
+
+    def __init__(self, message: str, *, limit: str, queued: int, bound: int, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.queued = queued
+        self.bound = bound
+        self.retry_after_s = retry_after_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "limit": self.limit, "queued": self.queued, "bound": self.bound,
+                "retry_after_s": self.retry_after_s}
 
 
 # --- control signals: not failures ---------------------------------------------------
