@@ -11,6 +11,7 @@ import asyncio
 import os
 import signal
 import time
+import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -209,3 +210,41 @@ async def test_sigkill_of_a_worker_with_a_hundred_nodes_in_flight_loses_and_repe
     reclaimed = [e for _, e in result.events if e.event_type == "started" and (e.data or {}).get("reclaimed")]
     assert len(reclaimed) >= WIDTH  # the in-flight ones ran again on the second worker
     assert time.time() - result.events[0][1].timestamp < 60
+
+
+def chat_graph(token_delay_s: float) -> dict[str, Any]:
+    script = [{"say": "turn={turn} history={history} you said {input}", "delay_s": token_delay_s}]
+    return graph([("chat", "chat_start", "Chat"),
+                  ("assistant", "agent", "Assistant", {"model": "dryrun:scale", "script": script,
+                                                       "num_history_runs": 4,
+                                                       "prompt": "{{ input.message }}"})],
+                 [("chat", "output", "assistant", "input")], id="chat-at-scale")
+
+
+async def test_a_hundred_concurrent_chat_turns_stream_in_order_on_one_process(cluster: Cluster) -> None:
+    chats = [f"chat-{uuid.uuid4().hex[:8]}" for _ in range(WIDTH)]
+    g = chat_graph(token_delay_s=0.12)  # about 1 s of streaming per turn
+
+    async def turn(chat: str, n: int) -> RunResult:
+        from workers.dispatch import make_dispatch
+
+        run_id = await start_run(cluster.store, cluster.registry, g, {"message": f"m{n} of {chat}"},
+                                 dispatch=make_dispatch(cluster.celery), session_id=chat)
+        return await collect(cluster.store, run_id, await wait_for_terminal(cluster.store, run_id, 60))
+
+    began = time.monotonic()
+    first = await asyncio.gather(*(turn(chat, 1) for chat in chats))
+    elapsed_s = time.monotonic() - began
+    second = await asyncio.gather(*(turn(chat, 2) for chat in chats))
+    for chat, results in zip(chats, zip(first, second, strict=True), strict=True):
+        for n, result in enumerate(results, start=1):
+            assert result.status == "succeeded", (chat, n, result.states)
+            answer = result.output("assistant")["response"]
+            assert answer == f"turn={n} history={n - 1} you said m{n} of {chat}"
+            deltas = [e.data for e in result.of("assistant", "agent_event")
+                      if e.data and e.data.get("event") == "RunContent" and e.data.get("content")]
+            assert "".join(d["content"] for d in deltas) == answer  # every token, in order
+    workers = {e.data["worker_id"] for r in first for e in r.of("assistant", "started") if e.data}
+    assert len(workers) == 1
+    # a hundred one-second turns overlapped (one at a time would take 100 s)
+    assert elapsed_s < 20, f"100 concurrent turns took {elapsed_s:.1f} s"
