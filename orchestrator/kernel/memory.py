@@ -166,8 +166,7 @@ class MemoryStore(RunStore):
         return await self._append(self._run(event.run_id), event)
 
     def _undispatched(self, run: _Run) -> list[str]:
-        rank = {n: i for i, n in enumerate(run.plan.order)}
-        return sorted(run.state.ready - run.state.dispatched, key=rank.__getitem__)
+        return sorted(run.state.ready - run.state.dispatched, key=run.plan.rank().__getitem__)
 
     async def complete_node(self, run_id: str, node_id: str, completion: NodeCompletion) -> list[str]:
         run = self._run(run_id)

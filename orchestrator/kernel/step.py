@@ -20,7 +20,6 @@ from typing import Any
 from .definition import NodeDefinition
 from .errors import (
     NodeExecutionError,
-    NodeTimeoutError,
     OrchestratorError,
     RetryRequested,
     RunCancelled,
@@ -34,7 +33,8 @@ from .registry import NodeType, Registry
 from .retry import backoff_s, is_retryable
 from .runtime import ArtifactCache, GraphRuntime
 from .scheduling import RunPlan
-from .store import Claim, NodeCompletion, NodeStatus, RunStatus, RunStore
+from .store import Claim, NodeCompletion, NodeStatus, RunStore
+from .supervision import heartbeat, supervise, timed
 
 log = logging.getLogger("orchestrator.step")
 
@@ -148,36 +148,6 @@ async def _drive(executor: Any, data: dict[str, Any], inputs: dict[str, DataValu
     return produced
 
 
-async def _supervise(store: RunStore, run_id: str, node_id: str, opts: StepOptions,
-                     work: asyncio.Task[ExecutionResult]) -> ExecutionResult:
-    """Await ``work`` while watching for the run's cancellation (checked every poll)."""
-    while True:
-        done, _ = await asyncio.wait({work}, timeout=max(0.01, opts.cancel_poll_s))
-        if done:
-            return work.result()
-        if await store.run_status(run_id) in RunStatus.TERMINAL:
-            work.cancel()
-            await asyncio.gather(work, return_exceptions=True)
-            raise RunCancelled("the run ended while the node was running", run_id=run_id, node_id=node_id)
-
-
-async def _heartbeat(store: RunStore, run_id: str, node_id: str, worker_id: str, lease_s: float,
-                     stop: asyncio.Event) -> None:
-    """Renew the node's lease every third of it until ``stop`` is set (parameter
-    resolution and execution), so only a dead worker loses it. Ends on ``stop`` even if a
-    cancellation was swallowed inside a Redis call (asyncio timeouts on Python 3.11 can)."""
-    while not stop.is_set():
-        try:
-            await asyncio.wait_for(stop.wait(), lease_s / 3)
-            return
-        except TimeoutError:
-            pass
-        try:
-            await store.renew_lease(run_id, node_id, worker_id=worker_id, lease_s=lease_s)
-        except Exception:  # a missed beat is retried next time; the lease outlives two misses
-            log.warning("run %s node %s: lease renewal failed", run_id, node_id, exc_info=True)
-
-
 def _check_outputs(node: Node, definition: NodeDefinition, result: ExecutionResult, max_bytes: int) -> None:
     allowed = {p.id for p in definition.outputs}
     for port, value in result.outputs.items():
@@ -272,13 +242,13 @@ async def run_step(
 
     started_at = time.monotonic()
     beating = asyncio.Event()
-    heartbeat = asyncio.ensure_future(_heartbeat(store, run_id, node_id, worker_id, opts.lease_s, beating))
+    beat = asyncio.ensure_future(heartbeat(store, run_id, node_id, worker_id, opts.lease_s, beating))
     try:
         completion, retry_in_s = await _execute_node(step, claim)
     finally:
         beating.set()
-        heartbeat.cancel()
-        await asyncio.wait({heartbeat}, timeout=HEARTBEAT_STOP_S)
+        beat.cancel()
+        await asyncio.wait({beat}, timeout=HEARTBEAT_STOP_S)
     if completion.status != NodeStatus.WAITING:
         for ev in completion.events:
             if ev.event_type == EventType.COMPLETED and ev.data is not None:
@@ -319,9 +289,9 @@ async def _execute_node(step: StepContext, claim: Claim) -> tuple[NodeCompletion
                                       scope)
             ctx = runtime.context_for(node.id, attempt=attempt, resume=claim.resume,
                                       input_sources=gathered.sources)
-            work = asyncio.ensure_future(_timed(node, _drive(step.node_type.executor, data, gathered.inputs, ctx,
+            work = asyncio.ensure_future(timed(node, _drive(step.node_type.executor, data, gathered.inputs, ctx,
                                                              sink)))
-            result = await _supervise(step.store, plan.run_id, node.id, step.options, work)
+            result = await supervise(step.store, plan.run_id, node.id, step.options.cancel_poll_s, work)
             _check_outputs(node, definition, result, step.options.max_output_bytes)
     except SuspendRequested as exc:
         log.info("run %s node %s suspended", plan.run_id, node.id)
@@ -345,20 +315,6 @@ async def _execute_node(step: StepContext, claim: Claim) -> tuple[NodeCompletion
     completed = step.event(EventType.COMPLETED, {"outputs": {k: v.to_json() for k, v in result.outputs.items()}},
                            attempt)
     return NodeCompletion(status=NodeStatus.SUCCEEDED, outputs=result.outputs, events=[*extra, completed]), None
-
-
-async def _timed(node: Node, work: Any) -> ExecutionResult:
-    timeout_s = node.settings.timeout_s
-    if timeout_s is None:
-        result: ExecutionResult = await work
-        return result
-    try:
-        async with asyncio.timeout(timeout_s):
-            result = await work
-            return result
-    except TimeoutError:
-        raise NodeTimeoutError(f"node ran longer than its {timeout_s}s timeout",
-                               node_id=node.id, node_name=node.name) from None
 
 
 async def _link_wires(runtime: GraphRuntime, node: Node, definition: NodeDefinition,
