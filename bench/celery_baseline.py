@@ -20,7 +20,9 @@ NOOP_TASK = "bench.noop"
 DONE_TASK = "bench.done"
 URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 
-app = Celery("bench_baseline", broker=URL, backend=URL, set_as_current=False)
+# Chords need a result backend; the plain sleep baseline runs without one (as the engine).
+BACKEND = URL if os.environ.get("BENCH_RESULT_BACKEND") == "1" else None
+app = Celery("bench_baseline", broker=URL, backend=BACKEND, set_as_current=False)
 app.conf.update(task_acks_late=True, worker_prefetch_multiplier=1, task_ignore_result=True,
                 task_default_queue=QUEUE, worker_hijack_root_logger=False,
                 broker_connection_retry_on_startup=True)

@@ -180,6 +180,7 @@ def main() -> int:
             with WorkerProcesses(server.url, count=1, pool="threads", concurrency=width, env=env):
                 asyncio.run(engine_once(server.url, min(width, 20), 0.05))  # warm-up
                 engine = asyncio.run(engine_once(server.url, width, args.delay_s))
+            print(f"width {width}: engine done", file=sys.stderr)
             worker = start_baseline_worker(server.url, width)
             try:
                 celery_once(server.url, min(width, 20), 0.05)  # warm-up (also waits for the worker)
@@ -187,6 +188,7 @@ def main() -> int:
             finally:
                 os.killpg(worker.pid, 15)
                 worker.wait(30)
+            print(f"width {width}: celery done", file=sys.stderr)
             lang = asyncio.run(langgraph_once(width, args.delay_s))
             row: dict[str, Any] = {"engine": engine, "celery_threads": raw, "langgraph": lang,
                                    "ratio_engine_to_celery": round(engine["efficiency"] / raw["efficiency"], 3)}

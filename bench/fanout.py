@@ -129,6 +129,7 @@ def main() -> int:
     args = parser.parse_args()
     with EmbeddedRedis(unix_socket=False) as server:
         os.environ["BENCH_REDIS_URL"] = server.url  # read when bench.celery_baseline is imported
+        os.environ["BENCH_RESULT_BACKEND"] = "1"  # the chord needs one (the worker inherits it)
         baseline = start_baseline_worker(server.url, args.concurrency)
         try:
             with WorkerProcesses(server.url, count=1, pool="threads", concurrency=args.concurrency,
