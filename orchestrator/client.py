@@ -2,7 +2,9 @@
 
 ``Client(base_url, api_key=None)``; every method raises :class:`ApiError` (an
 ``OrchestratorError``) for a non-2xx answer, carrying the status and the server's error
-body, and for a connection failure. :meth:`Client.iter_events` follows a run's SSE stream
+body, and for a connection failure; a 429 (the server's queue is full) raises its
+subclass :class:`ServerBusyError` with ``retry_after_s`` and the ``limit`` that refused.
+:meth:`Client.iter_events` follows a run's SSE stream
 to its terminal event, reconnecting with ``Last-Event-ID`` when the connection drops, so
 each event is seen once, in order.
 """
@@ -20,6 +22,14 @@ from orchestrator.kernel.errors import OrchestratorError
 from orchestrator.kernel.protocol import EventType
 
 RECONNECT_DELAYS_S = (0.1, 0.25, 0.5, 1.0, 2.0)  # then every 2 s, up to max_reconnects
+DEFAULT_RETRY_AFTER_S = 5.0  # a 429 without a usable Retry-After header
+
+
+def _retry_after_s(header: str | None) -> float:
+    try:
+        return max(0.0, float(header)) if header else DEFAULT_RETRY_AFTER_S
+    except ValueError:
+        return DEFAULT_RETRY_AFTER_S
 
 
 class ApiError(OrchestratorError):
@@ -31,6 +41,18 @@ class ApiError(OrchestratorError):
         super().__init__(message)
         self.status = status
         self.body = body
+
+
+class ServerBusyError(ApiError):
+    """429: the server's queue is over its bound; nothing was started. Retry after
+    ``retry_after_s`` seconds; ``limit`` names the server setting that refused."""
+
+    code = "server_busy"
+
+    def __init__(self, message: str, *, status: int, body: Any, retry_after_s: float, limit: str) -> None:
+        super().__init__(message, status=status, body=body)
+        self.retry_after_s = retry_after_s
+        self.limit = limit
 
 
 class Client:
@@ -69,6 +91,13 @@ class Client:
             except ValueError:
                 body = response.text
             detail = body.get("error", {}).get("message") if isinstance(body, dict) else body
+            if response.status_code == 429:
+                error = body.get("error", {}) if isinstance(body, dict) else {}
+                retry_after_s = _retry_after_s(response.headers.get("Retry-After"))
+                raise ServerBusyError(
+                    f"server busy: {detail} (retry after {retry_after_s:g} s)",
+                    status=429, body=body, retry_after_s=retry_after_s, limit=str(error.get("limit", "")),
+                )
             raise ApiError(
                 f"{method} {url} -> {response.status_code}: {detail}",
                 status=response.status_code,

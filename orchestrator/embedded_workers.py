@@ -1,7 +1,7 @@
 """Celery worker processes this program owns (the CLI's one-command mode, tests, bench).
 
 :class:`WorkerProcesses` starts ``count`` workers, each ``python -m celery -A workers.app
-worker -P prefork -c <concurrency>``, in its own process group with ``REDIS_URL`` (and any
+worker -P <pool> -c <concurrency>``, in its own process group with ``REDIS_URL`` (and any
 extra ``env``) set, and waits until every one has started consuming: each worker writes a
 readiness file from Celery's ``worker_ready`` signal (``workers.app``), which costs no
 broker round trip. ``stop`` sends SIGTERM to each process group it started (a warm
@@ -9,6 +9,11 @@ shutdown: running nodes finish), waits ``grace_s``, then SIGKILLs the group and 
 descendant that left it (a node's sandbox runs in its own session): every process found
 under a worker when ``stop`` began is gone when it returns. Nothing is ever signalled by
 name.
+
+``pool`` defaults to ``Settings.worker_pool`` ("threads": ``concurrency`` node steps in
+flight per process on one event loop, default ``Settings.node_concurrency``); "prefork"
+gives ``concurrency`` single-node pool processes per worker (default
+``Settings.worker_concurrency``). ``count`` is the number of worker processes.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
+
+from orchestrator.settings import get_settings
 
 QUEUE = "orchestrator"  # workers.app.NODE_QUEUE (kept literal: this module must not import celery)
 READY_FILE_ENV = "ORCH_WORKER_READY_FILE"  # workers.app.READY_FILE_ENV
@@ -44,20 +51,23 @@ class WorkerProcesses:
         redis_url: str,
         *,
         count: int = 2,
-        concurrency: int = 1,
+        concurrency: int | None = None,
         env: Mapping[str, str] | None = None,
         queue: str = QUEUE,
-        pool: str = "prefork",
+        pool: str | None = None,
         loglevel: str = "WARNING",
         start_timeout_s: float = START_TIMEOUT_S,
         grace_s: float = STOP_GRACE_S,
     ) -> None:
         self.redis_url = redis_url
+        settings = get_settings()
         self.count = count
+        self.pool = pool or settings.worker_pool
+        if concurrency is None:
+            concurrency = settings.worker_concurrency if self.pool == "prefork" else settings.node_concurrency
         self.concurrency = concurrency
         self.env = dict(env or {})
         self.queue = queue
-        self.pool = pool
         self.loglevel = loglevel
         self.start_timeout_s = start_timeout_s
         self.grace_s = grace_s

@@ -18,6 +18,8 @@ orchestrator_node_runs_total        counter    node_type, status (succeeded, fai
 orchestrator_queue_depth            gauge      queue (LLEN of the Celery queue)
 orchestrator_events_published_total counter    event_type
 orchestrator_sse_streams            gauge      (open SSE connections in this process)
+orchestrator_nodes_in_flight        gauge      worker (node steps running in that worker process)
+orchestrator_admission_rejected_total counter  limit (requests answered 429, by the limit hit)
 ==================================  =========  =======================================
 """
 
@@ -71,6 +73,20 @@ EVENTS_PUBLISHED = Counter(
 )
 SSE_STREAMS = Gauge(
     "orchestrator_sse_streams", "Open SSE event streams in this process.", registry=REGISTRY
+)
+
+NODES_IN_FLIGHT = Gauge(
+    "orchestrator_nodes_in_flight",
+    "Node steps running right now in a worker process.",
+    ["worker"],
+    multiprocess_mode="livesum",
+    registry=REGISTRY,
+)
+ADMISSION_REJECTED = Counter(
+    "orchestrator_admission_rejected",
+    "Requests refused with 429 because queued work was above a limit.",
+    ["limit"],
+    registry=REGISTRY,
 )
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST

@@ -7,9 +7,12 @@ Celery deployment ``workers.dispatch.make_dispatch(app)``), sync or async.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import json
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -21,6 +24,25 @@ from orchestrator.kernel.store import RunRecord, RunStatus, RunStore
 from orchestrator.kernel.validation import ValidatedGraph, validate_graph
 
 Dispatch = Callable[[str, list[str]], Awaitable[None]] | Callable[[str, list[str]], None]
+VALIDATED_CACHE_SIZE = 128  # graphs (by content) whose validation this process remembers
+
+_validated: OrderedDict[str, tuple[Registry, ValidatedGraph]] = OrderedDict()
+
+
+def validated(graph: dict[str, Any], registry: Registry) -> ValidatedGraph:
+    """``validate_graph``, remembered per graph content and registry: a stored graph that
+    runs again (the API validated it when it read it) is not validated a second time.
+    A graph that fails is never remembered."""
+    key = hashlib.sha256(json.dumps(graph, sort_keys=True, default=str).encode()).hexdigest()
+    hit = _validated.get(key)
+    if hit is not None and hit[0] is registry:
+        _validated.move_to_end(key)
+        return hit[1]
+    vg = validate_graph(graph, registry)
+    _validated[key] = (registry, vg)
+    while len(_validated) > VALIDATED_CACHE_SIZE:
+        _validated.popitem(last=False)
+    return vg
 
 
 def choose_start(vg: ValidatedGraph, start: list[str] | None) -> list[str]:
@@ -79,7 +101,7 @@ async def start_run(
     Calling it twice with the same ``run_id`` stores once and dispatches again, which
     the store's claim makes harmless.
     """
-    vg = validate_graph(graph, registry)
+    vg = validated(graph, registry)
     starts = choose_start(vg, start)
     run_id = run_id or uuid.uuid4().hex
     plan = compile_run(vg, run_id, starts)

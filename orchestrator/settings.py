@@ -31,7 +31,13 @@ class Settings(BaseSettings):
     unacked_restore_interval_s: float = 5.0  # how often kombu sweeps stale unacked messages
     run_deadline_s: float = 3600.0  # a run still active after this is ended timed_out (per-graph override)
     cancel_poll_s: float = 0.2  # how often a running node checks whether its run was cancelled
-    worker_concurrency: int = 2
+    # The Celery pool of `orchestrator worker` and embedded workers: "threads" (default)
+    # runs up to node_concurrency node steps of one process at once on one event loop;
+    # "prefork" runs worker_concurrency single-node processes (CPU-heavy deployments).
+    worker_pool: str = "threads"
+    node_concurrency: int = 100  # node steps in flight per worker process (threads pool)
+    worker_concurrency: int = 2  # pool processes per worker under -P prefork
+    offload_threads: int = 8  # per process: threads running sync executors / CPU-heavy steps off the loop
     # Serve Prometheus metrics of a worker (all its pool processes) on this port; 0 = off.
     worker_metrics_port: int = 0
     # A node task runs its first ready successor in the same task for up to this long
@@ -41,6 +47,10 @@ class Settings(BaseSettings):
     max_node_reclaims: int = 3  # a node whose worker died more often than this fails the run
     undispatched_grace_s: float = 10.0  # a ready node not dispatched for this long is dispatched by the sweeper
     max_output_bytes: int = 8 * 1024 * 1024  # a node output larger than this fails the node
+    # Back-pressure: new runs (API, webhooks, chat) get 429 while this many node tasks or
+    # more wait in the queue; 0 = never refuse. Retry-After of a 429, in seconds:
+    max_queued_nodes: int = 10_000
+    overload_retry_after_s: int = 5
 
     # -- egress: every outbound connection a node opens (nodes/_shared/egress.py) -------
     # Loopback, private, link-local, shared (CGNAT), reserved and multicast addresses are

@@ -1,4 +1,5 @@
-"""Sending node tasks: one Celery message per ready node, with a deterministic task id.
+"""Sending node tasks: one Celery message per ready node, with a deterministic task id,
+all the messages of one call in one Redis round trip.
 
 ``make_dispatch(app)`` returns the ``dispatch(run_id, node_ids)`` callable that
 ``orchestrator.runs.start_run`` and the node task use. Task ids are ``"{run_id}:{node_id}"``
@@ -21,11 +22,14 @@ def task_id(run_id: str, node_id: str) -> str:
     return f"{run_id}:{node_id}"
 
 
-def send_nodes(app: Celery, run_id: str, node_ids: Sequence[str]) -> None:
-    """Publish one node task per id, over one pooled producer connection."""
+def send_nodes(app: Celery, run_id: str, node_ids: Sequence[str], *,
+               countdown_s: float | None = None) -> None:
+    """Publish one node task per id in ONE Redis round trip (kombu's ``Producer.batch``
+    buffers the LPUSHes in a pipeline flushed when the block ends), over one pooled
+    producer connection. ``countdown_s`` delays delivery (a node's retry)."""
     if not node_ids:
         return
-    with app.producer_or_acquire() as producer:
+    with app.producer_or_acquire() as producer, producer.batch():
         for node_id in node_ids:
             app.send_task(
                 NODE_TASK,
@@ -33,6 +37,7 @@ def send_nodes(app: Celery, run_id: str, node_ids: Sequence[str]) -> None:
                 task_id=task_id(run_id, node_id),
                 queue=NODE_QUEUE,
                 producer=producer,
+                countdown=countdown_s,
             )
 
 

@@ -1,20 +1,32 @@
-"""What one worker process keeps between node tasks.
+"""What one worker process keeps between node tasks: one event loop for all of them.
 
-Each pool process owns one asyncio event loop (kept alive across tasks: the run store's
-connection pool and cached artifacts are bound to it), one Redis client, one
-``RedisRunStore``, the node registry, and an artifact cache per run. Everything is
-created lazily on first use *in the process that uses it*: a prefork child never
-inherits its parent's loop or sockets, because the state remembers the pid that built it
-and is rebuilt after a fork.
+Each worker process owns ONE asyncio event loop, running forever in a dedicated daemon
+thread (``orchestrator-loop``). A Celery pool thread (``-P threads -c N``, the default)
+hands its node step to that loop with ``asyncio.run_coroutine_threadsafe`` and blocks
+itself (never the loop) until the step is done, so up to N node steps of one process
+overlap on one loop: a node awaiting a model or the network costs a parked thread, not a
+process. Under ``-P prefork`` each child process builds its own loop thread the same way
+(one mechanism for both pools). Acks stay per message: the pool thread returns, and Celery
+acks, only after the step finished.
+
+Beside the loop: one Redis client, one ``RedisRunStore``, the node registry, an artifact
+cache per run, and a bounded thread pool (the loop's default executor, ``Settings.
+offload_threads``) where synchronous executors and CPU-heavy steps run off the loop.
+Everything is created lazily on first use *in the process that uses it*: a prefork child
+never inherits its parent's loop or sockets, because the state remembers the pid that
+built it and is rebuilt after a fork. Building is guarded by a lock (pool threads race).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import socket
+import threading
+from collections.abc import Awaitable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 
@@ -28,6 +40,49 @@ from .app import DEFAULT_REDIS_URL
 from .store import RedisRunStore
 
 MAX_CACHED_RUNS = 32  # runs whose artifacts a process keeps (least recently used dropped first)
+LOOP_THREAD_NAME = "orchestrator-loop"
+STOP_TIMEOUT_S = 5.0
+REDIS_MAX_CONNECTIONS = 256  # per process; steps hold one only for the length of a command
+REDIS_POOL_TIMEOUT_S = 30.0
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    """An event loop running forever in its own daemon thread."""
+
+    def __init__(self, offload_threads: int) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.offload = concurrent.futures.ThreadPoolExecutor(
+            max_workers=max(1, offload_threads), thread_name_prefix="orchestrator-offload")
+        self.loop.set_default_executor(self.offload)
+        self._ready = threading.Event()
+        self.thread = threading.Thread(target=self._main, name=LOOP_THREAD_NAME, daemon=True)
+        self.thread.start()
+        self._ready.wait()
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(self._ready.set)
+        self.loop.run_forever()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the loop and wait for it in the calling thread.
+
+        Called from the loop thread itself it would deadlock, so that is refused."""
+        if threading.current_thread() is self.thread:
+            coro.close()
+            raise RuntimeError("LoopThread.run called from its own loop; await the coroutine instead")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def stop(self) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(STOP_TIMEOUT_S)
+        if not self.thread.is_alive():
+            self.loop.close()
+        self.offload.shutdown(wait=False, cancel_futures=True)
 
 
 @dataclass
@@ -35,21 +90,42 @@ class ProcessState:
     pid: int
     worker_id: str
     settings: Settings
-    loop: asyncio.AbstractEventLoop
+    runner: LoopThread
     redis: aioredis.Redis
     store: RedisRunStore
     registry: Registry
     services: dict[str, Any]
     options: StepOptions
+    capacity: int = 1  # node steps this process may hold at once (set_capacity)
+    in_flight: int = 0  # node steps running now (changed on the loop thread only)
     artifacts: ArtifactCache = field(
         default_factory=lambda: ArtifactCache(max_runs=MAX_CACHED_RUNS)
     )
 
-    def run(self, coro: Any) -> Any:
-        return self.loop.run_until_complete(coro)
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self.runner.loop
+
+    def run(self, work: Awaitable[T]) -> T:
+        """Run ``work`` on the process's loop; blocks the calling (pool) thread only."""
+        return self.runner.run(_awaited(work))
+
+
+async def _awaited(work: Awaitable[T]) -> T:
+    return await work
 
 
 _state: ProcessState | None = None
+_build_lock = threading.Lock()
+_capacity = 1
+
+
+def set_capacity(node_steps: int) -> None:
+    """How many node steps this process may run at once (the worker's pool size)."""
+    global _capacity
+    _capacity = max(1, node_steps)
+    if _state is not None:
+        _state.capacity = _capacity
 
 
 def worker_id() -> str:
@@ -59,38 +135,52 @@ def worker_id() -> str:
 def _build() -> ProcessState:
     settings = get_settings()
     url = settings.redis_url or DEFAULT_REDIS_URL
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    client = aioredis.Redis.from_url(url, decode_responses=True)  # the store needs str replies
+    runner = LoopThread(settings.offload_threads)
+    # Built on the loop thread: the client's pool and locks belong to that loop.
+    client: aioredis.Redis = runner.run(_client(url, settings))
     return ProcessState(
         pid=os.getpid(),
         worker_id=worker_id(),
         settings=settings,
-        loop=loop,
+        runner=runner,
         redis=client,
         store=RedisRunStore(client, settings),
         registry=get_registry(),
         services={"redis_url": url, "settings": settings},
         options=StepOptions(lease_s=settings.node_lease_s, cancel_poll_s=settings.cancel_poll_s,
                             max_output_bytes=settings.max_output_bytes),
+        capacity=_capacity,
     )
+
+
+async def _client(url: str, settings: Settings) -> aioredis.Redis:
+    # The store needs str replies. A blocking pool: a burst of steps waits for a free
+    # connection (up to REDIS_POOL_TIMEOUT_S) instead of failing with "Too many connections".
+    pool = aioredis.BlockingConnectionPool.from_url(
+        url, decode_responses=True, max_connections=REDIS_MAX_CONNECTIONS, timeout=REDIS_POOL_TIMEOUT_S)
+    return aioredis.Redis(connection_pool=pool)
 
 
 def process_state() -> ProcessState:
     """The state of the calling process, built on first use (and again after a fork)."""
     global _state
-    if _state is None or _state.pid != os.getpid():
-        _state = _build()
-    return _state
+    state = _state
+    if state is not None and state.pid == os.getpid():
+        return state
+    with _build_lock:
+        if _state is None or _state.pid != os.getpid():
+            _state = _build()
+        return _state
 
 
 def reset() -> None:
     """Close this process's resources (worker shutdown, tests)."""
     global _state
-    state, _state = _state, None
+    with _build_lock:
+        state, _state = _state, None
     if state is None or state.pid != os.getpid():
         return
     try:
-        state.loop.run_until_complete(state.redis.aclose())
+        state.runner.run(state.redis.aclose())
     finally:
-        state.loop.close()
+        state.runner.stop()

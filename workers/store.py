@@ -3,7 +3,7 @@
 Every state change that must be atomic is one Lua script (``workers/lua/``), so any
 number of workers can complete nodes of the same run concurrently:
 
-* ``claim.lua``    the node's lease, its claim count, its first ``started`` event;
+* ``claim.lua``    the node's lease, its claim count and attempt, its ``started`` event;
 * ``complete.lua`` ``scheduling.complete`` in Lua (countdown, live ports, skip
   propagation, remaining counter) + outputs, events, and the run's terminal state;
 * ``finish.lua``   a forced terminal status (cancel, timeout, sweeper);
@@ -20,6 +20,7 @@ The client must be created with ``decode_responses=True``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -44,6 +45,7 @@ SCRIPTS = (
     "create", "claim", "renew", "append", "dispatched", "complete", "finish", "resume", "seed",
 )
 PLAN_CACHE_SIZE = 256
+STATUS_MAX_AGE_S = 0.1  # a run status read is shared this long by the nodes polling it
 
 # The run-level event each forced terminal status appends.
 _FINISH_EVENTS = {
@@ -102,6 +104,7 @@ class RedisRunStore(RunStore):
         self._scripts = {name: redis.register_script(_lua_source(name)) for name in SCRIPTS}
         self._plans: OrderedDict[str, RunPlan] = OrderedDict()
         self._event_templates: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        self._statuses: OrderedDict[str, tuple[float, asyncio.Future[Any]]] = OrderedDict()
 
     @classmethod
     def from_url(cls, url: str, settings: Settings | None = None) -> RedisRunStore:
@@ -129,8 +132,8 @@ class RedisRunStore(RunStore):
         return await self._scripts[script](keys=keys, args=cast(list[str | int], head + args))
 
     def _templates(self, run_id: str) -> tuple[str, str]:
-        """(run_completed, skipped) event JSON of a run: the same for every completion
-        (complete.lua fills in the node and the time), so built once per run."""
+        """(run_completed, node event) JSON templates of a run: the same for every
+        completion (the scripts fill in the node and stamp the time), so built once per run."""
         cached = self._event_templates.get(run_id)
         if cached is None:
             cached = (
@@ -201,6 +204,23 @@ class RedisRunStore(RunStore):
         self._remember(plan)
         return plan
 
+    async def run_status(self, run_id: str) -> str:
+        """The run's status. Every node of a run polls it while running (cancellation), so
+        in one process concurrent callers share one read, and a read younger than
+        ``STATUS_MAX_AGE_S`` is reused: one HGET per run per period, not one per node."""
+        now = time.monotonic()
+        cached = self._statuses.get(run_id)
+        if cached is None or (cached[1].done() and now - cached[0] > STATUS_MAX_AGE_S):
+            cached = (now, asyncio.ensure_future(self.redis.hget(self.keys.run(run_id), "status")))
+            self._statuses[run_id] = cached
+            self._statuses.move_to_end(run_id)
+            while len(self._statuses) > PLAN_CACHE_SIZE:
+                self._statuses.popitem(last=False)
+        status = await asyncio.shield(cached[1])
+        if status is None:
+            raise RunNotFoundError("no such run (unknown or expired)", run_id=run_id)
+        return str(status)
+
     async def get_run(self, run_id: str) -> RunRecord:
         h = cast(dict[str, str], await self.redis.hgetall(self.keys.run(run_id)))
         if not h:
@@ -222,25 +242,19 @@ class RedisRunStore(RunStore):
         self, run_id: str, node_id: str, *, worker_id: str, lease_s: float, started: NodeEvent,
         read: Sequence[str] = (),
     ) -> Claim:
-        data = started.data or {}
-        variants = [
-            _event_json(started),
-            _event_json(_with_data(started, {**data, "reclaimed": True})),
-            _event_json(_with_data(started, {**data, "resumed": True})),
-        ]
-        lease_ms = max(1, int(lease_s * 1000))
-        args = [node_id, worker_id, lease_ms, *variants, *read]
-        reply = await self._call("claim", run_id, args, node_id)
+        args = {"node": node_id, "worker": worker_id, "lease_ms": max(1, int(lease_s * 1000)),
+                "started": _event_json(started), "read": list(read)}
+        reply = await self._call("claim", run_id, [_dumps(args)], node_id)
         kind, claims, *rest = reply
         if kind == "run":
-            run_input, session_id, resume, *stored = rest
+            run_input, session_id, resume, attempt, *stored = rest
             outputs = {
                 stored[i]: {port: DataValue.from_json(v) for port, v in json.loads(stored[i + 1]).items()}
                 for i in range(0, len(stored), 2)
             }
             return Claim(kind="run", claims=int(claims), run_input=json.loads(run_input),
                          session_id=session_id or None, resume=json.loads(resume) if resume else None,
-                         outputs=outputs)
+                         outputs=outputs, attempt=int(attempt))
         return Claim(kind=kind, claims=int(claims), pending_dispatch=list(rest))
 
     async def renew_lease(
@@ -270,26 +284,29 @@ class RedisRunStore(RunStore):
     async def complete_node(
         self, run_id: str, node_id: str, completion: NodeCompletion
     ) -> list[str]:
-        outputs = {port: dv.to_json() for port, dv in completion.outputs.items()}
         waiting = completion.status == NodeStatus.WAITING
-        args: list[Any] = [
-            node_id,
-            completion.status,
-            _dumps(outputs),
-            _dumps(sorted(completion.outputs)),
-            "1" if completion.stop_run else "0",
-            _dumps(completion.error) if completion.error is not None else "",
-            run_id,
-            self._templates(run_id)[0],
-            self._run_event(run_id, EventType.RUN_FAILED, {"status": RunStatus.FAILED, "error": completion.error})
+        run_completed, node_template = self._templates(run_id)
+        args = {
+            "node": node_id,
+            "status": completion.status,
+            "outputs": _dumps({port: dv.to_json() for port, dv in completion.outputs.items()}),
+            "live": sorted(completion.outputs),
+            "stop_run": completion.stop_run,
+            "error": _dumps(completion.error) if completion.error is not None else "",
+            "run_id": run_id,
+            "run_completed": run_completed,
+            "run_failed": self._run_event(run_id, EventType.RUN_FAILED,
+                                          {"status": RunStatus.FAILED, "error": completion.error})
             if completion.stop_run else "",
-            self._run_event(run_id, EventType.RUN_WAITING, {"node_id": node_id, "payload": completion.payload or {}})
+            "run_waiting": self._run_event(run_id, EventType.RUN_WAITING,
+                                           {"node_id": node_id, "payload": completion.payload or {}})
             if waiting else "",
-            _dumps(completion.payload or {}),
-            self._templates(run_id)[1],
-            *(_event_json(e) for e in completion.events),
-        ]
-        ready = list(await self._call("complete", run_id, args, node_id))
+            "payload": _dumps(completion.payload or {}),
+            "node_template": node_template,
+            "events": [_event_json(e) for e in completion.events],
+            "next_attempt": completion.next_attempt,
+        }
+        ready = list(await self._call("complete", run_id, [_dumps(args)], node_id))
         for event in completion.events:
             metrics.EVENTS_PUBLISHED.labels(event_type=event.event_type).inc()
         return ready
@@ -317,7 +334,8 @@ class RedisRunStore(RunStore):
                 f"finish_run needs a terminal status, not {status!r}", run_id=run_id
             )
         event = self._run_event(run_id, _FINISH_EVENTS[status], {"status": status, "error": error})
-        args = [status, _dumps(error) if error is not None else "", run_id, event]
+        args = [status, _dumps(error) if error is not None else "", run_id, event,
+                self._templates(run_id)[1]]
         return bool(await self._call("finish", run_id, args))
 
     async def resume_node(self, run_id: str, node_id: str, resume_input: Any) -> bool:
@@ -349,12 +367,6 @@ class RedisRunStore(RunStore):
     async def suspended_payload(self, run_id: str, node_id: str) -> dict[str, Any] | None:
         raw = await self.redis.hget(self.keys.suspend(run_id), node_id)
         return None if raw is None else dict(json.loads(raw))
-
-
-def _with_data(event: NodeEvent, data: dict[str, Any]) -> NodeEvent:
-    return NodeEvent(run_id=event.run_id, node_id=event.node_id, node_type=event.node_type,
-                     event_type=event.event_type, data=data, timestamp=event.timestamp,
-                     node_name=event.node_name, attempt=event.attempt)
 
 
 def new_run_id() -> str:

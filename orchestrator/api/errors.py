@@ -10,6 +10,7 @@ error                                           status
 ``AuthError``                                   401
 ``ForbiddenError`` (a key's role is too low)    403
 ``PayloadTooLargeError`` (body limit)           413
+``OverloadedError`` (queued work over a bound)   429 + ``Retry-After``
 ``RunStateError`` (e.g. rerun of a live run)    409
 other ``RunError`` (e.g. nothing to approve)     409
 request body not JSON                           400
@@ -42,6 +43,7 @@ from orchestrator.kernel.errors import (
     GraphError,
     GraphNotFoundError,
     OrchestratorError,
+    OverloadedError,
     PayloadTooLargeError,
     ResourceNotFoundError,
     RunError,
@@ -58,6 +60,7 @@ STATUS: list[tuple[type[OrchestratorError], int]] = [
     (AuthError, 401),
     (ForbiddenError, 403),
     (PayloadTooLargeError, 413),
+    (OverloadedError, 429),
     (RunStateError, 409),
     (RunError, 409),
 ]
@@ -73,6 +76,8 @@ def status_of(exc: OrchestratorError) -> int:
 def error_response(exc: OrchestratorError) -> JSONResponse:
     status = status_of(exc)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    if isinstance(exc, OverloadedError):
+        headers = {"Retry-After": str(exc.retry_after_s)}
     return JSONResponse({"error": exc.to_dict()}, status_code=status, headers=headers)
 
 

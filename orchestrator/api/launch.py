@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator import metrics
+from orchestrator import admission, metrics
 from orchestrator.graph_store import DEFAULT_WORKSPACE
 from orchestrator.kernel.errors import ParameterError, RunNotFoundError
 from orchestrator.kernel.store import RunRecord
@@ -61,9 +61,11 @@ async def launch(
     """Start a run of a stored graph; returns the run id (the run is queued, not finished).
 
     With ``workspace`` (the caller's), a graph of another workspace is unknown (404). The
-    run belongs to the graph's workspace (``meta.workspace``)."""
+    run belongs to the graph's workspace (``meta.workspace``). Raises ``OverloadedError``
+    (429) before storing anything while the queue is over its bound."""
     from orchestrator.runs import start_run
 
+    await admission.check(services.redis, services.settings)
     graph = await services.graphs.get(graph_id, version, workspace=workspace)
     owner = workspace or await services.graphs.workspace_of(graph_id)
     run_meta = {"graph_version": graph["version"], "trigger": trigger, **(meta or {}), "workspace": owner}

@@ -1,7 +1,7 @@
 """``orchestrator run GRAPH.json``: run a graph once and stream its events.
 
 With ``REDIS_URL`` unset the command owns everything it needs: an embedded redis-server
-and a Celery worker (``--workers N`` pool processes), both stopped by pid when the run
+and ``--workers N`` Celery worker processes, all stopped by pid when the run
 ends. With ``REDIS_URL`` set it uses that Redis and the workers already serving it.
 
 A run that waits for a person's approval (an agent tool marked ``requires_approval``) is
@@ -69,8 +69,9 @@ def add_parser(subparsers: Any) -> None:
                         "_.@/:+-, no spaces or quotes) is taken as a string")
     source.add_argument("--input-file", type=Path, help="file holding the run input as JSON")
     p.add_argument("--trigger", help="name or id of the trigger node to start from")
-    p.add_argument("--workers", type=int, default=2,
-                   help="worker pool processes to start when REDIS_URL is unset (default 2)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="worker processes to start when REDIS_URL is unset (default 1; each runs "
+                        "up to ORCH_NODE_CONCURRENCY node steps at once)")
     p.add_argument("--offline", action="store_true",
                    help="agent nodes use a deterministic offline model (no API keys)")
     p.add_argument("--json", action="store_true", help="print one JSON event per line")
@@ -256,13 +257,12 @@ def _run_owned(args: argparse.Namespace, raw: dict[str, Any], run_input: Any,
 
             err.print("[dim]starting an embedded redis-server (REDIS_URL is unset)…[/]")
             url = stack.enter_context(EmbeddedRedis()).url
-            pool = max(1, args.workers)
-            workers = WorkerProcesses(url, count=1, concurrency=pool, env=worker_env,
-                                      grace_s=STOP_GRACE_S)
+            count = max(1, args.workers)
+            workers = WorkerProcesses(url, count=count, env=worker_env, grace_s=STOP_GRACE_S)
             stack.callback(workers.stop)
-            err.print(f"[dim]starting a Celery worker with {pool} pool process"
-                      f"{'es' if pool > 1 else ''}"
-                      f"{' (offline models)' if args.offline else ''}…[/]")
+            err.print(f"[dim]starting {count} Celery worker process{'es' if count > 1 else ''} "
+                      f"({workers.pool} pool, {workers.concurrency} node steps at once each)"
+                      f"{' with offline models' if args.offline else ''}…[/]")
             workers.spawn()  # workers boot while this process loads and checks the graph
         elif args.offline:
             err.print("[yellow]note[/]: --offline only applies to workers this command starts")

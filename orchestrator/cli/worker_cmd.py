@@ -20,19 +20,25 @@ QUEUE = "orchestrator"  # workers.app.NODE_QUEUE
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("worker", help="run a Celery worker for node tasks")
     p.add_argument("--concurrency", "-c", type=int, default=None,
-                   help="pool processes (default: ORCH_WORKER_CONCURRENCY)")
+                   help="threads pool: node steps in flight at once (default ORCH_NODE_CONCURRENCY); "
+                        "prefork: pool processes (default ORCH_WORKER_CONCURRENCY)")
     p.add_argument("--queues", "-Q", default=QUEUE, help=f"queues to consume (default {QUEUE})")
-    p.add_argument("--pool", "-P", default="prefork", help="Celery pool (default prefork)")
+    p.add_argument("--pool", "-P", default=None,
+                   help="Celery pool: threads (many I/O-bound nodes on one event loop) or prefork "
+                        "(CPU-heavy work); default ORCH_WORKER_POOL")
     p.add_argument("--loglevel", "-l", default="INFO", help="celery log level (default INFO)")
     p.add_argument("--hostname", "-n", default=None, help="worker node name (default w@%%h)")
     p.set_defaults(func=worker_command)
 
 
 def celery_argv(args: argparse.Namespace) -> list[str]:
-    concurrency = args.concurrency or get_settings().worker_concurrency
+    settings = get_settings()
+    pool = args.pool or settings.worker_pool
+    default = settings.worker_concurrency if pool == "prefork" else settings.node_concurrency
+    concurrency = args.concurrency or default
     return [
         sys.executable, "-m", "celery", "-A", "workers.app", "worker",
-        "-P", args.pool, "-c", str(concurrency), "-Q", args.queues,
+        "-P", pool, "-c", str(concurrency), "-Q", args.queues,
         "-n", args.hostname or "w@%h", "--loglevel", args.loglevel,
         "--without-gossip", "--without-mingle",
     ]

@@ -31,7 +31,8 @@
     │   ├── ResourceNotFoundError      a named stored resource (credential, file) does not exist
     │   ├── AuthError                  missing/wrong API key, bad webhook signature
     │   ├── ForbiddenError             the key's role does not allow the request
-    │   └── PayloadTooLargeError       a request body over the configured limit
+    │   ├── PayloadTooLargeError       a request body over the configured limit
+    │   └── OverloadedError            queued work above a configured bound: retry later
     ├── ConfigurationError             a setting is unusable (e.g. a placeholder API key)
     └── ControlSignal                  not failures: they steer a run
         ├── RetryRequested             an executor asks to be retried (optionally after a delay)
@@ -240,6 +241,25 @@ class ForbiddenError(RequestError):
 
 class PayloadTooLargeError(RequestError):
     code = "payload_too_large"
+
+
+class OverloadedError(RequestError):
+    """Queued work is above a configured bound; nothing was stored. ``limit`` names the
+    setting, ``queued`` and ``bound`` say how far over it is, ``retry_after_s`` when to
+    try again."""
+
+    code = "overloaded"
+
+    def __init__(self, message: str, *, limit: str, queued: int, bound: int, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.queued = queued
+        self.bound = bound
+        self.retry_after_s = retry_after_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "limit": self.limit, "queued": self.queued, "bound": self.bound,
+                "retry_after_s": self.retry_after_s}
 
 
 # --- control signals: not failures ---------------------------------------------------

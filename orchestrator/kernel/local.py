@@ -109,9 +109,13 @@ class LocalRunner:
                     launch(ready)
 
     async def _step(self, run_id: str, node_id: str) -> list[str]:
-        outcome = await run_step(self.store, self.registry, run_id, node_id, worker_id="local",
-                                 services=self.services, artifacts=self.artifacts)
-        return outcome.ready
+        while True:
+            outcome = await run_step(self.store, self.registry, run_id, node_id, worker_id="local",
+                                     services=self.services, artifacts=self.artifacts)
+            if outcome.retry_in_s is None:
+                return outcome.ready
+            # A scheduled retry: in process there is no slot to free, only this task to pause.
+            await asyncio.sleep(outcome.retry_in_s)
 
     async def result(self, run_id: str) -> LocalRunResult:
         record = await self.store.get_run(run_id)

@@ -19,6 +19,7 @@ from .scheduling import BarrierState, RunPlan, complete
 from .store import Claim, NodeCompletion, NodeStatus, RunRecord, RunStatus, RunStore
 
 EventCallback = Callable[[NodeEvent], Awaitable[None] | None]
+_UNSTARTED = frozenset({NodeStatus.PENDING, NodeStatus.RETRYING, NodeStatus.WAITING})
 
 
 @dataclass
@@ -32,6 +33,7 @@ class _Run:
     leases: dict[str, tuple[str, float]] = field(default_factory=dict)  # node -> (worker, expires)
     suspended: dict[str, dict[str, Any]] = field(default_factory=dict)
     resumes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    attempts: dict[str, int] = field(default_factory=dict)  # node -> attempt its next claim runs
 
 
 class MemoryStore(RunStore):
@@ -74,7 +76,16 @@ class MemoryStore(RunStore):
         return NodeEvent(run_id=run.record.run_id, node_id=node_id, node_type=pn.node_type,
                          node_name=pn.name, event_type=event_type, data=data)
 
+    async def _close_unstarted(self, run: _Run) -> None:
+        """Nodes that never started in a run that ends now become ``not_run``."""
+        for node_id in run.plan.order:
+            if run.state.status[node_id] in _UNSTARTED:
+                run.state.status[node_id] = NodeStatus.NOT_RUN
+                await self._append(run, self._node_event(run, node_id, EventType.NOT_RUN))
+
     async def _finish(self, run: _Run, status: str, error: dict[str, Any] | None) -> None:
+        if status != RunStatus.SUCCEEDED:
+            await self._close_unstarted(run)
         run.record.status = status
         run.record.finished_at = time.time()
         run.record.error = error
@@ -127,16 +138,17 @@ class MemoryStore(RunStore):
         run.leases[node_id] = (worker_id, now + lease_s)
         run.state.dispatched.add(node_id)
         run.claims[node_id] = run.claims.get(node_id, 0) + 1
-        run.state.status[node_id] = NodeStatus.RUNNING
-        if run.claims[node_id] == 1:
-            await self._append(run, started)
-        else:
+        attempt = run.attempts.get(node_id, 1)
+        started = copy.copy(started)
+        started.attempt = attempt
+        if status != NodeStatus.RETRYING and run.claims[node_id] > 1:
             started.data = {**(started.data or {}),
                             ("resumed" if node_id in run.resumes else "reclaimed"): True}
-            await self._append(run, started)
+        run.state.status[node_id] = NodeStatus.RUNNING
+        await self._append(run, started)
         return Claim(kind="run", claims=run.claims[node_id], run_input=run.record.run_input,
                      session_id=run.record.session_id, resume=run.resumes.get(node_id),
-                     outputs={n: run.outputs[n] for n in read if n in run.outputs})
+                     outputs={n: run.outputs[n] for n in read if n in run.outputs}, attempt=attempt)
 
     async def renew_lease(self, run_id: str, node_id: str, *, worker_id: str, lease_s: float) -> bool:
         run = self._run(run_id)
@@ -154,8 +166,7 @@ class MemoryStore(RunStore):
         return await self._append(self._run(event.run_id), event)
 
     def _undispatched(self, run: _Run) -> list[str]:
-        rank = {n: i for i, n in enumerate(run.plan.order)}
-        return sorted(run.state.ready - run.state.dispatched, key=rank.__getitem__)
+        return sorted(run.state.ready - run.state.dispatched, key=run.plan.rank().__getitem__)
 
     async def complete_node(self, run_id: str, node_id: str, completion: NodeCompletion) -> list[str]:
         run = self._run(run_id)
@@ -163,6 +174,16 @@ class MemoryStore(RunStore):
             return [] if run.record.status in RunStatus.TERMINAL else self._undispatched(run)
         if run.state.status.get(node_id) == NodeStatus.WAITING:
             return []  # a repeated suspend changes nothing
+        if completion.status == NodeStatus.RETRYING:
+            if run.state.status.get(node_id) != NodeStatus.RUNNING or run.record.status in RunStatus.TERMINAL:
+                return []  # a repeat, or the run ended meanwhile (the next claim is refused)
+            run.leases.pop(node_id, None)
+            run.state.status[node_id] = NodeStatus.RETRYING
+            run.attempts[node_id] = completion.next_attempt
+            run.claims[node_id] = max(0, run.claims.get(node_id, 1) - 1)  # claims count worker losses
+            for ev in completion.events:
+                await self._append(run, ev)
+            return []
         run.leases.pop(node_id, None)
         if completion.status == NodeStatus.WAITING:
             run.state.status[node_id] = NodeStatus.WAITING
@@ -181,7 +202,7 @@ class MemoryStore(RunStore):
             # A run that is over (or ends now) propagates nothing: what did not run stays pending.
             run.state.status[node_id] = completion.status
             if completion.stop_run and run.record.status not in RunStatus.TERMINAL:
-                await self._finish(run, RunStatus.FAILED, completion.error)
+                await self._finish(run, RunStatus.FAILED, completion.error)  # the rest: not_run
             return []
         transition = complete(run.plan, run.state, node_id, completion.status, set(completion.outputs))
         for skipped in transition.skipped:

@@ -75,6 +75,7 @@ class EventType:
     ERROR = "error"
     RETRY = "retry"
     SKIPPED = "skipped"
+    NOT_RUN = "not_run"  # the run ended before this node ran
     # Nodes may emit their own domain events under this one generic type; the kernel
     # forwards them untouched. (The name comes from the seeds' event protocol.)
     AGENT_EVENT = "agent_event"

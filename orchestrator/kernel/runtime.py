@@ -169,7 +169,7 @@ class GraphRuntime:
         for param in node_type.definition.parameters:
             if param.socket is not None and param.socket.channel == "link":
                 values = await self.resolve_links(node.id, param.id)
-                source_socket = self._source_socket(node.id, param.id)
+                source_socket = self.source_socket(node.id, param.id)
                 if values:
                     wires[param.id] = (values[0], source_socket)
         data = resolve_parameters(node, node_type.definition, wires, self.scope)
@@ -184,7 +184,7 @@ class GraphRuntime:
                 graph_id=self.graph.id, node_id=node.id, node_name=node.name, run_id=self.run_id, handle=handle,
             ) from exc
 
-    def _source_socket(self, node_id: str, handle: str) -> str:
+    def source_socket(self, node_id: str, handle: str) -> str:
         for edge in self.graph.incoming(node_id):
             if edge.target_handle == handle:
                 source = self.graph.node_by_id[edge.source]

@@ -78,6 +78,13 @@ class RunPlan:
     refs: dict[str, list[str]] = field(default_factory=dict)  # node -> nodes its expressions read
     # The parsed graph, cached on the plan object by the step function (not serialized).
     parsed: Any = field(default=None, init=False, repr=False, compare=False)
+    _rank: dict[str, int] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def rank(self) -> dict[str, int]:
+        """Each node's index in ``order``, built once per plan object."""
+        if self._rank is None:
+            self._rank = {n: i for i, n in enumerate(self.order)}
+        return self._rank
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -119,7 +126,8 @@ def plan_run(
     start: list[str],
     refs: dict[str, list[str]] | None = None,
 ) -> RunPlan:
-    """Compile the active sub-graph reachable from ``start`` over flow edges."""
+    """Compile the active sub-graph reachable from ``start`` over flow edges; linear in
+    nodes + edges."""
     by_id = {n.node_id: n for n in nodes}
     for s in start:
         if s not in by_id:
@@ -143,11 +151,15 @@ def plan_run(
     order = topological_order(ordered_ids, successors)
     if len(order) != len(ordered_ids):
         raise GraphError("the flow edges form a cycle")
+    in_edges_of: dict[str, list[str]] = {n: [] for n in ordered_ids}  # target -> handles of active in-edges
+    for _, s, _, t, th in flow_edges:
+        if s in active and t in active:
+            in_edges_of[t].append(th)
     plan_nodes: dict[str, PlanNode] = {}
     for nid in order:
         info = by_id[nid]
-        in_edges = [(eid, s, th) for eid, s, _, t, th in flow_edges if t == nid and s in active]
-        ports_with_edges = {th for _, _, th in in_edges}
+        in_edges = in_edges_of[nid]
+        ports_with_edges = set(in_edges)
         plan_nodes[nid] = PlanNode(
             node_id=nid,
             node_type=info.node_type,
@@ -227,7 +239,7 @@ def complete(plan: RunPlan, state: BarrierState, node_id: str, status: str, live
                     state.remaining -= 1
                     skipped.append(target)
                     queue.append((target, set()))
-    rank = {n: i for i, n in enumerate(plan.order)}
+    rank = plan.rank()
     return Transition(
         ready=sorted(ready, key=rank.__getitem__),
         skipped=sorted(skipped, key=rank.__getitem__),

@@ -20,7 +20,6 @@ from typing import Any
 from .definition import NodeDefinition
 from .errors import (
     NodeExecutionError,
-    NodeTimeoutError,
     OrchestratorError,
     RetryRequested,
     RunCancelled,
@@ -34,11 +33,13 @@ from .registry import NodeType, Registry
 from .retry import backoff_s, is_retryable
 from .runtime import ArtifactCache, GraphRuntime
 from .scheduling import RunPlan
-from .store import Claim, NodeCompletion, NodeStatus, RunStatus, RunStore
+from .store import Claim, NodeCompletion, NodeStatus, RunStore
+from .supervision import heartbeat, supervise, timed
 
 log = logging.getLogger("orchestrator.step")
 
 _DEFAULT_ARTIFACTS = ArtifactCache()
+HEARTBEAT_STOP_S = 5.0  # at most this long waiting for the heartbeat to end after its node
 
 
 @dataclass
@@ -48,6 +49,7 @@ class StepOutcome:
     status: str  # node status, or "done" / "busy" / "closed" when it did not run
     node_type: str = ""
     duration_s: float = 0.0  # claim to completion, when it ran
+    retry_in_s: float | None = None  # a retry was scheduled: run the node again after this long
 
 
 @dataclass
@@ -114,8 +116,16 @@ def _gather(graph: Graph, registry: Registry, node: Node, definition: NodeDefini
 
 async def _drive(executor: Any, data: dict[str, Any], inputs: dict[str, DataValue],
                  ctx: FlowContext, sink: Any) -> ExecutionResult:
-    """Call execute; stream events of an async generator to ``sink`` as they come."""
-    produced = executor.execute(data, inputs, ctx)
+    """Call execute; stream events of an async generator to ``sink`` as they come.
+
+    A synchronous ``execute`` (neither a coroutine nor an async generator function) runs in
+    the loop's default executor, a bounded thread pool, so its CPU or blocking work never
+    stalls the other steps on the loop."""
+    execute = executor.execute
+    if inspect.iscoroutinefunction(execute) or inspect.isasyncgenfunction(execute):
+        produced = execute(data, inputs, ctx)
+    else:
+        produced = await asyncio.get_running_loop().run_in_executor(None, execute, data, inputs, ctx)
     if inspect.isasyncgen(produced):
         result: ExecutionResult | None = None
         try:
@@ -136,30 +146,6 @@ async def _drive(executor: Any, data: dict[str, Any], inputs: dict[str, DataValu
     if not isinstance(produced, ExecutionResult):
         raise TypeError(f"execute returned {type(produced).__name__}; expected ExecutionResult")
     return produced
-
-
-async def _supervise(store: RunStore, run_id: str, node_id: str, opts: StepOptions,
-                     work: asyncio.Task[ExecutionResult]) -> ExecutionResult:
-    """Await ``work`` while watching for the run's cancellation (checked every poll)."""
-    while True:
-        done, _ = await asyncio.wait({work}, timeout=max(0.01, opts.cancel_poll_s))
-        if done:
-            return work.result()
-        if await store.run_status(run_id) in RunStatus.TERMINAL:
-            work.cancel()
-            await asyncio.gather(work, return_exceptions=True)
-            raise RunCancelled("the run ended while the node was running", run_id=run_id, node_id=node_id)
-
-
-async def _heartbeat(store: RunStore, run_id: str, node_id: str, worker_id: str, lease_s: float) -> None:
-    """Renew the node's lease every third of it for as long as this worker holds the claim
-    (parameter resolution, execution, retry backoff), so only a dead worker loses it."""
-    while True:
-        await asyncio.sleep(lease_s / 3)
-        try:
-            await store.renew_lease(run_id, node_id, worker_id=worker_id, lease_s=lease_s)
-        except Exception:  # a missed beat is retried next time; the lease outlives two misses
-            log.warning("run %s node %s: lease renewal failed", run_id, node_id, exc_info=True)
 
 
 def _check_outputs(node: Node, definition: NodeDefinition, result: ExecutionResult, max_bytes: int) -> None:
@@ -193,6 +179,33 @@ def _error_info(exc: BaseException, node: Node) -> dict[str, Any]:
     return info
 
 
+@dataclass
+class StepContext:
+    """Everything one step of one node works with, bundled (as httpx bundles a request)."""
+
+    store: RunStore
+    registry: Registry
+    plan: RunPlan
+    graph: Graph
+    node: Node
+    node_type: NodeType
+    worker_id: str
+    artifacts: ArtifactCache
+    options: StepOptions
+    services: dict[str, Any] | None = None
+
+    def event(self, event_type: str, data: dict[str, Any] | None = None, attempt: int = 1) -> NodeEvent:
+        """A node event; ``started``, ``completed`` and ``error`` say which worker ran it."""
+        if event_type in _WHERE_EVENTS:
+            data = {**(data or {}), "worker_id": self.worker_id}
+        node = self.node
+        return NodeEvent(run_id=self.plan.run_id, node_id=node.id, node_type=node.type, node_name=node.name,
+                         event_type=event_type, data=data, attempt=attempt)
+
+
+_WHERE_EVENTS = frozenset({EventType.STARTED, EventType.COMPLETED, EventType.ERROR})
+
+
 async def run_step(
     store: RunStore,
     registry: Registry,
@@ -204,7 +217,11 @@ async def run_step(
     artifacts: ArtifactCache | None = None,
     options: StepOptions | None = None,
 ) -> StepOutcome:
-    """Run ``node_id`` of ``run_id`` once; safe to call again for the same node."""
+    """Run ``node_id`` of ``run_id`` once; safe to call again for the same node.
+
+    A failed attempt with attempts left does not wait here: its completion is
+    ``retrying`` (the store frees the node) and the outcome's ``retry_in_s`` tells the
+    host when to call again; the next call runs the next attempt."""
     opts = options or StepOptions()
     plan = await store.load_plan(run_id)
     graph = _graph_for(plan)
@@ -212,41 +229,40 @@ async def run_step(
     if node is None or node_id not in plan.nodes:
         return StepOutcome(ready=[], ran=False, status="closed")
     node_type = registry.get(node.type, graph_id=graph.id, node_id=node.id, node_name=node.name)
-
-    def event(event_type: str, data: dict[str, Any] | None = None, attempt: int = 1) -> NodeEvent:
-        return NodeEvent(run_id=run_id, node_id=node.id, node_type=node.type, node_name=node.name,
-                         event_type=event_type, data=data, attempt=attempt)
+    step = StepContext(store=store, registry=registry, plan=plan, graph=graph, node=node,
+                       node_type=node_type, worker_id=worker_id,
+                       artifacts=artifacts or _DEFAULT_ARTIFACTS, options=opts, services=services)
 
     sources = [e.source for e in graph.incoming(node.id, "flow")]
     needed = sorted(set(sources) | set(plan.refs.get(node.id, [])))
     claim = await store.claim_node(run_id, node_id, worker_id=worker_id, lease_s=opts.lease_s,
-                                   started=event(EventType.STARTED), read=needed)
+                                   started=step.event(EventType.STARTED), read=needed)
     if claim.kind != "run":
         return StepOutcome(ready=claim.pending_dispatch, ran=False, status=claim.kind)
 
     started_at = time.monotonic()
-    heartbeat = asyncio.ensure_future(_heartbeat(store, run_id, node_id, worker_id, opts.lease_s))
+    beating = asyncio.Event()
+    beat = asyncio.ensure_future(heartbeat(store, run_id, node_id, worker_id, opts.lease_s, beating))
     try:
-        completion = await _execute_node(store, registry, plan, graph, node, node_type, claim,
-                                         event, services, artifacts or _DEFAULT_ARTIFACTS, opts)
+        completion, retry_in_s = await _execute_node(step, claim)
     finally:
-        heartbeat.cancel()
-        await asyncio.gather(heartbeat, return_exceptions=True)
+        beating.set()
+        beat.cancel()
+        await asyncio.wait({beat}, timeout=HEARTBEAT_STOP_S)
     if completion.status != NodeStatus.WAITING:
         for ev in completion.events:
             if ev.event_type == EventType.COMPLETED and ev.data is not None:
                 ev.data["duration_ms"] = round((time.monotonic() - started_at) * 1000, 3)
     ready = await store.complete_node(run_id, node_id, completion)
     return StepOutcome(ready=ready, ran=True, status=completion.status, node_type=node.type,
-                       duration_s=time.monotonic() - started_at)
+                       duration_s=time.monotonic() - started_at, retry_in_s=retry_in_s)
 
 
-async def _execute_node(
-    store: RunStore, registry: Registry, plan: RunPlan, graph: Graph, node: Node, node_type: NodeType,
-    claim: Claim, event: Any, services: dict[str, Any] | None,
-    artifacts: ArtifactCache, opts: StepOptions,
-) -> NodeCompletion:
-    definition = node_type.definition
+async def _execute_node(step: StepContext, claim: Claim) -> tuple[NodeCompletion, float | None]:
+    """Run the node's attempt ``claim.attempt``: (its completion, the retry delay when the
+    completion is ``retrying``)."""
+    node, plan, graph, registry = step.node, step.plan, step.graph, step.registry
+    definition = step.node_type.definition
     outputs = claim.outputs
     gathered = _gather(graph, registry, node, definition, outputs)
     referenced = {
@@ -256,67 +272,49 @@ async def _execute_node(
     scope_input = gathered.scope_input if node.id not in plan.start or gathered.inputs else claim.run_input
     scope = Scope(input=scope_input, nodes=referenced,
                   run={"id": plan.run_id, "input": claim.run_input, "session_id": claim.session_id})
-    resume = claim.resume
 
     async def sink(ev: NodeEvent) -> None:
-        await store.append_event(ev)
+        await step.store.append_event(ev)
 
     runtime = GraphRuntime(graph=graph, registry=registry, run_id=plan.run_id, node_id=node.id,
-                           artifacts=artifacts, scope=scope, sink=sink, run_input=claim.run_input,
-                           session_id=claim.session_id, services=services)
+                           artifacts=step.artifacts, scope=scope, sink=sink, run_input=claim.run_input,
+                           session_id=claim.session_id, services=step.services)
     policy = node.settings.retry
-    attempt = 1
-    while True:
-        try:
-            if node.settings.disabled:
-                result = _pass_through(definition, gathered)
-                break
+    attempt = claim.attempt
+    try:
+        if node.settings.disabled:
+            result = _pass_through(definition, gathered)
+        else:
             data = resolve_parameters(node, definition, await _link_wires(runtime, node, definition, gathered),
                                       scope)
-            ctx = runtime.context_for(node.id, attempt=attempt, resume=resume,
+            ctx = runtime.context_for(node.id, attempt=attempt, resume=claim.resume,
                                       input_sources=gathered.sources)
-            work = asyncio.ensure_future(_timed(node, _drive(node_type.executor, data, gathered.inputs, ctx, sink)))
-            result = await _supervise(store, plan.run_id, node.id, opts, work)
-            _check_outputs(node, definition, result, opts.max_output_bytes)
-            break
-        except SuspendRequested as exc:
-            log.info("run %s node %s suspended", plan.run_id, node.id)
-            return NodeCompletion(status=NodeStatus.WAITING, payload=exc.payload)
-        except RunCancelled as exc:
-            return NodeCompletion(status=NodeStatus.FAILED, error=_error_info(exc, node),
-                                  events=[event(EventType.ERROR, {"error": _error_info(exc, node),
-                                                                  "cancelled": True}, attempt)])
-        except Exception as exc:  # an executor may raise anything: it becomes node data
-            if attempt < policy.max_attempts and is_retryable(policy, exc):
-                delay = exc.delay_s if isinstance(exc, RetryRequested) and exc.delay_s is not None \
-                    else backoff_s(policy, attempt)
-                log.warning("run %s node %s attempt %d failed (%s); retrying in %.2fs",
-                            plan.run_id, node.id, attempt, type(exc).__name__, delay)
-                await store.append_event(event(EventType.RETRY, {
-                    "attempt": attempt, "next_attempt": attempt + 1, "delay_s": round(delay, 3),
-                    "error": _error_info(exc, node)}, attempt))
-                await asyncio.sleep(delay)
-                attempt += 1
-                continue
-            return _failure(node, definition, exc, gathered, event, attempt)
+            work = asyncio.ensure_future(timed(node, _drive(step.node_type.executor, data, gathered.inputs, ctx,
+                                                             sink)))
+            result = await supervise(step.store, plan.run_id, node.id, step.options.cancel_poll_s, work)
+            _check_outputs(node, definition, result, step.options.max_output_bytes)
+    except SuspendRequested as exc:
+        log.info("run %s node %s suspended", plan.run_id, node.id)
+        return NodeCompletion(status=NodeStatus.WAITING, payload=exc.payload), None
+    except RunCancelled as exc:
+        return NodeCompletion(status=NodeStatus.FAILED, error=_error_info(exc, node),
+                              events=[step.event(EventType.ERROR, {"error": _error_info(exc, node),
+                                                                   "cancelled": True}, attempt)]), None
+    except Exception as exc:  # an executor may raise anything: it becomes node data
+        if attempt < policy.max_attempts and is_retryable(policy, exc):
+            delay = exc.delay_s if isinstance(exc, RetryRequested) and exc.delay_s is not None \
+                else backoff_s(policy, attempt)
+            log.warning("run %s node %s attempt %d failed (%s); retrying in %.2fs",
+                        plan.run_id, node.id, attempt, type(exc).__name__, delay)
+            retry = step.event(EventType.RETRY, {
+                "attempt": attempt, "next_attempt": attempt + 1, "delay_s": round(delay, 3),
+                "error": _error_info(exc, node)}, attempt)
+            return NodeCompletion(status=NodeStatus.RETRYING, events=[retry], next_attempt=attempt + 1), delay
+        return _failure(node, definition, exc, gathered, step, attempt), None
     extra = list(result.events)
-    completed = event(EventType.COMPLETED, {"outputs": {k: v.to_json() for k, v in result.outputs.items()}},
-                      attempt)
-    return NodeCompletion(status=NodeStatus.SUCCEEDED, outputs=result.outputs, events=[*extra, completed])
-
-
-async def _timed(node: Node, work: Any) -> ExecutionResult:
-    timeout_s = node.settings.timeout_s
-    if timeout_s is None:
-        result: ExecutionResult = await work
-        return result
-    try:
-        async with asyncio.timeout(timeout_s):
-            result = await work
-            return result
-    except TimeoutError:
-        raise NodeTimeoutError(f"node ran longer than its {timeout_s}s timeout",
-                               node_id=node.id, node_name=node.name) from None
+    completed = step.event(EventType.COMPLETED, {"outputs": {k: v.to_json() for k, v in result.outputs.items()}},
+                           attempt)
+    return NodeCompletion(status=NodeStatus.SUCCEEDED, outputs=result.outputs, events=[*extra, completed]), None
 
 
 async def _link_wires(runtime: GraphRuntime, node: Node, definition: NodeDefinition,
@@ -327,7 +325,7 @@ async def _link_wires(runtime: GraphRuntime, node: Node, definition: NodeDefinit
             if runtime.incoming_edges(node.id, channel="link", target_handle=param.id):
                 values = await runtime.resolve_links(node.id, param.id)
                 if values:
-                    wires[param.id] = (values[0], runtime._source_socket(node.id, param.id))
+                    wires[param.id] = (values[0], runtime.source_socket(node.id, param.id))
     return wires
 
 
@@ -340,12 +338,13 @@ def _pass_through(definition: NodeDefinition, gathered: _Gathered) -> ExecutionR
 
 
 def _failure(node: Node, definition: NodeDefinition, exc: BaseException, gathered: _Gathered,
-             event: Any, attempt: int) -> NodeCompletion:
+             step: StepContext, attempt: int) -> NodeCompletion:
     info = _error_info(exc, node)
     mode = node.settings.on_error
     log.warning("run %s node %s failed: %s (mode %s)", getattr(exc, "run_id", None) or "", node.id,
                 info["message"], mode)
-    error_event = event(EventType.ERROR, {"error": info, "recoverable": mode != "stop", "mode": mode}, attempt)
+    error_event = step.event(EventType.ERROR, {"error": info, "recoverable": mode != "stop", "mode": mode},
+                             attempt)
     if mode == "stop":
         return NodeCompletion(status=NodeStatus.FAILED, error=info, stop_run=True, events=[error_event])
     payload = {"error": info["message"], "error_type": info["type"], "node": node.name,

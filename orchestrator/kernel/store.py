@@ -38,8 +38,10 @@ class NodeStatus:
     FAILED = "failed"
     SKIPPED = "skipped"
     WAITING = "waiting"
+    RETRYING = "retrying"  # failed an attempt; the next one is scheduled (no worker holds it)
+    NOT_RUN = "not_run"  # the run ended (failed, cancelled, timed out) before the node ran
 
-    FINISHED = frozenset({SUCCEEDED, FAILED, SKIPPED})
+    FINISHED = frozenset({SUCCEEDED, FAILED, SKIPPED, NOT_RUN})
 
 
 @dataclass
@@ -74,19 +76,23 @@ class Claim:
     session_id: str | None = None
     resume: dict[str, Any] | None = None  # {"payload", "input"} when the node was resumed
     outputs: dict[str, dict[str, DataValue]] = field(default_factory=dict)  # of the ``read`` nodes
+    attempt: int = 1  # which attempt this claim runs (> 1 after a scheduled retry)
 
 
 @dataclass
 class NodeCompletion:
     """How a node ended. ``outputs`` keys are the live output ports."""
 
-    status: str  # NodeStatus.SUCCEEDED | FAILED | WAITING
+    status: str  # NodeStatus.SUCCEEDED | FAILED | WAITING | RETRYING
     # For WAITING: the suspend payload, stored so resume can hand it back to the executor.
     payload: dict[str, Any] | None = None
     outputs: dict[str, DataValue] = field(default_factory=dict)
     events: list[NodeEvent] = field(default_factory=list)  # appended atomically with the completion
     error: dict[str, Any] | None = None
     stop_run: bool = False  # a failure that ends the run as failed
+    # For RETRYING: the attempt the next claim runs. The store releases the lease and
+    # keeps the node claimable; the host sends the node again after the retry's delay.
+    next_attempt: int = 0
 
 
 class RunStore(ABC):
@@ -116,8 +122,9 @@ class RunStore(ABC):
         self, run_id: str, node_id: str, *, worker_id: str, lease_s: float, started: NodeEvent,
         read: Sequence[str] = (),
     ) -> Claim:
-        """Atomically take the node's lease and mark it dispatched; on the first claim
-        append ``started``. A granted claim carries the stored outputs of ``read``."""
+        """Atomically take the node's lease and mark it dispatched; append ``started``
+        (``data.reclaimed`` / ``data.resumed`` on a reclaim or a resume, ``attempt`` set
+        after a scheduled retry). A granted claim carries the stored outputs of ``read``."""
 
     @abstractmethod
     async def renew_lease(self, run_id: str, node_id: str, *, worker_id: str, lease_s: float) -> bool: ...
@@ -142,7 +149,11 @@ class RunStore(ABC):
 
     @abstractmethod
     async def finish_run(self, run_id: str, status: str, error: dict[str, Any] | None = None) -> bool:
-        """Force a terminal status (cancel, timeout, sweeper). False if already terminal."""
+        """Force a terminal status (cancel, timeout, sweeper). False if already terminal.
+
+        Nodes that had not started (pending, retrying, waiting) become ``not_run``, each
+        with a ``not_run`` event, so a finished run shows no pending node. A failure that
+        stops the run (``complete_node`` with ``stop_run``) does the same."""
 
     @abstractmethod
     async def resume_node(self, run_id: str, node_id: str, resume_input: Any) -> bool:

@@ -22,6 +22,17 @@ BIG_GRAPH = {"id": "big", "version": 1, "nodes": [
 
 
 class _Api(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:  # a server over its queue bound: every run start is refused
+        body = json.dumps({"error": {"type": "OverloadedError", "code": "overloaded",
+                                     "message": "10000 node tasks are queued, above ORCH_MAX_QUEUED_NODES=10000",
+                                     "limit": "ORCH_MAX_QUEUED_NODES"}}).encode()
+        self.send_response(429)
+        self.send_header("content-type", "application/json")
+        self.send_header("retry-after", "7")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
     def do_GET(self) -> None:
         body = json.dumps(BIG_GRAPH if self.path.startswith("/graphs/big")
                           else {"graphs": [], "total": 0}).encode()
@@ -67,3 +78,13 @@ def test_graphs_list_accepts_api_url_after_the_action(api_url: str) -> None:
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"graphs": [], "total": 0}
+
+
+@pytest.mark.timeout(60)
+def test_runs_start_on_a_busy_server_says_so_and_when_to_retry(api_url: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "runs", "start", "g1", "--api-url", api_url],
+                          cwd=ROOT, env=_cli_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "server busy" in done.stderr and "ORCH_MAX_QUEUED_NODES" in done.stderr
+    assert "retry after 7 s" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
-from orchestrator.kernel.store import NodeStatus, RunStore
+from orchestrator.kernel.protocol import NodeEvent
+from orchestrator.kernel.store import NodeCompletion, NodeStatus, RunStore
 from tests.support import Driver, claim, completed, events_of, make_plan, node_states
 
 
@@ -200,7 +202,7 @@ async def test_suspended_node_waits_then_resumes_with_its_payload(store: RunStor
     assert started == [None, {"resumed": True}]
 
 
-async def test_a_failure_that_stops_the_run_leaves_what_did_not_run_pending(store: RunStore) -> None:
+async def test_a_failure_that_stops_the_run_marks_what_did_not_run_not_run(store: RunStore) -> None:
     plan = make_plan("abcd", [("a", "out", "b", "in"), ("b", "out", "c", "in"), ("a", "out", "d", "in")])
     await Driver(store, plan).start()
     run_id = plan.run_id
@@ -211,9 +213,15 @@ async def test_a_failure_that_stops_the_run_leaves_what_did_not_run_pending(stor
         run_id, "b", [], status="failed", stop_run=True, error={"message": "boom"}))
     states = await node_states(store, run_id)
     assert states["b"] == NodeStatus.FAILED
-    assert states["c"] == NodeStatus.PENDING  # not skipped: it never had its chance
-    kinds = [e.event_type for e in await events_of(store, run_id)]
+    # not skipped (it never had its chance) and not pending (the run is over): not_run,
+    # like "d", which was ready but not yet claimed
+    assert (states["c"], states["d"]) == (NodeStatus.NOT_RUN, NodeStatus.NOT_RUN)
+    events = await events_of(store, run_id)
+    kinds = [e.event_type for e in events]
     assert "skipped" not in kinds
+    in_plan_order = [(n, n) for n in plan.order if n in ("c", "d")]
+    assert [(e.node_id, e.node_name) for e in events if e.event_type == "not_run"] == in_plan_order
+    assert kinds.index("not_run") < kinds.index("run_failed")
 
 
 async def test_a_completion_after_the_run_ended_propagates_nothing(store: RunStore) -> None:
@@ -224,8 +232,8 @@ async def test_a_completion_after_the_run_ended_propagates_nothing(store: RunSto
     assert await store.finish_run(run_id, "cancelled")
     assert await store.complete_node(run_id, "a", completed(run_id, "a", [])) == []
     states = await node_states(store, run_id)
-    assert states["a"] == NodeStatus.SUCCEEDED
-    assert (states["b"], states["c"]) == (NodeStatus.PENDING, NodeStatus.PENDING)
+    assert states["a"] == NodeStatus.SUCCEEDED  # it was running when the run ended
+    assert (states["b"], states["c"]) == (NodeStatus.NOT_RUN, NodeStatus.NOT_RUN)
 
 
 async def test_run_events_carry_the_time_they_happened(store: RunStore) -> None:
@@ -241,3 +249,62 @@ async def test_run_events_carry_the_time_they_happened(store: RunStore) -> None:
     started, done = events[0], events[-1]
     assert (started.event_type, done.event_type) == ("run_started", "run_completed")
     assert done.timestamp - started.timestamp >= 0.05
+
+
+async def test_skipped_events_carry_the_time_they_were_emitted(store: RunStore) -> None:
+    plan = make_plan("abcd", [("a", "out", "b", "in"), ("b", "out", "c", "in"), ("b", "other", "d", "in")])
+    await Driver(store, plan).start()
+    run_id = plan.run_id
+    await claim(store, run_id, "a")
+    await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]))
+    await asyncio.sleep(0.3)
+    await claim(store, run_id, "b")
+    before = time.time()
+    await store.complete_node(run_id, "b", completed(run_id, "b", ["out"]))  # "d" is dead
+    skipped = [e for e in await events_of(store, run_id) if e.event_type == "skipped"]
+    assert [e.node_id for e in skipped] == ["d"]
+    assert skipped[0].timestamp >= before - 0.01
+
+
+async def test_cancelled_run_marks_unstarted_nodes_not_run_with_an_event_each(store: RunStore) -> None:
+    plan = make_plan("abc", [("a", "out", "b", "in"), ("b", "out", "c", "in")])
+    await Driver(store, plan).start()
+    run_id = plan.run_id
+    assert await store.finish_run(run_id, "cancelled")
+    assert set((await node_states(store, run_id)).values()) == {NodeStatus.NOT_RUN}
+    events = await events_of(store, run_id)
+    assert [e.node_id for e in events if e.event_type == "not_run"] == ["a", "b", "c"]
+    assert events[-1].event_type == "run_cancelled"
+
+
+async def test_a_scheduled_retry_frees_the_node_and_the_next_claim_runs_the_next_attempt(
+    store: RunStore,
+) -> None:
+    plan = make_plan("ab", [("a", "out", "b", "in")])
+    await Driver(store, plan).start()
+    run_id = plan.run_id
+    await claim(store, run_id, "a", worker_id="w1")
+    retry = NodeEvent(run_id=run_id, node_id="a", node_type="fake", node_name="a",
+                      event_type="retry", data={"delay_s": 0.5})
+    retrying = NodeCompletion(status=NodeStatus.RETRYING, events=[retry], next_attempt=2)
+    assert await store.complete_node(run_id, "a", retrying) == []
+    assert await store.complete_node(run_id, "a", retrying) == []  # a repeat changes nothing
+    assert (await node_states(store, run_id))["a"] == NodeStatus.RETRYING
+    again = await claim(store, run_id, "a", worker_id="w2")  # the lease was released
+    assert (again.kind, again.attempt, again.claims) == ("run", 2, 1)
+    assert await store.complete_node(run_id, "a", completed(run_id, "a", ["out"])) == ["b"]
+    events = await events_of(store, run_id)
+    started = [(e.attempt, e.data) for e in events if e.event_type == "started"]
+    assert started == [(1, None), (2, None)]  # a retry is not a reclaim
+    assert [e.event_type for e in events if e.node_id == "a"] == ["started", "retry", "started", "completed"]
+
+
+async def test_a_run_cancelled_during_a_retry_wait_refuses_the_next_attempt(store: RunStore) -> None:
+    plan = make_plan("ab", [("a", "out", "b", "in")])
+    await Driver(store, plan).start()
+    run_id = plan.run_id
+    await claim(store, run_id, "a")
+    await store.complete_node(run_id, "a", NodeCompletion(status=NodeStatus.RETRYING, next_attempt=2))
+    assert await store.finish_run(run_id, "cancelled")
+    assert (await claim(store, run_id, "a")).kind == "closed"
+    assert (await node_states(store, run_id))["a"] == NodeStatus.NOT_RUN

@@ -95,12 +95,14 @@ def test_workers_scale_on_the_length_of_the_node_queue() -> None:
 
     scaled = by_kind("ScaledObject")["worker"]
     assert scaled["spec"]["scaleTargetRef"]["name"] in by_kind("Deployment")
-    (trigger,) = scaled["spec"]["triggers"]
-    assert trigger["type"] == "redis"
+    triggers = {t["type"]: t for t in scaled["spec"]["triggers"]}
+    trigger = triggers["redis"]
     assert trigger["metadata"]["listName"] == NODE_QUEUE
     env_name = trigger["metadata"]["addressFromEnv"]
     worker_env = {e["name"] for c in containers(by_kind("Deployment")["worker"]) for e in c.get("env", [])}
     assert env_name in worker_env, f"the scaler reads {env_name} from the worker container"
+    # and on the nodes in flight, a metric the workers export
+    assert "orchestrator_nodes_in_flight" in triggers["prometheus"]["metadata"]["query"]
 
 
 def test_the_shipped_placeholder_secret_is_refused_at_api_start() -> None:

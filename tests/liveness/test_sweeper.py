@@ -97,7 +97,7 @@ async def test_node_that_loses_its_worker_too_often_fails_the_run_naming_the_nod
     assert record.status == RunStatus.FAILED
     assert record.error and record.error["node_id"] == "a" and "worker lost" in record.error["message"]
     states = await node_states(store, run_id)
-    assert states["a"] == "failed" and states["b"] == "pending"  # the run failed before b ran
+    assert states["a"] == "failed" and states["b"] == "not_run"  # the run failed before b ran
     errors = [e for e in await events_of(store, run_id) if e.event_type == "error"]
     assert len(errors) == 1 and errors[0].node_id == "a"
 

@@ -1,12 +1,12 @@
--- May this worker run the node now? Atomic lease + claim count + first `started` event.
--- ARGV[6] node id  ARGV[7] worker id  ARGV[8] lease ms
--- ARGV[9] started event JSON  ARGV[10] the same, data.reclaimed  ARGV[11] data.resumed
--- ARGV[12..] node ids whose stored outputs the step reads (its flow sources and the nodes
--- its expressions name), returned with a granted claim to save a round trip.
+-- May this worker run the node now? Atomic lease + claim count + the `started` event.
+-- ARGV[6] one JSON object: {node, worker, lease_ms, started (the event JSON, a string),
+--   read: [node ids whose stored outputs the step reads (its flow sources and the nodes
+--   its expressions name), returned with a granted claim to save a round trip]}
 -- Returns {kind, claims, pending_dispatch...} with kind run|done|busy|closed; a granted
--- claim returns {'run', claims, run_input JSON, session_id, resume JSON or ''} so the
--- step needs no further read of the run record.
-local node, worker = ARGV[6], ARGV[7]
+-- claim returns {'run', claims, run_input JSON, session_id, resume JSON or '', attempt,
+-- node, outputs JSON, ...} so the step needs no further read of the run record.
+local args = cjson.decode(ARGV[6])
+local node, worker = args.node, args.worker
 local status = redis.call('HGET', K_RUN, 'status')
 if not status or not ACTIVE[status] then
   return {'closed', 0}
@@ -28,26 +28,32 @@ end
 if node_status == 'waiting' then
   return {'busy', 0}
 end
-redis.call('SET', K_LEASE, worker, 'PX', ARGV[8])
--- A claimed node is dispatched by definition (a fused node is claimed without a task).
+redis.call('SET', K_LEASE, worker, 'PX', args.lease_ms)
+-- A claimed node is dispatched by definition (a node run in-process is claimed without a task).
 redis.call('SADD', K_DISPATCHED, node)
 local claims = redis.call('HINCRBY', K_CLAIMS, node, 1)
 ensure_ttl(K_CLAIMS)
+local attempt = tonumber(redis.call('HGET', K_CLAIMS, 'attempt:' .. node) or '1')
 redis.call('HSET', K_NODES, node, 'running')
-if claims == 1 then
-  append(ARGV[9])
-elseif redis.call('HEXISTS', K_RESUME, node) == 1 then
-  append(ARGV[11])
+local resume = redis.call('HGET', K_RESUME, node)
+if claims == 1 and attempt == 1 then
+  append(args.started)
 else
-  -- the previous holder died (lease expired) or the task was redelivered: say so
-  append(ARGV[10])
+  local event = cjson.decode(args.started)
+  event.attempt = attempt
+  if node_status ~= 'retrying' and claims > 1 then
+    -- the previous holder died (lease expired) or the task was redelivered: say so
+    if type(event.data) ~= 'table' then event.data = {} end
+    if resume then event.data.resumed = true else event.data.reclaimed = true end
+  end
+  append(cjson.encode(event))
 end
 local context = redis.call('HMGET', K_RUN, 'run_input', 'session_id')
-local reply = {'run', claims, context[1] or 'null', context[2] or '', redis.call('HGET', K_RESUME, node) or ''}
-for i = 12, #ARGV do
-  local blob = redis.call('HGET', K_OUT, ARGV[i])
+local reply = {'run', claims, context[1] or 'null', context[2] or '', resume or '', attempt}
+for _, source in ipairs(args.read) do
+  local blob = redis.call('HGET', K_OUT, source)
   if blob then
-    table.insert(reply, ARGV[i])
+    table.insert(reply, source)
     table.insert(reply, blob)
   end
 end

@@ -1,14 +1,15 @@
 -- Apply one node's completion exactly once: the Lua twin of
 -- orchestrator/kernel/scheduling.py:complete, plus storage, events and the run's end.
--- ARGV[6] node id   ARGV[7] status (succeeded|failed|waiting)
--- ARGV[8] outputs JSON {port: DataValue}   ARGV[9] live ports JSON [..]
--- ARGV[10] stop_run '1'|'0'   ARGV[11] error JSON or ''   ARGV[12] run id
--- ARGV[13] run_completed JSON  ARGV[14] run_failed JSON ('' unless stop_run)
--- ARGV[15] run_waiting JSON ('' unless waiting); run-level events get the time NOW
--- ARGV[16] suspend payload JSON or ''   ARGV[17] skipped-event JSON template
--- ARGV[18..] the completion's own events (JSON), in order
+-- ARGV[6] one JSON object with named fields:
+--   node, status (succeeded|failed|waiting|retrying), outputs (JSON string {port: DataValue}),
+--   live [ports], stop_run (bool), error (JSON string or ''), run_id,
+--   run_completed / run_failed / run_waiting (event JSON strings; '' when not needed;
+--   run-level events get the time NOW), payload (suspend payload JSON string or ''),
+--   node_template (node event JSON, for skipped and not_run events, stamped NOW),
+--   events [the completion's own event JSON strings, in order], next_attempt (retrying)
 -- Returns the nodes that became ready and are not yet dispatched, in plan order.
-local node, status = ARGV[6], ARGV[7]
+local args = cjson.decode(ARGV[6])
+local node, status = args.node, args.status
 local run_status = redis.call('HGET', K_RUN, 'status')
 if not run_status then
   return {}
@@ -16,11 +17,11 @@ end
 local node_status = redis.call('HGET', K_NODES, node)
 
 local function append_own_events()
-  for i = 18, #ARGV do append(ARGV[i]) end
+  for _, event_json in ipairs(args.events) do append(event_json) end
 end
 
 -- A run that already ended (cancelled, failed, timed out) records the node but
--- propagates and dispatches nothing: what did not run stays pending.
+-- propagates and dispatches nothing (finish.lua already marked what did not run not_run).
 local terminal = not ACTIVE[run_status]
 
 -- Run-level events arrive as JSON templates; stamp them with the completion's time.
@@ -39,31 +40,45 @@ if status == 'waiting' and (node_status == 'waiting' or terminal) then
   return {}
 end
 
--- Suspend: keep the payload, hold no worker, count nothing down.
-if status == 'waiting' then
-  if ARGV[16] ~= '' then redis.call('HSET', K_SUSPEND, node, ARGV[16]) end
-  redis.call('HSET', K_NODES, node, 'waiting')
-  redis.call('HSET', K_RUN, 'status', 'waiting')
+-- A failed attempt whose retry is scheduled: no worker holds the node until the next
+-- claim, which runs attempt next_attempt. Claims count worker losses, not attempts.
+if status == 'retrying' then
+  if node_status ~= 'running' or terminal then return {} end
+  redis.call('HSET', K_NODES, node, 'retrying')
+  redis.call('HSET', K_CLAIMS, 'attempt:' .. node, args.next_attempt)
+  redis.call('HINCRBY', K_CLAIMS, node, -1)
   append_own_events()
-  append_stamped(ARGV[15])
   redis.call('DEL', K_LEASE)
   expire_all(ACTIVE_TTL)
   return {}
 end
 
-redis.call('HSET', K_OUT, node, ARGV[8])
+-- Suspend: keep the payload, hold no worker, count nothing down.
+if status == 'waiting' then
+  if args.payload ~= '' then redis.call('HSET', K_SUSPEND, node, args.payload) end
+  redis.call('HSET', K_NODES, node, 'waiting')
+  redis.call('HSET', K_RUN, 'status', 'waiting')
+  append_own_events()
+  append_stamped(args.run_waiting)
+  redis.call('DEL', K_LEASE)
+  expire_all(ACTIVE_TTL)
+  return {}
+end
+
+redis.call('HSET', K_OUT, node, args.outputs)
 redis.call('HSET', K_NODES, node, status)
 
 -- A failure that stops the run, or a completion after the run ended: no countdown.
-local stop = ARGV[10] == '1'
+local stop = args.stop_run
 if terminal or stop then
   append_own_events()
   redis.call('DEL', K_LEASE)
   if stop and not terminal then
+    close_unstarted(args.node_template)
     redis.call('HSET', K_RUN, 'status', 'failed', 'finished_at', NOW)
-    if ARGV[11] ~= '' then redis.call('HSET', K_RUN, 'error', ARGV[11]) end
-    append_stamped(ARGV[14])
-    redis.call('ZREM', K_ACTIVE, ARGV[12])
+    if args.error ~= '' then redis.call('HSET', K_RUN, 'error', args.error) end
+    append_stamped(args.run_failed)
+    redis.call('ZREM', K_ACTIVE, args.run_id)
   end
   expire_all(RETENTION)
   return {}
@@ -88,7 +103,7 @@ end
 
 local ready, skipped = {}, {}
 local live_ports = {}
-for _, port in ipairs(cjson.decode(ARGV[9])) do live_ports[port] = true end
+for _, port in ipairs(args.live) do live_ports[port] = true end
 -- Breadth-first, like scheduling.complete: skipped nodes enqueue with no live port.
 local queue, head = {{node, live_ports}}, 1
 while queue[head] do
@@ -116,18 +131,15 @@ while queue[head] do
 end
 
 append_own_events()
-local template = cjson.decode(ARGV[17])
 for _, target in ipairs(plan_sorted(skipped)) do
-  local adj = adjacency(target)
-  template.node_id, template.node_type, template.node_name = target, adj.type, adj.name
-  append(cjson.encode(template))
+  append(node_event(args.node_template, target, 'skipped'))
 end
 redis.call('DEL', K_LEASE)
 
 if remaining <= 0 then
   redis.call('HSET', K_RUN, 'status', 'succeeded', 'finished_at', NOW)
-  append_stamped(ARGV[13])
-  redis.call('ZREM', K_ACTIVE, ARGV[12])
+  append_stamped(args.run_completed)
+  redis.call('ZREM', K_ACTIVE, args.run_id)
   expire_all(RETENTION)
   return {}
 end

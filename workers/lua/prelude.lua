@@ -12,7 +12,8 @@ local MAXLEN, CHANNEL, ACTIVE_TTL, RETENTION = ARGV[1], ARGV[2], ARGV[3], ARGV[4
 local NOW = ARGV[5]
 
 local ACTIVE = {queued = true, running = true, waiting = true}
-local FINISHED = {succeeded = true, failed = true, skipped = true}
+local FINISHED = {succeeded = true, failed = true, skipped = true, not_run = true}
+local UNSTARTED = {pending = true, retrying = true, waiting = true}
 
 -- Append one event (already JSON) and wake subscribers; pub/sub is only a hint.
 local function append(event_json)
@@ -60,4 +61,27 @@ end
 -- Nodes that became ready but whose task was not sent yet, in plan order.
 local function undispatched()
   return plan_sorted(redis.call('SDIFF', K_READY, K_DISPATCHED))
+end
+
+-- A node event from a JSON template (run id filled in), stamped with the time NOW.
+local function node_event(template_json, node, event_type)
+  local event = cjson.decode(template_json)
+  local adj = adjacency(node)
+  event.node_id, event.event_type, event.timestamp = node, event_type, tonumber(NOW)
+  if adj then event.node_type, event.node_name = adj.type, adj.name end
+  return cjson.encode(event)
+end
+
+-- The run ends now (not succeeded): nodes that never started become not_run, each with
+-- a not_run event, in plan order.
+local function close_unstarted(template_json)
+  local states = redis.call('HGETALL', K_NODES)
+  local unstarted = {}
+  for i = 1, #states, 2 do
+    if UNSTARTED[states[i + 1]] then table.insert(unstarted, states[i]) end
+  end
+  for _, n in ipairs(plan_sorted(unstarted)) do
+    redis.call('HSET', K_NODES, n, 'not_run')
+    append(node_event(template_json, n, 'not_run'))
+  end
 end

@@ -7,6 +7,7 @@ code and the character position. A runaway expression stops after ``TIMEOUT_MS``
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import jsonata
@@ -44,7 +45,8 @@ class JsonTransform:
         expression = data.get("expression")
         if not isinstance(expression, str) or not expression.strip():
             raise ValueError("parameter 'expression' must be a non-empty JSONata expression")
-        return result({"output": transform(expression, input_value(inputs))})
+        # JSONata is CPU work: off the event loop the worker shares with other nodes
+        return result({"output": await asyncio.to_thread(transform, expression, input_value(inputs))})
 
 
 executor = JsonTransform()

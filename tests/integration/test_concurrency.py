@@ -1,0 +1,250 @@
+"""One worker process runs many node steps at once, and waits hold no slot.
+
+Each test starts its own redis-server and ONE Celery worker process (``-P threads``), so
+what it measures is that process alone. Nodes come from ``concurrency_pack/`` (a CPU-bound
+synchronous node, an awaiting node that reports how late it woke) and ``fake_pack/``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.embedded_redis import EmbeddedRedis
+from orchestrator.embedded_workers import WorkerProcesses
+from orchestrator.kernel.registry import Registry
+from orchestrator.runs import start_run
+from orchestrator.settings import Settings
+from orchestrator.sweeper import Sweeper
+from tests.fake_nodes import graph
+from tests.integration.conftest import RunResult, collect, read_until, wait_for_terminal
+from workers.store import RedisRunStore
+
+pytestmark = pytest.mark.integration
+
+HERE = Path(__file__).parent
+NODE_PATHS = os.pathsep.join([str(HERE / "concurrency_pack"), str(HERE / "fake_pack")])
+SETTINGS = Settings(node_paths=NODE_PATHS, node_lease_s=2.0)
+WIDTH = 100
+ENV = {"ORCH_NODE_PATHS": NODE_PATHS, "ORCH_NODE_LEASE_S": "2"}
+
+
+@dataclass
+class Cluster:
+    """A redis-server, one worker process, and the handles to start runs on them."""
+
+    server: EmbeddedRedis
+    workers: WorkerProcesses
+    store: RedisRunStore
+    celery: Any
+    registry: Registry
+
+    async def start(self, g: dict[str, Any], run_input: Any = None) -> str:
+        from workers.dispatch import make_dispatch
+
+        return await start_run(self.store, self.registry, g, run_input, dispatch=make_dispatch(self.celery))
+
+    async def run(self, g: dict[str, Any], run_input: Any = None, timeout_s: float = 30) -> RunResult:
+        run_id = await self.start(g, run_input)
+        return await collect(self.store, run_id, await wait_for_terminal(self.store, run_id, timeout_s))
+
+
+@pytest.fixture(scope="module")
+def registry() -> Registry:
+    from orchestrator.plugins import load_registry
+
+    return load_registry(SETTINGS)
+
+
+@pytest.fixture(scope="module")
+def wide() -> Iterator[tuple[EmbeddedRedis, WorkerProcesses]]:
+    """One worker process holding up to 150 node steps."""
+    with EmbeddedRedis(unix_socket=False) as server, \
+            WorkerProcesses(server.url, count=1, pool="threads", concurrency=150, env=ENV) as procs:
+        yield server, procs
+
+
+async def cluster_on(server: EmbeddedRedis, procs: WorkerProcesses, registry: Registry) -> Cluster:
+    from workers.app import make_celery
+
+    return Cluster(server, procs, RedisRunStore.from_url(server.url, SETTINGS),
+                   make_celery(server.url, SETTINGS), registry)
+
+
+@pytest.fixture
+async def cluster(wide: tuple[EmbeddedRedis, WorkerProcesses], registry: Registry) -> AsyncIterator[Cluster]:
+    c = await cluster_on(*wide, registry)
+    yield c
+    await c.store.close()
+    c.celery.close()
+
+
+def fan_out(width: int, node: tuple[str, dict[str, Any]], nodes: tuple[Any, ...] = (),
+            edges: tuple[Any, ...] = ()) -> dict[str, Any]:
+    """Start -> ``width`` branches n0..n<width-1>, plus ``nodes`` and ``edges``."""
+    node_type, data = node
+    branches = [f"n{i}" for i in range(width)]
+    return graph(
+        [("t", "manual_trigger", "Start"), *[(b, node_type, f"Branch {i}", data) for i, b in enumerate(branches)],
+         *nodes],
+        [*[("t", "output", b, "input") for b in branches], *edges],
+    )
+
+
+def peak_in_flight(result: RunResult, prefix: str = "n") -> int:
+    points = sorted((e.timestamp, 1 if e.event_type == "started" else -1) for _, e in result.events
+                    if e.node_id.startswith(prefix) and e.event_type in ("started", "completed"))
+    live = peak = 0
+    for _, step in points:
+        live += step
+        peak = max(peak, live)
+    return peak
+
+
+async def test_one_worker_process_overlaps_a_hundred_awaiting_nodes(cluster: Cluster) -> None:
+    result = await cluster.run(fan_out(WIDTH, ("late", {"delay_s": 1.0})))
+    assert result.status == "succeeded"
+    assert len({result.output(f"n{i}")["pid"] for i in range(WIDTH)}) == 1  # one process ran them all
+    assert peak_in_flight(result) >= WIDTH * 0.9
+    starts = [e.timestamp for _, e in result.events if e.event_type == "started" and e.node_id.startswith("n")]
+    ends = [e.timestamp for _, e in result.events if e.event_type == "completed" and e.node_id.startswith("n")]
+    assert max(ends) - min(starts) < 5.0  # one at a time would take 100 s
+    workers = {e.data["worker_id"] for _, e in result.events if e.event_type == "started" and e.data}
+    assert workers == {f"{os.uname().nodename}:{cluster.workers.pids[0]}"}
+
+
+async def test_a_cpu_bound_node_does_not_delay_the_awaits_of_a_hundred_io_nodes(cluster: Cluster) -> None:
+    # the spin starts ~0.2 s in, while the hundred awaits (1 s each) are pending
+    g = fan_out(WIDTH, ("late", {"delay_s": 1.0}),
+                nodes=(("gate", "late", "Gate", {"delay_s": 0.2}), ("spin", "cpu_spin", "Spin", {"spin_s": 1.5})),
+                edges=(("t", "output", "gate", "input"), ("gate", "output", "spin", "input")))
+    result = await cluster.run(g)
+    assert result.status == "succeeded"
+    spin = [e for _, e in result.events if e.node_id == "spin" and e.event_type in ("started", "completed")]
+    assert spin[1].timestamp - spin[0].timestamp >= 1.5  # it did burn CPU meanwhile
+    lateness = sorted(result.output(f"n{i}")["lateness_s"] for i in range(WIDTH))
+    assert lateness[-1] < 0.5, f"awaits woke up to {lateness[-1]:.2f} s late"
+
+
+async def test_cancelling_a_run_reaches_a_node_waiting_for_its_retry(cluster: Cluster) -> None:
+    g = graph([("t", "manual_trigger", "Start"), ("f", "flaky", "Flaky", {"fail_times": 5})],
+              [("t", "output", "f", "input")])
+    g["nodes"][1]["settings"] = {"retry": {"max_attempts": 5, "initial_interval_s": 3.0, "jitter": False}}
+    run_id = await cluster.start(g)
+    await read_until(cluster.store, run_id, lambda e: e.event_type == "retry")
+    assert (await cluster.store.node_states(run_id))["f"] == "retrying"
+    assert await cluster.store.finish_run(run_id, "cancelled")
+    await asyncio.sleep(3.5)  # past the retry's delay: the delayed task finds the run closed
+    result = await collect(cluster.store, run_id, await wait_for_terminal(cluster.store, run_id))
+    assert result.status == "cancelled"
+    assert result.states["f"] == "not_run"
+    assert len(result.of("f", "started")) == 1
+    assert [e.data["delay_s"] for e in result.of("f", "retry") if e.data] == [3.0]
+
+
+async def test_a_retry_waits_without_holding_the_worker_slot(registry: Registry) -> None:
+    """One slot: a branch queued behind a failing node runs during the retry's delay."""
+    g = graph([("t", "manual_trigger", "Start"), ("f", "flaky", "Flaky", {"fail_times": 1}),
+               ("p", "probe", "Other", {"delay_s": 0.1})],
+              [("t", "output", "f", "input"), ("t", "output", "p", "input")])
+    g["nodes"][1]["settings"] = {"retry": {"max_attempts": 2, "initial_interval_s": 1.5, "jitter": False}}
+    with EmbeddedRedis(unix_socket=False) as server, \
+            WorkerProcesses(server.url, count=1, pool="threads", concurrency=1, env=ENV) as procs:
+        c = await cluster_on(server, procs, registry)
+        try:
+            result = await c.run(g)
+        finally:
+            await c.store.close()
+            c.celery.close()
+    assert result.status == "succeeded"
+    retry = result.of("f", "retry")[0]
+    second_attempt = result.of("f", "started")[1]
+    assert second_attempt.attempt == 2 and second_attempt.timestamp - retry.timestamp >= 1.5
+    assert result.of("p", "completed")[0].timestamp < second_attempt.timestamp
+
+
+async def test_sigkill_of_a_worker_with_a_hundred_nodes_in_flight_loses_and_repeats_nothing(
+    registry: Registry,
+) -> None:
+    from workers.dispatch import make_dispatch
+
+    g = fan_out(WIDTH, ("late", {"delay_s": 2.0}), nodes=(("join", "probe", "Join"),),
+                edges=tuple((f"n{i}", "output", "join", "input") for i in range(WIDTH)))
+    with EmbeddedRedis(unix_socket=False) as server:
+        first = WorkerProcesses(server.url, count=1, pool="threads", concurrency=150, env=ENV).start()
+        second = WorkerProcesses(server.url, count=1, pool="threads", concurrency=150, env=ENV)
+        c = await cluster_on(server, first, registry)
+        sweeper = Sweeper(c.store, make_dispatch(c.celery), SETTINGS)
+        sweeping = asyncio.create_task(sweeper.run_forever(0.5))
+        try:
+            run_id = await c.start(g)
+            started: set[str] = set()
+            await read_until(c.store, run_id, lambda e: e.event_type == "started" and bool(
+                started.add(e.node_id)) is False and len(started - {"t"}) >= WIDTH)
+            os.killpg(first.pids[0], signal.SIGKILL)
+            first.stop()
+            second.start()
+            result = await collect(c.store, run_id, await wait_for_terminal(c.store, run_id, 60))
+        finally:
+            sweeping.cancel()
+            await asyncio.gather(sweeping, return_exceptions=True)
+            second.stop()
+            first.stop()
+            await c.store.close()
+            c.celery.close()
+    assert result.status == "succeeded"
+    completed = Counter(e.node_id for _, e in result.events if e.event_type == "completed")
+    assert {n: k for n, k in completed.items() if k != 1} == {}  # no completion applied twice
+    assert len(completed) == WIDTH + 2
+    assert len(result.output("join")["input"]) == WIDTH
+    reclaimed = [e for _, e in result.events if e.event_type == "started" and (e.data or {}).get("reclaimed")]
+    assert len(reclaimed) >= WIDTH  # the in-flight ones ran again on the second worker
+    assert time.time() - result.events[0][1].timestamp < 60
+
+
+def chat_graph(token_delay_s: float) -> dict[str, Any]:
+    script = [{"say": "turn={turn} history={history} you said {input}", "delay_s": token_delay_s}]
+    return graph([("chat", "chat_start", "Chat"),
+                  ("assistant", "agent", "Assistant", {"model": "dryrun:scale", "script": script,
+                                                       "num_history_runs": 4,
+                                                       "prompt": "{{ input.message }}"})],
+                 [("chat", "output", "assistant", "input")], id="chat-at-scale")
+
+
+async def test_a_hundred_concurrent_chat_turns_stream_in_order_on_one_process(cluster: Cluster) -> None:
+    chats = [f"chat-{uuid.uuid4().hex[:8]}" for _ in range(WIDTH)]
+    g = chat_graph(token_delay_s=0.12)  # about 1 s of streaming per turn
+
+    async def turn(chat: str, n: int) -> RunResult:
+        from workers.dispatch import make_dispatch
+
+        run_id = await start_run(cluster.store, cluster.registry, g, {"message": f"m{n} of {chat}"},
+                                 dispatch=make_dispatch(cluster.celery), session_id=chat)
+        return await collect(cluster.store, run_id, await wait_for_terminal(cluster.store, run_id, 60))
+
+    began = time.monotonic()
+    first = await asyncio.gather(*(turn(chat, 1) for chat in chats))
+    elapsed_s = time.monotonic() - began
+    second = await asyncio.gather(*(turn(chat, 2) for chat in chats))
+    for chat, results in zip(chats, zip(first, second, strict=True), strict=True):
+        for n, result in enumerate(results, start=1):
+            assert result.status == "succeeded", (chat, n, result.states)
+            answer = result.output("assistant")["response"]
+            assert answer == f"turn={n} history={n - 1} you said m{n} of {chat}"
+            deltas = [e.data for e in result.of("assistant", "agent_event")
+                      if e.data and e.data.get("event") == "RunContent" and e.data.get("content")]
+            assert "".join(d["content"] for d in deltas) == answer  # every token, in order
+    workers = {e.data["worker_id"] for r in first for e in r.of("assistant", "started") if e.data}
+    assert len(workers) == 1
+    # a hundred one-second turns overlapped (one at a time would take 100 s)
+    assert elapsed_s < 20, f"100 concurrent turns took {elapsed_s:.1f} s"
