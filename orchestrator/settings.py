@@ -12,6 +12,8 @@ from pathlib import Path
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from orchestrator.kernel.expression_limits import ExpressionLimits
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ORCH_", extra="ignore")
@@ -47,6 +49,11 @@ class Settings(BaseSettings):
     max_node_reclaims: int = 3  # a node whose worker died more often than this fails the run
     undispatched_grace_s: float = 10.0  # a ready node not dispatched for this long is dispatched by the sweeper
     max_output_bytes: int = 8 * 1024 * 1024  # a node output larger than this fails the node
+    # Budgets of one parameter expression's evaluation (kernel/expression_limits.py).
+    expression_max_steps: int = 100_000
+    expression_max_string_chars: int = 1_000_000
+    expression_max_list_items: int = 100_000
+    expression_max_result_bytes: int = 8 * 1024 * 1024
     # Back-pressure: new runs (API, webhooks, chat) get 429 while this many node tasks or
     # more wait in the queue; 0 = never refuse. Retry-After of a 429, in seconds:
     max_queued_nodes: int = 10_000
@@ -139,6 +146,12 @@ class Settings(BaseSettings):
     # that mount secrets as a file (Kubernetes, Docker secrets) rather than environment
     # variables. Read when first used; values are masked in events and errors.
     secrets_file: str | None = None
+
+    def expression_limits(self) -> ExpressionLimits:
+        return ExpressionLimits(max_steps=self.expression_max_steps,
+                                max_string_chars=self.expression_max_string_chars,
+                                max_list_items=self.expression_max_list_items,
+                                max_result_bytes=self.expression_max_result_bytes)
 
     @property
     def secrets(self) -> dict[str, str]:

@@ -148,7 +148,8 @@ def _build() -> ProcessState:
         registry=get_registry(),
         services={"redis_url": url, "settings": settings},
         options=StepOptions(lease_s=settings.node_lease_s, cancel_poll_s=settings.cancel_poll_s,
-                            max_output_bytes=settings.max_output_bytes),
+                            max_output_bytes=settings.max_output_bytes,
+                            expression_limits=settings.expression_limits()),
         capacity=_capacity,
     )
 

@@ -25,6 +25,7 @@ from .errors import (
     RunCancelled,
     SuspendRequested,
 )
+from .expression_limits import DEFAULT_LIMITS, ExpressionLimits
 from .expressions import Scope
 from .graph import ERROR_PORT, Graph, Node, parse_graph
 from .parameters import resolve_parameters
@@ -57,6 +58,7 @@ class StepOptions:
     lease_s: float = 60.0
     cancel_poll_s: float = 0.2
     max_output_bytes: int = 8 * 1024 * 1024
+    expression_limits: ExpressionLimits = DEFAULT_LIMITS  # budgets of every parameter expression
 
 
 def _graph_for(plan: RunPlan) -> Graph:
@@ -271,7 +273,8 @@ async def _execute_node(step: StepContext, claim: Claim) -> tuple[NodeCompletion
     }
     scope_input = gathered.scope_input if node.id not in plan.start or gathered.inputs else claim.run_input
     scope = Scope(input=scope_input, nodes=referenced,
-                  run={"id": plan.run_id, "input": claim.run_input, "session_id": claim.session_id})
+                  run={"id": plan.run_id, "input": claim.run_input, "session_id": claim.session_id},
+                  limits=step.options.expression_limits)
 
     async def sink(ev: NodeEvent) -> None:
         await step.store.append_event(ev)

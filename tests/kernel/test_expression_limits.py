@@ -83,3 +83,12 @@ async def test_a_node_whose_parameter_goes_over_a_limit_fails_naming_parameter_a
     assert error["parameter"] == "value"
     assert error["node_id"] == "b"
     assert "max_string_chars" in error["message"]
+
+
+def test_the_limits_are_settings_of_the_worker() -> None:
+    from orchestrator.settings import Settings
+
+    limits = Settings(expression_max_string_chars=10, expression_max_steps=7).expression_limits()
+    with pytest.raises(ExpressionLimitError, match="max_string_chars"):
+        evaluate(parse_template("{{ 'abcdef' + 'ghijkl' }}"), Scope(limits=limits))
+    assert limits.max_steps == 7
