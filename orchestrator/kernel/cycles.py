@@ -1,13 +1,15 @@
 """Cycles and ancestry over a directed graph given as adjacency lists of ids.
 
-Pure functions, linear in nodes + edges (ancestor sets aside, whose total size is what
-it is). The validator uses them for flow edges and link edges alike.
+Pure functions, linear in nodes + edges. Ancestor sets are the exception by nature (on a
+chain of n nodes they hold n^2/2 ids in all), so :class:`Ancestry` computes one only
+when asked for it: validating a graph asks only for the nodes whose expressions name
+other nodes. The validator uses these for flow edges and link edges alike.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 
 def find_cycle(order: Sequence[str], successors: Mapping[str, Sequence[str]]) -> list[str] | None:
@@ -60,13 +62,45 @@ def topological_order(order: Sequence[str], successors: Mapping[str, Sequence[st
     return out
 
 
-def ancestors(order: Sequence[str], successors: Mapping[str, Sequence[str]]) -> dict[str, set[str]]:
-    """Every node's set of ancestors (nodes with a path to it); the graph must be acyclic."""
-    result: dict[str, set[str]] = {n: set() for n in order}
-    for node in topological_order(order, successors):
-        mine = result[node]
-        for nxt in successors.get(node, ()):
-            theirs = result[nxt]
-            theirs.add(node)
-            theirs |= mine
-    return result
+class Ancestry(Mapping[str, set[str]]):
+    """node -> the set of its ancestors (nodes with a path to it), each computed on first
+    access by one walk over the predecessors (linear in nodes + edges) and kept."""
+
+    def __init__(self, order: Sequence[str], successors: Mapping[str, Sequence[str]]) -> None:
+        self._order = list(order)
+        self._parents: dict[str, list[str]] = {n: [] for n in order}
+        for node in order:
+            for nxt in successors.get(node, ()):
+                self._parents.setdefault(nxt, []).append(node)
+        self._known: dict[str, set[str]] = {}
+
+    def __getitem__(self, node: str) -> set[str]:
+        if node not in self._parents:
+            raise KeyError(node)
+        found = self._known.get(node)
+        if found is None:
+            found = set()
+            stack = list(self._parents[node])
+            while stack:
+                current = stack.pop()
+                if current in found:
+                    continue
+                found.add(current)
+                known = self._known.get(current)
+                if known is not None:  # reuse a set already walked
+                    found |= known
+                    continue
+                stack.extend(self._parents[current])
+            self._known[node] = found
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._order)
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+
+def ancestors(order: Sequence[str], successors: Mapping[str, Sequence[str]]) -> Ancestry:
+    """Every node's set of ancestors (computed per node on first access)."""
+    return Ancestry(order, successors)

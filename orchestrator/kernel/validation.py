@@ -26,10 +26,11 @@ what the nodes it is linked into see (it is materialized on their behalf).
 from __future__ import annotations
 
 import difflib
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .cycles import ancestors, find_cycle, topological_order
+from .cycles import ancestors, find_cycle
 from .definition import NodeDefinition, Parameter, Port
 from .errors import (
     ChannelError,
@@ -59,7 +60,7 @@ class ValidatedGraph:
 
     graph: Graph
     definitions: dict[str, NodeDefinition]  # node id -> definition
-    upstream: dict[str, set[str]] = field(default_factory=dict)  # node id -> flow ancestor ids
+    upstream: Mapping[str, set[str]] = field(default_factory=dict)  # node id -> flow ancestor ids (lazy)
     refs: dict[str, list[str]] = field(default_factory=dict)  # node id -> ids its expressions read
 
     def start_nodes(self) -> list[str]:
@@ -92,11 +93,10 @@ def validate_graph(raw: dict[str, Any] | Graph, registry: Registry) -> Validated
     _check_cycle(graph, order, flow_succ, CycleError, "flow")
     _check_cycle(graph, order, link_succ, LinkCycleError, "link")
     upstream = ancestors(order, flow_succ)
-    visible = _visible(order, upstream, link_succ)
     refs: dict[str, list[str]] = {}
     for node in graph.nodes:
-        names = _check_node(graph, node, definitions[node.id], wired[node.id], visible[node.id],
-                            registry)
+        names = _check_node(graph, node, definitions[node.id], wired[node.id],
+                            _Visible(node.id, upstream, link_succ), registry)
         if names:
             refs[node.id] = [graph.node_by_name[name].id for name in sorted(names)]
     return ValidatedGraph(graph=graph, definitions=definitions, upstream=upstream, refs=refs)
@@ -228,31 +228,35 @@ def _check_cycle(graph: Graph, order: list[str], successors: dict[str, list[str]
                 node_id=first.id, node_name=first.name, path=names)
 
 
-def _visible(order: list[str], upstream: dict[str, set[str]],
-             link_succ: dict[str, list[str]]) -> dict[str, set[str]]:
-    """Nodes whose outputs a node's expressions may read: its flow ancestors, plus (for a
-    link source) what each node it is linked into may read. Link edges are acyclic here."""
-    link_pred: dict[str, list[str]] = {n: [] for n in order}
-    for source, targets in link_succ.items():
-        for target in targets:
-            link_pred[target].append(source)
-    # Reverse link direction so consumers come before the sources they pull from. Only
-    # link sources get a copy; every other node shares its (read-only) ancestor set.
-    visible = dict(upstream)
-    for node in topological_order(order, link_pred):
-        if link_succ[node]:
-            mine = set(upstream[node])
-            for consumer in link_succ[node]:
-                mine |= visible[consumer]
-            visible[node] = mine
-    return visible
+class _Visible:
+    """The nodes whose outputs one node's expressions may read: its flow ancestors, plus
+    (for a link source) what each node it is linked into may read. Computed on the first
+    membership test, so a node whose expressions name no node costs nothing."""
+
+    def __init__(self, node: str, upstream: Mapping[str, set[str]], link_succ: dict[str, list[str]]) -> None:
+        self.node, self.upstream, self.link_succ = node, upstream, link_succ
+        self._set: set[str] | None = None
+
+    def __contains__(self, item: object) -> bool:
+        if self._set is None:
+            seen: set[str] = set()
+            found: set[str] = set()
+            stack = [self.node]
+            while stack:  # this node, then every node it is (transitively) linked into
+                current = stack.pop()
+                if current not in seen:
+                    seen.add(current)
+                    found |= self.upstream[current]
+                    stack.extend(self.link_succ.get(current, ()))
+            self._set = found
+        return item in self._set
 
 
 # -- parameters ------------------------------------------------------------------------
 
 
 def _check_node(graph: Graph, node: Node, definition: NodeDefinition, wired: set[str],
-                visible: set[str], registry: Registry) -> set[str]:
+                visible: Container[str], registry: Registry) -> set[str]:
     """Check ``node``'s parameters; return the node names its expressions reference."""
     where: dict[str, Any] = {"graph_id": graph.id, "node_id": node.id, "node_name": node.name}
     for key in node.data:
@@ -292,7 +296,7 @@ def _check_node(graph: Graph, node: Node, definition: NodeDefinition, wired: set
 
 
 def _check_expressions(graph: Graph, node: Node, param: Parameter, value: Any,
-                       visible: set[str]) -> set[str]:
+                       visible: Container[str]) -> set[str]:
     where: dict[str, Any] = {"graph_id": graph.id, "node_id": node.id, "node_name": node.name,
                              "parameter": param.id}
     try:
