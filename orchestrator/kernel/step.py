@@ -284,12 +284,14 @@ async def _execute_node(step: StepContext, claim: Claim) -> tuple[NodeCompletion
                            session_id=claim.session_id, services=step.services)
     policy = node.settings.retry
     attempt = claim.attempt
+    resolved: dict[str, Any] = {}
     try:
         if node.settings.disabled:
             result = _pass_through(definition, gathered)
         else:
             data = resolve_parameters(node, definition, await _link_wires(runtime, node, definition, gathered),
                                       scope)
+            resolved = parameter_preview(data)
             ctx = runtime.context_for(node.id, attempt=attempt, resume=claim.resume,
                                       input_sources=gathered.sources)
             work = asyncio.ensure_future(timed(node, _drive(step.node_type.executor, data, gathered.inputs, ctx,
@@ -313,11 +315,29 @@ async def _execute_node(step: StepContext, claim: Claim) -> tuple[NodeCompletion
                 "attempt": attempt, "next_attempt": attempt + 1, "delay_s": round(delay, 3),
                 "error": _error_info(exc, node)}, attempt)
             return NodeCompletion(status=NodeStatus.RETRYING, events=[retry], next_attempt=attempt + 1), delay
-        return _failure(node, definition, exc, gathered, step, attempt), None
+        failure = _failure(node, definition, exc, gathered, step, attempt)
+        for ev in failure.events:
+            if ev.data is not None:
+                ev.data["parameters"] = resolved
+        return failure, None
     extra = list(result.events)
-    completed = step.event(EventType.COMPLETED, {"outputs": {k: v.to_json() for k, v in result.outputs.items()}},
-                           attempt)
+    completed = step.event(EventType.COMPLETED, {"outputs": {k: v.to_json() for k, v in result.outputs.items()},
+                                                 "parameters": resolved}, attempt)
     return NodeCompletion(status=NodeStatus.SUCCEEDED, outputs=result.outputs, events=[*extra, completed]), None
+
+
+PREVIEW_CHARS = 2000  # a resolved parameter's JSON in completed/error events is cut here
+
+
+def parameter_preview(data: dict[str, Any]) -> dict[str, Any]:
+    """The resolved parameters as events carry them (for a run view): JSON values as they
+    are, a materialized artifact as ``"<TypeName>"``, a value whose JSON is longer than
+    ``PREVIEW_CHARS`` as that JSON cut short."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        text = json.dumps(value, default=lambda o: f"<{type(o).__name__}>")
+        out[key] = json.loads(text) if len(text) <= PREVIEW_CHARS else text[:PREVIEW_CHARS] + "…"
+    return out
 
 
 async def _link_wires(runtime: GraphRuntime, node: Node, definition: NodeDefinition,

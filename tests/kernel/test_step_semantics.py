@@ -243,3 +243,15 @@ async def test_redelivered_node_after_completion_runs_nothing_and_emits_nothing(
     outcome = await run_step(runner.store, REG, "r-dup", "b", worker_id="other")
     assert outcome.ran is False and outcome.status in ("done", "closed")
     assert len(runner.store.events("r-dup")) == before
+
+
+async def test_completed_and_error_events_carry_the_resolved_parameters() -> None:
+    g = graph([("a", "emit", "A", {"value": {"n": 3}}),
+               ("b", "relay", "B", {"label": "n is {{ input.n }}"}),
+               ("c", "boom", "C", {"message": "failed at {{ input.n }}"})],
+              [("a", "out", "b", "in"), ("b", "out", "c", "in")])
+    result = await run_graph_local(g, REG, None)
+    completed = next(e for e in events_of(result, EventType.COMPLETED) if e.node_id == "b")
+    assert completed.data["parameters"]["label"] == "n is 3"
+    error = next(e for e in events_of(result, EventType.ERROR) if e.node_id == "c")
+    assert error.data["parameters"]["message"] == "failed at 3"
