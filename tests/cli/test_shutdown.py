@@ -164,8 +164,9 @@ def test_embedded_serve_stops_redis_and_workers_on_signal(
 def test_worker_stops_its_pool_on_signal(
     sig: signal.Signals, tmp_path: Path, started: list[subprocess.Popen[str]],
 ) -> None:
+    """Prefork (the pool that has child processes: the threads pool has none to leave)."""
     with EmbeddedRedis(unix_socket=False) as redis_server:
-        proc = subprocess.Popen([*CLI, "worker", "-c", "2", "--loglevel", "INFO"], cwd=ROOT,
+        proc = subprocess.Popen([*CLI, "worker", "-P", "prefork", "-c", "2", "--loglevel", "INFO"], cwd=ROOT,
                                 env=_env(REDIS_URL=redis_server.url), stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True)
         started.append(proc)
