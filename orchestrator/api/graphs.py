@@ -26,6 +26,21 @@ async def create_graph(graph: dict[str, Any] = GraphBody, services: Services = S
     return await services.graphs.create(graph)
 
 
+@router.post("/validate")
+async def validate_graph(graph: dict[str, Any] = GraphBody, services: Services = SERVICES) -> dict[str, Any]:
+    """Validate a graph without saving it: ``{valid: true, graph}`` (normalized JSON), or
+    the same 422 error a save would give, naming the node, edge, handle or parameter
+    (cycles carry their ``path``; an expression naming a node that is not upstream is an
+    ``UpstreamReferenceError``)."""
+    if not isinstance(graph, dict):
+        from orchestrator.kernel.errors import GraphSchemaError
+
+        raise GraphSchemaError(f"a graph must be a JSON object, got {type(graph).__name__}")
+    from orchestrator.graph_store import validate
+
+    return {"valid": True, "graph": validate({**graph, "version": None}, services.graphs.registry)}
+
+
 @router.get("")
 async def list_graphs(
     offset: int = Query(0, ge=0, le=1_000_000),
@@ -49,10 +64,14 @@ async def get_graph(
 
 @router.put("/{graph_id}")
 async def update_graph(
-    graph_id: str, graph: dict[str, Any] = GraphBody, services: Services = SERVICES
+    graph_id: str,
+    graph: dict[str, Any] = GraphBody,
+    base_version: int | None = Query(None, ge=1, le=1_000_000_000),
+    services: Services = SERVICES,
 ) -> dict[str, Any]:
-    """Save a new version; older versions stay readable."""
-    return await services.graphs.update(graph_id, graph)
+    """Save a new version; older versions stay readable. With ``?base_version=n`` (the
+    version the caller edited) the answer is 409 when another save came in between."""
+    return await services.graphs.update(graph_id, graph, base_version)
 
 
 @router.delete("/{graph_id}", status_code=204)
