@@ -29,16 +29,20 @@ async def create_graph(graph: dict[str, Any] = GraphBody, services: Services = S
 @router.post("/validate")
 async def validate_graph(graph: dict[str, Any] = GraphBody, services: Services = SERVICES) -> dict[str, Any]:
     """Validate a graph without saving it: ``{valid: true, graph}`` (normalized JSON), or
-    the same 422 error a save would give, naming the node, edge, handle or parameter
-    (cycles carry their ``path``; an expression naming a node that is not upstream is an
-    ``UpstreamReferenceError``)."""
-    if not isinstance(graph, dict):
-        from orchestrator.kernel.errors import GraphSchemaError
-
-        raise GraphSchemaError(f"a graph must be a JSON object, got {type(graph).__name__}")
+    ``{valid: false, error}`` with the error a save would answer 422 with, naming the node,
+    edge, handle or parameter (cycles carry their ``path``; an expression naming a node
+    that is not upstream is an ``UpstreamReferenceError``). A 200 either way: the question
+    was answered."""
     from orchestrator.graph_store import validate
+    from orchestrator.kernel.errors import GraphError, GraphSchemaError
 
-    return {"valid": True, "graph": validate({**graph, "version": None}, services.graphs.registry)}
+    try:
+        if not isinstance(graph, dict):
+            raise GraphSchemaError(f"a graph must be a JSON object, got {type(graph).__name__}")
+        normalized = validate({**graph, "version": None}, services.graphs.registry)
+    except GraphError as exc:
+        return {"valid": False, "error": exc.to_dict()}
+    return {"valid": True, "graph": normalized}
 
 
 @router.get("")

@@ -4,11 +4,13 @@ then saved, run and compared with the shipped examples."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
 import pytest
 
+from tests.fake_nodes import graph
 from tests.ui.conftest import Console, example
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
@@ -118,13 +120,15 @@ def test_build_branch_merge_by_drag_and_drop_save_and_run(console: Console) -> N
     set_param(ui, high, "fields", '{"band": "high"}')
     set_param(ui, low, "fields", '{"band": "low"}')
     ui.shot("editor-branch-merge-built")
-    graph = edited(ui)
-    assert [(e["source"], e["sourceHandle"], e["target"], e["targetHandle"], e["data"]["channel"]) for e in graph["edges"]] == [
+    built = edited(ui)
+    keys = ("source", "sourceHandle", "target", "targetHandle")
+    wires = [(*(e[k] for k in keys), e["data"]["channel"]) for e in built["edges"]]
+    assert wires == [
         (trigger, "output", check, "input", "flow"), (check, "true", high, "input", "flow"),
         (check, "false", low, "input", "flow"), (high, "output", merge, "input_1", "flow"),
         (low, "output", merge, "input_2", "flow"),
     ]
-    assert all("position" in n for n in graph["nodes"])
+    assert all("position" in n for n in built["nodes"])
     ran = save_and_run(ui, "ed-branch", "Branch built in the editor", '{"score": 8}')
     ui.shot("editor-branch-merge-ran")
     shipped = run_shipped(ui, "branch_merge", "ed-branch-shipped", {"score": 8})
@@ -132,3 +136,96 @@ def test_build_branch_merge_by_drag_and_drop_save_and_run(console: Console) -> N
     assert ran["nodes"][low]["status"] == shipped["nodes"]["low"]["status"] == "skipped"
     saved = ui.api("GET", "/graphs/ed-branch")
     assert saved["version"] == 1 and len(saved["nodes"]) == 5
+
+
+def test_build_agent_chat_tools_with_typed_wires_and_completion(console: Console) -> None:
+    ui = console
+    open_editor(ui)
+    chat = drag_node(ui, "chat_start", 0, 120)
+    agent = drag_node(ui, "agent", 300, 120)
+    tools = drag_node(ui, "toolset", 0, 330)
+    wire(ui, chat, "output", agent, "input")
+    wire(ui, tools, "tools", agent, "tools")
+    # A node pack's typed sockets: int into a float socket is accepted (the control dims) ...
+    typed = drag_node(ui, "typed_values", 620, 60)
+    typed_2 = drag_node(ui, "typed_values", 620, 330)
+    wire(ui, typed, "count", agent, "temperature")
+    assert ui.page.evaluate(f"window.EditorTest.widget('{agent}', 'temperature')")["disabled"] is True
+    select(ui, agent)
+    assert ui.page.locator("#param-temperature").is_disabled()
+    assert "the wire's value wins" in (ui.page.text_content("#param-temperature-help") or "")
+    # ... json into an int socket is refused, with the reason.
+    wire(ui, typed, "record", typed_2, "limit")
+    ui.page.wait_for_selector("#wire-refused")
+    reason = ui.page.text_content("#wire-refused") or ""
+    assert "json" in reason and "int" in reason and "refused" in reason.lower()
+    ui.shot("editor-typed-wires")
+    assert not [e for e in edited(ui)["edges"] if e["target"] == typed_2]
+    for node in (typed, typed_2):  # not part of the shipped example
+        select(ui, node)
+        ui.page.click("#delete-node")
+    # {{ }} completion offers the trigger's input; the panel writes the expression.
+    select(ui, agent)
+    ui.page.fill("#param-prompt", "{{ inp")
+    ui.page.click(".suggestion:text-is('input.message')")
+    assert ui.page.input_value("#param-prompt") == "{{ input.message }}"
+    set_param(ui, agent, "instructions", example("agent_chat_tools", "x")["nodes"][1]["data"]["instructions"])
+    select(ui, agent)
+    ui.page.check("#param-history")
+    set_param(ui, tools, "toolkits", '["calculator", "clock"]')
+    channels = {(e["source"], e["target"]): e["data"]["channel"] for e in edited(ui)["edges"]}
+    assert channels == {(chat, agent): "flow", (tools, agent): "link"}
+    question = {"message": "use multiply on 6 and 7"}
+    ran = save_and_run(ui, "ed-agent", "Agent built in the editor", json.dumps(question))
+    ui.shot("editor-agent-ran")
+    shipped = run_shipped(ui, "agent_chat_tools", "ed-agent-shipped", question)
+    assert ran["nodes"][agent]["outputs"] == shipped["nodes"]["assistant"]["outputs"]
+
+
+def test_undo_redo_cycles_upstream_references_and_version_conflict(console: Console) -> None:
+    ui = console
+    ui.api("POST", "/graphs", graph(
+        [("t", "manual_trigger", "Start"), ("p1", "probe", "First"), ("p2", "probe", "Second")],
+        [("t", "output", "p1", "input"), ("p1", "output", "p2", "input")], id="ed-edit", name="Edit me"))
+    open_editor(ui, "graphs/ed-edit/edit")
+    # Undo and redo a drop.
+    added = drag_node(ui, "probe", 700, 250)
+    ui.page.click("#undo")
+    assert added not in ui.page.evaluate("window.EditorTest.nodes()")
+    ui.page.click("#redo")
+    assert added in ui.page.evaluate("window.EditorTest.nodes()")
+    ui.page.click("#undo")
+    # A wire that closes a flow cycle is refused with its path; the graph is as before.
+    before = edited(ui)["edges"]
+    wire(ui, "p2", "output", "p1", "input")
+    ui.page.wait_for_selector("#wire-refused[data-type=CycleError]")
+    assert "First" in (ui.page.text_content("#wire-refused") or "")
+    assert edited(ui)["edges"] == before
+    # A reference to a node that is not upstream is marked before saving.
+    set_param(ui, "p1", "value", "{{ $('Second').item.json }}")
+    ui.page.wait_for_selector("#editor-error[data-type=UpstreamReferenceError][data-node=p1]")
+    ui.page.wait_for_selector(".field-error[data-pinned=value]")
+    ui.shot("editor-upstream-error")
+    set_param(ui, "p1", "value", "{{ $('Start').item.json }}")
+    ui.page.wait_for_selector("#editor-error", state="detached")
+    # Rename updates the expressions that name the node.
+    select(ui, "t")
+    ui.page.fill("#node-name", "Begin")
+    ui.page.dispatch_event("#node-name", "change")
+    assert {n["id"]: n for n in edited(ui)["nodes"]}["p1"]["data"]["value"] == "{{ $('Begin').item.json }}"
+    # Someone else saves in between: the editor's save is refused and shown, not overwritten.
+    other = ui.api("GET", "/graphs/ed-edit")
+    other["name"] = "Saved by someone else"
+    ui.api("PUT", "/graphs/ed-edit", other)
+    ui.page.click("#save-graph")
+    ui.page.wait_for_selector("#save-conflict")
+    assert "version 2" in (ui.page.text_content("#save-conflict") or "")
+    ui.shot("editor-conflict")
+    latest = ui.api("GET", "/graphs/ed-edit")
+    assert latest["version"] == 2 and latest["name"] == "Saved by someone else"
+    ui.page.click("#save-over")
+    ui.page.wait_for_selector("#editor-status:has-text('Saved as version 3')")
+    saved = {n["id"]: n for n in ui.api("GET", "/graphs/ed-edit")["nodes"]}
+    assert saved["t"]["name"] == "Begin" and saved["p1"]["data"]["value"] == "{{ $('Begin').item.json }}"
+    # The 409 above is the answer the test asked for: the browser logs it as a failed load.
+    ui.errors[:] = [e for e in ui.errors if "409 (Conflict)" not in e]

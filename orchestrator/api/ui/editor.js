@@ -409,14 +409,11 @@ const Editor = (() => {
       const seq = ++validateSeq;
       const g = toJSON();
       if (!g.nodes.length) { pin(null); return null; }
-      try {
-        await Api.call("POST", "/graphs/validate", { ...g, id: g.id || "draft" });
-        if (seq === validateSeq) pin(null);
-        return null;
-      } catch (err) {
-        if (seq === validateSeq && err.status === 422) pin(err);
-        return err;
-      }
+      let answer;
+      try { answer = await Api.call("POST", "/graphs/validate", { ...g, id: g.id || "draft" }); } catch (_) { return null; }
+      const err = answer.valid ? null : new Api.ApiError(422, { error: answer.error });
+      if (seq === validateSeq) pin(err);
+      return err;
     }
     function pin(err) {
       errorPin = err;
@@ -450,13 +447,12 @@ const Editor = (() => {
       const err = await validate();
       const type = err && err.where && err.where.type;
       if (!err || !["CycleError", "LinkCycleError"].includes(type)) return;
-      const link = input.link != null ? lg.links[input.link] : null;
       const path = err.where.path || [];
-      if (link) { const target = lg.getNodeById(link.target_id); target.disconnectInput(link.target_slot); }
+      commit();
+      history.pop();  // the refused wire never happened: back to the graph before it
+      restore(history.at(-1));
       for (const n of lg._nodes) n._cycle = path.includes(n._g.name) || path.includes(n._g.id);
       setTimeout(() => { for (const n of lg._nodes) n._cycle = false; view.setDirty(true, true); }, 4000);
-      history.pop();  // the refused wire never happened
-      commit();
       toast(`Refused: ${err.message}`, "error");
       problems.replaceChildren(h("div", { class: "error", role: "alert", id: "wire-refused", dataset: { type } }, `Wire refused: ${err.message}` + (path.length ? ` (path: ${path.join(" → ")})` : "")));
     }
