@@ -5,7 +5,11 @@ then saved, run and compared with the shipped examples."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -101,7 +105,7 @@ def run_shipped(ui: Console, name: str, graph_id: str, run_input: Any) -> dict[s
     raise AssertionError(f"shipped {name} did not finish")
 
 
-def test_build_branch_merge_by_drag_and_drop_save_and_run(console: Console) -> None:
+def test_build_branch_merge_by_drag_and_drop_save_and_run(console: Console, tmp_path: Path) -> None:
     ui = console
     open_editor(ui)
     trigger = drag_node(ui, "manual_trigger", 0, 150)
@@ -134,8 +138,22 @@ def test_build_branch_merge_by_drag_and_drop_save_and_run(console: Console) -> N
     shipped = run_shipped(ui, "branch_merge", "ed-branch-shipped", {"score": 8})
     assert ran["nodes"][merge]["outputs"] == shipped["nodes"]["merge"]["outputs"]
     assert ran["nodes"][low]["status"] == shipped["nodes"]["low"]["status"] == "skipped"
+    # Pin the merge's last output to keep it in view while editing.
+    select(ui, merge)
+    ui.page.click("#pin-output")
+    assert '"band": "high"' in (ui.page.text_content(f".pin[data-node='{merge}']") or "")
+    # The JSON the editor saved is the CLI's format: `./dev run` runs it.
     saved = ui.api("GET", "/graphs/ed-branch")
     assert saved["version"] == 1 and len(saved["nodes"]) == 5
+    path = tmp_path / "from_editor.json"
+    path.write_text(json.dumps(saved))
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    cli = subprocess.run(
+        [str(Path(sys.executable).with_name("orchestrator")), "run", str(path), "--input", '{"score": 3}',
+         "--json", "--workers", "1"], capture_output=True, text=True, timeout=60, env=env, check=False)
+    assert cli.returncode == 0, cli.stderr[-2000:]
+    result = json.loads(cli.stdout.strip().splitlines()[-1])
+    assert result["outputs"]["Merge"]["output"] == [{"score": 3, "band": "low"}]
 
 
 def test_build_agent_chat_tools_with_typed_wires_and_completion(console: Console) -> None:
