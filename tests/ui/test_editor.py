@@ -43,19 +43,27 @@ def drag_node(ui: Console, node_type: str, x: float, y: float) -> str:
     return str(added[0])
 
 
-def wire(ui: Console, source: str, out: str, target: str, into: str) -> None:
+def wire(ui: Console, source: str, out: str, target: str, into: str, shot: str = "") -> None:
     sx, sy = point(ui, f"slot('{source}', 'out', '{out}')")
     tx, ty = point(ui, f"slot('{target}', 'in', '{into}')")
     ui.page.mouse.move(sx, sy)
     ui.page.mouse.down()
     ui.page.mouse.move(tx, ty, steps=8)
+    if shot:  # mid-drag: compatible inputs ringed, the others dimmed
+        ui.page.wait_for_timeout(100)
+        ui.shot(shot)
     ui.page.mouse.up()
 
 
 def select(ui: Console, node_id: str) -> None:
     x, y = point(ui, f"title('{node_id}')")
     ui.page.mouse.click(x, y)
-    ui.page.wait_for_selector(f"#node-panel .mono:has-text('{node_id} ·')")
+    try:
+        ui.page.wait_for_selector(f"#node-panel .mono:has-text('{node_id} ·')", timeout=3000)
+    except Exception:
+        ui.shot("debug-select")
+        print("DEBUG", x, y, ui.page.evaluate("window.EditorTest.nodes()"), ui.page.text_content("#node-panel .mono"))
+        raise
 
 
 def set_param(ui: Console, node_id: str, param: str, value: str) -> None:
@@ -173,7 +181,7 @@ def test_build_agent_chat_tools_with_typed_wires_and_completion(console: Console
     assert ui.page.locator("#param-temperature").is_disabled()
     assert "the wire's value wins" in (ui.page.text_content("#param-temperature-help") or "")
     # ... json into an int socket is refused, with the reason.
-    wire(ui, typed, "record", typed_2, "limit")
+    wire(ui, typed, "record", typed_2, "limit", shot="editor-dragging-json-wire")
     ui.page.wait_for_selector("#wire-refused")
     reason = ui.page.text_content("#wire-refused") or ""
     assert "json" in reason and "int" in reason and "refused" in reason.lower()
@@ -231,6 +239,27 @@ def test_undo_redo_cycles_upstream_references_and_version_conflict(console: Cons
     ui.page.fill("#node-name", "Begin")
     ui.page.dispatch_event("#node-name", "change")
     assert {n["id"]: n for n in edited(ui)["nodes"]}["p1"]["data"]["value"] == "{{ $('Begin').item.json }}"
+    # Node settings, copy/paste with the keyboard, auto-layout.
+    select(ui, "p2")
+    ui.page.locator("#node-panel details.settings").evaluate("d => { d.open = true; }")
+    ui.page.fill("#set-timeout", "30")
+    ui.page.dispatch_event("#set-timeout", "change")
+    ui.page.select_option("#set-on-error", "error_port")
+    nodes = {n["id"]: n for n in edited(ui)["nodes"]}
+    assert (nodes["p2"]["settings"]["timeout_s"], nodes["p2"]["settings"]["on_error"]) == (30, "error_port")
+    assert ui.page.evaluate("window.EditorTest.slot('p2', 'out', 'error')")["x"] > 0  # the error port
+    select(ui, "p1")
+    ui.page.focus("#canvas canvas")
+    ui.page.keyboard.press("Control+c")
+    ui.page.keyboard.press("Control+v")
+    pasted = [n for n in edited(ui)["nodes"] if n["id"] not in ("t", "p1", "p2")]
+    assert [(n["type"], n["name"]) for n in pasted] == [("probe", "First 2")]
+    ui.page.keyboard.press("Control+z")
+    assert len(edited(ui)["nodes"]) == 3
+    ui.page.click("#auto-layout")
+    xs = {n["id"]: n["position"]["x"] for n in edited(ui)["nodes"]}
+    assert xs["t"] < xs["p1"] < xs["p2"]
+    ui.shot("editor-settings-layout")
     # Someone else saves in between: the editor's save is refused and shown, not overwritten.
     other = ui.api("GET", "/graphs/ed-edit")
     other["name"] = "Saved by someone else"

@@ -48,8 +48,22 @@ const Editor = (() => {
     function EditNode() { this.properties = {}; }
     EditNode.title = "Node";
     const base = LiteGraph.registered_node_types["orchestrator/view"].prototype.onDrawForeground;
-    EditNode.prototype.onDrawForeground = function (ctx) {
+    EditNode.prototype.onDrawForeground = function (ctx, canvas) {
       base.call(this, ctx);
+      if (canvas && canvas.connecting_output && canvas.connecting_node !== this) {
+        // While a wire is dragged: ring the inputs it may go into (the others are dimmed).
+        ctx.save();
+        ctx.strokeStyle = "#4ade80";
+        ctx.lineWidth = 2;
+        (this.inputs || []).forEach((input, i) => {
+          if (!compatible(canvas.connecting_output.type, input.type)) return;
+          const p = this.getConnectionPos(true, i);
+          ctx.beginPath();
+          ctx.arc(p[0] - this.pos[0], p[1] - this.pos[1], 7, 0, Math.PI * 2);
+          ctx.stroke();
+        });
+        ctx.restore();
+      }
       const marks = [];
       if (this._cycle) marks.push(["#ef4444", "in the refused cycle"]);
       if (this._error) marks.push(["#ef4444", this._error]);
@@ -240,6 +254,11 @@ const Editor = (() => {
     function load(graph) {
       loading = true;
       try {
+        // LiteGraph's numeric node ids restart after clear(): drop its selection of the old nodes.
+        view.deselectAllNodes();
+        view.selected_nodes = {};
+        view.current_node = null;
+        view.node_dragged = null;
         lg.clear();
         const byId = {};
         const auto = GraphCanvas.layered(graph);
@@ -458,7 +477,8 @@ const Editor = (() => {
     }
 
     function onRefuse(r) {
-      const message = `Wire refused: a ${r.source} output cannot feed a ${r.target} socket (the socket table has no ${r.source} → ${r.target} coercion)`;
+      const a = (word) => (/^[aeiou]/.test(word) ? `an ${word}` : `a ${word}`);
+      const message = `Wire refused: ${a(r.source)} output cannot feed ${a(r.target)} socket (the socket table has no ${r.source} → ${r.target} coercion)`;
       toast(message, "error");
       problems.replaceChildren(h("div", { class: "error", role: "alert", id: "wire-refused", dataset: { source: r.source, target: r.target } }, message));
     }
@@ -555,22 +575,32 @@ const Editor = (() => {
       view.setDirty(true, false);
     }
 
+    let settingsOpen = false;
     function settingsFields(node) {
       const s = node._g.settings;
       const retry = s.retry || {};
-      const set = (fn) => { fn(); if (!Object.keys(node._g.settings.retry || {}).length) delete node._g.settings.retry; const g = toJSON(); load(g); select(node._g.id); commit(); };
-      return h("details", { class: "settings", open: Object.keys(s).length > 0 },
+      const id = node._g.id;
+      const set = (fn) => {
+        const st = byGraphId(id)._g.settings;  // the node as it is now (a reload rebuilds nodes)
+        fn(st);
+        if (!Object.keys(st.retry || {}).length) delete st.retry;
+        load(toJSON());
+        selected = null;
+        select(id);
+        commit();
+      };
+      return h("details", { class: "settings", open: settingsOpen || Object.keys(s).length > 0, ontoggle: (e) => { settingsOpen = e.target.open; } },
         h("summary", {}, "Node settings"),
         h("label", { for: "set-attempts" }, "Retry: max attempts"),
-        h("input", { id: "set-attempts", type: "number", min: 1, max: 100, value: retry.max_attempts || 1, onchange: (e) => set(() => { const v = Number(e.target.value); s.retry = { ...(s.retry || {}), max_attempts: v }; if (v <= 1) delete s.retry.max_attempts; }) }),
+        h("input", { id: "set-attempts", type: "number", min: 1, max: 100, value: retry.max_attempts || 1, onchange: (e) => set((s) => { const v = Number(e.target.value); s.retry = { ...(s.retry || {}), max_attempts: v }; if (v <= 1) delete s.retry.max_attempts; }) }),
         h("label", { for: "set-interval" }, "Retry: first wait (s)"),
-        h("input", { id: "set-interval", type: "number", min: 0, step: "any", value: retry.initial_interval_s ?? "", onchange: (e) => set(() => { s.retry = { ...(s.retry || {}) }; if (e.target.value === "") delete s.retry.initial_interval_s; else s.retry.initial_interval_s = Number(e.target.value); }) }),
+        h("input", { id: "set-interval", type: "number", min: 0, step: "any", value: retry.initial_interval_s ?? "", onchange: (e) => set((s) => { s.retry = { ...(s.retry || {}) }; if (e.target.value === "") delete s.retry.initial_interval_s; else s.retry.initial_interval_s = Number(e.target.value); }) }),
         h("label", { for: "set-on-error" }, "On error"),
-        h("select", { id: "set-on-error", onchange: (e) => set(() => { if (e.target.value === "stop") delete s.on_error; else s.on_error = e.target.value; }) },
+        h("select", { id: "set-on-error", onchange: (e) => set((s) => { if (e.target.value === "stop") delete s.on_error; else s.on_error = e.target.value; }) },
           ["stop", "continue", "error_port"].map((m) => h("option", { value: m, selected: (s.on_error || "stop") === m }, m === "error_port" ? "error port (route the error)" : m))),
         h("label", { for: "set-timeout" }, "Timeout (s)"),
-        h("input", { id: "set-timeout", type: "number", min: 0, step: "any", value: s.timeout_s ?? "", onchange: (e) => set(() => { if (e.target.value === "" || Number(e.target.value) <= 0) delete s.timeout_s; else s.timeout_s = Number(e.target.value); }) }),
-        h("label", {}, h("input", { id: "set-disabled", type: "checkbox", checked: !!s.disabled, onchange: (e) => set(() => { if (e.target.checked) s.disabled = true; else delete s.disabled; }) }), " Disabled (skipped at run time)"));
+        h("input", { id: "set-timeout", type: "number", min: 0, step: "any", value: s.timeout_s ?? "", onchange: (e) => set((s) => { if (e.target.value === "" || Number(e.target.value) <= 0) delete s.timeout_s; else s.timeout_s = Number(e.target.value); }) }),
+        h("label", {}, h("input", { id: "set-disabled", type: "checkbox", checked: !!s.disabled, onchange: (e) => set((s) => { if (e.target.checked) s.disabled = true; else delete s.disabled; }) }), " Disabled (skipped at run time)"));
     }
 
     function drawPanel() {
