@@ -146,6 +146,11 @@ def test_build_branch_merge_by_drag_and_drop_save_and_run(console: Console, tmp_
     shipped = run_shipped(ui, "branch_merge", "ed-branch-shipped", {"score": 8})
     assert ran["nodes"][merge]["outputs"] == shipped["nodes"]["merge"]["outputs"]
     assert ran["nodes"][low]["status"] == shipped["nodes"]["low"]["status"] == "skipped"
+    # Completion offers the fields seen in an upstream node's last run output.
+    select(ui, high)
+    ui.page.fill("#param-fields", "{{ $('Cond")
+    ui.page.wait_for_selector(".suggestion:text-is(\"$('Conditional').item.json.score\")")
+    ui.page.fill("#param-fields", '{"band": "high"}')
     # Pin the merge's last output to keep it in view while editing.
     select(ui, merge)
     ui.page.click("#pin-output")

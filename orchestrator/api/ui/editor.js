@@ -99,6 +99,8 @@ const Editor = (() => {
 
   const slug = (text) => String(text).toLowerCase().replace(/[^a-z0-9]+/g, "_").replace(/^_|_$/g, "") || "node";
   const clone = (v) => JSON.parse(JSON.stringify(v));
+  /* A node's outputs as plain values per port ({port: {type, value}} -> {port: value}). */
+  const plain = (outputs) => Object.fromEntries(Object.entries(outputs || {}).map(([k, v]) => [k, v && typeof v === "object" && "type" in v && "value" in v ? v.value : v]));
 
   /* The editor page. ``ctx``: {h, cat, graph (null for new), toast, errorBox, cleanups, after, icon, parseInput}. */
   function render(ctx) {
@@ -698,13 +700,13 @@ const Editor = (() => {
             const st = document.getElementById("editor-run-status");
             if (st) { st.textContent = terminal[type]; st.dataset.status = terminal[type]; }
             Api.call("GET", `/runs/${encodeURIComponent(runId)}`).then((detail) => {
-              for (const [nid, n] of Object.entries(detail.nodes || {})) if (n.outputs && Object.keys(n.outputs).length) lastOutputs[nid] = n.outputs;
+              for (const [nid, n] of Object.entries(detail.nodes || {})) if (n.outputs && Object.keys(n.outputs).length) lastOutputs[nid] = plain(n.outputs);
               drawPins(); if (selected) drawPanel();
             }).catch(() => {});
           } else if (e && e.node_id) {
             const node = byGraphId(e.node_id);
             if (node && STATE[type]) node._state = STATE[type];
-            if (type === "completed" && e.data && e.data.outputs) lastOutputs[e.node_id] = e.data.outputs;
+            if (type === "completed" && e.data && e.data.outputs) lastOutputs[e.node_id] = plain(e.data.outputs);
           }
           view.setDirty(true, false);
         },
@@ -790,7 +792,7 @@ const Editor = (() => {
           const last = runs.items[0];
           if (!last) return;
           const detail = await Api.call("GET", `/runs/${encodeURIComponent(last.run_id)}`);
-          for (const [nid, n] of Object.entries(detail.nodes || {})) if (n.outputs && Object.keys(n.outputs).length) lastOutputs[nid] = n.outputs;
+          for (const [nid, n] of Object.entries(detail.nodes || {})) if (n.outputs && Object.keys(n.outputs).length) lastOutputs[nid] = plain(n.outputs);
         }).catch(() => {});
       }
     });
