@@ -796,7 +796,9 @@ const Editor = (() => {
         }).catch(() => {});
       }
     });
-    window.addEventListener("beforeunload", (e) => { if (dirty) e.preventDefault(); }, { once: true });
+    const leaving = (e) => { if (dirty) e.preventDefault(); };  // unsaved edits: the browser asks first
+    window.addEventListener("beforeunload", leaving);
+    ctx.cleanups.push(() => window.removeEventListener("beforeunload", leaving));
 
     drawPalette();
     return [
