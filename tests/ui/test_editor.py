@@ -61,8 +61,7 @@ def select(ui: Console, node_id: str) -> None:
     try:
         ui.page.wait_for_selector(f"#node-panel .mono:has-text('{node_id} ·')", timeout=3000)
     except Exception:
-        ui.shot("debug-select")
-        print("DEBUG", x, y, ui.page.evaluate("window.EditorTest.nodes()"), ui.page.text_content("#node-panel .mono"))
+        ui.shot("editor-select-failed")  # for a person to look at
         raise
 
 
