@@ -204,6 +204,34 @@ const Editor = (() => {
       if (type === "text") shown = value == null ? "" : typeof value === "string" ? value : JSON.stringify(value);
       if ((type === "number" || type === "slider") && typeof shown !== "number") shown = Number(shown) || (p.min || 0);
       if (type === "combo" && shown == null) shown = (p.values || [""])[0];
+      if (type === "text") {
+        // Text, JSON and model values are edited in the panel (full size, completion): the
+        // canvas shows label and a shortened value, and a click opens the panel's field.
+        const w = node.addCustomWidget({
+          type: "param_text", name: p.label || p.id, value: shown, _param: p.id,
+          draw(c, _node, width, y, height) {
+            c.save();
+            if (this.disabled) c.globalAlpha *= 0.45;
+            c.fillStyle = "#222"; c.strokeStyle = "#666";
+            c.beginPath(); c.roundRect(15, y, width - 30, height, [height / 2]); c.fill(); c.stroke();
+            c.fillStyle = "#999"; c.textAlign = "left"; c.font = "12px sans-serif";
+            const label = this.name;
+            c.fillText(label, 30, y + height * 0.7);
+            const room = Math.max(4, Math.floor((width - 70 - c.measureText(label).width) / 6.5));
+            const text = String(this.value ?? "");
+            c.fillStyle = /\{\{/.test(text) ? "#c4b5fd" : "#ddd"; c.textAlign = "right";
+            c.fillText(text.length > room ? text.slice(0, room - 1) + "…" : text, width - 30, y + height * 0.7);
+            c.restore();
+          },
+          mouse(event, _pos, n) {
+            if (!/down$/.test(event.type)) return false;
+            select(n._g.id);
+            setTimeout(() => { const f = document.getElementById(`param-${p.id}`); if (f && !f.disabled) f.focus(); }, 0);
+            return true;
+          },
+        });
+        return w;
+      }
       const w = node.addWidget(type, p.label || p.id, shown, (v) => {
         let next = v;
         if (type === "text" && (p.type === "json" || p.type === "array" || p.type === "object") && !/\{\{/.test(v)) {
