@@ -81,6 +81,15 @@ def webhook_paths(graph: dict[str, Any]) -> list[str]:
     return out
 
 
+# KEYS[1] graph hash, ARGV[1] the version the caller edited: increment ``latest`` only
+# when it is still that version, else answer -1.
+_CLAIM_IF_LATEST = """
+local latest = redis.call('HGET', KEYS[1], 'latest') or '0'
+if latest ~= ARGV[1] then return -1 end
+return redis.call('HINCRBY', KEYS[1], 'latest', 1)
+"""
+
+
 class GraphStore:
     def __init__(self, redis: Redis, registry: Registry, settings: Settings) -> None:
         self.redis = redis
@@ -114,16 +123,23 @@ class GraphStore:
             await self.redis.delete(self.keys.graph(gid))
             raise
 
-    async def update(self, graph_id: str, raw: Any, *, workspace: str | None = None) -> dict[str, Any]:
-        """Save ``raw`` as the next version of an existing graph."""
+    async def update(self, graph_id: str, raw: Any, base_version: int | None = None, *,
+                     workspace: str | None = None) -> dict[str, Any]:
+        """Save ``raw`` as the next version of an existing graph (of ``workspace``, when given).
+
+        With ``base_version`` (the version the caller edited) the save is refused with
+        ``GraphConflictError`` (409) when the latest version is no longer that one: someone
+        saved in between, and their version is not overwritten."""
         await self._require(graph_id, workspace)
         if not isinstance(raw, dict):
             raise GraphSchemaError(
                 f"a graph must be a JSON object, got {type(raw).__name__}", graph_id=graph_id
             )
-        return await self._save(graph_id, raw, time.time())
+        return await self._save(graph_id, raw, time.time(), base_version)
 
-    async def _save(self, gid: str, raw: dict[str, Any], now: float) -> dict[str, Any]:
+    async def _save(
+        self, gid: str, raw: dict[str, Any], now: float, base_version: int | None = None
+    ) -> dict[str, Any]:
         graph = validate({**raw, "id": gid, "version": None}, self.registry)
         _check_hook_paths(graph)
         paths = webhook_paths(graph)
@@ -133,7 +149,7 @@ class GraphStore:
                 raise GraphConflictError(
                     f"webhook path {path!r} is already used by graph {_text(owner)!r}", graph_id=gid
                 )
-        version = int(await self.redis.hincrby(self.keys.graph(gid), "latest", 1))
+        version = await self._next_version(gid, base_version)
         graph["version"] = version
         ttl = self.settings.graph_ttl_s
         old = await self._hook_paths_of(gid)
@@ -153,6 +169,20 @@ class GraphStore:
                 pipe.expire(self.keys.graph(gid), ttl)
             await pipe.execute()
         return graph
+
+    async def _next_version(self, gid: str, base_version: int | None) -> int:
+        """Claim the next version number; atomically refused if ``base_version`` is stale."""
+        if base_version is None:
+            return int(await self.redis.hincrby(self.keys.graph(gid), "latest", 1))
+        claimed = int(await self.redis.eval(_CLAIM_IF_LATEST, 1, self.keys.graph(gid), str(base_version)))
+        if claimed < 0:
+            latest = await self.redis.hget(self.keys.graph(gid), "latest")
+            raise GraphConflictError(
+                f"graph {gid!r} was saved as version {_text(latest)} since version {base_version}"
+                " was loaded; reload it and apply the changes again",
+                graph_id=gid,
+            )
+        return claimed
 
     async def delete(self, graph_id: str, *, workspace: str | None = None) -> None:
         await self._require(graph_id, workspace)

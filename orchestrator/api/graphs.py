@@ -30,6 +30,25 @@ async def create_graph(graph: dict[str, Any] = GraphBody, services: Services = S
     return await services.graphs.create(graph, workspace=who.workspace)
 
 
+@router.post("/validate")
+async def validate_graph(graph: dict[str, Any] = GraphBody, services: Services = SERVICES) -> dict[str, Any]:
+    """Validate a graph without saving it: ``{valid: true, graph}`` (normalized JSON), or
+    ``{valid: false, error}`` with the error a save would answer 422 with, naming the node,
+    edge, handle or parameter (cycles carry their ``path``; an expression naming a node
+    that is not upstream is an ``UpstreamReferenceError``). A 200 either way: the question
+    was answered."""
+    from orchestrator.graph_store import validate
+    from orchestrator.kernel.errors import GraphError, GraphSchemaError
+
+    try:
+        if not isinstance(graph, dict):
+            raise GraphSchemaError(f"a graph must be a JSON object, got {type(graph).__name__}")
+        normalized = validate({**graph, "version": None}, services.graphs.registry)
+    except GraphError as exc:
+        return {"valid": False, "error": exc.to_dict()}
+    return {"valid": True, "graph": normalized}
+
+
 @router.get("")
 async def list_graphs(
     offset: int = Query(0, ge=0, le=1_000_000),
@@ -55,11 +74,15 @@ async def get_graph(
 
 @router.put("/{graph_id}")
 async def update_graph(
-    graph_id: GraphId, graph: dict[str, Any] = GraphBody, services: Services = SERVICES,
+    graph_id: GraphId,
+    graph: dict[str, Any] = GraphBody,
+    base_version: int | None = Query(None, ge=1, le=1_000_000_000),
+    services: Services = SERVICES,
     who: Principal = EDITOR,
 ) -> dict[str, Any]:
-    """Save a new version; older versions stay readable."""
-    return await services.graphs.update(graph_id, graph, workspace=who.workspace)
+    """Save a new version; older versions stay readable. With ``?base_version=n`` (the
+    version the caller edited) the answer is 409 when another save came in between."""
+    return await services.graphs.update(graph_id, graph, base_version, workspace=who.workspace)
 
 
 @router.delete("/{graph_id}", status_code=204)

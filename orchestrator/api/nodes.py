@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends
 
-from orchestrator.kernel.sockets import socket_catalogue
+from orchestrator.kernel.sockets import COERCIONS, GENERIC_SOCKETS, socket_catalogue
 from orchestrator.plugins import colour_of
 
 from .services import Services, get_services
@@ -27,3 +27,15 @@ async def list_nodes(services: Services = Depends(get_services)) -> dict[str, An
         }
         nodes.append(item)
     return {"nodes": nodes, "sockets": socket_catalogue()}
+
+
+@router.get("/nodes/sockets")
+async def socket_rules() -> dict[str, Any]:
+    """The kernel's wiring rules, so the editor and the validator use one table:
+    ``{types, generic, coercions: [[source, target], ...]}``. A wire may connect equal
+    types, any pair in ``coercions``, or a ``generic`` type on either end."""
+    return {
+        "types": socket_catalogue(),
+        "generic": sorted(GENERIC_SOCKETS),
+        "coercions": sorted([source, target] for source, target in COERCIONS),
+    }

@@ -178,3 +178,9 @@ async def test_credentials_and_files_belong_to_the_callers_workspace(ws_api: Api
     ref = uploaded.json()["$binary"]["ref"]
     assert (await ws_api.client.get(f"/files/{ref}", headers=auth("b-admin"))).status_code == 404
     assert (await ws_api.client.get(f"/files/{ref}", headers=auth("a-viewer"))).content == b"alpha data"
+
+
+async def test_another_workspace_cannot_save_over_a_graph_with_a_base_version(ws_api: Api) -> None:
+    await a_graph_and_run(ws_api)
+    response = await ws_api.client.put("/graphs/ga?base_version=1", json=chain("ga"), headers=auth("b-admin"))
+    assert response.status_code == 404

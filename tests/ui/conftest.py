@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import http.server
 import json
+import os
 import shutil
 import tempfile
 import threading
@@ -34,6 +35,8 @@ from orchestrator.embedded_workers import WorkerProcesses
 CHROMIUM = "/usr/bin/chromium"
 KEY = "ui-test-key"
 FAKE_PACK = Path(__file__).parent.parent / "integration" / "fake_pack"
+SOCKET_PACK = Path(__file__).parent / "socket_pack"  # typed int/json sockets for the editor
+NODE_PATHS = os.pathsep.join([str(FAKE_PACK), str(SOCKET_PACK)])
 EXAMPLES = Path(__file__).parent.parent.parent / "examples"
 SCREENSHOTS = Path(__file__).parent.parent.parent / "artifacts" / "screenshots"
 CHROMIUM_ARGS = [
@@ -104,7 +107,7 @@ def redis_server() -> Iterator[EmbeddedRedis]:
 def workers(redis_server: EmbeddedRedis) -> Iterator[WorkerProcesses]:
     procs = WorkerProcesses(
         redis_server.url, count=1, concurrency=3,
-        env={"ORCH_NODE_PATHS": str(FAKE_PACK), "ORCH_OFFLINE_MODELS": "1"},
+        env={"ORCH_NODE_PATHS": NODE_PATHS, "ORCH_OFFLINE_MODELS": "1"},
     )
     procs.start()
     try:
@@ -132,7 +135,7 @@ def stack(redis_server: EmbeddedRedis, workers: WorkerProcesses) -> Iterator[Sta
     other = f"http://127.0.0.1:{page_port}"
     settings = Settings(
         redis_url=redis_server.url, api_keys=KEY, cors_origins=other, sse_ping_s=1.0,
-        node_paths=str(FAKE_PACK), key_prefix="orc",
+        node_paths=NODE_PATHS, key_prefix="orc",
     )
     port = free_port()
     api = serve_api(settings, port)

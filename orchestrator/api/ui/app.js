@@ -116,7 +116,7 @@ const App = (() => {
     };
     search.addEventListener("input", draw);
     draw();
-    return [h("h1", {}, "Graphs"), search, h("table", { class: "list" }, h("thead", {}, h("tr", {}, ["Name", "Id", "Version", "Updated"].map((t) => h("th", { scope: "col" }, t)))), body)];
+    return [h("div", { class: "title-row" }, h("h1", {}, "Graphs"), h("a", { class: "button", id: "new-graph", href: "#/graphs/new" }, "New graph")), search, h("table", { class: "list" }, h("thead", {}, h("tr", {}, ["Name", "Id", "Version", "Updated"].map((t) => h("th", { scope: "col" }, t)))), body)];
   }
 
   function nodeList(graph, onPick) {
@@ -192,6 +192,7 @@ const App = (() => {
     const page = [
       h("div", { class: "title-row" }, h("h1", {}, graph.name || graph.id), select,
         hasChat ? h("a", { class: "button", href: `#/chat/${enc(id)}` }, "Chat with this graph") : null,
+        h("a", { class: "button", id: "edit-graph", href: `#/graphs/${enc(id)}/edit` }, "Edit"),
         h("button", { type: "button", id: "save-layout", title: "Save the nodes' positions on the canvas as a new version of the graph", onclick: async () => {
           const where = view.positions();
           const body = { ...graph, nodes: graph.nodes.map((n) => ({ ...n, position: where[n.id] })) };
@@ -215,6 +216,11 @@ const App = (() => {
       cleanups.push(() => view.destroy());
     });
     return page;
+  }
+
+  async function editorPage(id) {
+    const [graph, cat] = await Promise.all([id ? Api.call("GET", `/graphs/${enc(id)}`) : null, nodesCatalogue(), Editor.loadRules()]);
+    return Editor.render({ h, cat, graph, toast, errorBox, cleanups, after, icon, parseInput });
   }
 
   function legend(cat) {
@@ -457,7 +463,9 @@ const App = (() => {
     main.replaceChildren(h("p", { class: "muted" }, "Loading…"));
     try {
       let content;
-      if (parts[0] === "graphs" && parts[1]) content = await graphPage(parts[1], params);
+      if (parts[0] === "graphs" && parts[1] === "new") content = await editorPage(null);
+      else if (parts[0] === "graphs" && parts[1] && parts[2] === "edit") content = await editorPage(parts[1]);
+      else if (parts[0] === "graphs" && parts[1]) content = await graphPage(parts[1], params);
       else if (parts[0] === "graphs") content = await graphsPage();
       else if (parts[0] === "runs" && parts[1]) content = await runPage(parts[1]);
       else if (parts[0] === "runs") content = await runsPage(params);

@@ -227,6 +227,7 @@ const GraphCanvas = (() => {
     };
   }
 
-  return { create, STATE_COLOURS, CATEGORY_COLOURS };
+  // The editor (editor.js) builds on the same drawing: patched LiteGraph, layout, styles.
+  return { create, STATE_COLOURS, CATEGORY_COLOURS, SHAPES, NODE_W, patchLiteGraph, layered, slotStyle };
 })();
 window.GraphCanvas = GraphCanvas;
