@@ -31,5 +31,5 @@ def test_the_dockerfile_export_of_runtime_requirements_is_pinned_and_has_no_test
     assert result.returncode == 0, result.stderr
     pins = [line.split(" ")[0] for line in result.stdout.splitlines() if "==" in line and not line.startswith(" ")]
     names = {pin.split("==")[0].lower() for pin in pins}
-    assert {"agno", "celery", "fastapi", "pydantic-settings", "flower"} <= names
-    assert not names & {"pytest", "fastmcp", "mypy", "playwright", "pgserver"}
+    assert {"agno", "celery", "fastapi", "pydantic-settings", "flower", "fastmcp"} <= names
+    assert not names & {"pytest", "mypy", "playwright", "pgserver", "hypothesis"}

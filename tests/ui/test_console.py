@@ -273,3 +273,21 @@ def test_chat_with_a_team_shows_member_runs_and_flow_steps(console: Console) -> 
     assert reply.locator(".flow-step").count() >= 2
     assert (reply.locator(".text").text_content() or "").startswith("Team answer")  # members nested, not inline
     console.shot("chat-team")
+
+
+def test_a_file_in_a_node_output_downloads_from_the_file_store(console: Console, stack: Stack) -> None:
+    import httpx
+
+    uploaded = httpx.post(f"{stack.api_url}/files", files={"file": ("note.txt", b"file bytes 42", "text/plain")},
+                          headers={"Authorization": f"Bearer {KEY}"})
+    assert uploaded.status_code == 201, uploaded.text
+    console.api("POST", "/graphs", graph([("t", "manual_trigger", "Start")], [], id="ui-file"))
+    run_id = console.api("POST", "/graphs/ui-file/runs", {"input": uploaded.json()})["run_id"]
+    console.go(f"runs/{run_id}")
+    console.page.wait_for_selector("#run-status [data-status=succeeded]")
+    console.page.click(".node-item[data-node='t']")
+    href = console.page.locator(".binary a").get_attribute("href")
+    assert href and "/files/" in href
+    response = console.page.request.get(href if href.startswith("http") else stack.api_url + href)
+    assert response.ok and response.body() == b"file bytes 42"  # with the session cookie, no header
+    console.shot("run-file-download")

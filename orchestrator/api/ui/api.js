@@ -102,6 +102,6 @@ const Api = (() => {
     return { close, source };
   }
 
-  return { call, session, signIn, signOut, follow, ApiError, get csrf() { return csrf; } };
+  return { call, session, signIn, signOut, follow, ApiError, base: BASE, get csrf() { return csrf; } };
 })();
 window.Api = Api;

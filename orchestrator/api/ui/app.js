@@ -43,7 +43,11 @@ const App = (() => {
   function jsonView(value) {
     if (value && typeof value === "object" && value.$binary) {
       const b = value.$binary;
-      const link = /^(https?:\/\/|\/)/.test(b.ref || "") ? h("a", { href: b.ref, download: "" }, "download") : h("span", { class: "muted" }, "(stored outside the run: no download URL)");
+      // A file in the API's file store (redis:… / s3:…) downloads from GET /files/{ref}
+      // with the session cookie; a ref that is already a URL links to it.
+      const href = /^(https?:\/\/|\/)/.test(b.ref || "") ? b.ref
+        : (b.ref ? `${Api.base}/files/${encodeURIComponent(b.ref)}` : null);
+      const link = href ? h("a", { href, download: "" }, "download") : h("span", { class: "muted" }, "(no reference)");
       return h("div", { class: "binary" }, `binary ${b.mime} · ${b.size} bytes · ${b.ref} `, link);
     }
     const text = value === undefined ? "—" : JSON.stringify(value, null, 2);
