@@ -85,6 +85,8 @@ def test_a_run_lights_up_live_and_shows_node_outputs(console: Console) -> None:
     console.page.wait_for_selector("#node-outputs")
     outputs = console.page.locator("#node-outputs + pre").text_content() or ""
     assert "world" in outputs
+    resolved = console.page.locator("h3:has-text('Parameters (resolved)') + pre").text_content() or ""
+    assert '"delay_s": 1.2' in resolved  # from the completed event: the value the node ran with
     assert console.page.locator(".tl-row").count() == 3
     console.shot("run-done")
 

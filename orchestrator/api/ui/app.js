@@ -41,6 +41,11 @@ const App = (() => {
   }
 
   function jsonView(value) {
+    // A map of ports (or parameters) holding files: each entry on its own, files as links.
+    if (value && typeof value === "object" && !Array.isArray(value) && !value.$binary
+        && Object.values(value).some((v) => v && typeof v === "object" && v.$binary)) {
+      return h("div", {}, Object.entries(value).map(([k, v]) => h("div", {}, h("span", { class: "mono" }, `${k}: `), jsonView(v))));
+    }
     if (value && typeof value === "object" && value.$binary) {
       const b = value.$binary;
       // A file in the API's file store (redis:… / s3:…) downloads from GET /files/{ref}
@@ -332,7 +337,12 @@ const App = (() => {
           try { const r = await Api.call("POST", `/runs/${enc(runId)}/rerun`, { from_node: id }); location.hash = `#/runs/${enc(r.run_id)}`; } catch (err) { toast(err.message, "error"); }
         } }, "Re-run from this node") : null,
         s.errors.length ? [h("h3", {}, "Errors"), s.errors.map((e) => h("div", { class: "error" }, jsonView(e)))] : null,
-        h("h3", {}, "Parameters (as configured)"), jsonView(n.data || {}),
+        ...(() => {
+          // completed and error events carry the parameters as the node resolved them
+          const last = [...s.events].reverse().find((e) => e.data && e.data.parameters);
+          return last ? [h("h3", {}, "Parameters (resolved)"), jsonView(last.data.parameters)]
+            : [h("h3", {}, "Parameters (as configured)"), jsonView(n.data || {})];
+        })(),
         h("h3", {}, "Inputs"), jsonView(inputsOf(id)),
         h("h3", { id: "node-outputs" }, "Outputs"), jsonView(outputs),
         h("h3", {}, "Events"), h("ul", { class: "mini-log" }, s.events.slice(-30).map((e) => h("li", {}, `${new Date(e.timestamp * 1000).toLocaleTimeString()} ${e.event_type} (attempt ${e.attempt})${workerOf(e) ? ` on ${workerOf(e)}` : ""}`)))].flat(3).filter(Boolean));
