@@ -160,13 +160,16 @@ class Sweeper:
         states = cast(dict[str, str], states)
         running = [n for n, s in states.items() if s == NodeStatus.RUNNING]
         if running:
-            async with self.redis.pipeline(transaction=False) as pipe:
+            # Lease and status read together (one MULTI): a node that completed between
+            # the read above and this one has no lease because it is done, not lost.
+            async with self.redis.pipeline(transaction=True) as pipe:
                 for node_id in running:
                     pipe.exists(k.lease(run_id, node_id))
                 pipe.hmget(k.claims(run_id), running)
-                *held, claims = await pipe.execute()
-            for node_id, has_lease, claimed in zip(running, held, claims, strict=True):
-                if not has_lease:
+                pipe.hmget(k.nodes(run_id), running)
+                *held, claims, now_states = await pipe.execute()
+            for node_id, has_lease, claimed, state in zip(running, held, claims, now_states, strict=True):
+                if not has_lease and state == NodeStatus.RUNNING:
                     seen.add((run_id, node_id))
                     await self._lost_lease(run_id, node_id, int(claimed or 0), now, report)
         late = [n for n in undispatched if states.get(n) == NodeStatus.PENDING]
