@@ -8,14 +8,12 @@ reconnect logic.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from orchestrator.api import create_app
 from orchestrator.client import Client, parse_frames
@@ -24,30 +22,18 @@ from orchestrator.embedded_workers import WorkerProcesses
 from orchestrator.kernel.registry import Registry
 from orchestrator.settings import Settings
 from tests.fake_nodes import graph
+from tests.support.servers import serve_in_thread
 
 pytestmark = pytest.mark.integration
 
-START_TIMEOUT_S = 10.0
 
 
 @pytest.fixture
 def api_url(redis_server: EmbeddedRedis, workers: WorkerProcesses, registry: Registry) -> Iterator[str]:
     settings = Settings(redis_url=redis_server.url, sse_ping_s=1.0)
     app = create_app(settings, registry=registry)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with serve_in_thread(app) as url:
+        yield url
 
 
 @pytest.fixture

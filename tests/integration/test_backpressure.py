@@ -7,28 +7,25 @@ process starts only once the queue is full, so the queue length is deterministic
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from orchestrator.api import create_app
 from orchestrator.client import Client, ServerBusyError
-from orchestrator.embedded_redis import EmbeddedRedis, free_port
+from orchestrator.embedded_redis import EmbeddedRedis
 from orchestrator.embedded_workers import WorkerProcesses
 from orchestrator.kernel.registry import Registry
 from orchestrator.settings import Settings
 from tests.fake_nodes import graph
 from tests.integration.conftest import FAKE_PACK
+from tests.support.servers import serve_in_thread
 
 pytestmark = pytest.mark.integration
 
 BOUND = 3
-START_TIMEOUT_S = 10.0
 
 
 @pytest.fixture(scope="module")
@@ -49,20 +46,8 @@ def api_url(server: EmbeddedRedis, registry: Registry) -> Iterator[str]:
     settings = Settings(redis_url=server.url, max_queued_nodes=BOUND, overload_retry_after_s=7,
                         api_run_sweeper=False)
     app = create_app(settings, registry=registry)
-    port = free_port()
-    http = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=http.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not http.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        http.should_exit = True
-        thread.join(timeout=10)
+    with serve_in_thread(app) as url:
+        yield url
 
 
 def two_nodes(graph_id: str) -> dict[str, Any]:
