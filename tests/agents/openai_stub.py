@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -75,6 +76,8 @@ class _Handler(BaseHTTPRequestHandler):
         base = {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": body["model"]}
         for i, delta in enumerate(chunks):
             done = finish if i == len(chunks) - 1 else None
+            if i and self.server.chunk_delay_s:
+                time.sleep(self.server.chunk_delay_s)  # a model that takes its time per token
             self._sse({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": done}]})
         self._sse({**base, "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3,
                                                     "total_tokens": 8}})
@@ -108,11 +111,13 @@ class _Handler(BaseHTTPRequestHandler):
 
 class StubServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 256  # listen backlog: a hundred clients connect at once
 
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.requests: list[dict[str, Any]] = []
         self.fail_status = 0
+        self.chunk_delay_s = 0.0  # pause between streamed chunks
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)
 
     @property

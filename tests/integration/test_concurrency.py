@@ -26,6 +26,7 @@ from orchestrator.kernel.registry import Registry
 from orchestrator.runs import start_run
 from orchestrator.settings import Settings
 from orchestrator.sweeper import Sweeper
+from tests.agents.openai_stub import StubServer
 from tests.fake_nodes import graph
 from tests.integration.conftest import RunResult, collect, read_until, wait_for_terminal
 from workers.store import RedisRunStore
@@ -67,10 +68,19 @@ def registry() -> Registry:
 
 
 @pytest.fixture(scope="module")
-def wide() -> Iterator[tuple[EmbeddedRedis, WorkerProcesses]]:
-    """One worker process holding up to 150 node steps."""
+def model_stub() -> Iterator[StubServer]:
+    """A local OpenAI-compatible server streaming each answer over about a second."""
+    with StubServer() as stub:
+        stub.chunk_delay_s = 0.2
+        yield stub
+
+
+@pytest.fixture(scope="module")
+def wide(model_stub: StubServer) -> Iterator[tuple[EmbeddedRedis, WorkerProcesses]]:
+    """One worker process holding up to 150 node steps (its models: the local stub)."""
+    env = {**ENV, "ORCH_OPENAI_BASE_URL": model_stub.base_url, "OPENAI_API_KEY": "sk-test-not-a-real-key"}
     with EmbeddedRedis(unix_socket=False) as server, \
-            WorkerProcesses(server.url, count=1, pool="threads", concurrency=150, env=ENV) as procs:
+            WorkerProcesses(server.url, count=1, pool="threads", concurrency=150, env=env) as procs:
         yield server, procs
 
 
@@ -247,4 +257,44 @@ async def test_a_hundred_concurrent_chat_turns_stream_in_order_on_one_process(cl
     workers = {e.data["worker_id"] for r in first for e in r.of("assistant", "started") if e.data}
     assert len(workers) == 1
     # a hundred one-second turns overlapped (one at a time would take 100 s)
+    assert elapsed_s < 20, f"100 concurrent turns took {elapsed_s:.1f} s"
+
+
+async def test_a_hundred_concurrent_chat_turns_against_an_openai_compatible_server(
+        cluster: Cluster, model_stub: StubServer) -> None:
+    """The same, with Agno's real OpenAILike client streaming from the local stub server."""
+    chats = [f"chat-{uuid.uuid4().hex[:8]}" for _ in range(WIDTH)]
+    g = graph([("chat", "chat_start", "Chat"),
+               ("assistant", "agent", "Assistant", {"model": "openai-like:stub-model", "num_history_runs": 4,
+                                                    "prompt": "{{ input.message }}"})],
+              [("chat", "output", "assistant", "input")], id="chat-at-scale-stub")
+
+    async def turn(chat: str, n: int) -> RunResult:
+        from workers.dispatch import make_dispatch
+
+        run_id = await start_run(cluster.store, cluster.registry, g, {"message": f"m{n} of {chat}"},
+                                 dispatch=make_dispatch(cluster.celery), session_id=chat)
+        return await collect(cluster.store, run_id, await wait_for_terminal(cluster.store, run_id, 60))
+
+    began = time.monotonic()
+    first = await asyncio.gather(*(turn(chat, 1) for chat in chats))
+    elapsed_s = time.monotonic() - began
+    second = await asyncio.gather(*(turn(chat, 2) for chat in chats))
+    for chat, results in zip(chats, zip(first, second, strict=True), strict=True):
+        for n, result in enumerate(results, start=1):
+            errors = [e.data for e in result.of("assistant", "error")]
+            assert result.status == "succeeded", (chat, n, result.states, errors)
+            answer = result.output("assistant")["response"]
+            assert answer.strip() == f"Stub says: m{n} of {chat}"
+            deltas = [e.data for e in result.of("assistant", "agent_event")
+                      if e.data and e.data.get("event") == "RunContent" and e.data.get("content")]
+            assert "".join(d["content"] for d in deltas) == answer  # every token, in order
+    for chat in chats:  # the second turn's request carried the first turn: history per chat id
+        request = next(r["body"] for r in model_stub.requests
+                       if r["body"]["messages"][-1].get("content") == f"m2 of {chat}")
+        contents = [m.get("content") for m in request["messages"]]
+        assert f"m1 of {chat}" in contents
+        assert not any(other in str(contents) for other in chats if other != chat)
+    workers = {e.data["worker_id"] for r in first for e in r.of("assistant", "started") if e.data}
+    assert len(workers) == 1
     assert elapsed_s < 20, f"100 concurrent turns took {elapsed_s:.1f} s"
