@@ -10,6 +10,8 @@ One pass (:meth:`Sweeper.sweep_once`) does three things for the runs in
   lease and appends ``started`` with ``reclaimed: true``. A node claimed more than
   ``max_node_reclaims`` extra times fails (``worker_lost``) and stops the run, so a node
   that kills every worker it runs on cannot loop forever;
+* a node ``retrying`` whose retry was due more than ``undispatched_grace_s`` ago is sent
+  again: its delayed message died with the worker that scheduled it;
 * a node in the run's ready set that was never marked dispatched (a crash between the
   barrier script and the dispatch) is dispatched once it has waited ``undispatched_grace_s``.
 
@@ -172,6 +174,9 @@ class Sweeper:
                 if not has_lease and state == NodeStatus.RUNNING:
                     seen.add((run_id, node_id))
                     await self._lost_lease(run_id, node_id, int(claimed or 0), now, report)
+        retrying = [n for n, s in states.items() if s == NodeStatus.RETRYING]
+        if retrying:
+            await self._overdue_retries(run_id, retrying, now, report, seen)
         late = [n for n in undispatched if states.get(n) == NodeStatus.PENDING]
         due: list[str] = []
         for node_id in late:
@@ -186,6 +191,29 @@ class Sweeper:
             report.dispatched += [(run_id, n) for n in due]
             for node_id in due:
                 self._first_seen.pop((run_id, node_id), None)
+
+    async def _overdue_retries(self, run_id: str, retrying: list[str], now: float, report: SweepReport,
+                               seen: set[tuple[str, str]]) -> None:
+        """A retry's delayed message lives in the worker that scheduled it until it is due;
+        if that worker died, the broker gives it back only after the visibility timeout.
+        A retry still not claimed ``undispatched_grace_s`` after it was due is sent again
+        (a second delivery is harmless: the claim runs the attempt once)."""
+        due_at = await self.redis.hmget(self.keys.claims(run_id), [f"retry_at:{n}" for n in retrying])
+        overdue = []
+        for node_id, raw in zip(retrying, due_at, strict=True):
+            seen.add((run_id, node_id))
+            if raw is None or now - float(raw) < self.undispatched_grace_s:
+                continue
+            last = self._requeued_at.get((run_id, node_id))
+            if last is not None and now - last < self.requeue_grace_s:
+                continue
+            self._requeued_at[(run_id, node_id)] = now
+            overdue.append(node_id)
+        if overdue:
+            log.warning("run %s: retries of %s are overdue (their worker died?); sending them again",
+                        run_id, overdue)
+            await self._send(run_id, overdue)
+            report.requeued += [(run_id, n) for n in overdue]
 
     async def _lost_lease(self, run_id: str, node_id: str, claims: int, now: float,
                           report: SweepReport) -> None:

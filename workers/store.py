@@ -305,6 +305,7 @@ class RedisRunStore(RunStore):
             "node_template": node_template,
             "events": [_event_json(e) for e in completion.events],
             "next_attempt": completion.next_attempt,
+            "retry_at": completion.retry_at,
         }
         ready = list(await self._call("complete", run_id, [_dumps(args)], node_id))
         for event in completion.events:

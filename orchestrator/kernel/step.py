@@ -314,7 +314,8 @@ async def _execute_node(step: StepContext, claim: Claim) -> tuple[NodeCompletion
             retry = step.event(EventType.RETRY, {
                 "attempt": attempt, "next_attempt": attempt + 1, "delay_s": round(delay, 3),
                 "error": _error_info(exc, node)}, attempt)
-            return NodeCompletion(status=NodeStatus.RETRYING, events=[retry], next_attempt=attempt + 1), delay
+            return NodeCompletion(status=NodeStatus.RETRYING, events=[retry], next_attempt=attempt + 1,
+                                  retry_at=time.time() + delay), delay
         failure = _failure(node, definition, exc, gathered, step, attempt)
         for ev in failure.events:
             if ev.data is not None:

@@ -93,6 +93,9 @@ class NodeCompletion:
     # For RETRYING: the attempt the next claim runs. The store releases the lease and
     # keeps the node claimable; the host sends the node again after the retry's delay.
     next_attempt: int = 0
+    # For RETRYING: when that attempt is due (epoch seconds). A sweeper sends a node whose
+    # retry is long overdue again (the delayed message died with its worker).
+    retry_at: float | None = None
 
 
 class RunStore(ABC):

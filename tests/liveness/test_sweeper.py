@@ -169,3 +169,23 @@ async def test_a_stopped_sweeper_ends_between_passes_and_leaves_its_client_usabl
     assert running.task.exception() is None
     assert (await store.get_run(run_id)).status == RunStatus.TIMED_OUT
     assert await store.redis.ping()  # no command was cut off: the shared client still works
+
+
+async def test_a_retry_long_overdue_is_sent_again_and_a_pending_one_is_left_alone(
+    store: RedisRunStore, sent: Any,
+) -> None:
+    """The delayed message of a retry lives in the worker that scheduled it; if that worker
+    died, the sweeper sends the node again once the retry is well past due."""
+    from orchestrator.kernel.store import NodeCompletion, NodeStatus
+
+    run_id = await start(store)
+    assert (await claim(store, run_id, "a")).kind == "run"
+    now = time.time()
+    await store.complete_node(run_id, "a", NodeCompletion(status=NodeStatus.RETRYING, next_attempt=2,
+                                                          retry_at=now + 1.0))
+    sweep = sweeper(store, sent, undispatched_grace_s=5)
+    assert (await sweep.sweep_once(now=now + 2)).requeued == []  # due, but not overdue yet
+    report = await sweep.sweep_once(now=now + 30)
+    assert report.requeued == [(run_id, "a")] and sent.sent == [(run_id, "a")]
+    again = await claim(store, run_id, "a", worker_id="w2")
+    assert again.kind == "run" and again.attempt == 2

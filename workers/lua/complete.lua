@@ -46,6 +46,9 @@ if status == 'retrying' then
   if node_status ~= 'running' or terminal then return {} end
   redis.call('HSET', K_NODES, node, 'retrying')
   redis.call('HSET', K_CLAIMS, 'attempt:' .. node, args.next_attempt)
+  if args.retry_at and args.retry_at ~= cjson.null then
+    redis.call('HSET', K_CLAIMS, 'retry_at:' .. node, tostring(args.retry_at))
+  end
   redis.call('HINCRBY', K_CLAIMS, node, -1)
   append_own_events()
   redis.call('DEL', K_LEASE)
