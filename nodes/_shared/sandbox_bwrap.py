@@ -84,7 +84,7 @@ def _root_filesystem(extra: tuple[str, ...]) -> list[str]:
             args += ["--symlink", os.readlink(target), target]
         elif os.path.isdir(target):
             args += ["--ro-bind", target, target]
-    made: set[str] = set()
+    made: set[str] = {SCRATCH}  # mounted first (see confine): binds below it land on it
     made_binds: set[str] = set()  # a path inside one already bound needs no bind of its own
     for path in sorted(dict.fromkeys((*prefixes(), *extra)), key=lambda p: p.count("/")):
         if path.startswith("/usr/") or any(path.startswith(p + "/") for p in made_binds):
@@ -116,13 +116,14 @@ def confine(argv: list[str], how: Confinement) -> list[str]:
     if not root:
         args += ["--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY)]
     args += ["--cap-drop", "ALL"] if not root else []
+    # The scratch tmpfs first: a read-only bind of a path under /tmp (a checkout or venv
+    # that lives there) is then mounted on top of it instead of being hidden by it.
+    args += ["--perms", "1777", "--size", str(how.scratch_mb * 1024 * 1024), "--tmpfs", SCRATCH]
     args += _root_filesystem(how.ro_paths)
     if how.network:
         args += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf",
                  "--ro-bind-try", "/etc/ssl", "/etc/ssl", "--ro-bind-try", "/etc/hosts", "/etc/hosts"]
-    args += ["--proc", "/proc", "--dev", "/dev",
-             "--perms", "1777", "--size", str(how.scratch_mb * 1024 * 1024), "--tmpfs", SCRATCH,
-             "--chdir", how.chdir, "--clearenv"]
+    args += ["--proc", "/proc", "--dev", "/dev", "--chdir", how.chdir, "--clearenv"]
     for name, value in how.env.items():
         args += ["--setenv", name, value]
     if how.seccomp_fd is not None:

@@ -325,3 +325,17 @@ async def test_an_output_flood_is_cut_off_without_filling_the_workers_memory() -
     with pytest.raises(SandboxError, match="wrote more than") as failed:
         await run_code("import os\nwhile True:\n    os.write(1, b'x' * 65536)", timeout_s=20)
     assert failed.value.kind == "output"
+
+
+def test_a_read_only_path_under_tmp_is_visible_inside_the_sandbox(tmp_path: Path) -> None:
+    """A checkout or venv under /tmp (CI clones live anywhere) is bound on top of the
+    sandbox's own /tmp, not hidden by it; it stays read-only."""
+    assert str(tmp_path).startswith("/tmp/")
+    tmp_path.chmod(0o755)  # readable by the sandbox's uid 65534, as a checkout is
+    (tmp_path / "data.txt").write_text("seen inside\n")
+    argv = sandbox_bwrap.confine(
+        ["/bin/sh", "-c", f"cat {tmp_path}/data.txt; echo x > {tmp_path}/new.txt || echo read-only"],
+        sandbox_bwrap.Confinement(ro_paths=(str(tmp_path),)))
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    assert done.stdout.splitlines() == ["seen inside", "read-only"], done.stderr
+    assert not (tmp_path / "new.txt").exists()
