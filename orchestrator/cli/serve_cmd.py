@@ -74,8 +74,14 @@ def open_api_refusal(host: str, settings: Settings) -> str | None:
 
 
 def serve_command(args: argparse.Namespace) -> int:
+    from orchestrator.kernel.errors import ConfigurationError
+
     settings = get_settings()
-    refusal = open_api_refusal(args.host, settings)
+    try:
+        refusal = open_api_refusal(args.host, settings)
+    except ConfigurationError as exc:  # a placeholder or malformed key: say which, start nothing
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2
     if refusal is not None:
         print(f"error: {refusal}", file=sys.stderr)
         return 2

@@ -50,3 +50,18 @@ def test_open_api_refusal(host: str, env: dict[str, object], refused: bool) -> N
 
 def test_loopback_addresses() -> None:
     assert is_loopback("127.0.0.2") and is_loopback("[::1]") and not is_loopback("0.0.0.0")
+
+
+def test_a_placeholder_key_stops_serve_with_a_message_not_a_traceback(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from orchestrator.cli import main
+    from orchestrator.settings import get_settings
+
+    monkeypatch.setenv("ORCH_API_KEYS", "change-me")
+    get_settings.cache_clear()
+    try:
+        assert main(["serve", "--port", "1"]) == 2
+    finally:
+        get_settings.cache_clear()
+    err = capsys.readouterr().err
+    assert "placeholder" in err and "ORCH_API_KEYS" in err and "Traceback" not in err
