@@ -56,13 +56,21 @@ def wire(ui: Console, source: str, out: str, target: str, into: str, shot: str =
 
 
 def select(ui: Console, node_id: str) -> None:
-    x, y = point(ui, f"title('{node_id}')")
-    ui.page.mouse.click(x, y)
-    try:
-        ui.page.wait_for_selector(f"#node-panel .mono:has-text('{node_id} ·')", timeout=3000)
-    except Exception:
-        ui.shot("editor-select-failed")  # for a person to look at
-        raise
+    """Click the node's title until its panel opens. A click right after a change in the
+    side panel is sometimes taken by the canvas as the blur of that field (seen about once
+    in ten full runs); a person clicks again, and so does this helper, at most three times."""
+    selector = f"#node-panel .mono:has-text('{node_id} ·')"
+    for attempt in range(3):
+        x, y = point(ui, f"title('{node_id}')")
+        ui.page.mouse.click(x, y)
+        try:
+            ui.page.wait_for_selector(selector, timeout=3000)
+            return
+        except Exception:
+            if attempt == 2:
+                ui.shot("editor-select-failed")  # for a person to look at
+                raise
+            ui.page.wait_for_timeout(300)
 
 
 def set_param(ui: Console, node_id: str, param: str, value: str) -> None:
