@@ -54,6 +54,8 @@ class Settings(BaseSettings):
     expression_max_string_chars: int = 1_000_000
     expression_max_list_items: int = 100_000
     expression_max_result_bytes: int = 8 * 1024 * 1024
+    # Characters and list items built, summed over all expressions of one node execution.
+    expression_max_total_chars: int = 16_000_000
     # Back-pressure: new runs (API, webhooks, chat) get 429 while this many node tasks or
     # more wait in the queue; 0 = never refuse. Retry-After of a 429, in seconds:
     max_queued_nodes: int = 10_000
@@ -151,7 +153,8 @@ class Settings(BaseSettings):
         return ExpressionLimits(max_steps=self.expression_max_steps,
                                 max_string_chars=self.expression_max_string_chars,
                                 max_list_items=self.expression_max_list_items,
-                                max_result_bytes=self.expression_max_result_bytes)
+                                max_result_bytes=self.expression_max_result_bytes,
+                                max_total_chars=self.expression_max_total_chars)
 
     @property
     def secrets(self) -> dict[str, str]:

@@ -8,8 +8,14 @@ builds a string or a list checks the size it *will* produce before producing it
 final value is measured once. Exceeding a limit raises :class:`ExpressionLimitError`,
 which the parameter resolver turns into a node failure naming the parameter and the limit.
 
-The limits are per evaluated template. Values that only pass through (an upstream node's
-output read whole) are not "built" and count only toward ``max_result_bytes``.
+``max_steps``, ``max_string_chars``, ``max_list_items`` and ``max_result_bytes`` are per
+evaluated template. ``max_total_chars`` bounds the *sum* of every string's characters and
+every list's items built by all the evaluations that share one :class:`Spending` (the
+kernel gives one per node execution: all of a node's parameters), so neither many
+operations in one expression (a list literal of a thousand large ``replace`` calls) nor
+many parameters can add up to gigabytes that per-operation limits would each allow.
+Values that only pass through (an upstream node's output read whole) are not "built" and
+count only toward ``max_result_bytes``.
 """
 
 from __future__ import annotations
@@ -27,19 +33,39 @@ class ExpressionLimits:
     max_string_chars: int = 1_000_000  # a string an operation or function builds
     max_list_items: int = 100_000  # a list an operation or function builds
     max_result_bytes: int = 8 * 1024 * 1024  # the template's value, as JSON
+    max_total_chars: int = 16_000_000  # characters + items built by all evaluations of one Spending
 
 
 DEFAULT_LIMITS = ExpressionLimits()
 
 
+class Spending:
+    """Characters and list items built so far by the evaluations that share this tally."""
+
+    __slots__ = ("built",)
+
+    def __init__(self) -> None:
+        self.built = 0
+
+
 class Budget:
-    """What one evaluation has used so far of its :class:`ExpressionLimits`."""
+    """What one evaluation has used so far of its :class:`ExpressionLimits`; what it builds
+    also counts toward the shared ``spending`` (a fresh one when not given)."""
 
-    __slots__ = ("limits", "steps")
+    __slots__ = ("limits", "spending", "steps")
 
-    def __init__(self, limits: ExpressionLimits) -> None:
+    def __init__(self, limits: ExpressionLimits, spending: Spending | None = None) -> None:
         self.limits = limits
+        self.spending = spending if spending is not None else Spending()
         self.steps = 0
+
+    def _spend(self, amount: int, what: str) -> None:
+        self.spending.built += amount
+        if self.spending.built > self.limits.max_total_chars:
+            raise ExpressionLimitError(
+                f"{what} brings what expressions built to {self.spending.built} characters and "
+                f"list items in total, above the limit of {self.limits.max_total_chars} "
+                "(max_total_chars)")
 
     def step(self) -> None:
         self.steps += 1
@@ -52,12 +78,14 @@ class Budget:
             raise ExpressionLimitError(
                 f"{what} would build a string of {chars} characters, above the limit of "
                 f"{self.limits.max_string_chars} (max_string_chars)")
+        self._spend(chars, what)
 
     def items(self, count: int, what: str) -> None:
         if count > self.limits.max_list_items:
             raise ExpressionLimitError(
                 f"{what} would build a list of {count} items, above the limit of "
                 f"{self.limits.max_list_items} (max_list_items)")
+        self._spend(count, what)
 
     def result(self, value: Any) -> None:
         size = len(value) if isinstance(value, str) else len(json.dumps(value, default=str))

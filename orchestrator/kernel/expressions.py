@@ -27,12 +27,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .errors import EvaluationError, ExpressionLimitError
-from .expression_limits import DEFAULT_LIMITS, Budget, ExpressionLimits, predicted_chars
+from .expression_limits import DEFAULT_LIMITS, Budget, ExpressionLimits, Spending, predicted_chars
 from .expression_parser import COMPARISONS, Node, parse_expression, walk
 from .sockets import json_type
 
 __all__ = [
-    "FUNCTIONS", "ExpressionLimits", "Scope", "Template", "check_syntax", "evaluate", "find_references",
+    "FUNCTIONS", "ExpressionLimits", "Scope", "Spending", "Template", "check_syntax", "evaluate", "find_references",
     "has_expression", "parse_template", "render", "stringify",
 ]
 
@@ -191,6 +191,9 @@ class Scope:
     run: Mapping[str, Any] = field(default_factory=dict)
     extra: Mapping[str, Any] = field(default_factory=dict)
     limits: ExpressionLimits = DEFAULT_LIMITS
+    # Shared by every evaluation in this scope (``dataclasses.replace`` keeps it): what they
+    # build counts toward one ``max_total_chars``.
+    spending: Spending = field(default_factory=Spending)
 
 
 def _is_number(x: Any) -> bool:
@@ -257,6 +260,8 @@ def _call(name: str, args: list[Any], budget: Budget) -> Any:
     except (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError):
         types = ", ".join(json_type(a) for a in args)
         raise EvaluationError(f"{name}() cannot take ({types})") from None
+    if predicted is not None:  # replace(), join(): counted before they built
+        return result
     if isinstance(result, str):
         budget.string(len(result), f"{name}()")
     elif isinstance(result, list):
@@ -316,7 +321,7 @@ def _eval(node: Node, scope: Scope, budget: Budget) -> Any:
 
 def evaluate(template: Template, scope: Scope) -> Any:
     """The template's value: the JSON value if ``whole``, else the rendered string."""
-    budget = Budget(scope.limits)
+    budget = Budget(scope.limits, scope.spending)
     try:
         values = [p if isinstance(p, str) else _eval(p, scope, budget) for p in template.parts]
         if template.whole:

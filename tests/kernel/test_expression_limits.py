@@ -92,3 +92,40 @@ def test_the_limits_are_settings_of_the_worker() -> None:
     with pytest.raises(ExpressionLimitError, match="max_string_chars"):
         evaluate(parse_template("{{ 'abcdef' + 'ghijkl' }}"), Scope(limits=limits))
     assert limits.max_steps == 7
+
+
+def test_many_large_strings_in_one_expression_add_up_to_a_total_limit() -> None:
+    """Each copy is within max_string_chars (531,440 characters); sixty of them in one list
+    literal would hold 32 MB, from 8 KB of expression. They count toward one total."""
+    one = nested_replace(5)[3:-3]
+    source = "{{ len([" + ", ".join([one] * 60) + "]) }}"
+    assert len(source) < 8500
+    tracemalloc.start()
+    try:
+        with pytest.raises(ExpressionLimitError, match="max_total_chars"):
+            evaluate(parse_template(source), Scope())
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 24 * 1024 * 1024
+
+
+def test_the_total_is_shared_by_every_evaluation_in_one_scope() -> None:
+    """One scope per node execution: many parameters cannot each build up to the limits."""
+    limits = ExpressionLimits(max_string_chars=800, max_total_chars=1000)
+    template = parse_template("{{ replace('" + "x" * 600 + "', 'x', 'y') }}")
+    scope = Scope(limits=limits)
+    assert evaluate(template, scope) == "y" * 600
+    with pytest.raises(ExpressionLimitError, match="max_total_chars"):
+        evaluate(template, scope)
+    assert evaluate(template, Scope(limits=limits)) == "y" * 600  # a fresh scope, a fresh total
+
+
+async def test_a_node_whose_parameters_add_up_over_the_total_fails_naming_it() -> None:
+    value = [nested_replace(5)] * 40  # 40 templates of 531,440 characters each
+    g = graph([("a", "emit", "A"), ("b", "relay", "B", {"value": value})], [("a", "out", "b", "in")])
+    result = await run_graph_local(g, REG, {"x": 1})
+    assert result.status == "failed"
+    error = next(e for e in result.events if e.event_type == "error").data["error"]
+    assert (error["node_id"], error["parameter"]) == ("b", "value")
+    assert "max_total_chars" in error["message"]
