@@ -88,10 +88,17 @@ def _stop_and_check(proc: subprocess.Popen[str], sig: signal.Signals,
     """Signal ``proc``; every descendant it had must be gone within GONE_WITHIN_S and it
     must exit with one of ``codes`` (default: 128 + the signal, as a shell reports).
     ``group``: signal its whole process group, as a terminal's Ctrl-C does."""
-    tree = descendant_pids(proc.pid)
-    names = {pid: _cmdline(pid) for pid in tree}
-    for part in expect:
-        assert any(part in cmd for cmd in names.values()), (part, names)
+    # A process read in the middle of an exec shows an empty command line for a moment:
+    # take the snapshot once every expected process is seen, not from a single read.
+    deadline = time.monotonic() + 10
+    while True:
+        tree = descendant_pids(proc.pid)
+        names = {pid: _cmdline(pid) for pid in tree}
+        missing = [part for part in expect if not any(part in cmd for cmd in names.values())]
+        if not missing or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert not missing, (missing, names)
     began = time.monotonic()
     if group:
         os.killpg(proc.pid, sig)
