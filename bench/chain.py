@@ -131,17 +131,13 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=2, help="worker pool processes")
-    parser.add_argument("--fuse-budget-s", type=float, default=None,
-                        help="workers' ORCH_FUSE_BUDGET_S (default: the setting, 0.25; 0 = one task per node)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    env = {} if args.fuse_budget_s is None else {"ORCH_FUSE_BUDGET_S": str(args.fuse_budget_s)}
     with EmbeddedRedis() as server, WorkerProcesses(server.url, count=1,
-                                                    concurrency=args.concurrency, env=env):
+                                                    concurrency=args.concurrency):
         result = asyncio.run(bench(server.url, args.runs, args.warmup))
     result["config"] = {"runs": args.runs, "warmup": args.warmup, "chain_length": CHAIN_LENGTH,
                         "worker_pool": f"prefork c{args.concurrency}", "redis": "embedded, unix socket",
-                        "fuse_budget_s": args.fuse_budget_s if args.fuse_budget_s is not None else "default",
                         "python": platform.python_version(), "machine": platform.machine(),
                         "at": time.strftime("%Y-%m-%dT%H:%M:%S")}
     text = json.dumps(result, indent=2)

@@ -1,10 +1,17 @@
 """Back-pressure: new runs are refused while queued work is above a bound.
 
-Every way a run starts from outside (``POST /graphs/{id}/runs``, a webhook, a chat
-message) calls :func:`check` first. It reads the length of the node-task queue (one
-``LLEN``: the tasks waiting for a worker, the first nodes of runs not yet started
-included) and raises :class:`~orchestrator.kernel.errors.OverloadedError` when it is at
-or above ``Settings.max_queued_nodes``; the API answers 429 with ``Retry-After:
+Every way a run starts from outside calls :func:`check` first: the API's manual starts,
+webhooks, chat messages and reruns through ``api/launch.py:admit_and_start``, schedules
+through ``workers/beat.py:start_scheduled`` (which skips an overloaded fire, logged and
+counted, rather than queuing it; see there). ``runs.start_run`` itself does not check: it
+is also the primitive of local runs and tests, where there is no queue.
+
+Queued work is the node tasks waiting for a worker (the Celery queue's length: the first
+nodes of runs not yet started included) plus the nodes waiting on runs' queues for a free
+slot (``{p}:runs:queued``, kept by the Lua scripts and re-counted by the sweeper), read in
+one round trip. :func:`check` raises
+:class:`~orchestrator.kernel.errors.OverloadedError` when that is at or above
+``Settings.max_queued_nodes``; the API answers 429 with ``Retry-After:
 Settings.overload_retry_after_s`` and a JSON error naming the limit. Nothing is stored
 for a refused request, and an accepted run is never dropped: the bound only gates
 admission. ``max_queued_nodes = 0`` turns the check off.
@@ -16,9 +23,11 @@ from redis.asyncio import Redis
 
 from orchestrator import metrics
 from orchestrator.kernel.errors import OverloadedError
+from orchestrator.keys import Keys
 from orchestrator.settings import Settings
 
 NODE_QUEUE = "orchestrator"  # workers.app.NODE_QUEUE (the Celery queue is a Redis list of this name)
+RUN_QUEUES = "runs"  # the metric's label for the nodes on runs' queues (as metrics.refresh_from_redis)
 LIMIT = "ORCH_MAX_QUEUED_NODES"
 
 
@@ -27,12 +36,17 @@ async def check(redis: Redis, settings: Settings) -> None:
     bound = settings.max_queued_nodes
     if bound <= 0:
         return
-    queued = int(await redis.llen(NODE_QUEUE))
-    metrics.QUEUE_DEPTH.labels(queue=NODE_QUEUE).set(queued)
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.llen(NODE_QUEUE)
+        pipe.get(Keys(settings.key_prefix).queued_nodes())
+        tasks, waiting = await pipe.execute()
+    metrics.QUEUE_DEPTH.labels(queue=NODE_QUEUE).set(int(tasks))
+    metrics.QUEUE_DEPTH.labels(queue=RUN_QUEUES).set(int(waiting or 0))
+    queued = int(tasks) + int(waiting or 0)
     if queued >= bound:
         metrics.ADMISSION_REJECTED.labels(limit=LIMIT).inc()
         raise OverloadedError(
-            f"busy: {queued} node tasks are queued, at or above the limit of {bound} ({LIMIT}); "
+            f"busy: {queued} nodes are queued, at or above the limit of {bound} ({LIMIT}); "
             f"retry after {settings.overload_retry_after_s} s",
             limit=LIMIT, queued=queued, bound=bound, retry_after_s=settings.overload_retry_after_s,
         )

@@ -31,6 +31,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from orchestrator import redis_client
 from orchestrator.kernel.errors import PayloadTooLargeError, RequestError, ResourceNotFoundError
 from orchestrator.kernel.protocol import BinaryRef
 from orchestrator.keys import Keys
@@ -143,7 +144,7 @@ class Blobs:
         url = redis_url or settings.redis_url
         if not url:
             raise RequestError("files need Redis: set REDIS_URL")
-        return cls(Redis.from_url(url, decode_responses=False), settings, workspace=workspace)
+        return cls(redis_client.client(url, decode_responses=False), settings, workspace=workspace)
 
     async def aclose(self) -> None:
         await self.redis.aclose()

@@ -13,6 +13,17 @@ type              values (required, optional)  used by
 ``database_url``  url                          Database Query, Vector Store (pgvector)
 ================  ===========================  =============================================
 
+Destinations: a credential carries ``origins``, the ``scheme://host[:port]`` patterns
+(``orchestrator/origins.py``; ``https://*.example.com`` for subdomains) its secret may be
+sent to, set by whoever stores it (an admin). :meth:`Credential.refusal` is the one check
+every node makes before attaching a credential to a request. An ``api_key`` may also go to
+the origin of its own ``base_url``. Without origins (credentials stored before they
+existed, or stored without) a credential goes only to the URL stored in it: its
+``base_url``, or, for an ``api_key`` without one, the model endpoint the operator
+configured (where such keys always went); any other credential without origins is refused
+until an admin sets them (``PATCH /credentials/{name}``).
+``database_url`` credentials connect to their own URL and take no origins.
+
 Storage: one Redis hash per workspace (``Keys.credentials``), field = name, value = a
 Fernet token (AES-128-CBC + HMAC-SHA256, from ``cryptography``) of the JSON
 ``{type, values, created_at}``. The key comes from ``ORCH_CREDENTIALS_KEY``: several keys,
@@ -29,7 +40,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
@@ -37,6 +48,7 @@ from redis.asyncio import Redis
 
 from orchestrator.kernel.errors import RequestError, ResourceNotFoundError
 from orchestrator.keys import Keys
+from orchestrator.origins import Origin, OriginPattern, parse_patterns
 from orchestrator.settings import Settings
 
 TYPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -49,6 +61,7 @@ TYPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 # Values that are not secret (shown by describe and never masked).
 PUBLIC_VALUES = frozenset({"base_url", "name", "username"})
+NO_ORIGINS = frozenset({"database_url"})  # types that connect to their own URL only
 MASK = "***"
 MIN_MASK_LEN = 4
 DEFAULT_WORKSPACE = "default"
@@ -60,6 +73,7 @@ class Credential:
     type: str
     values: dict[str, str]
     created_at: float = 0.0
+    origins: tuple[str, ...] = ()  # origin patterns it may be sent to (see the module docstring)
 
     def secrets(self) -> list[str]:
         """The secret values (for masking)."""
@@ -68,11 +82,41 @@ class Credential:
     def describe(self) -> dict[str, Any]:
         public = {k: v for k, v in self.values.items() if k in PUBLIC_VALUES}
         return {"name": self.name, "type": self.type, "fields": sorted(self.values), "public": public,
-                "created_at": self.created_at}
+                "origins": list(self.origins), "created_at": self.created_at}
+
+    def allowed(self, endpoint: str | None = None) -> tuple[OriginPattern, ...]:
+        """Where it may be sent: its origins and the origin of its own ``base_url``; with
+        neither, an ``api_key`` goes to the origin of ``endpoint`` (the operator's model
+        endpoint, for a node that calls one); else nowhere."""
+        own = [self.values["base_url"]] if self.values.get("base_url") else []
+        if not own and not self.origins and endpoint and self.type == "api_key":
+            own = [endpoint]
+        try:
+            return parse_patterns([*self.origins, *(str(Origin.of(url)) for url in own)])
+        except ValueError:  # a value stored before it was checked: allow nothing
+            return ()
+
+    def refusal(self, url: str, endpoint: str | None = None) -> str | None:
+        """Why this credential may not be sent to ``url`` (None when it may); the text
+        names the credential and the origin, never a secret."""
+        try:
+            origin = Origin.of(url)
+        except ValueError:
+            return f"credential {self.name!r} is sent only to http(s) URLs; got {url!r}"
+        allowed = self.allowed(endpoint)
+        if any(p.matches(origin) for p in allowed):
+            return None
+        fix = (f"an admin can allow more with PATCH /credentials/{self.name} {{\"origins\": [...]}} "
+               f"(CLI: orchestrator credentials origins {self.name} ORIGIN...)")
+        if not allowed:
+            return (f"credential {self.name!r} lists no origins it may be sent to, so it is not sent "
+                    f"to {origin}; {fix}")
+        return (f"credential {self.name!r} may be sent only to {', '.join(str(p) for p in allowed)}, "
+                f"not to {origin}; {fix}")
 
 
-def validate(name: str, type_: str, values: dict[str, Any]) -> Credential:
-    """A credential, or a RequestError naming the bad name, type or value."""
+def validate(name: str, type_: str, values: dict[str, Any], origins: list[str] | None = None) -> Credential:
+    """A credential, or a RequestError naming the bad name, type, value or origin."""
     if not isinstance(name, str) or not name or len(name) > 128 or not name.replace("-", "").replace("_", "") \
             .replace(".", "").isalnum():
         raise RequestError(f"credential name must be 1-128 letters, digits, '-', '_' or '.'; got {name!r}",
@@ -87,7 +131,25 @@ def validate(name: str, type_: str, values: dict[str, Any]) -> Credential:
     if unknown:
         raise RequestError(f"credential {name!r} of type {type_} takes {', '.join(required + optional)}; "
                            f"unknown: {', '.join(unknown)}", parameter="values")
-    return Credential(name, type_, {k: str(v) for k, v in values.items() if v is not None}, time.time())
+    base_url = values.get("base_url")
+    if base_url:
+        try:
+            Origin.of(str(base_url))
+        except ValueError as exc:
+            raise RequestError(f"credential {name!r}: base_url {exc}", parameter="values") from None
+    return Credential(name, type_, {k: str(v) for k, v in values.items() if v is not None}, time.time(),
+                      check_origins(name, type_, origins or []))
+
+
+def check_origins(name: str, type_: str, origins: list[str]) -> tuple[str, ...]:
+    """``origins`` normalized (``scheme://host[:port]``), or a RequestError naming the bad one."""
+    if origins and type_ in NO_ORIGINS:
+        raise RequestError(f"credential {name!r} of type {type_} connects only to its own url; "
+                           "it takes no origins", parameter="origins")
+    try:
+        return tuple(str(p) for p in parse_patterns(origins))
+    except ValueError as exc:
+        raise RequestError(f"credential {name!r}: {exc}", parameter="origins") from None
 
 
 def fernet(settings: Settings) -> MultiFernet:
@@ -132,7 +194,8 @@ class CredentialStore:
 
     async def put(self, credential: Credential) -> None:
         """Store (or replace) ``credential``."""
-        body = {"type": credential.type, "values": credential.values, "created_at": credential.created_at}
+        body = {"type": credential.type, "values": credential.values, "created_at": credential.created_at,
+                "origins": list(credential.origins)}
         token = fernet(self.settings).encrypt(json.dumps(body).encode()).decode()
         await self.redis.hset(self.key, credential.name, token)
 
@@ -150,7 +213,15 @@ class CredentialStore:
         except InvalidToken:
             raise RequestError(f"credential {name!r} cannot be decrypted with ORCH_CREDENTIALS_KEY "
                                "(was the key rotated away?)", parameter="credential") from None
-        return Credential(name, body["type"], dict(body["values"]), float(body.get("created_at", 0.0)))
+        return Credential(name, body["type"], dict(body["values"]), float(body.get("created_at", 0.0)),
+                          tuple(body.get("origins") or ()))
+
+    async def set_origins(self, name: str, origins: list[str]) -> Credential:
+        """Replace the origins of the stored credential ``name`` (its values unchanged)."""
+        found = await self.get(name)
+        updated = replace(found, origins=check_origins(name, found.type, origins))
+        await self.put(updated)
+        return updated
 
     async def list(self) -> list[dict[str, Any]]:
         raw = await self.redis.hgetall(self.key)

@@ -12,7 +12,8 @@ Contract:
   the ``GraphError`` naming the node);
 * an update writes version n+1; old versions stay readable;
 * a webhook path belongs to one graph; saving a second graph with the same path raises
-  :class:`GraphConflictError`;
+  :class:`GraphConflictError`, which names the holder only when it is of the same
+  workspace (webhook paths are one namespace across workspaces, like graph ids);
 * the per-graph webhook secret is stored in the graph hash and is never part of a read.
 """
 
@@ -58,8 +59,9 @@ class GraphSummary:
         }
 
 
-def validate(raw: Any, registry: Registry) -> dict[str, Any]:
-    """Validate ``raw`` with the node registry; return the normalized graph JSON."""
+def validate(raw: Any, registry: Registry, settings: Settings | None = None) -> dict[str, Any]:
+    """Validate ``raw`` with the node registry (and the bounds of ``settings``, default the
+    process's); return the normalized graph JSON."""
     try:
         from orchestrator.kernel.validation import validate_graph
     except ImportError:  # the validator module is optional in stripped-down builds
@@ -67,7 +69,10 @@ def validate(raw: Any, registry: Registry) -> dict[str, Any]:
         for node in graph.nodes:
             registry.get(node.type, graph_id=graph.id, node_id=node.id, node_name=node.name)
         return graph.to_json()
-    normalized: dict[str, Any] = validate_graph(raw, registry).graph.to_json()
+    from orchestrator.settings import get_settings
+
+    limits = (settings or get_settings()).graph_limits()
+    normalized: dict[str, Any] = validate_graph(raw, registry, limits).graph.to_json()
     return normalized
 
 
@@ -140,15 +145,13 @@ class GraphStore:
     async def _save(
         self, gid: str, raw: dict[str, Any], now: float, base_version: int | None = None
     ) -> dict[str, Any]:
-        graph = validate({**raw, "id": gid, "version": None}, self.registry)
+        graph = validate({**raw, "id": gid, "version": None}, self.registry, self.settings)
         _check_hook_paths(graph)
         paths = webhook_paths(graph)
         for path in paths:
             owner = await self.redis.hget(self.hooks_key, path)
             if owner is not None and _text(owner) != gid:
-                raise GraphConflictError(
-                    f"webhook path {path!r} is already used by graph {_text(owner)!r}", graph_id=gid
-                )
+                raise await self._path_taken(path, _text(owner), gid)
         version = await self._next_version(gid, base_version)
         graph["version"] = version
         ttl = self.settings.graph_ttl_s
@@ -169,6 +172,13 @@ class GraphStore:
                 pipe.expire(self.keys.graph(gid), ttl)
             await pipe.execute()
         return graph
+
+    async def _path_taken(self, path: str, owner: str, gid: str) -> GraphConflictError:
+        """The 409 for a webhook path another graph holds: it names that graph only to its
+        own workspace (to another, a graph of this workspace is as unknown as elsewhere)."""
+        if await self.workspace_of(owner) == await self.workspace_of(gid):
+            return GraphConflictError(f"webhook path {path!r} is already used by graph {owner!r}", graph_id=gid)
+        return GraphConflictError(f"webhook path {path!r} is taken; choose another path", graph_id=gid)
 
     async def _next_version(self, gid: str, base_version: int | None) -> int:
         """Claim the next version number; atomically refused if ``base_version`` is stale."""
@@ -228,7 +238,7 @@ class GraphStore:
         if raw is None:
             raise GraphNotFoundError(f"graph {graph_id!r} has no version {n}", graph_id=graph_id)
         graph = json.loads(raw)
-        validated = validate(graph, self.registry)
+        validated = validate(graph, self.registry, self.settings)
         validated["version"] = n
         return validated
 

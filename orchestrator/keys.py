@@ -15,13 +15,17 @@ key                                        type        what, TTL
 {p}:run:{id}:claims                        hash        node id -> times claimed; retention
 {p}:run:{id}:lease:{node}                  string      worker id holding the node; node_lease_s
 {p}:run:{id}:ready                         set         nodes that became ready; retention
-{p}:run:{id}:dispatched                    set         nodes whose task was sent; retention
+{p}:run:{id}:dispatched                    set         nodes whose task was sent, queued or claimed; retention
+{p}:run:{id}:queue                         list        ready nodes waiting for a free slot (FIFO); retention
 {p}:run:{id}:adj                           hash        node id -> adjacency JSON for the Lua barrier; retention
 {p}:run:{id}:suspend                       hash        node id -> suspend payload of a waiting node; retention
 {p}:run:{id}:resume                        hash        node id -> {payload, input} of a resumed node; retention
 {p}:run:{id}:events                        stream      the run's event log (SSE ids); capped; retention
 {p}:run:{id}:notify                        pub/sub     wake-up hint after an XADD (no payload guarantee)
 {p}:runs:active                            zset        run id -> deadline (epoch s), for the sweeper
+{p}:runs:queued                            string      nodes on every run's queue (back-pressure); kept
+                                                       exact by the scripts, re-counted by the sweeper;
+                                                       active TTL, deleted at 0
 {p}:graph:{gid}                            hash        graph record (latest version, name, created); graph_ttl_s
 {p}:graph:{gid}:v:{n}                      string      graph JSON of version n; graph_ttl_s
 {p}:graphs                                 zset        graph id -> updated_at (every workspace)
@@ -29,7 +33,9 @@ key                                        type        what, TTL
 {p}:sweeper:lock                           string      one sweeper pass at a time; PX of the pass
 {p}:beat:*                                 (redbeat)   schedule entries of Schedule Trigger nodes; kept in
                                                        step with stored graphs (stale entries deleted)
-{p}:agno:*                                 (agno)      agent sessions and runs (history); retention
+{p}:agno:*                                 (agno)      agent sessions and runs (history) of workspace
+                                                       default; another workspace's under
+                                                       {p}:agno:ws:{ws}:*; retention
                                                        (table in nodes/_ai/storage.py)
 {p}:hooks                                  hash        webhook path -> graph id (kept with the graphs)
 {p}:graph:{gid}:runs                       zset        run id -> created_at; trimmed with retention
@@ -80,6 +86,9 @@ class Keys:
     def dispatched(self, run_id: str) -> str:
         return f"{self.prefix}:run:{run_id}:dispatched"
 
+    def queue(self, run_id: str) -> str:
+        return f"{self.prefix}:run:{run_id}:queue"
+
     def adj(self, run_id: str) -> str:
         return f"{self.prefix}:run:{run_id}:adj"
 
@@ -97,6 +106,9 @@ class Keys:
 
     def active_runs(self) -> str:
         return f"{self.prefix}:runs:active"
+
+    def queued_nodes(self) -> str:
+        return f"{self.prefix}:runs:queued"
 
     def graph(self, graph_id: str) -> str:
         return f"{self.prefix}:graph:{graph_id}"
@@ -134,5 +146,5 @@ class Keys:
             self.run(run_id), self.plan(run_id), self.nodes(run_id), self.pending(run_id),
             self.live(run_id), self.outputs(run_id), self.claims(run_id), self.ready(run_id),
             self.dispatched(run_id), self.events(run_id), self.adj(run_id), self.suspend(run_id),
-            self.resume(run_id),
+            self.resume(run_id), self.queue(run_id),
         ]

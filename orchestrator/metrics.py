@@ -9,17 +9,18 @@ multiprocess collector); the API updates what it sees and samples Redis at scrap
 ==================================  =========  =======================================
 metric                              type       labels
 ==================================  =========  =======================================
-orchestrator_runs_started_total     counter    trigger (manual, webhook, chat, rerun)
+orchestrator_runs_started_total     counter    trigger (manual, webhook, chat, rerun, schedule)
 orchestrator_runs                   gauge      status (runs of that status right now,
                                                sampled at scrape: active ones only)
 orchestrator_run_finished_total     counter    status (terminal statuses seen by this process)
 orchestrator_node_duration_seconds  histogram  node_type
 orchestrator_node_runs_total        counter    node_type, status (succeeded, failed, waiting)
-orchestrator_queue_depth            gauge      queue (LLEN of the Celery queue)
+orchestrator_queue_depth            gauge      queue (LLEN of a Celery queue; "runs": nodes on runs' queues)
 orchestrator_events_published_total counter    event_type
 orchestrator_sse_streams            gauge      (open SSE connections in this process)
 orchestrator_nodes_in_flight        gauge      worker (node steps running in that worker process)
-orchestrator_admission_rejected_total counter  limit (requests answered 429, by the limit hit)
+orchestrator_admission_rejected_total counter  limit (starts refused, by the limit hit: 429s, skipped schedules)
+orchestrator_schedule_skipped_total counter    reason (scheduled fires that started no run: overloaded)
 ==================================  =========  =======================================
 """
 
@@ -34,6 +35,8 @@ from prometheus_client import (
     generate_latest,
 )
 from redis.asyncio import Redis
+
+from orchestrator.keys import Keys
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -84,19 +87,27 @@ NODES_IN_FLIGHT = Gauge(
 )
 ADMISSION_REJECTED = Counter(
     "orchestrator_admission_rejected",
-    "Requests refused with 429 because queued work was above a limit.",
+    "Run starts refused (429, or a skipped schedule) because queued work was above a limit.",
     ["limit"],
+    registry=REGISTRY,
+)
+SCHEDULES_SKIPPED = Counter(
+    "orchestrator_schedule_skipped",
+    "Scheduled fires that started no run, by reason.",
+    ["reason"],
     registry=REGISTRY,
 )
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
-async def refresh_from_redis(redis: Redis, active_runs_key: str, queues: list[str]) -> None:
-    """Sample the state that lives in Redis: queue lengths and the number of active runs."""
+async def refresh_from_redis(redis: Redis, keys: Keys, queues: list[str]) -> None:
+    """Sample the state that lives in Redis: the broker queues' lengths, the nodes waiting
+    on runs' queues (``queue="runs"``) and the number of active runs."""
     for queue in queues:
         QUEUE_DEPTH.labels(queue=queue).set(int(await redis.llen(queue)))
-    RUNS.labels(status="active").set(int(await redis.zcard(active_runs_key)))
+    QUEUE_DEPTH.labels(queue="runs").set(int(await redis.get(keys.queued_nodes()) or 0))
+    RUNS.labels(status="active").set(int(await redis.zcard(keys.active_runs())))
 
 
 def render() -> bytes:

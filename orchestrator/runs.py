@@ -22,6 +22,7 @@ from orchestrator.kernel.protocol import DataValue
 from orchestrator.kernel.registry import Registry
 from orchestrator.kernel.store import RunRecord, RunStatus, RunStore
 from orchestrator.kernel.validation import ValidatedGraph, validate_graph
+from orchestrator.settings import get_settings
 
 Dispatch = Callable[[str, list[str]], Awaitable[None]] | Callable[[str, list[str]], None]
 VALIDATED_CACHE_SIZE = 128  # graphs (by content) whose validation this process remembers
@@ -38,7 +39,7 @@ def validated(graph: dict[str, Any], registry: Registry) -> ValidatedGraph:
     if hit is not None and hit[0] is registry:
         _validated.move_to_end(key)
         return hit[1]
-    vg = validate_graph(graph, registry)
+    vg = validate_graph(graph, registry, get_settings().graph_limits())
     _validated[key] = (registry, vg)
     while len(_validated) > VALIDATED_CACHE_SIZE:
         _validated.popitem(last=False)

@@ -13,6 +13,7 @@ from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from orchestrator.kernel.expression_limits import ExpressionLimits
+from orchestrator.kernel.validation import GraphLimits
 
 
 class Settings(BaseSettings):
@@ -42,20 +43,35 @@ class Settings(BaseSettings):
     offload_threads: int = 8  # per process: threads running sync executors / CPU-heavy steps off the loop
     # Serve Prometheus metrics of a worker (all its pool processes) on this port; 0 = off.
     worker_metrics_port: int = 0
-    # A node task runs its first ready successor in the same task for up to this long
-    # (saves a broker hop on cheap linear chains); 0 turns fusion off.
-    fuse_budget_s: float = 0.25
+    # Ready successors a process has no free slot for wait on the run's queue in Redis; one
+    # drain message per this many lets other workers with free slots take them.
+    drain_batch: int = 25
     sweep_period_s: float = 5.0  # how often the sweeper looks for timed-out runs and lost nodes
     max_node_reclaims: int = 3  # a node whose worker died more often than this fails the run
     undispatched_grace_s: float = 10.0  # a ready node not dispatched for this long is dispatched by the sweeper
     max_output_bytes: int = 8 * 1024 * 1024  # a node output larger than this fails the node
+    # A node output nested deeper than this (lists and objects) fails the node: the API
+    # could not serialize the run (its JSON encoder stops at 255 levels).
+    max_output_depth: int = 128
     # Budgets of one parameter expression's evaluation (kernel/expression_limits.py).
     expression_max_steps: int = 100_000
     expression_max_string_chars: int = 1_000_000
     expression_max_list_items: int = 100_000
     expression_max_result_bytes: int = 8 * 1024 * 1024
-    # Characters and list items built, summed over all expressions of one node execution.
+    # Characters and list items built, and evaluation steps taken, summed over all
+    # expressions of one node execution (its parameters, conditions it evaluates per item).
     expression_max_total_chars: int = 16_000_000
+    expression_max_total_steps: int = 2_000_000
+    # The text of one expression (a string holding {{ }}): longer ones are refused at
+    # validation and at run time; only short ones are kept parsed in memory.
+    expression_max_source_chars: int = 100_000
+    # A regular expression a graph supplies (Conditional matches_regex, Structured Output's
+    # schema patterns) may take this long in all per node execution (nodes/_shared/patterns.py).
+    pattern_timeout_s: float = 1.0
+    # Iterations of nested Loops in flight at once, multiplied along the nesting (8 x 8 = 64).
+    loop_max_in_flight: int = 64
+    graph_max_nodes: int = 5_000  # nodes of one graph (each nested body on its own)
+    graph_max_edges: int = 20_000
     # Back-pressure: new runs (API, webhooks, chat) get 429 while this many node tasks or
     # more wait in the queue; 0 = never refuse. Retry-After of a 429, in seconds:
     max_queued_nodes: int = 10_000
@@ -83,11 +99,14 @@ class Settings(BaseSettings):
     s3_region: str = "us-east-1"
     s3_access_key_id: str | None = None
     s3_secret_access_key: str | None = None
-    # The Database Query node's embedded default (a node without a credential uses it).
+    # Embedded state of workspaces other than "default" on the worker's disk: one folder
+    # per workspace, <dir>/<workspace>/ (database.sqlite3, vectors.sqlite3; nodes/_shared/host.py).
+    workspace_data_dir: str = "~/.local/share/orchestrator/workspaces"
+    # Workspace "default"'s embedded Database Query database (a node without a credential uses it).
     database_sqlite_path: str = "~/.local/share/orchestrator/database.sqlite3"
     database_statement_timeout_s: float = 30.0  # longest statement a Database Query node may run
     vector_backend: str = "sqlite"  # "sqlite" (embedded, one machine) or "pgvector" (shared server)
-    vector_sqlite_path: str = "~/.local/share/orchestrator/vectors.sqlite3"
+    vector_sqlite_path: str = "~/.local/share/orchestrator/vectors.sqlite3"  # workspace "default"'s
     vector_database_url: str | None = None  # postgresql://... with pgvector, for vector_backend=pgvector
     # Folders the Document Loader may read by path (os.pathsep separated); the shipped
     # examples/ folder is always readable. Empty = nothing else.
@@ -98,6 +117,13 @@ class Settings(BaseSettings):
     sandbox_allow_weak: bool = False
     sandbox_bwrap_path: str = "bwrap"  # the bubblewrap binary (looked up on PATH)
     sandbox_scratch_mb: int = 64  # size of the sandbox's tmpfs scratch folder
+    # Code node sandboxes running at once in one worker process; more wait for a slot
+    # (nested Loops of Code nodes, wide fan-outs). Each may use its memory_mb and the scratch.
+    sandbox_max_concurrent: int = 8
+    # JSON Transform evaluates JSONata in child processes (nodes/_shared/evaluator.py):
+    # this many per worker process, each limited to this much address space.
+    transform_processes: int = 2
+    transform_memory_mb: int = 512
     # Comma-separated executables a stdio MCP server may be started with (e.g.
     # "/usr/local/bin/my-mcp,uvx"); empty = no stdio MCP server may run.
     mcp_stdio_commands: str = ""
@@ -105,6 +131,16 @@ class Settings(BaseSettings):
     # false: allowed stdio MCP commands run unconfined (still only the named environment),
     # for trusted servers that need the host; the allow-list still applies.
     mcp_stdio_confine: bool = True
+    # Resource limits of every process of a confined stdio MCP server (set inside the
+    # sandbox with prlimit before the server starts; docs/security.md).
+    mcp_stdio_memory_mb: int = 2048  # address space per process (RLIMIT_AS); Node needs ~1 GB
+    mcp_stdio_cpu_s: int = 300  # CPU seconds per process (RLIMIT_CPU)
+    mcp_stdio_file_mb: int = 64  # largest file a process may write (RLIMIT_FSIZE)
+    mcp_stdio_open_files: int = 1024  # descriptors per process (RLIMIT_NOFILE)
+    # Processes and threads of the sandbox's uid (RLIMIT_NPROC). With a root worker that
+    # uid is the host's 65534, shared by every sandbox on the host: size it for all of
+    # the servers that run at once. With a non-root worker the count is per sandbox.
+    mcp_stdio_processes: int = 256
 
     # -- plugins ---------------------------------------------------------------------
     # Extra folders scanned for node folders (os.pathsep separated).
@@ -122,9 +158,17 @@ class Settings(BaseSettings):
     allow_open_api: bool = False
     max_body_bytes: int = 2 * 1024 * 1024
     public_docs: bool = False  # serve /docs, /redoc and /openapi.json without a key
+    # /metrics counts every workspace's runs: it needs an admin key of workspace "default",
+    # or this bearer token (for Prometheus' scrape config); metrics_public opens it.
+    metrics_token: str = ""
+    metrics_public: bool = False
     # A signed webhook's timestamp may differ from the server clock by this much; each
     # signature is remembered (and refused again) for twice as long.
     webhook_tolerance_s: float = 300.0
+    # A graph's settings.webhook_secret_env may name only a variable whose name starts with
+    # ORCH_WEBHOOK_SECRET_ or one listed here (comma-separated): graphs never choose which
+    # of the API's variables becomes an HMAC key.
+    webhook_secret_envs: str = ""
     sse_ping_s: float = 15.0
     redis_max_connections: int = 512  # the API's Redis pool (blocking: a burst waits, then 503); SSE streams use none
     api_run_sweeper: bool = True  # each API process also runs the (lock-guarded) sweeper
@@ -143,7 +187,18 @@ class Settings(BaseSettings):
     session_cookie_secure: str = "auto"
 
     # -- models / agents -------------------------------------------------------------
-    openai_base_url: str | None = None  # an OpenAI-compatible server (Ollama, vLLM, a proxy)
+    # The OpenAI-compatible server models and embeddings use unless a graph picks another
+    # (Ollama, vLLM, a proxy); unset: OPENAI_BASE_URL, else https://api.openai.com/v1.
+    openai_base_url: str | None = None
+    # Comma-separated further base URLs a graph may pick for a model or an embedding
+    # ("base_url"), matched exactly. These, and openai_base_url, receive the operator's
+    # OPENAI_API_KEY / ORCH_OPENAI_API_KEY and are reachable despite the egress policy;
+    # any other base URL from a graph is refused (a workspace's own endpoint comes with
+    # an api_key credential, which carries its base_url and key).
+    model_base_urls: str = ""
+    # A folder of dry-run scripts (JSON lists of steps) that a "dryrun:<name>.json" model
+    # may name, relative to it; unset: scripts come only from a node's "script" parameter.
+    dryrun_scripts_dir: str = ""
     # A JSON object of secret names to values (e.g. {"OPENAI_API_KEY": "..."}), for hosts
     # that mount secrets as a file (Kubernetes, Docker secrets) rather than environment
     # variables. Read when first used; values are masked in events and errors.
@@ -154,7 +209,14 @@ class Settings(BaseSettings):
                                 max_string_chars=self.expression_max_string_chars,
                                 max_list_items=self.expression_max_list_items,
                                 max_result_bytes=self.expression_max_result_bytes,
-                                max_total_chars=self.expression_max_total_chars)
+                                max_total_chars=self.expression_max_total_chars,
+                                max_total_steps=self.expression_max_total_steps,
+                                max_source_chars=self.expression_max_source_chars)
+
+    def graph_limits(self) -> GraphLimits:
+        return GraphLimits(max_source_chars=self.expression_max_source_chars,
+                           max_fan_out=self.loop_max_in_flight, max_nodes=self.graph_max_nodes,
+                           max_edges=self.graph_max_edges)
 
     @property
     def secrets(self) -> dict[str, str]:

@@ -13,7 +13,10 @@ One pass (:meth:`Sweeper.sweep_once`) does three things for the runs in
 * a node ``retrying`` whose retry was due more than ``undispatched_grace_s`` ago is sent
   again: its delayed message died with the worker that scheduled it;
 * a node in the run's ready set that was never marked dispatched (a crash between the
-  barrier script and the dispatch) is dispatched once it has waited ``undispatched_grace_s``.
+  barrier script and the dispatch) is dispatched once it has waited ``undispatched_grace_s``;
+* a run whose queue holds nodes while none of its nodes runs (the drain messages were
+  lost with their worker) gets its oldest queued node sent after ``undispatched_grace_s``:
+  that node's completion takes the next ones.
 
 Several sweepers may run at once (the API, ``orchestrator run``, ``orchestrator
 sweeper``): each pass first takes a short ``SET NX PX`` lock, and a pass that does not get
@@ -33,6 +36,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
+from orchestrator import redis_client
 from orchestrator.kernel.protocol import EventType, NodeEvent
 from orchestrator.kernel.store import NodeCompletion, NodeStatus, RunStatus
 from orchestrator.keys import Keys
@@ -50,6 +54,7 @@ DEFAULT_MAX_NODE_RECLAIMS = 3
 DEFAULT_UNDISPATCHED_GRACE_S = 10.0
 LOCK_TTL_S = 30.0  # a pass that crashes holds the lock at most this long
 BATCH = 500  # active runs read per ZRANGE
+QUEUE_MARK = "\x00queue"  # stands for a run's queue among the node ids the sweeper tracks
 
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -137,28 +142,37 @@ class Sweeper:
     async def _check_nodes(self, now: float, report: SweepReport) -> None:
         seen: set[tuple[str, str]] = set()
         start = 0
+        queued = 0
         while True:
             runs = await self.redis.zrangebyscore(self.keys.active_runs(), f"({now}", "+inf",
                                                   start=start, num=BATCH)
             for run_id in cast(list[str], runs):
-                await self._check_run(run_id, now, report, seen)
+                queued += await self._check_run(run_id, now, report, seen)
             if len(runs) < BATCH:
                 break
             start += BATCH
+        # The scripts keep the count exact; a run whose keys expired while queued would
+        # leave it high for good, so each pass sets what it counted.
+        if queued:
+            await self.redis.set(self.keys.queued_nodes(), queued, ex=int(self.settings.active_ttl_s))
+        else:
+            await self.redis.delete(self.keys.queued_nodes())
         # forget runs and nodes that are no longer candidates
         self._first_seen = {k: v for k, v in self._first_seen.items() if k in seen}
         self._requeued_at = {k: v for k, v in self._requeued_at.items() if k in seen}
 
     async def _check_run(self, run_id: str, now: float, report: SweepReport,
-                         seen: set[tuple[str, str]]) -> None:
+                         seen: set[tuple[str, str]]) -> int:
+        """Check one run; returns how many nodes wait on its queue."""
         k = self.keys
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hget(k.run(run_id), "status")
             pipe.hgetall(k.nodes(run_id))
             pipe.sdiff([k.ready(run_id), k.dispatched(run_id)])
-            status, states, undispatched = await pipe.execute()
+            pipe.llen(k.queue(run_id))
+            status, states, undispatched, queued = await pipe.execute()
         if status not in RunStatus.ACTIVE:
-            return
+            return 0
         states = cast(dict[str, str], states)
         running = [n for n, s in states.items() if s == NodeStatus.RUNNING]
         if running:
@@ -184,6 +198,14 @@ class Sweeper:
             first = self._first_seen.setdefault((run_id, node_id), now)
             if now - first >= self.undispatched_grace_s:
                 due.append(node_id)
+        if queued and not any(s in (NodeStatus.RUNNING, NodeStatus.RETRYING) for s in states.values()):
+            # Queued nodes are taken by the completions of the run's running nodes and by
+            # drain messages; with no node running, a lost drain would leave them waiting.
+            stalled = (run_id, QUEUE_MARK)
+            seen.add(stalled)
+            if now - self._first_seen.setdefault(stalled, now) >= self.undispatched_grace_s:
+                due += await self.store.take_queued(run_id, 1)
+                self._first_seen.pop(stalled, None)
         if due:
             log.warning("run %s: ready nodes %s were never dispatched; dispatching", run_id, due)
             await self._send(run_id, due)
@@ -191,6 +213,7 @@ class Sweeper:
             report.dispatched += [(run_id, n) for n in due]
             for node_id in due:
                 self._first_seen.pop((run_id, node_id), None)
+        return int(queued)
 
     async def _overdue_retries(self, run_id: str, retrying: list[str], now: float, report: SweepReport,
                                seen: set[tuple[str, str]]) -> None:
@@ -320,7 +343,6 @@ def start_background_sweeper(app_state: Any, period_s: float | None = None) -> R
     it with :func:`stop_background_sweeper`, which closes that client.
     """
     services = app_state.services
-    from redis.asyncio import Redis
 
     from workers.store import RedisRunStore
 
@@ -330,7 +352,7 @@ def start_background_sweeper(app_state: Any, period_s: float | None = None) -> R
         # Its own client, created on this (the serving) loop: the sweeper shares no
         # loop-bound connection or pool lock with request handlers, whichever loop those
         # run on (see docs/architecture.md, "One event loop per app").
-        owned = Redis.from_url(services.settings.redis_url, decode_responses=True)
+        owned = redis_client.client(services.settings.redis_url, decode_responses=True)
         store = RedisRunStore(owned, services.settings)
     sweeper = Sweeper(store, services.dispatch, services.settings)
     running = start_sweeper(sweeper, period_s)

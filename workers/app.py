@@ -33,6 +33,7 @@ from orchestrator.settings import Settings, get_settings
 
 NODE_QUEUE = "orchestrator"  # the one queue node tasks travel on
 NODE_TASK = "orchestrator.node"  # task name: (run_id, node_id)
+DRAIN_TASK = "orchestrator.drain"  # task name: (run_id,): run queued nodes of the run in free slots
 NOOP_TASK = "orchestrator.noop"  # a no-op for the raw-Celery baseline in bench/
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 READY_FILE_ENV = "ORCH_WORKER_READY_FILE"  # a worker touches this file once it consumes
@@ -68,7 +69,7 @@ def configure(app: Celery, redis_url: str, settings: Settings) -> None:
             # 1: every tick scans (kombu's default 10 makes the sweep ~10x the interval)
             "unacked_restore_throttle": 1,
         },
-        task_routes={NODE_TASK: {"queue": NODE_QUEUE}, NOOP_TASK: {"queue": NODE_QUEUE}},
+        task_routes={name: {"queue": NODE_QUEUE} for name in (NODE_TASK, DRAIN_TASK, NOOP_TASK)},
     )
 
 

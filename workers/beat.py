@@ -6,6 +6,15 @@ latest version from that ``schedule_trigger`` node (run input ``None``: the node
 or node that no longer exists is logged and skipped (the next schedules sync drops its
 entry). ``orchestrator.schedules_sync()`` re-reads every stored graph into beat entries.
 
+Back-pressure applies to schedules as to every other start (``orchestrator/admission.py``).
+While the node queue is at or above ``ORCH_MAX_QUEUED_NODES`` a fire is **skipped**, not
+queued for later: a warning names the graph, the node and the limit, and
+``orchestrator_schedule_skipped_total{reason="overloaded"}`` (and the admission counter)
+count it in the worker's metrics. The schedule's next fire is admitted as usual. Queuing
+the fire instead would add work exactly when the workers are behind, and a burst of
+delayed fires would land together once they catch up; a schedule that must never be
+skipped needs a bound its deployment stays under.
+
 ``celery -A workers.beat beat`` (what ``orchestrator beat`` runs) uses ``app``: the node
 app with redbeat configured (``orchestrator.schedules.configure_beat``). Workers run these
 tasks once ``workers.beat`` is in the node app's include list.
@@ -16,9 +25,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from redis.asyncio import Redis
+
+from orchestrator import admission, metrics
 from orchestrator.graph_store import GraphStore
-from orchestrator.kernel.errors import GraphNotFoundError, OrchestratorError
-from orchestrator.runs import start_run
+from orchestrator.kernel.errors import GraphNotFoundError, OrchestratorError, OverloadedError
+from orchestrator.kernel.registry import Registry
+from orchestrator.kernel.store import RunStore
+from orchestrator.runs import Dispatch, start_run
 from orchestrator.schedules import (
     FIRE_TASK,
     SCHEDULE_NODE_TYPE,
@@ -26,7 +40,7 @@ from orchestrator.schedules import (
     configure_beat,
     sync_schedules,
 )
-from orchestrator.settings import get_settings
+from orchestrator.settings import Settings, get_settings
 
 from .app import DEFAULT_REDIS_URL, celery_app
 from .dispatch import make_dispatch
@@ -38,10 +52,17 @@ configure_beat(celery_app, get_settings().redis_url or DEFAULT_REDIS_URL, get_se
 app = celery_app
 
 
-async def fire(graph_id: str, node_id: str) -> str | None:
-    """Start one scheduled run; None when the graph or node is gone."""
-    state = process_state()
-    graphs = GraphStore(state.redis, state.registry, state.settings)
+async def start_scheduled(redis: Redis, settings: Settings, store: RunStore, registry: Registry,
+                          dispatch: Dispatch, graph_id: str, node_id: str) -> str | None:
+    """Start one scheduled run of ``graph_id`` from ``node_id``; None when the queue is over
+    its bound (the fire is skipped, see the module docstring) or the graph or node is gone."""
+    try:
+        await admission.check(redis, settings)
+    except OverloadedError as exc:
+        metrics.SCHEDULES_SKIPPED.labels(reason="overloaded").inc()
+        log.warning("schedule of graph %s node %s skipped: %s", graph_id, node_id, exc.message)
+        return None
+    graphs = GraphStore(redis, registry, settings)
     try:
         graph = await graphs.get(graph_id)
     except GraphNotFoundError:
@@ -51,14 +72,21 @@ async def fire(graph_id: str, node_id: str) -> str | None:
     if node is None or node.get("type") != SCHEDULE_NODE_TYPE:
         log.warning("schedule of graph %s: node %s is no longer a schedule trigger", graph_id, node_id)
         return None
-    run_id = await start_run(state.store, state.registry, graph, None,
-                             dispatch=make_dispatch(celery_app), start=[node_id],
+    run_id = await start_run(store, registry, graph, None, dispatch=dispatch, start=[node_id],
                              meta={"trigger": "schedule", "node_id": node_id,
                                    "graph_version": graph.get("version"),
                                    "workspace": await graphs.workspace_of(graph_id)})
     await graphs.add_run(graph_id, run_id)
+    metrics.RUNS_STARTED.labels(trigger="schedule").inc()
     log.info("schedule of graph %s node %s started run %s", graph_id, node_id, run_id)
     return run_id
+
+
+async def fire(graph_id: str, node_id: str) -> str | None:
+    """:func:`start_scheduled` with this worker process's Redis, store and registry."""
+    state = process_state()
+    return await start_scheduled(state.redis, state.settings, state.store, state.registry,
+                                 make_dispatch(celery_app), graph_id, node_id)
 
 
 @celery_app.task(name=FIRE_TASK, ignore_result=True)

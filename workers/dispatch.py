@@ -1,5 +1,6 @@
-"""Sending node tasks: one Celery message per ready node, with a deterministic task id,
-all the messages of one call in one Redis round trip.
+"""Sending node tasks: one Celery message per node, with a deterministic task id, all the
+messages of one call in one Redis round trip; and drain messages, which carry no node but
+let a worker with free slots take nodes from a run's queue.
 
 ``make_dispatch(app)`` returns the ``dispatch(run_id, node_ids)`` callable that
 ``orchestrator.runs.start_run`` and the node task use. Task ids are ``"{run_id}:{node_id}"``
@@ -13,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 from celery import Celery
 
-from .app import NODE_QUEUE, NODE_TASK
+from .app import DRAIN_TASK, NODE_QUEUE, NODE_TASK
 
 Dispatch = Callable[[str, list[str]], None]
 
@@ -39,6 +40,16 @@ def send_nodes(app: Celery, run_id: str, node_ids: Sequence[str], *,
                 producer=producer,
                 countdown=countdown_s,
             )
+
+
+def send_drains(app: Celery, run_id: str, count: int) -> None:
+    """Publish ``count`` drain messages for ``run_id`` in one round trip: each one lets a
+    worker with free slots take nodes from the run's queue (``orchestrator.drain``)."""
+    if count <= 0:
+        return
+    with app.producer_or_acquire() as producer, producer.batch():
+        for _ in range(count):
+            app.send_task(DRAIN_TASK, args=(run_id,), queue=NODE_QUEUE, producer=producer)
 
 
 def make_dispatch(app: Celery) -> Dispatch:

@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 
+from orchestrator import redis_client
 from orchestrator.kernel.registry import Registry
 from orchestrator.kernel.runtime import ArtifactCache
 from orchestrator.kernel.step import StepOptions
@@ -85,6 +86,38 @@ class LoopThread:
         self.offload.shutdown(wait=False, cancel_futures=True)
 
 
+class Slots:
+    """The node steps this process runs at once: at most ``capacity`` (the worker's
+    concurrency, ``ORCH_NODE_CONCURRENCY``) start from its own free slots; ``in_flight`` is
+    changed on the loop thread only."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.in_flight = 0
+        self._freed: asyncio.Event | None = None
+
+    def free(self) -> int:
+        return max(0, self.capacity - self.in_flight)
+
+    def enter(self) -> None:
+        self.in_flight += 1
+
+    def leave(self) -> None:
+        self.in_flight -= 1
+        if self._freed is not None:
+            self._freed.set()
+
+    async def wait_free(self) -> int:
+        """Until a slot is free (on the loop; the caller's pool thread waits, not the
+        loop); how many are free then."""
+        while not self.free():
+            if self._freed is None:
+                self._freed = asyncio.Event()
+            self._freed.clear()
+            await self._freed.wait()
+        return self.free()
+
+
 @dataclass
 class ProcessState:
     pid: int
@@ -96,8 +129,7 @@ class ProcessState:
     registry: Registry
     services: dict[str, Any]
     options: StepOptions
-    capacity: int = 1  # node steps this process may hold at once (set_capacity)
-    in_flight: int = 0  # node steps running now (changed on the loop thread only)
+    slots: Slots = field(default_factory=lambda: Slots(_capacity))
     artifacts: ArtifactCache = field(
         default_factory=lambda: ArtifactCache(max_runs=MAX_CACHED_RUNS)
     )
@@ -125,7 +157,7 @@ def set_capacity(node_steps: int) -> None:
     global _capacity
     _capacity = max(1, node_steps)
     if _state is not None:
-        _state.capacity = _capacity
+        _state.slots.capacity = _capacity
 
 
 def worker_id() -> str:
@@ -149,17 +181,17 @@ def _build() -> ProcessState:
         services={"redis_url": url, "settings": settings},
         options=StepOptions(lease_s=settings.node_lease_s, cancel_poll_s=settings.cancel_poll_s,
                             max_output_bytes=settings.max_output_bytes,
-                            expression_limits=settings.expression_limits()),
-        capacity=_capacity,
+                            max_output_depth=settings.max_output_depth,
+                            expression_limits=settings.expression_limits(),
+                            graph_limits=settings.graph_limits()),
     )
 
 
 async def _client(url: str, settings: Settings) -> aioredis.Redis:
     # The store needs str replies. A blocking pool: a burst of steps waits for a free
     # connection (up to REDIS_POOL_TIMEOUT_S) instead of failing with "Too many connections".
-    pool = aioredis.BlockingConnectionPool.from_url(
+    return redis_client.blocking_client(
         url, decode_responses=True, max_connections=REDIS_MAX_CONNECTIONS, timeout=REDIS_POOL_TIMEOUT_S)
-    return aioredis.Redis(connection_pool=pool)
 
 
 def process_state() -> ProcessState:

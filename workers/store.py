@@ -32,17 +32,20 @@ from typing import Any, cast
 
 from redis.asyncio import Redis
 
-from orchestrator import metrics
+from orchestrator import metrics, redis_client
 from orchestrator.kernel.errors import OrchestratorError, RunNotFoundError
 from orchestrator.kernel.protocol import DataValue, EventType, NodeEvent
 from orchestrator.kernel.scheduling import RunPlan
-from orchestrator.kernel.store import Claim, NodeCompletion, NodeStatus, RunRecord, RunStatus, RunStore
+from orchestrator.kernel.store import Claim, NodeCompletion, NodeStatus, Ready, RunRecord, RunStatus, RunStore
 from orchestrator.keys import Keys
 from orchestrator.settings import Settings, get_settings
+
+from .batching import CommandBatcher
 
 LUA_DIR = Path(__file__).parent / "lua"
 SCRIPTS = (
     "create", "claim", "renew", "append", "dispatched", "complete", "finish", "resume", "seed",
+    "take",
 )
 PLAN_CACHE_SIZE = 256
 STATUS_MAX_AGE_S = 0.1  # a run status read is shared this long by the nodes polling it
@@ -56,11 +59,16 @@ _FINISH_EVENTS = {
 }
 
 
+STANDALONE = frozenset({"renew"})  # scripts with keys of their own (no run key layout)
+
+
 @cache
 def _lua_source(name: str) -> str:
     """A script with the shared prelude (key layout and helpers) in front."""
-    prelude = (LUA_DIR / "prelude.lua").read_text()
-    return prelude + "\n" + (LUA_DIR / f"{name}.lua").read_text()
+    source = (LUA_DIR / f"{name}.lua").read_text()
+    if name in STANDALONE:
+        return source
+    return (LUA_DIR / "prelude.lua").read_text() + "\n" + source
 
 
 def _dumps(value: Any) -> str:
@@ -102,13 +110,15 @@ class RedisRunStore(RunStore):
         self.settings = settings or get_settings()
         self.keys = Keys(self.settings.key_prefix)
         self._scripts = {name: redis.register_script(_lua_source(name)) for name in SCRIPTS}
+        # Commands of concurrent node steps share round trips (workers/batching.py).
+        self._batch = CommandBatcher(redis)
         self._plans: OrderedDict[str, RunPlan] = OrderedDict()
         self._event_templates: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._statuses: OrderedDict[str, tuple[float, asyncio.Future[Any]]] = OrderedDict()
 
     @classmethod
     def from_url(cls, url: str, settings: Settings | None = None) -> RedisRunStore:
-        return cls(Redis.from_url(url, decode_responses=True), settings)
+        return cls(redis_client.client(url, decode_responses=True), settings)
 
     async def close(self) -> None:
         await self.redis.aclose()
@@ -121,7 +131,7 @@ class RedisRunStore(RunStore):
         return self.keys.run_keys(run_id)
 
     async def _call(self, script: str, run_id: str, args: list[Any], node_id: str = "") -> Any:
-        keys = [*self.all_run_keys(run_id), self.keys.active_runs()]
+        keys = [*self.all_run_keys(run_id), self.keys.active_runs(), self.keys.queued_nodes()]
         if node_id:
             keys.append(self.keys.lease(run_id, node_id))
         s = self.settings
@@ -129,7 +139,7 @@ class RedisRunStore(RunStore):
             s.events_maxlen, self.keys.notify(run_id), s.active_ttl_s, s.retention_s,
             repr(time.time()),
         ]
-        return await self._scripts[script](keys=keys, args=cast(list[str | int], head + args))
+        return await self._batch.script(self._scripts[script], keys, head + args)
 
     def _templates(self, run_id: str) -> tuple[str, str]:
         """(run_completed, node event) JSON templates of a run: the same for every
@@ -211,7 +221,7 @@ class RedisRunStore(RunStore):
         now = time.monotonic()
         cached = self._statuses.get(run_id)
         if cached is None or (cached[1].done() and now - cached[0] > STATUS_MAX_AGE_S):
-            cached = (now, asyncio.ensure_future(self.redis.hget(self.keys.run(run_id), "status")))
+            cached = (now, asyncio.ensure_future(self._batch.execute("HGET", self.keys.run(run_id), "status")))
             self._statuses[run_id] = cached
             self._statuses.move_to_end(run_id)
             while len(self._statuses) > PLAN_CACHE_SIZE:
@@ -257,11 +267,13 @@ class RedisRunStore(RunStore):
                          outputs=outputs, attempt=int(attempt))
         return Claim(kind=kind, claims=int(claims), pending_dispatch=list(rest))
 
-    async def renew_lease(
-        self, run_id: str, node_id: str, *, worker_id: str, lease_s: float
-    ) -> bool:
+    async def renew_leases(self, run_id: str, node_ids: Sequence[str], *, worker_id: str,
+                           lease_s: float) -> int:
+        if not node_ids:
+            return 0
         lease_ms = max(1, int(lease_s * 1000))
-        return bool(await self._call("renew", run_id, [worker_id, lease_ms], node_id))
+        keys = [self.keys.lease(run_id, node_id) for node_id in node_ids]
+        return int(await self._batch.script(self._scripts["renew"], keys, [worker_id, lease_ms]))
 
     async def read_outputs(
         self, run_id: str, node_ids: list[str]
@@ -282,8 +294,8 @@ class RedisRunStore(RunStore):
         return stream_id
 
     async def complete_node(
-        self, run_id: str, node_id: str, completion: NodeCompletion
-    ) -> list[str]:
+        self, run_id: str, node_id: str, completion: NodeCompletion, *, take: int | None = None
+    ) -> Ready:
         waiting = completion.status == NodeStatus.WAITING
         run_completed, node_template = self._templates(run_id)
         args = {
@@ -306,11 +318,20 @@ class RedisRunStore(RunStore):
             "events": [_event_json(e) for e in completion.events],
             "next_attempt": completion.next_attempt,
             "retry_at": completion.retry_at,
+            "take": take,
         }
-        ready = list(await self._call("complete", run_id, [_dumps(args)], node_id))
+        queued, backlog, *nodes = await self._call("complete", run_id, [_dumps(args)], node_id)
         for event in completion.events:
             metrics.EVENTS_PUBLISHED.labels(event_type=event.event_type).inc()
-        return ready
+        return Ready(list(nodes), queued=int(queued), backlog=int(backlog))
+
+    async def take_queued(self, run_id: str, max_nodes: int) -> list[str]:
+        if max_nodes <= 0:
+            return []
+        return list(await self._call("take", run_id, [max_nodes]))
+
+    async def queue_length(self, run_id: str) -> int:
+        return int(await self._batch.execute("LLEN", self.keys.queue(run_id)))
 
     async def mark_dispatched(self, run_id: str, node_ids: list[str]) -> None:
         if node_ids:

@@ -75,11 +75,10 @@ def member_id(name: str, node_id: str) -> str:
     return slug or node_id
 
 
-def _common(data: dict[str, Any], ctx: FlowContext, name: str) -> dict[str, Any]:
+async def _common(data: dict[str, Any], ctx: FlowContext, name: str) -> dict[str, Any]:
     temperature = data.get("temperature")
-    model = resolve_model(data.get("model"), settings=ctx.services.get("settings"),
-                          script=parse_script(data.get("script")),
-                          temperature=float(temperature) if temperature is not None else None)
+    model = await resolve_model(data.get("model"), ctx, script=parse_script(data.get("script")),
+                                temperature=float(temperature) if temperature is not None else None)
     return {
         "name": name,
         "model": model,
@@ -93,14 +92,14 @@ def _common(data: dict[str, Any], ctx: FlowContext, name: str) -> dict[str, Any]
 async def build_runner(data: dict[str, Any], ctx: FlowContext, *, member: bool = False) -> Runner:
     """The Agent (or Team, with sub-agents) this node runs, or offers as a member."""
     name = str(data.get("name") or ctx.node_name or ctx.node_id)
-    common = _common(data, ctx, name)
+    common = await _common(data, ctx, name)
     tools, subs = split_tools(await ctx.runtime.resolve_links(ctx.node_id, "tools"), ctx)
     if member:
         # Member runs live inside the team's session: no own db or history.
         common.update(id=member_id(name, ctx.node_id), add_history_to_context=False)
     else:
         history = bool(data.get("history", True))
-        common.update(db=session_db(ctx), add_history_to_context=history)
+        common.update(db=await session_db(ctx), add_history_to_context=history)
         if history and data.get("num_history_runs"):
             common["num_history_runs"] = int(data["num_history_runs"])
     if not subs:

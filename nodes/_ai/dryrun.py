@@ -122,7 +122,7 @@ class DryRunModel(Model):
     def _script_turns(self) -> list[Turn]:
         turns: list[Turn] = []
         reasoning = ""
-        for step in self.script:
+        for index, step in enumerate(self.script):
             if "reason" in step:
                 reasoning += str(step["reason"])
                 continue
@@ -138,7 +138,8 @@ class DryRunModel(Model):
             elif "error" in step:
                 turn.error = str(step["error"])
             else:
-                raise ValueError(f"dry-run script step {step!r} has none of "
+                # The index, never the step: a script's content is not echoed into errors.
+                raise ValueError(f"dry-run script step {index} has none of "
                                  "say/call/delegate/reason/error")
             turns.append(turn)
         if reasoning:

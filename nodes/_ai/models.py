@@ -1,20 +1,29 @@
-"""Model specs -> Agno models, and secret redaction.
+"""Model specs -> Agno models.
 
 A spec is a string ``"provider:model_id"`` (as Agno's ``get_model`` takes it) or a dict
-``{"provider": ..., "id": ..., "base_url": ...}``. Special providers:
+``{"provider": ..., "id": ..., "base_url": ..., "credential": ...}`` (``base_url`` and
+``credential`` for the two OpenAI-compatible providers only). Special providers:
 
-``openai-chat:<id>``  Agno ``OpenAIChat`` (Chat Completions), base URL from
-                      ``Settings.openai_base_url`` (``ORCH_OPENAI_BASE_URL``) when set.
+``openai-chat:<id>``  Agno ``OpenAIChat`` (Chat Completions).
 ``openai-like:<id>``  Agno ``OpenAILike`` (any OpenAI-compatible server; sends ``system``).
 ``dryrun:<name>``     the offline :class:`~nodes._ai.dryrun.DryRunModel` (alias ``dry-run``);
-                      ``<name>`` ending in ``.json`` is a script file.
+                      ``<name>`` ending in ``.json`` names a script file inside the
+                      operator's ``ORCH_DRYRUN_SCRIPTS_DIR`` (never a path of the graph's
+                      choosing: unset, there are no script files).
+
+For the OpenAI-compatible providers, which server gets which key is
+``nodes/_shared/endpoint.py``: the operator's key only to endpoints the operator
+configured (``ORCH_OPENAI_BASE_URL``, ``ORCH_MODEL_BASE_URLS``), a credential's key only to
+origins the credential allows, any other ``base_url`` refused with a ``ParameterError``.
+Their client passes the egress policy at every connect (``openai_models.py``). Other
+providers (``anthropic:...``, ``ollama:...``) are Agno's, with the provider's own endpoint
+and keys from the environment: a graph chooses only the model id.
 
 With ``ORCH_OFFLINE_MODELS=1`` every spec resolves to the dry-run model.
 
-API keys come only from the environment (``OPENAI_API_KEY``, ``ORCH_OPENAI_API_KEY``) or
-the ``secrets`` mapping of the host's settings, never from graph JSON (a spec carrying
-``api_key`` is rejected). :func:`redact` masks every known secret value in text and JSON
-so keys never reach events or error messages.
+API keys are never read from graph JSON (a spec carrying ``api_key`` is rejected).
+``nodes/_shared/redaction.py`` masks secrets in events and errors; the key of a
+credential a model uses is registered there for the node execution.
 """
 
 from __future__ import annotations
@@ -28,12 +37,18 @@ from agno.models.base import Model
 from agno.models.utils import get_model
 
 from nodes._ai.dryrun import DryRunModel
+from nodes._rag.services import settings_of
+from nodes._shared.endpoint import resolve_endpoint
+from nodes._shared.redaction import mask_also, redact
 from orchestrator.kernel.errors import ParameterError
+from orchestrator.kernel.protocol import FlowContext
+from orchestrator.settings import Settings
 
 OFFLINE_ENV = "ORCH_OFFLINE_MODELS"
 DRYRUN_PROVIDERS = frozenset({"dryrun", "dry-run"})
-_SECRET_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD")
-_MASK = "***"
+OPENAI_PROVIDERS = frozenset({"openai-chat", "openai-like"})
+SPEC_KEYS = ("provider", "id", "base_url", "credential")
+SCRIPTS_SETTING = "ORCH_DRYRUN_SCRIPTS_DIR"
 
 
 def offline() -> bool:
@@ -50,10 +65,15 @@ def spec_label(spec: str | dict[str, Any] | None) -> str:
 def _split(spec: str | dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
     if isinstance(spec, dict):
         if any("key" in k.lower() or "secret" in k.lower() for k in spec):
-            raise ParameterError("API keys are never read from graph JSON; set them in the "
-                                 "environment (e.g. OPENAI_API_KEY)", parameter="model")
+            raise ParameterError("API keys are never read from graph JSON; name a credential "
+                                 "(\"credential\": \"<name>\") or let the operator set the key",
+                                 parameter="model")
+        unknown = sorted(set(spec) - set(SPEC_KEYS))
+        if unknown:
+            raise ParameterError(f"model spec takes {', '.join(SPEC_KEYS)}; unknown: {', '.join(unknown)}",
+                                 parameter="model")
         provider, model_id = str(spec.get("provider", "")), str(spec.get("id", ""))
-        extra = {k: v for k, v in spec.items() if k not in ("provider", "id")}
+        extra = {k: spec[k] for k in ("base_url", "credential") if spec.get(k) not in (None, "")}
     else:
         provider, _, model_id = str(spec).partition(":")
         extra = {}
@@ -65,51 +85,53 @@ def _split(spec: str | dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
     return provider, model_id, extra
 
 
-def _secret(settings: Any, *names: str) -> str | None:
-    secrets = getattr(settings, "secrets", None) or {}
-    for name in names:
-        value = os.environ.get(name) or (secrets.get(name) if isinstance(secrets, dict) else None)
-        if value:
-            return str(value)
-    return None
-
-
-def load_script(name: str) -> list[dict[str, Any]]:
-    """A dry-run script file (a JSON list of steps)."""
-    steps = json.loads(Path(name).read_text())
-    if not isinstance(steps, list):
-        raise ParameterError(f"dry-run script {name!r} must hold a JSON list of steps",
-                             parameter="script")
+def load_script(name: str, settings: Settings) -> list[dict[str, Any]]:
+    """The dry-run script ``name`` (a JSON list of steps) inside the operator's scripts
+    folder. Errors name the file as the graph gave it, never its contents."""
+    if not settings.dryrun_scripts_dir:
+        raise ParameterError(f"parameter 'model': dry-run script files are off ({SCRIPTS_SETTING} is not "
+                             "set); give the steps in the node's 'script' parameter", parameter="model")
+    root = Path(settings.dryrun_scripts_dir).expanduser().resolve()
+    path = (root / name).resolve()
+    if Path(name).is_absolute() or not path.is_relative_to(root) or not path.is_file():
+        raise ParameterError(f"parameter 'model': dry-run script {name!r} is not a file inside "
+                             f"{SCRIPTS_SETTING}", parameter="model")
+    try:
+        steps = json.loads(path.read_text())
+    except (OSError, ValueError):
+        raise ParameterError(f"parameter 'model': dry-run script {name!r} is not readable JSON",
+                             parameter="model") from None
+    if not isinstance(steps, list) or not all(isinstance(step, dict) for step in steps):
+        raise ParameterError(f"parameter 'model': dry-run script {name!r} must hold a JSON list of "
+                             "step objects", parameter="model")
     return steps
 
 
-def resolve_model(spec: str | dict[str, Any] | None, *, settings: Any = None,
-                  script: list[dict[str, Any]] | None = None,
-                  temperature: float | None = None) -> Model:
+async def resolve_model(spec: str | dict[str, Any] | None, ctx: FlowContext, *,
+                        script: list[dict[str, Any]] | None = None,
+                        temperature: float | None = None) -> Model:
     """Build a fresh Agno model for ``spec`` (a new object per call: clients are loop-bound)."""
     if not spec:
         raise ParameterError("no model given", parameter="model")
     provider, model_id, extra = _split(spec)
+    settings = settings_of(ctx)
     if offline() or provider in DRYRUN_PROVIDERS:
         steps = script
         if steps is None and provider in DRYRUN_PROVIDERS and model_id.endswith(".json"):
-            steps = load_script(model_id)
+            steps = load_script(model_id, settings)
         return DryRunModel(id=model_id, script=list(steps or []))
-    base_url = extra.get("base_url") or getattr(settings, "openai_base_url", None)
     model: Model
-    if provider in ("openai-chat", "openai-like"):
-        from agno.models.openai import OpenAIChat
-        from agno.models.openai.like import OpenAILike
+    if provider in OPENAI_PROVIDERS:
+        from nodes._ai.openai_models import openai_model
 
-        api_key = _secret(settings, "ORCH_OPENAI_API_KEY", "OPENAI_API_KEY")
-        kwargs: dict[str, Any] = {"id": model_id, "max_retries": 0}
-        if base_url:
-            kwargs["base_url"] = base_url
-        if provider == "openai-like":
-            model = OpenAILike(api_key=api_key or "not-provided", **kwargs)
-        else:
-            model = OpenAIChat(api_key=api_key, **kwargs)
+        endpoint = await resolve_endpoint(ctx, base_url=extra.get("base_url", ""),
+                                          credential=extra.get("credential", ""), parameter="model")
+        mask_also(endpoint.secrets())
+        model = openai_model(provider, model_id, endpoint, endpoint.policy(settings))
     else:
+        if extra:
+            raise ParameterError(f"model spec {spec_label(spec)!r}: base_url and credential apply to "
+                                 f"{' and '.join(sorted(OPENAI_PROVIDERS))} only", parameter="model")
         try:
             resolved = get_model(f"{provider}:{model_id}")
         except (ValueError, ImportError) as exc:
@@ -120,31 +142,3 @@ def resolve_model(spec: str | dict[str, Any] | None, *, settings: Any = None,
     if temperature is not None and hasattr(model, "temperature"):
         model.temperature = temperature
     return model
-
-
-def _secret_values() -> list[str]:
-    from orchestrator.settings import get_settings
-
-    named = {**os.environ, **get_settings().secrets}
-    values = [v for k, v in named.items() if k.upper().endswith(_SECRET_SUFFIXES) and len(v) >= 6]
-    return sorted(set(values), key=len, reverse=True)
-
-
-def redact(value: Any) -> Any:
-    """``value`` with every secret from the environment masked (walks str/list/dict)."""
-    secrets = _secret_values()
-    if not secrets:
-        return value
-    return _mask(value, secrets)
-
-
-def _mask(value: Any, secrets: list[str]) -> Any:
-    if isinstance(value, str):
-        for secret in secrets:
-            value = value.replace(secret, _MASK)
-        return value
-    if isinstance(value, dict):
-        return {k: _mask(v, secrets) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_mask(v, secrets) for v in value]
-    return value

@@ -27,7 +27,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from nodes._ai.models import redact
+from nodes._shared.redaction import redact
 from orchestrator.kernel.errors import RunCancelled
 from orchestrator.kernel.protocol import EventType, FlowContext, NodeEvent
 
@@ -186,6 +186,7 @@ class AgnoStream:
             content = ev.content
             self.content = content if isinstance(content, str) else json.dumps(
                 json_safe(content))
+        self.content = redact(self.content)  # the node's output, as its events are
         metrics = getattr(ev, "metrics", None)
         self.tokens_used = int(getattr(metrics, "total_tokens", 0) or 0)
 

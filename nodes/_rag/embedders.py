@@ -3,9 +3,8 @@
 A model spec is ``"<provider>:<model>"``:
 
 ``openai:<model>``  POST ``{base_url}/embeddings`` in batches (OpenAI, Ollama's and vLLM's
-                    OpenAI-compatible servers). Base URL and key come from a credential
-                    (type ``api_key``: ``key`` and optional ``base_url``), else from the
-                    settings (``ORCH_OPENAI_BASE_URL``, ``OPENAI_API_KEY``).
+                    OpenAI-compatible servers). Base URL and key: ``nodes/_shared/endpoint.py``
+                    (a credential's, or the operator's endpoints and key).
 ``dryrun:<name>``   :class:`HashEmbedder`, offline and deterministic (alias ``dry-run``).
 
 With ``ORCH_OFFLINE_MODELS=1`` every spec resolves to the dry-run embedder, as models do.
@@ -21,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -117,11 +115,3 @@ def split_spec(spec: str) -> tuple[str, str]:
 
 def is_offline(spec: str) -> bool:
     return offline() or split_spec(spec)[0] in DRYRUN_PROVIDERS
-
-
-def default_api_key() -> str:
-    from orchestrator.settings import get_settings
-
-    secrets = get_settings().secrets
-    return (os.environ.get("OPENAI_API_KEY") or os.environ.get("ORCH_OPENAI_API_KEY")
-            or secrets.get("OPENAI_API_KEY") or "")

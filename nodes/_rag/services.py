@@ -3,61 +3,39 @@
 Workers pass ``services={"redis_url": ..., "settings": ...}`` into every step; from those a
 node opens the credential store, the file store and the vector store it needs, for the
 duration of one execution (no asyncio object outlives the call, so nothing is shared
-across event loops). Credentials and files are those of the run's workspace, read from
-the run record's ``meta.workspace`` (``services["workspace"]`` overrides it; a run with no
-record, as in node unit tests, is of "default"). Tests pass the same two entries.
+across event loops). Credentials, files and vector collections are those of the run's
+workspace, read from the run record's ``meta.workspace`` (``nodes/_shared/host.py``:
+``services["workspace"]`` overrides it; a run with no record, as in node unit tests, is of
+"default"). Tests pass the same two entries.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from redis.asyncio import Redis
-
+from nodes._shared.database import sqlite_path
+from nodes._shared.host import redis_url_of, run_workspace, workspace_file, workspace_of
+from nodes._shared.host import settings_of as settings_of  # re-exported: nodes import it from here
+from orchestrator import redis_client
 from orchestrator.blobs import Blobs
 from orchestrator.credentials import DEFAULT_WORKSPACE, Credential, CredentialStore
 from orchestrator.kernel.errors import ParameterError, RequestError
 from orchestrator.kernel.protocol import FlowContext
-from orchestrator.keys import Keys
-from orchestrator.settings import Settings, get_settings
 
 from .vectors import SqliteVectorStore, VectorStore
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
-
-
-def settings_of(ctx: FlowContext) -> Settings:
-    found = ctx.services.get("settings")
-    return found if isinstance(found, Settings) else get_settings()
-
-
-async def workspace_of(ctx: FlowContext, redis: Redis) -> str:
-    """The run's workspace (see the module docstring); a Redis error propagates rather
-    than falling back to another workspace."""
-    given = ctx.services.get("workspace")
-    if given:
-        return str(given)
-    raw = await redis.hget(Keys(settings_of(ctx).key_prefix).run(ctx.run_id), "meta")
-    meta = json.loads(raw) if raw else {}
-    return str(meta.get("workspace") or DEFAULT_WORKSPACE) if isinstance(meta, dict) else DEFAULT_WORKSPACE
-
-
-def redis_url_of(ctx: FlowContext) -> str:
-    url = ctx.services.get("redis_url") or settings_of(ctx).redis_url
-    if not url:
-        raise RequestError("this node needs Redis (credentials, files): the host passed no redis_url")
-    return str(url)
+VECTORS_FILE = "vectors.sqlite3"  # the embedded vector store of a workspace other than default
 
 
 async def load_credential(ctx: FlowContext, name: str, types: tuple[str, ...],
                           parameter: str = "credential") -> Credential:
     """The credential ``name``, which must be one of ``types`` (errors name the parameter)."""
-    redis = Redis.from_url(redis_url_of(ctx), decode_responses=True)
+    redis = redis_client.client(redis_url_of(ctx), decode_responses=True)
     try:
         workspace = await workspace_of(ctx, redis)
         found = await CredentialStore(redis, settings_of(ctx), workspace=workspace).get(name)
@@ -73,7 +51,7 @@ async def load_credential(ctx: FlowContext, name: str, types: tuple[str, ...],
 
 @asynccontextmanager
 async def open_blobs(ctx: FlowContext) -> AsyncIterator[Blobs]:
-    redis = Redis.from_url(redis_url_of(ctx), decode_responses=True)
+    redis = redis_client.client(redis_url_of(ctx), decode_responses=True)
     try:
         workspace = await workspace_of(ctx, redis)
     finally:
@@ -87,24 +65,32 @@ async def open_blobs(ctx: FlowContext) -> AsyncIterator[Blobs]:
 
 @asynccontextmanager
 async def open_vector_store(ctx: FlowContext, backend: str, credential: str) -> AsyncIterator[VectorStore]:
-    """The vector store a node names: ``backend`` default/sqlite/pgvector; a credential
-    (``database_url``) selects pgvector at that URL."""
+    """The run's workspace's vector store that a node names: ``backend``
+    default/sqlite/pgvector; a credential (``database_url``) selects pgvector at that URL.
+
+    Collections belong to the workspace: the embedded backend keeps one file per workspace
+    (``default``: ``ORCH_VECTOR_SQLITE_PATH``, others ``<workspace dir>/vectors.sqlite3``),
+    pgvector one set of tables per workspace (``pgvector.py``)."""
     settings = settings_of(ctx)
     chosen = settings.vector_backend if backend in ("", "default") else backend
     url = settings.vector_database_url
     if credential:
         chosen = "pgvector"
         url = (await load_credential(ctx, credential, ("database_url",))).values["url"]
+    workspace = await run_workspace(ctx)
     store: VectorStore
     if chosen == "sqlite":
-        store = SqliteVectorStore(settings.vector_sqlite_path)
+        store = SqliteVectorStore(settings.vector_sqlite_path if workspace == DEFAULT_WORKSPACE
+                                  else workspace_file(settings, workspace, VECTORS_FILE))
     elif chosen == "pgvector":
         if not url:
             raise ParameterError("the pgvector backend needs a database URL: set ORCH_VECTOR_DATABASE_URL "
                                  "or parameter 'credential' (a database_url credential)", parameter="backend")
+        if sqlite_path(url) is not None:  # it would open (and create) a file on the worker's disk
+            raise ParameterError("the pgvector backend needs a postgresql:// URL, not sqlite", parameter="credential")
         from .pgvector import PgVectorStore
 
-        store = PgVectorStore(url)
+        store = PgVectorStore(url, workspace=workspace)
     else:
         raise ParameterError(f"parameter 'backend' must be default, sqlite or pgvector; got {chosen!r}",
                              parameter="backend")

@@ -1,12 +1,17 @@
 """Vector stores: one interface, two backends.
 
-``SqliteVectorStore`` (the embedded default) keeps every collection in one SQLite file
-(``ORCH_VECTOR_SQLITE_PATH``) and searches exactly (cosine, numpy) over the collection's
-matrix, cached per process and reloaded when the collection's version changes. It needs
-no service, and every worker process on the machine shares it through SQLite's own
-locking (WAL). ``PgVectorStore`` is the server every worker of a deployment shares:
-PostgreSQL with the pgvector extension, one table per collection with an HNSW cosine
-index, through SQLAlchemy's async engine (asyncpg).
+``SqliteVectorStore`` (the embedded default) keeps the collections of one workspace in
+one SQLite file (``default``: ``ORCH_VECTOR_SQLITE_PATH``; any other workspace its own
+``vectors.sqlite3`` in its folder, ``nodes/_shared/host.py``) and searches exactly (cosine,
+numpy) over the collection's matrix, cached per process and reloaded when the collection's
+version changes. It needs no service, and every worker process on the machine shares it
+through SQLite's own locking (WAL). ``PgVectorStore`` is the server every worker of a
+deployment shares: PostgreSQL with the pgvector extension, one table per collection of a
+workspace with an HNSW cosine index, through SQLAlchemy's async engine (asyncpg).
+
+A store object is one workspace's: collection names are namespaced by the workspace it
+was opened for (``services.open_vector_store``), so another workspace's collection of the
+same name is a different collection, never readable or writable from here.
 
 Contract, both backends: vectors are compared by cosine similarity (``score`` in [-1, 1],
 higher is closer); ``upsert`` replaces a record with the same id; all vectors of a

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from orchestrator.kernel.errors import OrchestratorError
+from orchestrator.kernel.expression_limits import check_source
 from orchestrator.kernel.expressions import Scope, evaluate, has_expression, parse_template, render
 from orchestrator.kernel.protocol import FlowContext
 
@@ -21,11 +22,18 @@ _FALSE_STRINGS = frozenset({"", "false", "0", "no", "off", "null", "none"})
 
 
 def make_scope(ctx: FlowContext, value: Any, extra: Mapping[str, Any] | None = None) -> Scope:
-    """A scope whose ``input``/``$json`` is ``value``, with ``$run`` from ``ctx``."""
+    """A scope whose ``input``/``$json`` is ``value``, with ``$run`` from ``ctx``.
+
+    Evaluations in it run under the host's expression limits and add to the tally of the
+    node execution (``ctx.expression_spending``): conditions evaluated per item count
+    toward the same ``max_total_chars`` and ``max_total_steps`` as the node's parameters,
+    and stop at their next step once the node execution ended (timed out, cancelled)."""
     return Scope(
         input=value,
         run={"id": ctx.run_id, "input": ctx.run_input},
         extra=dict(extra or {}),
+        limits=ctx.expression_limits,
+        spending=ctx.expression_spending,
     )
 
 
@@ -44,6 +52,7 @@ def evaluate_condition(text: Any, scope: Scope, *, parameter: str, where: str = 
         raise ValueError(f"parameter {parameter!r} must be a non-empty condition{_at(where)}")
     source = text if has_expression(text) else "{{ " + text + " }}"
     try:
+        check_source(source, scope.limits)
         template = parse_template(source)
         value = evaluate(template, scope) if template.whole else render(source, scope)
     except OrchestratorError as exc:

@@ -10,6 +10,21 @@ Through SQLAlchemy 2's async engine (aiosqlite, asyncpg), one engine per executi
   for SQLite, by interrupting the connection when the time is up;
 * at most ``max_rows`` rows are fetched; values become JSON (decimals as numbers, times
   as ISO 8601, bytes as base64).
+
+A SQLite statement reaches its one database file and nothing else. Every SQLite
+connection is opened here (not from URL options, which are refused) with
+``SQLITE_LIMIT_ATTACHED`` 0 and an authorizer (:class:`SqliteGuard`) that refuses, before
+the statement runs:
+
+* ``ATTACH`` and ``DETACH`` (an ``ATTACH`` creates a file at any path the worker may
+  write), and so ``VACUUM`` in both forms, which SQLite runs by attaching a database
+  (``VACUUM INTO '<path>'`` writes a copy anywhere);
+* loading extensions (``load_extension()``; Python's sqlite3 also leaves it disabled) and
+  ``fts3_tokenizer()``;
+* every ``PRAGMA`` except :data:`PRAGMAS_INTROSPECTION` (with any argument),
+  :data:`PRAGMAS_READ` (read, not set) and :data:`PRAGMAS_SET`: the rest change the file,
+  the connection's guards (``query_only``), memory use, or reveal the file's path
+  (``database_list``).
 """
 
 from __future__ import annotations
@@ -18,15 +33,17 @@ import asyncio
 import base64
 import datetime as dt
 import decimal
+import sqlite3
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiosqlite
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from orchestrator.kernel.errors import NodeExecutionError, NodeTimeoutError, ParameterError
@@ -55,10 +72,94 @@ def async_url(raw: str) -> str:
     return url.set(drivername=DRIVERS[backend]).render_as_string(hide_password=False)
 
 
-def sqlite_url(path: str) -> str:
+def sqlite_url(path: str | Path) -> str:
     file = Path(path).expanduser()
     file.parent.mkdir(parents=True, exist_ok=True)
     return f"sqlite+aiosqlite:///{file}"
+
+
+def sqlite_path(raw: str) -> str | None:
+    """The file a ``sqlite:`` URL names (``:memory:`` for none), None for another database;
+    a SQLite URL with options (``?...``) is refused: connections are opened here."""
+    try:
+        url = make_url(raw)
+    except ArgumentError:
+        raise ParameterError("the database URL is not a valid URL", parameter="credential") from None
+    if url.get_backend_name() != "sqlite":
+        return None
+    if url.query:
+        raise ParameterError(f"a sqlite URL takes no options; got ?{'&'.join(sorted(url.query))}",
+                             parameter="credential")
+    return url.database or ":memory:"
+
+
+# -- the SQLite authorizer (see the module docstring) -----------------------------------
+
+# Schema introspection, with any argument (a table or index name).
+PRAGMAS_INTROSPECTION = frozenset({
+    "table_info", "table_xinfo", "table_list", "index_list", "index_info", "index_xinfo",
+    "foreign_key_list", "foreign_key_check", "integrity_check", "quick_check", "collation_list",
+})
+# Settings a statement may read but not set (SQLAlchemy reads read_uncommitted on connect).
+PRAGMAS_READ = frozenset({
+    "user_version", "application_id", "schema_version", "data_version", "page_count", "page_size",
+    "freelist_count", "encoding", "journal_mode", "query_only", "read_uncommitted", "foreign_keys",
+})
+# Connection-local switches a statement may also set.
+PRAGMAS_SET = frozenset({"foreign_keys"})
+FUNCTIONS_REFUSED = frozenset({"load_extension", "fts3_tokenizer"})
+
+
+class SqliteGuard:
+    """The authorizer of every SQLite connection (``sqlite3.Connection.set_authorizer``);
+    ``refused`` says why it last denied an action, for the node's error."""
+
+    def __init__(self) -> None:
+        self.refused: str | None = None
+
+    def __call__(self, action: int, arg1: str | None, arg2: str | None, _db: str | None,
+                 _trigger: str | None) -> int:
+        reason = self._reason(action, arg1, arg2)
+        if reason is None:
+            return sqlite3.SQLITE_OK
+        self.refused = reason
+        return sqlite3.SQLITE_DENY
+
+    @staticmethod
+    def _reason(action: int, arg1: str | None, arg2: str | None) -> str | None:
+        if action in (sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH):
+            return "ATTACH, DETACH and VACUUM are not allowed (a statement reaches only its own database file)"
+        if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in FUNCTIONS_REFUSED:
+            return f"the function {arg2}() is not allowed"
+        if action == sqlite3.SQLITE_PRAGMA:
+            name = (arg1 or "").lower()
+            if name in PRAGMAS_INTROSPECTION or name in PRAGMAS_SET:
+                return None
+            if name in PRAGMAS_READ:
+                return None if arg2 is None else f"PRAGMA {name} may be read but not set"
+            return (f"PRAGMA {name} is not allowed; allowed: {', '.join(sorted(PRAGMAS_INTROSPECTION))}, "
+                    f"reading {', '.join(sorted(PRAGMAS_READ))}, setting {', '.join(sorted(PRAGMAS_SET))}")
+        return None
+
+
+def _sqlite_engine(path: str, read_only: bool, guard: SqliteGuard) -> AsyncEngine:
+    """An engine whose one connection is the guarded SQLite connection to ``path``."""
+
+    def connect() -> sqlite3.Connection:  # runs on aiosqlite's thread, which then owns it
+        conn = sqlite3.connect(path)
+        try:
+            conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+            conn.execute(f"PRAGMA query_only = {'ON' if read_only else 'OFF'}")
+            conn.set_authorizer(guard)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    async def creator() -> aiosqlite.Connection:
+        return await aiosqlite.Connection(connect, 64)
+
+    return create_async_engine("sqlite+aiosqlite://", async_creator=creator, poolclass=NullPool)
 
 
 def to_json(value: Any) -> Any:
@@ -80,12 +181,11 @@ def to_json(value: Any) -> Any:
 
 
 async def _prepare(conn: AsyncConnection, dialect: str, stmt: Statement) -> None:
+    """PostgreSQL's per-transaction guards (SQLite's are set when it connects)."""
     if dialect == "postgresql":
         if stmt.read_only:
             await conn.execute(text("SET TRANSACTION READ ONLY"))
         await conn.execute(text(f"SET LOCAL statement_timeout = {max(1, int(stmt.timeout_s * 1000))}"))
-    else:
-        await conn.execute(text(f"PRAGMA query_only = {'ON' if stmt.read_only else 'OFF'}"))
 
 
 async def _execute(conn: AsyncConnection, stmt: Statement) -> dict[str, Any]:
@@ -104,7 +204,10 @@ async def _execute(conn: AsyncConnection, stmt: Statement) -> dict[str, Any]:
 
 async def run_statement(url: str, stmt: Statement) -> dict[str, Any]:
     """Run ``stmt`` on the database at ``url`` (see the module docstring)."""
-    engine = create_async_engine(async_url(url), poolclass=NullPool)
+    path = sqlite_path(url)
+    guard = SqliteGuard()
+    engine = (_sqlite_engine(path, stmt.read_only, guard) if path is not None
+              else create_async_engine(async_url(url), poolclass=NullPool))
     dialect = engine.dialect.name
     try:
         async with engine.connect() as conn:
@@ -131,6 +234,8 @@ async def run_statement(url: str, stmt: Statement) -> dict[str, Any]:
     except DBAPIError as exc:
         if "statement timeout" in str(exc.orig) or "canceling statement" in str(exc.orig):
             raise NodeTimeoutError(f"the statement ran past its timeout of {stmt.timeout_s}s") from None
+        if guard.refused is not None:  # "not authorized" / "authorization denied": say what and why
+            raise NodeExecutionError(f"the statement was refused: {guard.refused}") from None
         raise NodeExecutionError(f"the database refused the statement: {type(exc.orig).__name__}: "
                                  f"{str(exc.orig).splitlines()[0][:300]}") from None
     except (SQLAlchemyError, OSError) as exc:

@@ -18,9 +18,16 @@ the environment are ignored (``trust_env=False``): a proxy would connect on our 
 Why hand-written: the maintained SSRF guards are for ``requests`` (advocate, unmaintained
 since 2020) or check a URL before the request (a time-of-check gap); httpcore's network
 backend is the one place where the address connected to is known, so the guard sits there.
+:class:`GuardedConnects` is that guard for both engines in use: httpcore (httpx, above)
+and httpcore2 (httpx2, the client of the OpenAI and MCP SDKs:
+``nodes/_shared/egress_httpx2.py``), one resolve-and-check code path; :func:`guarded` puts
+it into a transport's pool.
 
-:meth:`EgressPolicy.check_url` is for clients we do not build (it resolves and checks once;
-prefer :func:`egress_client` where the client can be given).
+:meth:`EgressPolicy.allowing` adds hosts the operator configured elsewhere (a model
+endpoint in ``ORCH_OPENAI_BASE_URL``) for one client, never for the whole process.
+
+:meth:`EgressPolicy.check_url` resolves and checks once: an early check (the MCP Server
+node fails with the policy's error before anything connects), never the only one.
 """
 
 from __future__ import annotations
@@ -29,8 +36,9 @@ import asyncio
 import ipaddress
 import socket
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from types import ModuleType
+from typing import Any, ClassVar, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 import httpcore
@@ -41,6 +49,13 @@ from orchestrator.settings import Settings, get_settings
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class _PooledTransport(Protocol):
+    _pool: Any  # httpcore's or httpcore2's connection pool
+
+
+Transport = TypeVar("Transport", bound=_PooledTransport)  # httpx's or httpx2's
 
 # Instance metadata services: credentials of the machine the worker runs on.
 METADATA_ADDRESSES = frozenset(ipaddress.ip_address(a) for a in (
@@ -103,6 +118,12 @@ class EgressPolicy:
     def host_allowed(self, host: str) -> bool:
         return host.lower().rstrip(".") in self.allow_hosts
 
+    def allowing(self, *hosts: str) -> EgressPolicy:
+        """This policy with ``hosts`` allowed too (as if listed in ``ORCH_EGRESS_ALLOW``):
+        for a client that connects only to endpoints the operator configured."""
+        extra = {h.strip().lower().rstrip(".") for h in hosts if h.strip()}
+        return replace(self, allow_hosts=self.allow_hosts | extra)
+
     async def resolve(self, host: str, port: int) -> list[str]:
         """Every address of ``host``, checked; raises :class:`EgressDeniedError` if any is
         refused (a name that resolves to one public and one private address is refused)."""
@@ -138,45 +159,61 @@ class EgressPolicy:
         await self.resolve(parts.hostname, parts.port or default)
 
 
-class _GuardedBackend(httpcore.AsyncNetworkBackend):
-    """httpcore's network backend with the policy applied to every TCP connect."""
+class GuardedConnects:
+    """The policy applied to every TCP connect of an HTTP engine's network backend.
+
+    One code path for the two engines in use: httpcore (httpx, our node clients) and
+    httpcore2 (httpx2, the OpenAI and MCP SDKs' client). A backend class is this mixin plus the
+    engine's ``AsyncNetworkBackend`` with ``engine`` naming the engine's module, which
+    supplies the inner ``AnyIOBackend`` and the connect errors to fall through on.
+    """
+
+    engine: ClassVar[ModuleType]
 
     def __init__(self, policy: EgressPolicy) -> None:
         self._policy = policy
-        self._inner = httpcore.AnyIOBackend()
+        self._inner: Any = self.engine.AnyIOBackend()
 
     async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
                           local_address: str | None = None,
-                          socket_options: Iterable[Any] | None = None) -> httpcore.AsyncNetworkStream:
+                          socket_options: Iterable[Any] | None = None) -> Any:
         last: Exception | None = None
+        retryable = (self.engine.ConnectError, self.engine.ConnectTimeout)
         for address in await self._policy.resolve(host, port):
             try:
                 return await self._inner.connect_tcp(address, port, timeout=timeout,
                                                      local_address=local_address,
                                                      socket_options=socket_options)
-            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+            except retryable as exc:
                 last = exc
         assert last is not None
         raise last
 
     async def connect_unix_socket(self, path: str, timeout: float | None = None,
-                                  socket_options: Iterable[Any] | None = None) -> httpcore.AsyncNetworkStream:
+                                  socket_options: Iterable[Any] | None = None) -> Any:
         raise EgressDeniedError("unix socket connections are refused by the egress policy")
 
     async def sleep(self, seconds: float) -> None:
         await self._inner.sleep(seconds)
 
 
-class EgressTransport(httpx.AsyncHTTPTransport):
-    """``httpx.AsyncHTTPTransport`` whose connections pass :class:`EgressPolicy`."""
+class _GuardedBackend(GuardedConnects, httpcore.AsyncNetworkBackend):
+    """httpcore's network backend with the policy applied to every TCP connect."""
 
-    def __init__(self, policy: EgressPolicy, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        # httpx builds its pool without a way to pass a network backend; the pool creates
-        # every connection through this attribute. tests/nodes/test_egress.py proves a
-        # refused address is refused through a real client, so an httpx or httpcore
-        # change that breaks this is caught.
-        self._pool._network_backend = _GuardedBackend(policy)
+    engine: ClassVar[ModuleType] = httpcore
+
+
+def guarded(transport: Transport, backend: GuardedConnects) -> Transport:
+    """``transport`` (httpx's or httpx2's ``AsyncHTTPTransport``) with every connection of
+    its pool opened through ``backend``.
+
+    httpx builds its pool without a way to pass a network backend; the pool creates every
+    connection through this attribute. tests/nodes/test_egress.py (httpx and httpx2) and
+    tests/agents/test_mcp_http.py prove a refused address is refused through a real
+    client, so an upgrade that breaks this is caught.
+    """
+    transport._pool._network_backend = backend
+    return transport
 
 
 def egress_client(policy: EgressPolicy | None = None, **kwargs: Any) -> httpx.AsyncClient:
@@ -184,4 +221,5 @@ def egress_client(policy: EgressPolicy | None = None, **kwargs: Any) -> httpx.As
     (default: from the settings); environment proxies are not used."""
     policy = policy or EgressPolicy.from_settings()
     kwargs.setdefault("follow_redirects", False)
-    return httpx.AsyncClient(transport=EgressTransport(policy), trust_env=False, **kwargs)
+    transport = guarded(httpx.AsyncHTTPTransport(), _GuardedBackend(policy))
+    return httpx.AsyncClient(transport=transport, trust_env=False, **kwargs)

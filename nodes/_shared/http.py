@@ -1,7 +1,7 @@
 """The HTTP client of the integration nodes: one request through the egress policy.
 
 :func:`fetch` sends an :class:`HttpCall` with :func:`nodes._shared.egress.egress_client`
-(every connection, redirects included, checked after DNS), applies a credential's auth,
+(every connection, redirects included, checked after DNS), attaches a credential's auth,
 reads at most ``max_bytes`` of the body, and translates httpx's errors into the error
 tree. Statuses: 429 and 5xx raise ``RetryRequested`` (with ``Retry-After`` as the delay,
 capped at ``MAX_RETRY_AFTER_S``) when ``retry_statuses`` is on, so the node's retry
@@ -9,6 +9,15 @@ policy decides whether another attempt follows; other 4xx/5xx raise
 ``NodeExecutionError`` when ``fail_on_status`` is on, else the response is returned.
 Secret values of the credential are masked in every error message, and returned on the
 response (``secrets``) so callers mask them in what they output.
+
+Credentials go only where they are allowed (``Credential.refusal``: the origins an admin
+set). The first request's URL must be allowed, else the node fails with a
+``ParameterError`` naming the credential and the origin, before anything is sent.
+:class:`CredentialAuth` then decides per request, as a request hook that httpx runs for
+every hop of a redirect chain: it removes the credential's header and query key, and
+puts them back only when that request's origin is allowed. A redirect to another origin
+is followed without the credential (as browsers and httpx do for ``Authorization``, now
+for every credential type); one within the allowed origins keeps it.
 """
 
 from __future__ import annotations
@@ -23,7 +32,13 @@ import httpx
 from nodes._rag.services import load_credential
 from nodes._shared.egress import egress_client
 from orchestrator.credentials import Credential, mask
-from orchestrator.kernel.errors import EgressDeniedError, NodeExecutionError, NodeTimeoutError, RetryRequested
+from orchestrator.kernel.errors import (
+    EgressDeniedError,
+    NodeExecutionError,
+    NodeTimeoutError,
+    ParameterError,
+    RetryRequested,
+)
 from orchestrator.kernel.protocol import FlowContext
 
 AUTH_TYPES = ("bearer", "basic", "header", "query_key", "api_key")
@@ -57,20 +72,50 @@ class HttpResponse:
     url: str
     elapsed_ms: float
     secrets: list[str] = field(default_factory=list)  # the credential's values, to mask in outputs
+    credential: Credential | None = None  # the credential of the call (for its origins)
 
 
-def apply_auth(call: HttpCall, credential: Credential) -> None:
-    v = credential.values
-    if credential.type == "bearer":
-        call.headers["Authorization"] = f"Bearer {v['token']}"
-    elif credential.type == "api_key":
-        call.headers["Authorization"] = f"Bearer {v['key']}"
-    elif credential.type == "header":
-        call.headers[v["name"]] = v["value"]
-    elif credential.type == "query_key":
-        call.query[v["name"]] = v["value"]
-    elif credential.type == "basic":
-        call.headers["Authorization"] = httpx.BasicAuth(v["username"], v["password"])._auth_header
+class CredentialAuth:
+    """A credential attached to exactly the requests whose origin it allows (see the
+    module docstring); ``attach`` is the request hook."""
+
+    def __init__(self, credential: Credential) -> None:
+        self.credential = credential
+        v = credential.values
+        self.headers: dict[str, str] = {}
+        self.query: tuple[str, str] | None = None
+        if credential.type == "bearer":
+            self.headers["Authorization"] = f"Bearer {v['token']}"
+        elif credential.type == "api_key":
+            self.headers["Authorization"] = f"Bearer {v['key']}"
+        elif credential.type == "header":
+            self.headers[v["name"]] = v["value"]
+        elif credential.type == "query_key":
+            self.query = (v["name"], v["value"])
+        elif credential.type == "basic":
+            self.headers["Authorization"] = httpx.BasicAuth(v["username"], v["password"])._auth_header
+        self.secrets = credential.secrets()
+        if credential.type == "basic":  # the encoded pair is as secret as the password
+            self.secrets.append(self.headers["Authorization"].split(" ", 1)[1])
+
+    def check(self, url: httpx.URL) -> None:
+        """A ParameterError when the credential may not go to ``url``."""
+        refusal = self.credential.refusal(str(url))
+        if refusal is not None:
+            raise ParameterError(f"parameter 'credential': {refusal}", parameter="credential")
+
+    async def attach(self, request: httpx.Request) -> None:
+        for name in self.headers:
+            request.headers.pop(name, None)
+        if self.query is not None:
+            pairs = request.url.params.multi_items()
+            if self.query in pairs:
+                request.url = httpx.URL(request.url, params=[p for p in pairs if p != self.query])
+        if self.credential.refusal(str(request.url)) is not None:
+            return  # another origin: this hop goes without the credential
+        request.headers.update(self.headers)
+        if self.query is not None:
+            request.url = request.url.copy_set_param(*self.query)
 
 
 def retry_after_s(value: str | None) -> float | None:
@@ -91,20 +136,20 @@ async def fetch(ctx: FlowContext, call: HttpCall) -> HttpResponse:
     """Send ``call`` (see the module docstring)."""
     if not call.url.lower().startswith(("http://", "https://")):
         raise NodeExecutionError(f"parameter 'url' must be an http(s) URL; got {call.url!r}")
-    secrets: list[str] = []
+    auth: CredentialAuth | None = None
     if call.credential:
-        credential = await load_credential(ctx, call.credential, AUTH_TYPES)
-        apply_auth(call, credential)
-        secrets = credential.secrets()
-        if credential.type == "basic":  # the encoded pair is as secret as the password
-            secrets.append(call.headers["Authorization"].split(" ", 1)[1])
+        auth = CredentialAuth(await load_credential(ctx, call.credential, AUTH_TYPES))
+    secrets = auth.secrets if auth is not None else []
+    hooks: dict[str, list[Any]] = {"request": [auth.attach]} if auth is not None else {}
     started = time.perf_counter()
     try:
         async with egress_client(timeout=httpx.Timeout(call.timeout_s), follow_redirects=call.follow_redirects,
-                                 max_redirects=call.max_redirects) as client:
+                                 max_redirects=call.max_redirects, event_hooks=hooks) as client:
             request = client.build_request(call.method.upper(), call.url, params=call.query or None,
                                            headers=call.headers, json=call.json, data=call.form,
                                            content=call.content)
+            if auth is not None:
+                auth.check(request.url)
             response = await client.send(request, stream=True)
             try:
                 chunks: list[bytes] = []
@@ -129,7 +174,8 @@ async def fetch(ctx: FlowContext, call: HttpCall) -> HttpResponse:
                                       secrets)) from None
     out = HttpResponse(response.status_code, {k.lower(): v for k, v in response.headers.items()},
                        b"".join(chunks), mask(str(response.url), secrets),
-                       round((time.perf_counter() - started) * 1000, 1), secrets)
+                       round((time.perf_counter() - started) * 1000, 1), secrets,
+                       auth.credential if auth is not None else None)
     where = f"{call.method} {mask(call.url, secrets)}"
     if out.status in RETRY_STATUSES and call.retry_statuses:
         raise RetryRequested(f"{where} answered {out.status}",

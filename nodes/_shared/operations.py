@@ -1,12 +1,16 @@
-"""The n8n-style comparison operations of the Conditional node (value OP compare_to)."""
+"""The n8n-style comparison operations of the Conditional node (value OP compare_to).
+
+``matches_regex`` matches through :mod:`nodes._shared.patterns` (time-bounded, GIL
+released): callers run it off the event loop (see :data:`OFF_LOOP`).
+"""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
 from nodes._shared.conditions import truthy
+from nodes._shared.patterns import PatternClock
 
 
 def _number(value: Any) -> float | None:
@@ -67,12 +71,7 @@ def _is_empty(a: Any) -> bool:
 
 
 def _matches(a: Any, b: Any) -> bool:
-    try:
-        pattern = re.compile(str(b))
-    except re.error as exc:
-        raise ValueError(f"parameter 'compare_to' is not a valid regular expression: {exc}") \
-            from exc
-    return pattern.search("" if a is None else str(a)) is not None
+    return PatternClock().search(str(b), "" if a is None else str(a), what="parameter 'compare_to'")
 
 
 OPERATIONS: dict[str, Callable[[Any, Any], bool]] = {
@@ -93,6 +92,10 @@ OPERATIONS: dict[str, Callable[[Any, Any], bool]] = {
     "is_true": lambda a, _b: truthy(a),
     "is_false": lambda a, _b: not truthy(a),
 }
+
+# Operations whose cost depends on the graph's values (a pattern's backtracking): run them
+# in a thread, not on the event loop.
+OFF_LOOP = frozenset({"matches_regex"})
 
 
 def compare(value: Any, operation: str, compare_to: Any) -> bool:

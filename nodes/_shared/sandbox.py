@@ -17,6 +17,12 @@ The wait is asyncio-native (never blocks the worker's loop); the wall-clock time
 cancellation kill bubblewrap's process group, and bubblewrap's ``--die-with-parent`` and
 PID namespace take everything inside with it.
 
+At most ``ORCH_SANDBOX_MAX_CONCURRENT`` sandboxes run at once per event loop (one loop per
+worker process, so per process): nested Loops or a wide fan-out of Code nodes wait for a
+slot (:func:`sandbox_slots`) instead of multiplying processes and their memory limits.
+The wait is part of the node's execution: its ``timeout_s`` counts it, cancellation ends
+it, and the step's supervisor keeps renewing the node's lease meanwhile.
+
 Failures raise :class:`SandboxError` (a RuntimeError) whose message is the user's
 traceback last line, "timed out after Xs" or "exceeded its memory limit"; ``logs``
 carries what the code printed before it failed.
@@ -37,7 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from nodes._shared.sandbox_bwrap import SCRATCH, Confinement, confine, interpreter, unavailable
-from nodes._shared.sandbox_seccomp import SeccompUnavailable, confinement_bpf, no_exec_bpf
+from nodes._shared.sandbox_seccomp import SeccompUnavailable, confinement_bpf, no_exec_bpf, program_fd
+from nodes._shared.slots import LoopSlots
 from orchestrator.settings import get_settings
 
 CHILD_SOURCE = Path(__file__).with_name("sandbox_child.py").read_text(encoding="utf-8")
@@ -85,14 +92,25 @@ def _crash(returncode: int, err: bytes, timeout_s: float, memory_mb: int) -> San
     return SandboxError(message, kind="crash")
 
 
+# The running loop's sandbox slots (ORCH_SANDBOX_MAX_CONCURRENT, read on the loop's first use).
+sandbox_slots = LoopSlots(lambda: get_settings().sandbox_max_concurrent)
+
+
 async def run_python(
     code: str, value: Any, *, timeout_s: float, memory_mb: int, audit_hook: bool = True
 ) -> SandboxResult:
     """Run ``code`` as the body of ``def main(input, items)``; return its value and prints.
 
-    ``audit_hook=False`` leaves out the second layer (tests use it to show that the OS
-    boundary alone stops an attack); it is refused outside the OS boundary.
+    Waits for one of the loop's :func:`sandbox_slots` first. ``audit_hook=False`` leaves
+    out the second layer (tests use it to show that the OS boundary alone stops an
+    attack); it is refused outside the OS boundary.
     """
+    async with sandbox_slots():
+        return await _run_python(code, value, timeout_s=timeout_s, memory_mb=memory_mb, audit_hook=audit_hook)
+
+
+async def _run_python(code: str, value: Any, *, timeout_s: float, memory_mb: int,
+                      audit_hook: bool) -> SandboxResult:
     boundary = await boundary_or_refusal()
     if not audit_hook and not boundary:
         raise ValueError("audit_hook=False needs the OS-level boundary")
@@ -111,7 +129,7 @@ async def run_python(
     argv = [interpreter(), "-I", "-B", "-c", CHILD_SOURCE]
     seccomp_fd: int | None = None
     if boundary:
-        seccomp_fd = _memfd(confinement_bpf())
+        seccomp_fd = program_fd(confinement_bpf())
         how = Confinement(scratch_mb=get_settings().sandbox_scratch_mb, seccomp_fd=seccomp_fd)
         argv = confine(argv, how)
     try:
@@ -137,13 +155,9 @@ async def run_python(
     except TimeoutError:
         timed_out, out, err, flooded = True, b"", b"", False
     finally:  # also on cancellation: nothing outlives the call
-        _kill_group(proc.pid)
+        await _reap(proc)
         if not boundary:
             shutil.rmtree(scratch, ignore_errors=True)
-    try:  # bubblewrap's death takes the sandbox with it
-        await asyncio.wait_for(proc.wait(), KILL_GRACE_S)
-    except TimeoutError:
-        pass
     if flooded:
         raise SandboxError(f"code wrote more than {out_limit} bytes to its output", kind="output")
     if timed_out:
@@ -195,18 +209,32 @@ async def _exchange(
     return out, err, flooded
 
 
+async def _reap(proc: asyncio.subprocess.Process) -> None:
+    """Kill the sandbox's process group, read its pipes to their end and wait for it.
+
+    bubblewrap's death takes the sandbox with it. Reading to EOF matters as much as the
+    wait: a pipe left paused (a flood) or half read (a timeout, a cancellation) keeps its
+    transport open after the process is gone. A process already reaped is not signalled:
+    its pid may belong to someone else by now."""
+    if proc.returncode is None:
+        _kill_group(proc.pid)
+
+    async def drain(stream: asyncio.StreamReader | None) -> None:
+        while stream is not None and await stream.read(65536):
+            pass
+
+    try:
+        await asyncio.wait_for(asyncio.gather(drain(proc.stdout), drain(proc.stderr), proc.wait()),
+                               KILL_GRACE_S)
+    except TimeoutError:
+        pass  # a process that ignores SIGKILL this long is the kernel's business
+
+
 def _kill_group(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass  # already gone
-
-
-def _memfd(data: bytes) -> int:
-    fd = os.memfd_create("code-node-seccomp", 0)  # inheritable: bubblewrap reads it
-    os.write(fd, data)
-    os.lseek(fd, 0, os.SEEK_SET)
-    return fd
 
 
 _PROBED: dict[tuple[str, ...], str | None] = {}  # bubblewrap command line -> why it fails
@@ -218,7 +246,7 @@ async def _probe() -> str | None:
     Catches what only running shows: user namespaces refused (Docker's default seccomp
     profile, ``kernel.unprivileged_userns_clone=0``), a seccomp program bubblewrap rejects.
     """
-    fd = _memfd(confinement_bpf())
+    fd = program_fd(confinement_bpf())
     try:
         argv = confine([interpreter(), "-I", "-c", "pass"], Confinement(seccomp_fd=fd))
         key = tuple(a for a in argv if a != str(fd))
@@ -232,8 +260,9 @@ async def _probe() -> str | None:
     try:
         _out, err = await asyncio.wait_for(proc.communicate(), KILL_GRACE_S)
     except TimeoutError:
-        _kill_group(proc.pid)
         return "starting a confined interpreter took too long"  # not cached: may be load
+    finally:
+        await _reap(proc)
     text = err.decode("utf-8", errors="replace").strip()
     _PROBED[key] = None if proc.returncode == 0 else (
         f"bubblewrap failed ({text or f'exit code {proc.returncode}'}); user namespaces may "

@@ -6,7 +6,8 @@
   namespaces (the network one is skipped only when ``Confinement.network`` is set);
 - a root filesystem that holds only read-only binds of ``/usr`` (plus the ``/lib*``
   symlinks), the interpreter's real prefix (``sys.base_prefix``, not a venv) and
-  ``Confinement.ro_paths``; a fresh ``/proc`` of its own PID namespace, a minimal ``/dev``
+  ``Confinement.ro_paths`` (minus ``Confinement.covered``, hidden behind ``/dev/null``);
+  a fresh ``/proc`` of its own PID namespace, a minimal ``/dev``
   and a size-limited tmpfs at ``/tmp`` (the scratch folder, the only writable place);
 - an unprivileged uid/gid 65534 (``nobody``) with no capabilities and ``no_new_privs``.
   When the worker is not root the sandbox runs in a user namespace as the worker's own
@@ -44,6 +45,7 @@ class Confinement:
     scratch_mb: int = 64
     seccomp_fd: int | None = None
     chdir: str = SCRATCH
+    covered: tuple[str, ...] = ()  # paths inside ro_paths hidden behind /dev/null (sockets)
 
 
 def bwrap_path() -> str | None:
@@ -120,6 +122,8 @@ def confine(argv: list[str], how: Confinement) -> list[str]:
     # that lives there) is then mounted on top of it instead of being hidden by it.
     args += ["--perms", "1777", "--size", str(how.scratch_mb * 1024 * 1024), "--tmpfs", SCRATCH]
     args += _root_filesystem(how.ro_paths)
+    for path in how.covered:
+        args += ["--ro-bind", "/dev/null", path]
     if how.network:
         args += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf",
                  "--ro-bind-try", "/etc/ssl", "/etc/ssl", "--ro-bind-try", "/etc/hosts", "/etc/hosts"]

@@ -24,8 +24,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import Redis
 
+from orchestrator import redis_client
 from orchestrator.kernel.registry import Registry
 from orchestrator.settings import Settings, get_settings
 
@@ -45,19 +46,18 @@ from . import (
     runs,
     triggers,
 )
-from .auth import key_ring, require_key
+from .auth import check_metrics_token, key_ring, require_key
 from .limits import BodyLimit
 from .services import Dispatch, RunStoreApi, Services
 
 POOL_WAIT_S = 10.0  # a request waits this long for a pooled Redis connection, then 503
 
 
-def redis_client(settings: Settings, url: str) -> Redis:
+def app_redis(settings: Settings, url: str) -> Redis:
     """The app's client: a blocking pool of ``Settings.redis_max_connections`` (a
     ``max_connections`` option in the URL wins)."""
-    size = settings.redis_max_connections
-    pool = BlockingConnectionPool.from_url(url, decode_responses=True, max_connections=size, timeout=POOL_WAIT_S)
-    return Redis.from_pool(pool)
+    return redis_client.blocking_client(url, decode_responses=True, max_connections=settings.redis_max_connections,
+                                        timeout=POOL_WAIT_S)
 
 
 def create_app(
@@ -72,13 +72,14 @@ def create_app(
     from ``orchestrator.plugins``, a Redis client on ``Settings.redis_url``."""
     settings = settings or get_settings()
     key_ring(settings)  # a placeholder or malformed key stops the app here, naming the setting
+    check_metrics_token(settings)
     owned: list[Redis] = []  # closed at shutdown: only a client this function created
     if redis is None:
         if not settings.redis_url:
             raise RuntimeError(
                 "the API needs REDIS_URL (the `orchestrator serve` command starts an embedded Redis when it is unset)"
             )
-        redis = redis_client(settings, settings.redis_url)
+        redis = app_redis(settings, settings.redis_url)
         owned.append(redis)
     if registry is None:
         from orchestrator.plugins import get_registry

@@ -139,7 +139,25 @@ def _ring(api_keys: str, keys_file: str | None) -> KeyRing:
         if not isinstance(raw, list):
             raise ConfigurationError(f"ORCH_API_KEYS_FILE {keys_file}: must hold a JSON list of keys")
         entries += [_entry(item, f"ORCH_API_KEYS_FILE {keys_file} item {i}") for i, item in enumerate(raw)]
+        _refuse_case_twins(entries, f"ORCH_API_KEYS_FILE {keys_file}")
     return KeyRing(tuple(entries))
+
+
+def _refuse_case_twins(entries: list[_Entry], where: str) -> None:
+    """Two workspaces whose ids differ only in case are refused: a workspace's embedded
+    files live in a folder named by its id, which a case-insensitive file system would share."""
+    seen: dict[str, str] = {}
+    for workspace in sorted({e.workspace for e in entries}):
+        twin = seen.setdefault(workspace.lower(), workspace)
+        if twin != workspace:
+            raise ConfigurationError(f"{where}: workspaces {twin!r} and {workspace!r} differ only in case; "
+                                     "rename one")
+
+
+def check_metrics_token(settings: Settings) -> None:
+    """A placeholder ``ORCH_METRICS_TOKEN`` stops the app, like a placeholder key."""
+    if settings.metrics_token:
+        _refuse_placeholder(settings.metrics_token, "ORCH_METRICS_TOKEN")
 
 
 def key_ring(settings: Settings) -> KeyRing:

@@ -1,10 +1,14 @@
 """``/credentials``: named, typed secrets, stored encrypted; values never leave the API.
 
-``POST /credentials`` ``{name, type, values}`` stores (or replaces) one and answers its
-description (name, type, value names, public values such as a base URL); ``GET`` lists
-or describes; ``DELETE /credentials/{name}`` removes one. Types and storage:
-``orchestrator/credentials.py``. Credentials belong to the caller's workspace; reading names and types needs the viewer
-role, storing or deleting one the admin role.
+``POST /credentials`` ``{name, type, values, origins}`` stores (or replaces) one and
+answers its description (name, type, value names, public values such as a base URL, the
+origins); ``PATCH /credentials/{name}`` ``{origins}`` replaces only the origins (the
+secret need not be sent again: how an admin enables a credential stored before origins
+existed); ``GET`` lists or describes; ``DELETE /credentials/{name}`` removes one.
+``origins`` lists where nodes may send the credential (``https://api.example.com``,
+``https://*.example.com``, ``http://10.0.0.5:8080``); types, origins and storage:
+``orchestrator/credentials.py``. Credentials belong to the caller's workspace; reading
+names and types needs the viewer role, storing, changing or deleting one the admin role.
 """
 
 from __future__ import annotations
@@ -28,6 +32,14 @@ class CredentialIn(BaseModel):
     name: str = Field(min_length=1, max_length=128)
     type: str
     values: dict[str, str]
+    origins: list[str] = Field(default_factory=list, max_length=64,
+                               description="scheme://host[:port] (host may start with '*.') the "
+                                           "credential may be sent to")
+
+
+class OriginsIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    origins: list[str] = Field(max_length=64)
 
 
 VIEWER = Depends(role("viewer"))
@@ -41,9 +53,15 @@ def store_of(services: Services, workspace: str = DEFAULT_WORKSPACE) -> Credenti
 @router.post("/credentials", status_code=201)
 async def put_credential(body: CredentialIn, services: Services = Depends(get_services),  # noqa: B008
                          who: Principal = ADMIN) -> dict[str, Any]:
-    credential = validate(body.name, body.type, body.values)
+    credential = validate(body.name, body.type, body.values, body.origins)
     await store_of(services, who.workspace).put(credential)
     return credential.describe()
+
+
+@router.patch("/credentials/{name}")
+async def set_credential_origins(name: str, body: OriginsIn, services: Services = Depends(get_services),  # noqa: B008
+                                 who: Principal = ADMIN) -> dict[str, Any]:
+    return (await store_of(services, who.workspace).set_origins(name, body.origins)).describe()
 
 
 @router.get("/credentials")

@@ -35,6 +35,7 @@ from redis.exceptions import RedisError
 
 from orchestrator.kernel.protocol import EventType, NodeEvent
 from orchestrator.keys import Keys
+from orchestrator.redis_client import fixed
 
 log = logging.getLogger(__name__)
 
@@ -168,8 +169,9 @@ class EventHub:
             reader = self._leave(channel, subscriber)
             if reader is not None and not reader.done():
                 # The last one out waits for the reader to close its connection (not
-                # cancellation-proof, and need not be: the reader closes it regardless).
-                await asyncio.wait([reader])
+                # cancellation-proof, and need not be: the reader closes it regardless);
+                # bounded, since the reader ends within one block once it has no subscriber.
+                await asyncio.wait([reader], timeout=2 * self.block_ms / 1000 + 1)
 
     def _join(self, run_id: str, subscriber: _Subscriber) -> _Channel:
         channel = self._channels.get(run_id)
@@ -195,7 +197,7 @@ class EventHub:
     async def _replay(self, run_id: str, after: str) -> AsyncIterator[Delivery]:
         key, start = self.keys.events(run_id), stream_id_after(after)
         while True:
-            entries: Any = await self.redis.xrange(key, min=start, max="+", count=self.batch)
+            entries: Any = await _cancellable(self.redis.xrange(key, min=start, max="+", count=self.batch))
             for delivery in _parse(entries or []):
                 yield delivery
             if not entries or len(entries) < self.batch:
@@ -212,7 +214,10 @@ class EventHub:
             last = newest[0][0] if newest else "0-0"
             channel.started.set_result(None)
             block: int | None = None  # the first read never waits: a finished run ends at once
-            while True:
+            while self._channels.get(channel.run_id) is channel:
+                # Left by its last subscriber: stop, even if the cancellation that came with
+                # it was swallowed inside the Redis call (redis-py's timeouts on Python 3.11
+                # can), at the latest one block later.
                 channel.reads += 1
                 reply: Any = await client.xread({key: last}, count=self.batch, block=block)
                 batch = _parse(reply[0][1]) if reply else []
@@ -273,7 +278,7 @@ class EventHub:
         """A client with one connection of its own, for blocking reads."""
         pool = self.redis.connection_pool
         own = ConnectionPool(connection_class=pool.connection_class, max_connections=1, **pool.connection_kwargs)
-        return Redis.from_pool(own)
+        return Redis.from_pool(fixed(own))  # cancellable even if the app's client is not
 
     async def close(self) -> None:
         """Stop every reader (app shutdown); their subscribers' iterations end."""
@@ -281,6 +286,24 @@ class EventHub:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _cancellable(call: Awaitable[Any]) -> Any:
+    """Await a redis-py call so that cancelling the caller always cancels it.
+
+    On Python 3.11 redis-py writes each command under ``asyncio.wait_for``, which loses a
+    cancellation that arrives as the write completes (CPython gh-86296, fixed in 3.12):
+    the cancelled caller carried on (a subscriber whose client had gone kept its stream,
+    and its run's reader, alive). Shielded, the call runs to its end on its own and the
+    caller's cancellation is raised at once."""
+    task = asyncio.ensure_future(call)
+    task.add_done_callback(_consume)
+    return await asyncio.shield(task)
+
+
+def _consume(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: an error nobody awaits any more is not logged twice
 
 
 class _StreamIdFloor:

@@ -3,15 +3,25 @@
 ``POST /files`` (multipart, field ``file``) stores the upload (``Settings.files_max_bytes``,
 413 above it; the part's content type is kept) and answers ``{"$binary": {ref, mime,
 size}}``, the JSON form of a ``BinaryRef`` that a run input may carry.
-``GET /files/{ref}`` answers the bytes with their content type; ``DELETE`` removes them.
+``GET /files/{ref}`` answers the bytes as a download; ``DELETE`` removes them.
 Storage: ``orchestrator/blobs.py`` (Redis by default, S3-compatible for large files).
+
+A file's bytes and type come from whoever uploaded it (a runner) or from a remote server
+(a node that stored a response). Served on the API's origin, an HTML or SVG file would run
+its script as whoever opens the link, with their session cookie. So a download is never
+rendered (:func:`download_headers`): always ``Content-Disposition: attachment``,
+``X-Content-Type-Options: nosniff``, ``Content-Security-Policy: sandbox; default-src
+'none'``, and a type that can carry script (HTML, XML, SVG, JavaScript, XSL, multipart) or
+is not a plain ``type/subtype`` is sent as ``application/octet-stream``.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, File, Response, UploadFile
 from redis.asyncio import ConnectionPool, Redis
@@ -24,6 +34,38 @@ from .services import Services, get_services
 
 router = APIRouter(tags=["files"])
 READ_CHUNK_BYTES = 1 << 20
+OCTET_STREAM = "application/octet-stream"
+DOWNLOAD_CSP = "sandbox; default-src 'none'"
+_MIME = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]{0,126}/[a-z0-9][a-z0-9!#$&^_.+-]{0,126}")
+# Types a browser may run script in, hand to a plug-in, or re-render in place: octet-stream.
+_ACTIVE_MIME = re.compile(r"html|xml|svg|script|xsl|flash|x-sh\b|x-csh|httpd|mhtml|cache-manifest|^multipart/")
+_FALLBACK_NAME = re.compile(r"[^A-Za-z0-9._ ()+-]")
+# RFC 5987 attr-char, besides letters and digits (what quote() may leave as is).
+_ATTR_SAFE = "!#$&+-.^_`|~"
+
+
+def served_mime(mime: str) -> str:
+    """The Content-Type a stored file is sent with (see the module docstring)."""
+    base = (mime or "").split(";", 1)[0].strip().lower()
+    if not _MIME.fullmatch(base) or _ACTIVE_MIME.search(base):
+        return OCTET_STREAM
+    return base
+
+
+def content_disposition(name: str) -> str:
+    """``attachment`` with an ASCII ``filename`` (odd characters as ``_``; ``download`` when
+    nothing is left) and, for a name that is not plain ASCII, RFC 5987 ``filename*``."""
+    cleaned = "".join(c for c in name if c.isprintable() and c not in "/\\").strip(" .")
+    fallback = _FALLBACK_NAME.sub("_", cleaned).strip(" .") or "download"
+    header = f'attachment; filename="{fallback}"'
+    if cleaned and cleaned != fallback:
+        header += f"; filename*=UTF-8''{quote(cleaned, safe=_ATTR_SAFE)}"
+    return header
+
+
+def download_headers(name: str) -> dict[str, str]:
+    return {"Content-Disposition": content_disposition(name), "X-Content-Type-Options": "nosniff",
+            "Content-Security-Policy": DOWNLOAD_CSP}
 
 
 @asynccontextmanager
@@ -61,11 +103,11 @@ async def upload_file(file: UploadFile = File(...),  # noqa: B008
 @router.get("/files/{ref}")
 async def download_file(ref: str, services: Services = Depends(get_services),  # noqa: B008
                         who: Principal = Depends(role("viewer"))) -> Response:  # noqa: B008
+    """The file's bytes as a download, never rendered on the API's origin (see the module
+    docstring)."""
     async with blobs_of(services, who.workspace) as blobs:
         blob = await blobs.get(ref)
-    headers = {"Content-Disposition": f'attachment; filename="{blob.name}"'} if blob.name.isprintable() \
-        and '"' not in blob.name and blob.name else {}
-    return Response(blob.data, media_type=blob.mime, headers=headers)
+    return Response(blob.data, media_type=served_mime(blob.mime), headers=download_headers(blob.name))
 
 
 @router.delete("/files/{ref}", status_code=204)

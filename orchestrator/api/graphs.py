@@ -14,6 +14,7 @@ from .auth import Principal, role
 from .launch import record_json
 from .models import GraphId, WebhookSecret
 from .services import Services, get_services
+from .triggers import check_secret_env
 
 router = APIRouter(prefix="/graphs", tags=["graphs"])
 
@@ -27,6 +28,7 @@ EDITOR = Depends(role("editor"))
 async def create_graph(graph: dict[str, Any] = GraphBody, services: Services = SERVICES,
                        who: Principal = EDITOR) -> dict[str, Any]:
     """Save a new graph (version 1). The id is the JSON's ``id`` or generated."""
+    check_secret_env(graph, services.settings)
     return await services.graphs.create(graph, workspace=who.workspace)
 
 
@@ -43,7 +45,8 @@ async def validate_graph(graph: dict[str, Any] = GraphBody, services: Services =
     try:
         if not isinstance(graph, dict):
             raise GraphSchemaError(f"a graph must be a JSON object, got {type(graph).__name__}")
-        normalized = validate({**graph, "version": None}, services.graphs.registry)
+        check_secret_env(graph, services.settings)
+        normalized = validate({**graph, "version": None}, services.graphs.registry, services.graphs.settings)
     except GraphError as exc:
         return {"valid": False, "error": exc.to_dict()}
     return {"valid": True, "graph": normalized}
@@ -82,6 +85,7 @@ async def update_graph(
 ) -> dict[str, Any]:
     """Save a new version; older versions stay readable. With ``?base_version=n`` (the
     version the caller edited) the answer is 409 when another save came in between."""
+    check_secret_env(graph, services.settings)
     return await services.graphs.update(graph_id, graph, base_version, workspace=who.workspace)
 
 

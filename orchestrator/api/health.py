@@ -1,8 +1,16 @@
-"""``/health`` (liveness, open), ``/ready`` (Redis answers, open) and ``/metrics``."""
+"""``/health`` (liveness, open), ``/ready`` (Redis answers, open) and ``/metrics``.
+
+``/metrics`` counts the runs and queues of every workspace, so it is the operator's, not a
+workspace's: with API keys configured it needs an ``admin`` key of workspace ``default``
+(what ``ORCH_API_KEYS`` holds) or the bearer token ``ORCH_METRICS_TOKEN`` (for a Prometheus
+scrape config, which then holds no API key); any other key is a 403.
+``ORCH_METRICS_PUBLIC=1`` opens it (a scrape from a private network). With no keys
+configured at all (auth off) it is open, like the rest of the API.
+"""
 
 from __future__ import annotations
 
-import os
+import hmac
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
@@ -10,9 +18,10 @@ from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 
 from orchestrator import metrics
-from orchestrator.kernel.errors import AuthError
+from orchestrator.kernel.errors import AuthError, ForbiddenError
+from orchestrator.settings import Settings
 
-from .auth import credential, key_ring
+from .auth import DEFAULT_WORKSPACE, credential, key_ring
 from .services import Services, get_services
 
 router = APIRouter(tags=["health"])
@@ -35,13 +44,29 @@ async def ready(services: Services = SERVICES) -> JSONResponse:
     return JSONResponse({"status": "ok", "redis": "ok"})
 
 
+def authorize_metrics(request: Request, settings: Settings) -> None:
+    """Return when the caller may read ``/metrics``; else AuthError (401) or ForbiddenError
+    (403) naming what it needs."""
+    ring = key_ring(settings)
+    if settings.metrics_public or not ring.enabled:
+        return
+    token = credential(request)
+    if settings.metrics_token and hmac.compare_digest(token.encode(), settings.metrics_token.encode()):
+        return
+    principal = ring.authenticate(token)
+    if principal is None:
+        raise AuthError("invalid API key")
+    if principal.workspace != DEFAULT_WORKSPACE or not principal.can("admin"):
+        raise ForbiddenError(f"/metrics counts every workspace's runs: it needs an admin key of workspace "
+                             f"{DEFAULT_WORKSPACE!r} or ORCH_METRICS_TOKEN; the key is a {principal.role} of "
+                             f"workspace {principal.workspace!r}")
+
+
 @router.get("/metrics")
 async def prometheus(request: Request, services: Services = SERVICES) -> Response:
-    """Prometheus exposition; behind the API key unless ``ORCH_METRICS_PUBLIC`` is set."""
-    if os.environ.get("ORCH_METRICS_PUBLIC", "").lower() not in ("1", "true", "yes"):
-        ring = key_ring(services.settings)
-        if ring.enabled and ring.authenticate(credential(request)) is None:
-            raise AuthError("invalid API key")
+    """Prometheus exposition of every workspace's counts (who may read it: the module
+    docstring)."""
+    authorize_metrics(request, services.settings)
     try:
         from workers.app import NODE_QUEUE
 
@@ -49,7 +74,7 @@ async def prometheus(request: Request, services: Services = SERVICES) -> Respons
     except ImportError:  # an API-only install samples no queue
         queues = []
     try:
-        await metrics.refresh_from_redis(services.redis, services.keys.active_runs(), queues)
+        await metrics.refresh_from_redis(services.redis, services.keys, queues)
     except (RedisError, OSError):
         pass  # serve the process-local metrics even when Redis is down
     return Response(metrics.render(), media_type=metrics.CONTENT_TYPE)

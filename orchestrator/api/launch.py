@@ -1,8 +1,12 @@
 """Starting runs of stored graphs, and summarizing a run for responses.
 
-Every trigger (manual, webhook, chat, rerun) goes through :func:`launch`: the graph is
-read (and so validated again) from the graph store, the run records the version it ran
-(``meta.graph_version``) and is listed under the graph.
+Every run the API starts goes through :func:`admit_and_start`: a manual start, a webhook
+and a chat message through :func:`launch` (the graph is read, and so validated again, from
+the graph store; the run records the version it ran, ``meta.graph_version``), a rerun
+through :func:`relaunch` (the old run's graph snapshot). It checks back-pressure first
+(``orchestrator/admission.py``: 429 with ``Retry-After``, nothing stored), then starts the
+run, which belongs to its graph's workspace (``meta.workspace``) and is listed under the
+graph. Scheduled runs start in the workers (``workers/beat.py``), through the same check.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from typing import Any
 from orchestrator import admission, metrics
 from orchestrator.graph_store import DEFAULT_WORKSPACE
 from orchestrator.kernel.errors import ParameterError, RunNotFoundError
+from orchestrator.kernel.protocol import DataValue
 from orchestrator.kernel.store import RunRecord
 
 from .services import Services
@@ -46,6 +51,40 @@ def start_node(graph: dict[str, Any], ref: str, services: Services) -> str:
     return str(node["id"])
 
 
+async def admit_and_start(
+    services: Services,
+    graph: dict[str, Any],
+    run_input: Any,
+    *,
+    trigger: str,
+    meta: dict[str, Any],
+    start: list[str] | None = None,
+    session_id: str | None = None,
+    seed_outputs: dict[str, dict[str, DataValue]] | None = None,
+) -> str:
+    """The one way the API starts a run (see the module docstring): ``OverloadedError``
+    (429) before anything is stored while the queue is over its bound, else the new run's
+    id (queued, not finished). ``meta`` carries ``workspace`` and ``graph_version``."""
+    from orchestrator.runs import start_run
+
+    await admission.check(services.redis, services.settings)
+    run_id: str = await start_run(
+        services.run_store,
+        services.registry,
+        graph,
+        run_input,
+        dispatch=services.dispatch,
+        start=start,
+        session_id=session_id,
+        meta={**meta, "trigger": trigger},
+        seed_outputs=seed_outputs,
+    )
+    if graph.get("id"):
+        await services.graphs.add_run(str(graph["id"]), run_id)
+    metrics.RUNS_STARTED.labels(trigger=trigger).inc()
+    return run_id
+
+
 async def launch(
     services: Services,
     graph_id: str,
@@ -63,25 +102,20 @@ async def launch(
     With ``workspace`` (the caller's), a graph of another workspace is unknown (404). The
     run belongs to the graph's workspace (``meta.workspace``). Raises ``OverloadedError``
     (429) before storing anything while the queue is over its bound."""
-    from orchestrator.runs import start_run
-
-    await admission.check(services.redis, services.settings)
     graph = await services.graphs.get(graph_id, version, workspace=workspace)
     owner = workspace or await services.graphs.workspace_of(graph_id)
-    run_meta = {"graph_version": graph["version"], "trigger": trigger, **(meta or {}), "workspace": owner}
-    run_id: str = await start_run(
-        services.run_store,
-        services.registry,
-        graph,
-        run_input,
-        dispatch=services.dispatch,
-        start=start,
-        session_id=session_id,
-        meta=run_meta,
-    )
-    await services.graphs.add_run(graph_id, run_id)
-    metrics.RUNS_STARTED.labels(trigger=trigger).inc()
-    return run_id
+    run_meta = {"graph_version": graph["version"], **(meta or {}), "workspace": owner}
+    return await admit_and_start(services, graph, run_input, trigger=trigger, meta=run_meta, start=start,
+                                 session_id=session_id)
+
+
+async def relaunch(services: Services, old: RunRecord, graph: dict[str, Any], from_node: str,
+                   seed_outputs: dict[str, dict[str, DataValue]]) -> str:
+    """Start ``old``'s graph snapshot again from ``from_node`` with ``seed_outputs`` (a
+    rerun); admitted like any other start. The new run is of ``old``'s workspace."""
+    meta = {"rerun_of": old.run_id, "graph_version": old.graph_version, "workspace": workspace_of_run(old)}
+    return await admit_and_start(services, graph, old.run_input, trigger="rerun", meta=meta, start=[from_node],
+                                 session_id=old.session_id, seed_outputs=seed_outputs)
 
 
 def workspace_of_run(record: RunRecord) -> str:

@@ -15,7 +15,7 @@ from orchestrator.kernel.errors import ParameterError, RunStateError
 from orchestrator.kernel.store import RunStatus
 
 from .auth import Principal, role
-from .launch import find_node, launch, owned_run, run_detail, start_node, workspace_of_run
+from .launch import find_node, launch, owned_run, relaunch, run_detail, start_node
 from .models import Approval, GraphId, Rerun, StartRun
 from .services import Services, get_services
 
@@ -92,9 +92,8 @@ def ancestors(plan: Any, node_id: str) -> list[str]:
 @router.post("/runs/{run_id}/rerun", status_code=202)
 async def rerun(run_id: str, body: Rerun, services: Services = SERVICES, who: Principal = RUNNER) -> JSONResponse:
     """Run the old run's graph snapshot again from ``from_node``, reusing the stored
-    outputs of the nodes before it. 202 ``{run_id, rerun_of}``; the old run must be over."""
-    from orchestrator.runs import start_run
-
+    outputs of the nodes before it. 202 ``{run_id, rerun_of}``; the old run must be over.
+    Admitted like a new run: 429 with ``Retry-After`` while the queue is over its bound."""
     old = await owned_run(services, run_id, who.workspace)
     if old.status not in RunStatus.TERMINAL:
         raise RunStateError(f"run {run_id} is still {old.status}; cancel it or wait for it to end", run_id=run_id)
@@ -109,21 +108,7 @@ async def rerun(run_id: str, body: Rerun, services: Services = SERVICES, who: Pr
         )
     from_id = str(node["id"])
     seed = await services.runs.read_outputs(run_id, ancestors(plan, from_id))
-    meta = {"rerun_of": run_id, "graph_version": old.graph_version, "trigger": "rerun",
-            "workspace": workspace_of_run(old)}
-    new_id: str = await start_run(
-        services.run_store,
-        services.registry,
-        plan.graph,
-        old.run_input,
-        dispatch=services.dispatch,
-        start=[from_id],
-        session_id=old.session_id,
-        meta=meta,
-        seed_outputs=seed,
-    )
-    if old.graph_id:
-        await services.graphs.add_run(old.graph_id, new_id)
+    new_id = await relaunch(services, old, plan.graph, from_id, seed)
     return accepted(new_id, rerun_of=run_id)
 
 

@@ -2,7 +2,10 @@
 
 Webhooks: ``{p}:hooks`` maps a path to the graph whose ``webhook_trigger`` node has that
 ``data.path``. When the graph sets ``settings.webhook_secret_env`` (an environment
-variable holding the secret) or a secret was stored with ``PUT /graphs/{id}/webhook-secret``,
+variable holding the secret; only a name starting with ``ORCH_WEBHOOK_SECRET_`` or listed
+in ``ORCH_WEBHOOK_SECRET_ENVS``, checked when the graph is saved and again here, so a
+graph cannot make another of the API's variables its HMAC key nor learn whether one is
+set) or a secret was stored with ``PUT /graphs/{id}/webhook-secret``,
 the request must carry ``X-Signature-256: t=<unix>,v1=<hex HMAC-SHA256 of "<t>.<body>">``,
 fresh and never used before (``signatures.py``); anything else is a 401 and starts nothing.
 The node's ``response_mode``:
@@ -20,8 +23,9 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
 from orchestrator.graph_store import WEBHOOK_NODE_TYPE, webhook_paths
-from orchestrator.kernel.errors import AuthError, GraphError
+from orchestrator.kernel.errors import AuthError, GraphError, ParameterError
 from orchestrator.kernel.protocol import EventType
+from orchestrator.settings import Settings
 
 from .auth import Principal, role
 from .event_hub import EventHub
@@ -36,15 +40,38 @@ DEFAULT_WAIT_S = 30.0
 MAX_WAIT_S = 300.0
 # Headers passed to the run input; credentials and the signature stay out of run state.
 HIDDEN_HEADERS = frozenset({"authorization", "cookie", SIGNATURE_HEADER, "proxy-authorization"})
+SECRET_ENV_PREFIX = "ORCH_WEBHOOK_SECRET_"  # noqa: S105 - the names a graph may use, not a secret
 
 hooks = APIRouter(tags=["triggers"])
 chats = APIRouter(tags=["triggers"])
 SERVICES = Depends(get_services)
 
 
+def secret_env_refusal(name: Any, settings: Settings) -> str | None:
+    """Why a graph may not name ``name`` as its webhook secret variable (None: it may).
+    The answer depends on the name only, never on whether the variable is set."""
+    listed = {n.strip() for n in settings.webhook_secret_envs.split(",") if n.strip()}
+    if isinstance(name, str) and (name in listed or (name.startswith(SECRET_ENV_PREFIX)
+                                                     and len(name) > len(SECRET_ENV_PREFIX))):
+        return None
+    return (f"settings.webhook_secret_env must name a variable starting with {SECRET_ENV_PREFIX} or "
+            f"one listed in ORCH_WEBHOOK_SECRET_ENVS; {name!r} is neither")
+
+
+def check_secret_env(graph: Any, settings: Settings) -> None:
+    """A ParameterError (422 at save) when the graph names a variable it may not."""
+    name = ((graph.get("settings") if isinstance(graph, dict) else None) or {}).get("webhook_secret_env")
+    refusal = secret_env_refusal(name, settings) if name else None
+    if refusal is not None:
+        raise ParameterError(refusal, graph_id=graph.get("id"), parameter="webhook_secret_env")
+
+
 async def secret_for(services: Services, graph: dict[str, Any]) -> str | None:
     env_name = (graph.get("settings") or {}).get("webhook_secret_env")
     if env_name:
+        refusal = secret_env_refusal(env_name, services.settings)
+        if refusal is not None:  # a graph saved before the rule: the same answer, set or not
+            raise AuthError(refusal, graph_id=graph.get("id"))
         value = os.environ.get(str(env_name))
         if not value:
             raise AuthError(

@@ -1,9 +1,11 @@
-"""``orchestrator credentials keygen|set|list|get|delete|rotate``.
+"""``orchestrator credentials keygen|set|origins|list|get|delete|rotate``.
 
-``set``, ``list``, ``get`` and ``delete`` talk to a running API (``ORCH_API_URL``,
-``ORCH_API_KEY``); no command ever prints a secret value. ``set NAME --type T --value
-key=value ...`` stores a credential; ``--value key=-`` reads that value from standard
-input (keeps it out of the shell history). ``keygen`` prints a new Fernet key for
+``set``, ``origins``, ``list``, ``get`` and ``delete`` talk to a running API
+(``ORCH_API_URL``, ``ORCH_API_KEY``); no command ever prints a secret value. ``set NAME
+--type T --value key=value ... --origin https://api.example.com`` stores a credential;
+``--value key=-`` reads that value from standard input (keeps it out of the shell
+history); ``--origin`` (repeat) names where nodes may send it. ``origins NAME ORIGIN...``
+replaces the origins of a stored credential. ``keygen`` prints a new Fernet key for
 ``ORCH_CREDENTIALS_KEY``. ``rotate`` (run where ``REDIS_URL`` and the keys are set)
 re-encrypts every stored credential with the first key of ``ORCH_CREDENTIALS_KEY``.
 """
@@ -15,6 +17,7 @@ import asyncio
 import sys
 from typing import Any
 
+from orchestrator import redis_client
 from orchestrator.credentials import TYPES, generate_key
 from orchestrator.kernel.errors import OrchestratorError
 
@@ -32,6 +35,11 @@ def add_parser(subparsers: Any) -> None:
     put.add_argument("--type", required=True, choices=sorted(TYPES), help="what kind of secret it holds")
     put.add_argument("--value", action="append", default=[], metavar="KEY=VALUE",
                      help="one value (repeat); VALUE '-' reads it from standard input")
+    put.add_argument("--origin", action="append", default=[], metavar="ORIGIN",
+                     help="scheme://host[:port] nodes may send it to (repeat; host may start with '*.')")
+    origins = sub.add_parser("origins", help="replace where nodes may send a stored credential")
+    origins.add_argument("name", help="the credential's name")
+    origins.add_argument("origin", nargs="*", help="scheme://host[:port] (host may start with '*.'); none = nowhere")
     sub.add_parser("list", help="list credentials (names, types; never values)")
     get = sub.add_parser("get", help="describe one credential (never its secret values)")
     get.add_argument("name", help="the credential's name")
@@ -52,7 +60,6 @@ def parse_values(items: list[str]) -> dict[str, str]:
 
 
 async def _rotate() -> int:
-    from redis.asyncio import Redis
 
     from orchestrator.credentials import CredentialStore
     from orchestrator.settings import get_settings
@@ -60,7 +67,7 @@ async def _rotate() -> int:
     settings = get_settings()
     if not settings.redis_url:
         raise ValueError("rotate needs REDIS_URL (the Redis that holds the credentials)")
-    redis = Redis.from_url(settings.redis_url, decode_responses=True)
+    redis = redis_client.client(settings.redis_url, decode_responses=True)
     try:
         return await CredentialStore(redis, settings).rotate()
     finally:
@@ -77,8 +84,11 @@ def credentials_command(args: argparse.Namespace) -> int:
             return 0
         with client(args) as api:
             if args.action == "set":
-                body = {"name": args.name, "type": args.type, "values": parse_values(args.value)}
+                body = {"name": args.name, "type": args.type, "values": parse_values(args.value),
+                        "origins": args.origin}
                 emit(api._request("POST", "/credentials", json=body))
+            elif args.action == "origins":
+                emit(api._request("PATCH", f"/credentials/{args.name}", json={"origins": args.origin}))
             elif args.action == "list":
                 emit(api._request("GET", "/credentials"))
             elif args.action == "get":

@@ -31,6 +31,7 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.text import Text
 
+from orchestrator import redis_client
 from orchestrator.console import JsonConsole, RunConsole
 from orchestrator.kernel.errors import GraphError, OrchestratorError
 from orchestrator.kernel.protocol import BinaryRef, EventType, NodeEvent
@@ -270,7 +271,7 @@ def _run_owned(args: argparse.Namespace, raw: dict[str, Any], run_input: Any,
         registry = get_registry()
         try:
             start = trigger_node(raw, args.trigger)
-            validate_graph(raw, registry)
+            validate_graph(raw, registry, get_settings().graph_limits())
         except GraphError as exc:
             print_error(err, exc)
             return 2
@@ -289,7 +290,6 @@ async def _run(url: str, registry: Registry, raw: dict[str, Any], run_input: Any
                session_id: str | None = None) -> int:
     """Start the run and follow it; exit code 3 when it waits for an approval nobody gives
     (``keep_waiting``: the run stays waiting in a Redis that outlives this command)."""
-    import redis.asyncio as aioredis
 
     from orchestrator.runs import start_run
     from workers.app import make_celery
@@ -297,7 +297,7 @@ async def _run(url: str, registry: Registry, raw: dict[str, Any], run_input: Any
     from workers.store import RedisRunStore
 
     settings = get_settings()
-    client = aioredis.Redis.from_url(url, decode_responses=True)
+    client = redis_client.client(url, decode_responses=True)
     app = make_celery(url, settings)
     stack = AsyncExitStack()
     try:
@@ -319,7 +319,7 @@ async def _run(url: str, registry: Registry, raw: dict[str, Any], run_input: Any
         # stopped between passes, so no command of it is cut off half-way.
         from orchestrator.sweeper import Sweeper, start_sweeper, stop_sweeper
 
-        sweeper_store = RedisRunStore(aioredis.Redis.from_url(url, decode_responses=True), settings)
+        sweeper_store = RedisRunStore(redis_client.client(url, decode_responses=True), settings)
         stack.push_async_callback(sweeper_store.close)
         stack.push_async_callback(stop_sweeper, start_sweeper(Sweeper(sweeper_store, dispatch, settings)))
         after = "0-0"

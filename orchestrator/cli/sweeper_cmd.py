@@ -22,6 +22,7 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
+from orchestrator import redis_client
 from orchestrator.settings import get_settings
 
 
@@ -77,7 +78,6 @@ def sweeper_command(args: argparse.Namespace) -> int:
 
 
 async def _sync(url: str) -> None:
-    from redis.asyncio import Redis
 
     from orchestrator.graph_store import GraphStore
     from orchestrator.plugins import get_registry
@@ -85,7 +85,7 @@ async def _sync(url: str) -> None:
     from workers.beat import app
 
     settings = get_settings()
-    client = Redis.from_url(url, decode_responses=True)
+    client = redis_client.client(url, decode_responses=True)
     try:
         report = await sync_schedules(app, GraphStore(client, get_registry(), settings))
         print(f"schedules: {len(report.added)} added, {len(report.updated)} updated, "

@@ -51,6 +51,10 @@ class Parameter(BaseModel):
     # When false, strings in this parameter are taken literally (e.g. a code body or a
     # template a node renders itself); the kernel does not evaluate ``{{ }}`` in them.
     expressions: bool = True
+    # An int parameter saying how many runs of this node's nested graphs (its graph
+    # parameters) may be in flight at once: validation multiplies these along the nesting
+    # and refuses a product above the host's bound (see validation.py, "Fan-out").
+    fan_out: bool = False
 
     @model_validator(mode="after")
     def _hybrid_needs_socket(self) -> Parameter:

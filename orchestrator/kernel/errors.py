@@ -21,6 +21,7 @@
     │   ├── EvaluationError            an expression failed at run time
     │   │   └── ExpressionLimitError     an expression went over a size or step budget
     │   ├── CoercionError              a wired value could not be coerced
+    │   │   └── ParameterValueError        a resolved value breaks its definition (type, min/max, values)
     │   ├── LinkResolutionError        materialize failed or a source cannot materialize
     │   ├── EgressDeniedError          an outbound connection refused by the egress policy
     │   ├── RunNotFoundError           unknown run id
@@ -188,6 +189,13 @@ class ExpressionLimitError(EvaluationError):
 
 class CoercionError(RunError):
     code = "coercion"
+
+
+class ParameterValueError(CoercionError):
+    """A parameter's value, once its expression, wire or default resolved, breaks what its
+    definition declares (type, minimum, maximum, allowed values); the message names both."""
+
+    code = "parameter_value"
 
 
 class LinkResolutionError(RunError):

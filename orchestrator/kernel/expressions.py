@@ -17,7 +17,6 @@ templates and evaluation.
 
 from __future__ import annotations
 
-import functools
 import json
 import operator
 import re
@@ -26,10 +25,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from .errors import EvaluationError, ExpressionLimitError
-from .expression_limits import DEFAULT_LIMITS, Budget, ExpressionLimits, Spending, predicted_chars
+from .errors import EvaluationError, ExpressionError, ExpressionLimitError
+from .expression_limits import (
+    DEFAULT_LIMITS,
+    Budget,
+    ExpressionLimits,
+    Spending,
+    check_source,
+    predicted_chars,
+)
 from .expression_parser import COMPARISONS, Node, parse_expression, walk
 from .sockets import json_type
+from .text_cache import TextCache
 
 __all__ = [
     "FUNCTIONS", "ExpressionLimits", "Scope", "Spending", "Template", "check_syntax", "evaluate", "find_references",
@@ -148,9 +155,7 @@ def has_expression(text: str) -> bool:
     return "{{" in text
 
 
-@functools.lru_cache(maxsize=4096)
-def parse_template(text: str) -> Template:
-    """Parse ``text``; raises ExpressionError naming the expression and column of the fault."""
+def _parse(text: str) -> Template:
     parts: list[str | Node] = []
     i = 0
     while (opened := text.find("{{", i)) >= 0:
@@ -159,6 +164,18 @@ def parse_template(text: str) -> Template:
         parts.append(node)
     parts.append(text[i:])
     return Template(text, tuple(p for p in parts if p != ""))
+
+
+# Parsed templates, remembered by their text. Bounded by size, not count: a parsed
+# template takes ~35 bytes per character of its text, so the texts held (each at most
+# 2,000 characters, 500,000 in all) keep this cache under ~20 MB whatever it is sent.
+TEMPLATES: TextCache[Template] = TextCache(_parse, max_key_chars=2_000, max_total_chars=500_000,
+                                           max_entries=4096)
+
+
+def parse_template(text: str) -> Template:
+    """Parse ``text``; raises ExpressionError naming the expression and column of the fault."""
+    return TEMPLATES.get(text)
 
 
 def _strings(value: Any) -> Iterator[str]:
@@ -174,10 +191,15 @@ def find_references(value: Any) -> set[str]:
     return {r for s in _strings(value) if has_expression(s) for r in parse_template(s).references()}
 
 
-def check_syntax(value: Any) -> None:
-    """Raise ExpressionError for the first string under ``value`` that does not parse."""
+def check_syntax(value: Any, max_source_chars: int | None = None) -> None:
+    """Raise ExpressionError for the first string under ``value`` that does not parse, or
+    whose text is longer than ``max_source_chars``."""
     for s in _strings(value):
         if has_expression(s):
+            if max_source_chars is not None and len(s) > max_source_chars:
+                raise ExpressionError(
+                    f"expression text is {len(s)} characters, above the limit of {max_source_chars} "
+                    "(max_source_chars)")
             parse_template(s)
 
 
@@ -347,7 +369,10 @@ def render(value: Any, scope: Scope) -> Any:
     Raises ExpressionError for a string that does not parse, EvaluationError at run time.
     """
     if isinstance(value, str):
-        return evaluate(parse_template(value), scope) if has_expression(value) else value
+        if not has_expression(value):
+            return value
+        check_source(value, scope.limits)
+        return evaluate(parse_template(value), scope)
     if isinstance(value, Mapping):
         return {k: render(v, scope) for k, v in value.items()}
     if isinstance(value, list):

@@ -17,9 +17,9 @@ from .memory import EventCallback, MemoryStore
 from .protocol import DataValue, NodeEvent, SubgraphResult
 from .registry import Registry
 from .runtime import ArtifactCache
-from .step import main_output, run_step
+from .step import StepOptions, main_output, run_step
 from .store import NodeStatus, RunRecord, RunStatus
-from .validation import validate_graph
+from .validation import DEFAULT_GRAPH_LIMITS, validate_graph
 
 
 @dataclass
@@ -54,8 +54,10 @@ class LocalRunner:
         services: dict[str, Any] | None = None,
         artifacts: ArtifactCache | None = None,
         on_event: EventCallback | None = None,
+        options: StepOptions | None = None,
     ) -> None:
         self.registry = registry
+        self.options = options
         self.store = store or MemoryStore(on_event=on_event)
         self.services = services or {}
         self.artifacts = artifacts or ArtifactCache()
@@ -71,7 +73,7 @@ class LocalRunner:
         session_id: str | None = None,
         on_event: EventCallback | None = None,
     ) -> LocalRunResult:
-        vg = validate_graph(graph, self.registry)
+        vg = validate_graph(graph, self.registry, self.options.graph_limits if self.options else DEFAULT_GRAPH_LIMITS)
         run_id = run_id or uuid.uuid4().hex
         plan = compile_run(vg, run_id, start)
         if on_event is not None:
@@ -111,7 +113,8 @@ class LocalRunner:
     async def _step(self, run_id: str, node_id: str) -> list[str]:
         while True:
             outcome = await run_step(self.store, self.registry, run_id, node_id, worker_id="local",
-                                     services=self.services, artifacts=self.artifacts)
+                                     services=self.services, artifacts=self.artifacts,
+                                     options=self.options)
             if outcome.retry_in_s is None:
                 return outcome.ready
             # A scheduled retry: in process there is no slot to free, only this task to pause.

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 from .errors import RunNotFoundError
 from .protocol import DataValue, EventType, NodeEvent
 from .scheduling import BarrierState, RunPlan, complete
-from .store import Claim, NodeCompletion, NodeStatus, RunRecord, RunStatus, RunStore
+from .store import Claim, NodeCompletion, NodeStatus, Ready, RunRecord, RunStatus, RunStore
 
 EventCallback = Callable[[NodeEvent], Awaitable[None] | None]
 _UNSTARTED = frozenset({NodeStatus.PENDING, NodeStatus.RETRYING, NodeStatus.WAITING})
@@ -34,6 +35,7 @@ class _Run:
     suspended: dict[str, dict[str, Any]] = field(default_factory=dict)
     resumes: dict[str, dict[str, Any]] = field(default_factory=dict)
     attempts: dict[str, int] = field(default_factory=dict)  # node -> attempt its next claim runs
+    queue: deque[str] = field(default_factory=deque)  # ready nodes waiting for a free slot
 
 
 class MemoryStore(RunStore):
@@ -86,6 +88,7 @@ class MemoryStore(RunStore):
     async def _finish(self, run: _Run, status: str, error: dict[str, Any] | None) -> None:
         if status != RunStatus.SUCCEEDED:
             await self._close_unstarted(run)
+        run.queue.clear()  # nothing queued runs any more
         run.record.status = status
         run.record.finished_at = time.time()
         run.record.error = error
@@ -150,13 +153,16 @@ class MemoryStore(RunStore):
                      session_id=run.record.session_id, resume=run.resumes.get(node_id),
                      outputs={n: run.outputs[n] for n in read if n in run.outputs}, attempt=attempt)
 
-    async def renew_lease(self, run_id: str, node_id: str, *, worker_id: str, lease_s: float) -> bool:
+    async def renew_leases(self, run_id: str, node_ids: Sequence[str], *, worker_id: str,
+                           lease_s: float) -> int:
         run = self._run(run_id)
-        lease = run.leases.get(node_id)
-        if lease is None or lease[0] != worker_id:
-            return False
-        run.leases[node_id] = (worker_id, time.monotonic() + lease_s)
-        return True
+        held = 0
+        for node_id in node_ids:
+            lease = run.leases.get(node_id)
+            if lease is not None and lease[0] == worker_id:
+                run.leases[node_id] = (worker_id, time.monotonic() + lease_s)
+                held += 1
+        return held
 
     async def read_outputs(self, run_id: str, node_ids: list[str]) -> dict[str, dict[str, DataValue]]:
         run = self._run(run_id)
@@ -168,22 +174,24 @@ class MemoryStore(RunStore):
     def _undispatched(self, run: _Run) -> list[str]:
         return sorted(run.state.ready - run.state.dispatched, key=run.plan.rank().__getitem__)
 
-    async def complete_node(self, run_id: str, node_id: str, completion: NodeCompletion) -> list[str]:
+    async def complete_node(self, run_id: str, node_id: str, completion: NodeCompletion, *,
+                            take: int | None = None) -> Ready:
         run = self._run(run_id)
-        if run.state.status.get(node_id) in NodeStatus.FINISHED:
-            return [] if run.record.status in RunStatus.TERMINAL else self._undispatched(run)
-        if run.state.status.get(node_id) == NodeStatus.WAITING:
-            return []  # a repeated suspend changes nothing
+        status = run.state.status.get(node_id)
+        if status in NodeStatus.FINISHED:
+            return Ready([] if run.record.status in RunStatus.TERMINAL else self._undispatched(run))
+        if status == NodeStatus.WAITING:
+            return Ready()  # a repeated suspend changes nothing
         if completion.status == NodeStatus.RETRYING:
-            if run.state.status.get(node_id) != NodeStatus.RUNNING or run.record.status in RunStatus.TERMINAL:
-                return []  # a repeat, or the run ended meanwhile (the next claim is refused)
+            if status != NodeStatus.RUNNING or run.record.status in RunStatus.TERMINAL:
+                return Ready()  # a repeat, or the run ended meanwhile (the next claim is refused)
             run.leases.pop(node_id, None)
             run.state.status[node_id] = NodeStatus.RETRYING
             run.attempts[node_id] = completion.next_attempt
             run.claims[node_id] = max(0, run.claims.get(node_id, 1) - 1)  # claims count worker losses
             for ev in completion.events:
                 await self._append(run, ev)
-            return []
+            return self._take(run, [], take)
         run.leases.pop(node_id, None)
         if completion.status == NodeStatus.WAITING:
             run.state.status[node_id] = NodeStatus.WAITING
@@ -194,7 +202,7 @@ class MemoryStore(RunStore):
                 run.record.status = RunStatus.WAITING
             await self._append(run, self._run_event(run, EventType.RUN_WAITING, {
                 "node_id": node_id, "payload": completion.payload or {}}))
-            return []
+            return self._take(run, [], take)
         run.outputs[node_id] = dict(completion.outputs)
         for ev in completion.events:
             await self._append(run, ev)
@@ -203,14 +211,37 @@ class MemoryStore(RunStore):
             run.state.status[node_id] = completion.status
             if completion.stop_run and run.record.status not in RunStatus.TERMINAL:
                 await self._finish(run, RunStatus.FAILED, completion.error)  # the rest: not_run
-            return []
+            return Ready()
         transition = complete(run.plan, run.state, node_id, completion.status, set(completion.outputs))
         for skipped in transition.skipped:
             await self._append(run, self._node_event(run, skipped, EventType.SKIPPED))
         if transition.run_finished:
             await self._finish(run, RunStatus.SUCCEEDED, None)
+            return Ready()
+        return self._take(run, [n for n in transition.ready if n not in run.state.dispatched], take)
+
+    def _take(self, run: _Run, ready: list[str], take: int | None) -> Ready:
+        """``ready`` as they are (``take`` None), or queued and the oldest ``take`` taken."""
+        if take is None:
+            return Ready(ready)
+        run.queue.extend(ready)
+        run.state.dispatched.update(ready)  # the queue answers for them
+        taken = self._pop(run, take)
+        return Ready(taken, queued=len(ready), backlog=len(run.queue))
+
+    def _pop(self, run: _Run, max_nodes: int) -> list[str]:
+        taken = [run.queue.popleft() for _ in range(min(max_nodes, len(run.queue)))]
+        run.state.dispatched.difference_update(taken)
+        return taken
+
+    async def take_queued(self, run_id: str, max_nodes: int) -> list[str]:
+        run = self._run(run_id)
+        if run.record.status in RunStatus.TERMINAL:
             return []
-        return [n for n in transition.ready if n not in run.state.dispatched]
+        return self._pop(run, max_nodes)
+
+    async def queue_length(self, run_id: str) -> int:
+        return len(self._run(run_id).queue)
 
     async def mark_dispatched(self, run_id: str, node_ids: list[str]) -> None:
         self._run(run_id).state.dispatched.update(node_ids)

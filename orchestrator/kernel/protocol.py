@@ -26,6 +26,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from .expression_limits import DEFAULT_LIMITS, ExpressionLimits, Spending
+
 # ---------------------------------------------------------------------------------------
 # Values
 
@@ -231,6 +233,10 @@ class FlowContext:
     settings: dict[str, Any] = field(default_factory=dict)  # the node's settings block
     # Set when a suspended node is resumed: {"payload": <what it suspended with>, "input": <resume input>}
     resume: dict[str, Any] | None = None
+    # Budgets for expressions the executor evaluates itself (per-item conditions, templates):
+    # the host's limits, and the tally shared with every expression of this node execution.
+    expression_limits: ExpressionLimits = DEFAULT_LIMITS
+    expression_spending: Spending = field(default_factory=Spending)
 
     def event(self, event_type: str, data: dict[str, Any] | None = None) -> NodeEvent:
         """Build a NodeEvent for this node (to ``yield`` from a streaming execute)."""

@@ -8,14 +8,17 @@ import asyncio
 import contextvars
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import LinkCycleError, LinkResolutionError, OrchestratorError
 from .expressions import Scope
 from .graph import Edge, Graph
-from .parameters import resolve_parameters
+from .parameters import resolve_parameters_off_loop
 from .protocol import EdgeView, FlowContext, NodeEvent, NodeView, SubgraphResult
 from .registry import Registry
+
+if TYPE_CHECKING:
+    from .step import StepOptions
 
 EventSink = Callable[[NodeEvent], Awaitable[None]]
 
@@ -70,6 +73,7 @@ class GraphRuntime:
         run_input: Any = None,
         session_id: str | None = None,
         services: dict[str, Any] | None = None,
+        options: StepOptions | None = None,
     ) -> None:
         self.graph = graph
         self.registry = registry
@@ -81,6 +85,7 @@ class GraphRuntime:
         self.run_input = run_input
         self.session_id = session_id
         self.services = services or {}
+        self.options = options  # the host's step options; nested graphs run with them too
 
     # -- navigation -------------------------------------------------------------------
 
@@ -118,7 +123,8 @@ class GraphRuntime:
         return FlowContext(
             run_id=self.run_id, node_id=node.id, node_type=node.type, node_name=node.name,
             runtime=self, emit=emit, run_input=self.run_input, session_id=self.session_id,
-            attempt=attempt, services=self.services, settings=node.settings.model_dump(), **extra,
+            attempt=attempt, services=self.services, settings=node.settings.model_dump(),
+            expression_limits=self.scope.limits, expression_spending=self.scope.spending, **extra,
         )
 
     # -- links --------------------------------------------------------------------------
@@ -172,7 +178,7 @@ class GraphRuntime:
                 source_socket = self.source_socket(node.id, param.id)
                 if values:
                     wires[param.id] = (values[0], source_socket)
-        data = resolve_parameters(node, node_type.definition, wires, self.scope)
+        data = await resolve_parameters_off_loop(node, node_type.definition, wires, self.scope)
         ctx = self.context_for(node.id)
         try:
             return await materialize(data, handle, ctx)
@@ -222,7 +228,8 @@ class GraphRuntime:
                 event_type=event.event_type, data=data, attempt=event.attempt,
             ))
 
-        runner = LocalRunner(self.registry, services=self.services, artifacts=self.artifacts)
+        runner = LocalRunner(self.registry, services=self.services, artifacts=self.artifacts,
+                             options=self.options)
         result = await runner.run(
             graph, run_input, run_id=f"{self.run_id}/{label}", session_id=self.session_id, on_event=forward
         )

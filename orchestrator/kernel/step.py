@@ -14,12 +14,12 @@ import inspect
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from .definition import NodeDefinition
 from .errors import (
-    NodeExecutionError,
     OrchestratorError,
     RetryRequested,
     RunCancelled,
@@ -28,19 +28,20 @@ from .errors import (
 from .expression_limits import DEFAULT_LIMITS, ExpressionLimits
 from .expressions import Scope
 from .graph import ERROR_PORT, Graph, Node, parse_graph
-from .parameters import resolve_parameters
+from .output_limits import DEFAULT_MAX_DEPTH, check_outputs
+from .parameters import resolve_parameters_off_loop
 from .protocol import DataValue, EventType, ExecutionResult, FlowContext, NodeEvent
 from .registry import NodeType, Registry
 from .retry import backoff_s, is_retryable
 from .runtime import ArtifactCache, GraphRuntime
 from .scheduling import RunPlan
 from .store import Claim, NodeCompletion, NodeStatus, RunStore
-from .supervision import heartbeat, supervise, timed
+from .supervision import Watch, supervise, supervisor_for, timed
+from .validation import DEFAULT_GRAPH_LIMITS, GraphLimits
 
 log = logging.getLogger("orchestrator.step")
 
 _DEFAULT_ARTIFACTS = ArtifactCache()
-HEARTBEAT_STOP_S = 5.0  # at most this long waiting for the heartbeat to end after its node
 
 
 @dataclass
@@ -51,6 +52,7 @@ class StepOutcome:
     node_type: str = ""
     duration_s: float = 0.0  # claim to completion, when it ran
     retry_in_s: float | None = None  # a retry was scheduled: run the node again after this long
+    queued: int = 0  # ready successors this completion left on the run's queue (``take`` given)
 
 
 @dataclass
@@ -58,7 +60,9 @@ class StepOptions:
     lease_s: float = 60.0
     cancel_poll_s: float = 0.2
     max_output_bytes: int = 8 * 1024 * 1024
+    max_output_depth: int = DEFAULT_MAX_DEPTH  # lists/objects nesting of one output value
     expression_limits: ExpressionLimits = DEFAULT_LIMITS  # budgets of every parameter expression
+    graph_limits: GraphLimits = DEFAULT_GRAPH_LIMITS  # what nested graphs are validated against
 
 
 def _graph_for(plan: RunPlan) -> Graph:
@@ -150,27 +154,6 @@ async def _drive(executor: Any, data: dict[str, Any], inputs: dict[str, DataValu
     return produced
 
 
-def _check_outputs(node: Node, definition: NodeDefinition, result: ExecutionResult, max_bytes: int) -> None:
-    allowed = {p.id for p in definition.outputs}
-    for port, value in result.outputs.items():
-        if port not in allowed:
-            raise NodeExecutionError(
-                f"executor produced a value on undeclared output port {port!r}; declared: {sorted(allowed)}",
-                node_id=node.id, node_name=node.name, handle=port,
-            )
-        if not isinstance(value, DataValue):
-            raise NodeExecutionError(
-                f"output port {port!r} holds {type(value).__name__}, not a DataValue",
-                node_id=node.id, node_name=node.name, handle=port,
-            )
-    size = len(json.dumps({k: v.to_json() for k, v in result.outputs.items()}, default=str))
-    if size > max_bytes:
-        raise NodeExecutionError(
-            f"outputs are {size} bytes, above the {max_bytes}-byte limit; store large payloads as a BinaryRef",
-            node_id=node.id, node_name=node.name,
-        )
-
-
 def _error_info(exc: BaseException, node: Node) -> dict[str, Any]:
     if isinstance(exc, OrchestratorError):
         info = exc.to_dict()
@@ -218,12 +201,17 @@ async def run_step(
     services: dict[str, Any] | None = None,
     artifacts: ArtifactCache | None = None,
     options: StepOptions | None = None,
+    take: Callable[[], int] | None = None,
 ) -> StepOutcome:
     """Run ``node_id`` of ``run_id`` once; safe to call again for the same node.
 
     A failed attempt with attempts left does not wait here: its completion is
     ``retrying`` (the store frees the node) and the outcome's ``retry_in_s`` tells the
-    host when to call again; the next call runs the next attempt."""
+    host when to call again; the next call runs the next attempt.
+
+    ``take`` (the host's free slots, asked at completion time) puts the successors that
+    became ready on the run's queue and returns at most that many of the oldest queued in
+    ``ready`` (see ``RunStore.complete_node``); without it ``ready`` holds them all."""
     opts = options or StepOptions()
     plan = await store.load_plan(run_id)
     graph = _graph_for(plan)
@@ -243,24 +231,23 @@ async def run_step(
         return StepOutcome(ready=claim.pending_dispatch, ran=False, status=claim.kind)
 
     started_at = time.monotonic()
-    beating = asyncio.Event()
-    beat = asyncio.ensure_future(heartbeat(store, run_id, node_id, worker_id, opts.lease_s, beating))
+    # From the claim on, the process's supervisor renews the lease and watches the run.
+    watch = supervisor_for(store).hold(run_id, node_id, worker_id=worker_id, lease_s=opts.lease_s,
+                                       poll_s=opts.cancel_poll_s)
     try:
-        completion, retry_in_s = await _execute_node(step, claim)
+        completion, retry_in_s = await _execute_node(step, claim, watch)
     finally:
-        beating.set()
-        beat.cancel()
-        await asyncio.wait({beat}, timeout=HEARTBEAT_STOP_S)
+        watch.release()
     if completion.status != NodeStatus.WAITING:
         for ev in completion.events:
             if ev.event_type == EventType.COMPLETED and ev.data is not None:
                 ev.data["duration_ms"] = round((time.monotonic() - started_at) * 1000, 3)
-    ready = await store.complete_node(run_id, node_id, completion)
-    return StepOutcome(ready=ready, ran=True, status=completion.status, node_type=node.type,
-                       duration_s=time.monotonic() - started_at, retry_in_s=retry_in_s)
+    ready = await store.complete_node(run_id, node_id, completion, take=None if take is None else take())
+    return StepOutcome(ready=ready.nodes, ran=True, status=completion.status, node_type=node.type,
+                       duration_s=time.monotonic() - started_at, retry_in_s=retry_in_s, queued=ready.queued)
 
 
-async def _execute_node(step: StepContext, claim: Claim) -> tuple[NodeCompletion, float | None]:
+async def _execute_node(step: StepContext, claim: Claim, watch: Watch) -> tuple[NodeCompletion, float | None]:
     """Run the node's attempt ``claim.attempt``: (its completion, the retry delay when the
     completion is ``retrying``)."""
     node, plan, graph, registry = step.node, step.plan, step.graph, step.registry
@@ -281,7 +268,7 @@ async def _execute_node(step: StepContext, claim: Claim) -> tuple[NodeCompletion
 
     runtime = GraphRuntime(graph=graph, registry=registry, run_id=plan.run_id, node_id=node.id,
                            artifacts=step.artifacts, scope=scope, sink=sink, run_input=claim.run_input,
-                           session_id=claim.session_id, services=step.services)
+                           session_id=claim.session_id, services=step.services, options=step.options)
     policy = node.settings.retry
     attempt = claim.attempt
     resolved: dict[str, Any] = {}
@@ -289,15 +276,21 @@ async def _execute_node(step: StepContext, claim: Claim) -> tuple[NodeCompletion
         if node.settings.disabled:
             result = _pass_through(definition, gathered)
         else:
-            data = resolve_parameters(node, definition, await _link_wires(runtime, node, definition, gathered),
-                                      scope)
+            wires = await _link_wires(runtime, node, definition, gathered)
+            data = await resolve_parameters_off_loop(node, definition, wires, scope)
             resolved = parameter_preview(data)
             ctx = runtime.context_for(node.id, attempt=attempt, resume=claim.resume,
                                       input_sources=gathered.sources)
             work = asyncio.ensure_future(timed(node, _drive(step.node_type.executor, data, gathered.inputs, ctx,
                                                              sink)))
-            result = await supervise(step.store, plan.run_id, node.id, step.options.cancel_poll_s, work)
-            _check_outputs(node, definition, result, step.options.max_output_bytes)
+            try:
+                result = await supervise(watch, work)
+            finally:
+                # Work the executor left in a thread (a timed-out or cancelled node cannot
+                # be killed there) stops at its next expression step.
+                scope.spending.stop("the node execution it belongs to has ended")
+            check_outputs(node, definition, result, max_bytes=step.options.max_output_bytes,
+                          max_depth=step.options.max_output_depth)
     except SuspendRequested as exc:
         log.info("run %s node %s suspended", plan.run_id, node.id)
         return NodeCompletion(status=NodeStatus.WAITING, payload=exc.payload), None

@@ -98,6 +98,17 @@ class NodeCompletion:
     retry_at: float | None = None
 
 
+@dataclass
+class Ready:
+    """What a completion hands its caller: ``nodes`` to run now (not dispatched yet: the
+    caller claims or sends them), how many it ``queued`` on the run's queue instead, and
+    the queue's ``backlog`` after it took its share."""
+
+    nodes: list[str] = field(default_factory=list)
+    queued: int = 0
+    backlog: int = 0
+
+
 class RunStore(ABC):
     """Per-run state. Every method is safe to call twice (at-least-once delivery)."""
 
@@ -130,7 +141,10 @@ class RunStore(ABC):
         after a scheduled retry). A granted claim carries the stored outputs of ``read``."""
 
     @abstractmethod
-    async def renew_lease(self, run_id: str, node_id: str, *, worker_id: str, lease_s: float) -> bool: ...
+    async def renew_leases(self, run_id: str, node_ids: Sequence[str], *, worker_id: str,
+                           lease_s: float) -> int:
+        """Extend by ``lease_s`` the leases ``worker_id`` still holds on ``node_ids`` (one
+        round trip); returns how many it held."""
 
     @abstractmethod
     async def read_outputs(self, run_id: str, node_ids: list[str]) -> dict[str, dict[str, DataValue]]:
@@ -141,11 +155,25 @@ class RunStore(ABC):
         """Append to the run's event log; returns the event id (ordered)."""
 
     @abstractmethod
-    async def complete_node(self, run_id: str, node_id: str, completion: NodeCompletion) -> list[str]:
+    async def complete_node(self, run_id: str, node_id: str, completion: NodeCompletion, *,
+                            take: int | None = None) -> Ready:
         """Apply a completion once: store outputs, count down successors, propagate
-        skips, append events, finish the run when nothing remains. Returns the nodes
-        that became ready and are not yet dispatched (a second call returns those still
-        undispatched and applies nothing)."""
+        skips, append events, finish the run when nothing remains.
+
+        ``take=None``: ``Ready.nodes`` are all the nodes that became ready and are not yet
+        dispatched. ``take=n``: those nodes join the tail of the run's queue (which counts as
+        dispatched: the queue answers for them), and the caller takes up to ``n`` from its
+        head, the oldest first (also after a ``retrying`` or ``waiting`` completion, whose
+        slot is free too). A second call for the same node applies nothing and returns the
+        nodes still undispatched."""
+
+    @abstractmethod
+    async def take_queued(self, run_id: str, max_nodes: int) -> list[str]:
+        """Take up to ``max_nodes`` from the head of the run's queue (none once the run
+        ended); they are undispatched again until claimed or sent."""
+
+    @abstractmethod
+    async def queue_length(self, run_id: str) -> int: ...
 
     @abstractmethod
     async def mark_dispatched(self, run_id: str, node_ids: list[str]) -> None: ...

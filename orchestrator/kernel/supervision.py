@@ -1,9 +1,25 @@
-"""Watching a running node: its lease heartbeat, the run's cancellation, its timeout."""
+"""Watching running nodes: their leases, their run's cancellation, their timeout.
+
+One :class:`Supervisor` per store and event loop watches every node step running on that
+loop, whatever their number: a single task wakes every ``poll_s``, reads the status of
+each run that has nodes here (``RunStore.run_status``, which a store may share between
+callers) and ends the nodes of a run that ended; and it renews, in one call per run
+(``RunStore.renew_leases``), the leases that are a third of their length old. A node
+step costs a registration, not a task and a timer of its own: hundreds of nodes awaiting
+a model or the network wake the loop a few times a second in all, not hundreds.
+
+The heartbeat stops when the node releases its watch, so only a dead process loses a
+lease; a failed renewal is tried again a second later (the lease outlives two misses).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
+import weakref
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import NodeTimeoutError, RunCancelled
@@ -13,38 +29,122 @@ from .store import RunStatus, RunStore
 
 log = logging.getLogger("orchestrator.step")
 
-
-async def supervise(store: RunStore, run_id: str, node_id: str, cancel_poll_s: float,
-                    work: asyncio.Task[ExecutionResult]) -> ExecutionResult:
-    """Await ``work`` while watching for the run's cancellation (checked every poll)."""
-    while True:
-        done, _ = await asyncio.wait({work}, timeout=max(0.01, cancel_poll_s))
-        if done:
-            return work.result()
-        if await store.run_status(run_id) in RunStatus.TERMINAL:
-            work.cancel()
-            await asyncio.gather(work, return_exceptions=True)
-            raise RunCancelled("the run ended while the node was running", run_id=run_id, node_id=node_id)
+RENEW_RETRY_S = 1.0  # after a failed renewal, the next try
 
 
-async def heartbeat(store: RunStore, run_id: str, node_id: str, worker_id: str, lease_s: float,
-                     stop: asyncio.Event) -> None:
-    """Renew the node's lease every third of it until ``stop`` is set (parameter
-    resolution and execution), so only a dead worker loses it. Ends on ``stop`` even if a
-    cancellation was swallowed inside a Redis call (asyncio timeouts on Python 3.11 can)."""
-    while not stop.is_set():
-        try:
-            await asyncio.wait_for(stop.wait(), lease_s / 3)
+@dataclass(eq=False)
+class Watch:
+    """One running node under a :class:`Supervisor`; ``ended`` resolves when its run ends."""
+
+    run_id: str
+    node_id: str
+    worker_id: str
+    lease_s: float
+    renew_at: float  # monotonic time of the next renewal
+    ended: asyncio.Future[None]
+    _supervisor: Supervisor | None = field(default=None, repr=False)
+
+    def release(self) -> None:
+        """Stop watching (the node completed, failed or was suspended)."""
+        if self._supervisor is not None:
+            self._supervisor._release(self)
+            self._supervisor = None
+
+
+class Supervisor:
+    """Leases and cancellation for every node step of one store on one event loop."""
+
+    def __init__(self, store: RunStore, loop: asyncio.AbstractEventLoop) -> None:
+        self.store = store
+        self.loop = loop
+        self.poll_s = float("inf")  # the shortest poll period asked for by a watch
+        self._runs: dict[str, set[Watch]] = {}
+        self._ended: dict[str, asyncio.Future[None]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def hold(self, run_id: str, node_id: str, *, worker_id: str, lease_s: float,
+             poll_s: float) -> Watch:
+        """Watch a node from its claim on: renew its lease and end it with its run."""
+        ended = self._ended.get(run_id)
+        if ended is None:
+            ended = self._ended[run_id] = self.loop.create_future()
+        watch = Watch(run_id, node_id, worker_id, lease_s, time.monotonic() + lease_s / 3, ended, self)
+        self._runs.setdefault(run_id, set()).add(watch)
+        self.poll_s = max(0.01, min(self.poll_s, poll_s))
+        if self._task is None or self._task.done():
+            self._task = self.loop.create_task(self._watch_all(), name="orchestrator-supervisor")
+        return watch
+
+    def _release(self, watch: Watch) -> None:
+        watches = self._runs.get(watch.run_id)
+        if watches is None:
             return
-        except TimeoutError:
-            pass
+        watches.discard(watch)
+        if not watches:
+            del self._runs[watch.run_id]
+            self._ended.pop(watch.run_id, None)
+
+    @property
+    def watching(self) -> int:
+        return sum(len(w) for w in self._runs.values())
+
+    async def _watch_all(self) -> None:
+        while self._runs:
+            await asyncio.sleep(self.poll_s)
+            runs = list(self._runs)
+            await asyncio.gather(*(self._check(run_id) for run_id in runs))
+
+    async def _check(self, run_id: str) -> None:
         try:
-            await store.renew_lease(run_id, node_id, worker_id=worker_id, lease_s=lease_s)
-        except Exception:  # a missed beat is retried next time; the lease outlives two misses
-            log.warning("run %s node %s: lease renewal failed", run_id, node_id, exc_info=True)
+            status = await self.store.run_status(run_id)
+        except Exception:  # a store hiccup: the next poll tries again
+            log.warning("run %s: status read failed", run_id, exc_info=True)
+            status = ""
+        ended = self._ended.get(run_id)
+        if status in RunStatus.TERMINAL and ended is not None and not ended.done():
+            ended.set_result(None)
+        now = time.monotonic()
+        due = [w for w in self._runs.get(run_id, ()) if w.renew_at <= now]
+        by_holder: dict[tuple[str, float], list[Watch]] = {}
+        for watch in due:
+            by_holder.setdefault((watch.worker_id, watch.lease_s), []).append(watch)
+        for (worker_id, lease_s), watches in by_holder.items():
+            try:
+                await self.store.renew_leases(run_id, [w.node_id for w in watches],
+                                              worker_id=worker_id, lease_s=lease_s)
+                next_at = time.monotonic() + lease_s / 3
+            except Exception:  # retried soon; the lease outlives two misses
+                log.warning("run %s: lease renewal failed", run_id, exc_info=True)
+                next_at = time.monotonic() + RENEW_RETRY_S
+            for watch in watches:
+                watch.renew_at = next_at
 
 
-async def timed(node: Node, work: Any) -> ExecutionResult:
+_SUPERVISORS: weakref.WeakKeyDictionary[RunStore, Supervisor] = weakref.WeakKeyDictionary()
+
+
+def supervisor_for(store: RunStore) -> Supervisor:
+    """The supervisor of ``store`` on the running loop (made on first use)."""
+    loop = asyncio.get_running_loop()
+    current = _SUPERVISORS.get(store)
+    if current is None or current.loop is not loop:
+        current = _SUPERVISORS[store] = Supervisor(store, loop)
+    return current
+
+
+async def supervise(watch: Watch, work: asyncio.Task[ExecutionResult]) -> ExecutionResult:
+    """Await ``work``; cancel it and raise :class:`RunCancelled` if its run ends first."""
+    waits: set[asyncio.Future[Any]] = {work, watch.ended}
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    if work.done():
+        return work.result()
+    work.cancel()
+    await asyncio.gather(work, return_exceptions=True)
+    raise RunCancelled("the run ended while the node was running", run_id=watch.run_id,
+                       node_id=watch.node_id)
+
+
+async def timed(node: Node, work: Awaitable[Any]) -> ExecutionResult:
     timeout_s = node.settings.timeout_s
     if timeout_s is None:
         result: ExecutionResult = await work

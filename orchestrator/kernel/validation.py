@@ -17,7 +17,15 @@ or parameter at fault:
 6. parameters (see ``_check_node``): unknown ids (did you mean), inline values of the
    declared type/enum/range, required ones present, expression syntax, and every
    ``$('Name')`` names an existing node upstream (``UpstreamReferenceError``); a
-   parameter of type ``graph`` holds a graph that is validated recursively.
+   parameter of type ``graph`` holds a graph that is validated recursively; no expression
+   text is longer than ``GraphLimits.max_source_chars``.
+
+Fan-out: a parameter declared ``fan_out`` (an integer) says how many runs of its node's
+nested graphs may be in flight at once. Along a chain of nested graphs these multiply
+(8 runs at once, each running a node that runs 8 at once, is 64); the product must stay
+within ``GraphLimits.max_fan_out``, else the innermost node's parameter is refused
+(``ParameterError``). Only literal values are known here; an expression is checked by
+the node when it runs.
 
 "Upstream" of a node: its flow ancestors; a node that only feeds link edges also sees
 what the nodes it is linked into see (it is materialized on their behalf).
@@ -38,12 +46,14 @@ from .errors import (
     DuplicateError,
     ExpressionError,
     GraphError,
+    GraphSchemaError,
     HandleError,
     LinkCycleError,
     ParameterError,
     SocketTypeError,
     UpstreamReferenceError,
 )
+from .expression_limits import DEFAULT_LIMITS
 from .expressions import check_syntax, find_references
 from .graph import ERROR_PORT, Edge, Graph, Node, parse_graph
 from .inline import check_inline_value, contains_expression
@@ -52,6 +62,19 @@ from .sockets import can_connect
 
 # The socket and channel of the implicit error port (``settings.on_error == "error_port"``).
 _ERROR_PORT = Port(id=ERROR_PORT, socket="data", channel="flow")
+
+
+@dataclass(frozen=True)
+class GraphLimits:
+    """Bounds a graph is checked against, besides its shape (the host's settings)."""
+
+    max_source_chars: int = DEFAULT_LIMITS.max_source_chars  # one expression's text
+    max_fan_out: int = 64  # runs of nested graphs in flight at once, multiplied along the nesting
+    max_nodes: int = 5_000  # nodes of one graph (a nested graph counts on its own)
+    max_edges: int = 20_000  # edges of one graph
+
+
+DEFAULT_GRAPH_LIMITS = GraphLimits()
 
 
 @dataclass
@@ -72,9 +95,13 @@ def _label(node: Node) -> str:
     return f'node {node.id} ("{node.name}")'
 
 
-def validate_graph(raw: dict[str, Any] | Graph, registry: Registry) -> ValidatedGraph:
-    """Parse and check ``raw``; raise the first fault as a ``GraphError`` subclass."""
+def validate_graph(raw: dict[str, Any] | Graph, registry: Registry, limits: GraphLimits = DEFAULT_GRAPH_LIMITS,
+                   *, fan_out: int = 1) -> ValidatedGraph:
+    """Parse and check ``raw``; raise the first fault as a ``GraphError`` subclass.
+
+    ``fan_out``: how many runs of this graph the nodes it is nested in keep in flight."""
     graph = raw if isinstance(raw, Graph) else parse_graph(raw)
+    _check_size(graph, limits)
     if isinstance(raw, Graph):
         _check_channels(graph)
     _check_duplicates(graph)
@@ -96,13 +123,21 @@ def validate_graph(raw: dict[str, Any] | Graph, registry: Registry) -> Validated
     refs: dict[str, list[str]] = {}
     for node in graph.nodes:
         names = _check_node(graph, node, definitions[node.id], wired[node.id],
-                            _Visible(node.id, upstream, link_succ), registry)
+                            _Visible(node.id, upstream, link_succ), registry, limits, fan_out)
         if names:
             refs[node.id] = [graph.node_by_name[name].id for name in sorted(names)]
     return ValidatedGraph(graph=graph, definitions=definitions, upstream=upstream, refs=refs)
 
 
 # -- structure -------------------------------------------------------------------------
+
+
+def _check_size(graph: Graph, limits: GraphLimits) -> None:
+    for what, count, bound in (("nodes", len(graph.nodes), limits.max_nodes),
+                               ("edges", len(graph.edges), limits.max_edges)):
+        if count > bound:
+            raise GraphSchemaError(f"graph has {count} {what}, above the limit of {bound} "
+                                   f"(setting ORCH_GRAPH_MAX_{what.upper()})", graph_id=graph.id)
 
 
 def _check_channels(graph: Graph) -> None:
@@ -256,7 +291,7 @@ class _Visible:
 
 
 def _check_node(graph: Graph, node: Node, definition: NodeDefinition, wired: set[str],
-                visible: Container[str], registry: Registry) -> set[str]:
+                visible: Container[str], registry: Registry, limits: GraphLimits, fan_out: int) -> set[str]:
     """Check ``node``'s parameters; return the node names its expressions reference."""
     where: dict[str, Any] = {"graph_id": graph.id, "node_id": node.id, "node_name": node.name}
     for key in node.data:
@@ -270,6 +305,7 @@ def _check_node(graph: Graph, node: Node, definition: NodeDefinition, wired: set
                 parameter=key, **where,
             )
     names: set[str] = set()
+    nested_fan_out = _fan_out(graph, node, definition, limits, fan_out)
     for param in definition.parameters:
         value = node.data.get(param.id)
         if value is None or value == "":
@@ -281,10 +317,10 @@ def _check_node(graph: Graph, node: Node, definition: NodeDefinition, wired: set
                 )
             continue
         if param.type == "graph":
-            _check_nested(graph, node, param, value, registry)
+            _check_nested(graph, node, param, value, registry, limits, nested_fan_out)
             continue
         if param.expressions and contains_expression(value):
-            names |= _check_expressions(graph, node, param, value, visible)
+            names |= _check_expressions(graph, node, param, value, visible, limits)
             if isinstance(value, str):
                 continue  # an expression string: its type is known only at run time
         problem = check_inline_value(param, value)
@@ -295,12 +331,32 @@ def _check_node(graph: Graph, node: Node, definition: NodeDefinition, wired: set
     return names
 
 
+def _fan_out(graph: Graph, node: Node, definition: NodeDefinition, limits: GraphLimits, outer: int) -> int:
+    """Runs of ``node``'s nested graphs in flight at once: ``outer`` times its fan-out
+    parameters' literal values (or defaults); refused above ``limits.max_fan_out``."""
+    total = outer
+    for param in definition.parameters:
+        if not param.fan_out:
+            continue
+        value = node.data.get(param.id, param.default)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 1:
+            total *= int(value)
+            if total > limits.max_fan_out:
+                raise ParameterError(
+                    f"parameter {param.id!r} on {_label(node)} would keep {total} runs of its nested "
+                    f"graph in flight at once ({outer} from the nodes it is nested in x {int(value)}), "
+                    f"above the limit of {limits.max_fan_out} (max_fan_out); lower it or the "
+                    "outer nodes' value", graph_id=graph.id, node_id=node.id, node_name=node.name,
+                    parameter=param.id)
+    return total
+
+
 def _check_expressions(graph: Graph, node: Node, param: Parameter, value: Any,
-                       visible: Container[str]) -> set[str]:
+                       visible: Container[str], limits: GraphLimits) -> set[str]:
     where: dict[str, Any] = {"graph_id": graph.id, "node_id": node.id, "node_name": node.name,
                              "parameter": param.id}
     try:
-        check_syntax(value)
+        check_syntax(value, limits.max_source_chars)
     except ExpressionError as exc:
         message = f"parameter {param.id!r} on {_label(node)}: {exc.message}"
         raise type(exc)(message, **where) from None
@@ -323,7 +379,7 @@ def _check_expressions(graph: Graph, node: Node, param: Parameter, value: Any,
 
 
 def _check_nested(graph: Graph, node: Node, param: Parameter, value: Any,
-                  registry: Registry) -> None:
+                  registry: Registry, limits: GraphLimits, fan_out: int) -> None:
     where: dict[str, Any] = {"graph_id": graph.id, "node_id": node.id, "node_name": node.name,
                              "parameter": param.id}
     if not isinstance(value, dict):
@@ -332,7 +388,7 @@ def _check_nested(graph: Graph, node: Node, param: Parameter, value: Any,
             f"got {type(value).__name__}", **where,
         )
     try:
-        validate_graph(value, registry)
+        validate_graph(value, registry, limits, fan_out=fan_out)
     except GraphError as exc:
         inner = type(exc)(f"in the graph of parameter {param.id!r} on {_label(node)}: {exc}",
                           path=exc.path, edge_id=exc.edge_id, handle=exc.handle, **where)

@@ -5,13 +5,15 @@ from __future__ import annotations
 import importlib.util
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext, NodeEvent
+from orchestrator.settings import get_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -89,3 +91,23 @@ def data_in(value: Any) -> dict[str, DataValue]:
 @pytest.fixture
 def executors() -> Callable[[str], Any]:
     return load_executor
+
+
+@pytest.fixture
+def allow_python(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The operator allows this interpreter as a stdio MCP command."""
+    monkeypatch.setenv("ORCH_MCP_STDIO_COMMANDS", sys.executable)
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+
+
+async def call_tool(tools: Any, name: str, args: dict[str, Any]) -> str:
+    """Run an agent (dry-run model, a session of its own) whose tools are ``tools`` and
+    that calls tool ``name`` once with ``args``; the tool's result, as the agent answered it."""
+    agent = load_executor("agents/agent")
+    ctx = make_ctx(links={("a1", "tools"): [tools]}, session_id=f"mcp-{uuid.uuid4().hex}")
+    script = [{"call": name, "args": args}, {"say": "{tool_result}"}]
+    _events, result = await drain(agent.execute(
+        {"model": "dryrun:x", "prompt": f"call {name}", "script": script}, data_in({}), ctx))
+    return str(result.outputs["output"].value["response"])

@@ -2,12 +2,17 @@
 
 ``POST /v1/chat/completions``: with ``tools`` and no tool result yet, it calls the first
 tool (the call split over two SSE chunks, as real servers do); otherwise it answers
-``"Stub says: <last tool result or user message>"``. Streams ``chat.completion.chunk``s
+``"Stub says: <last tool result or user message>"`` (or the request's ``Authorization``
+header with ``echo_auth``: a server reflecting the key). Streams ``chat.completion.chunk``s
 and ends with a usage chunk; non-stream requests get one ``chat.completion``. Requests
 are recorded on ``server.requests`` (headers + body) for assertions.
 
 ``POST /v1/embeddings``: one vector per input text, ``[len(text), count of 'a', 1.0]``
 (or ``dimensions`` long, padded with zeros), in shuffled ``index`` order as the API allows.
+
+Fixtures for the tests of where model keys go: ``stub`` (the endpoint the operator
+configures), ``attacker`` (a host a graph would choose) and ``operator_key`` (the worker's
+``OPENAI_API_KEY`` set to :data:`OPERATOR_KEY`, settings re-read).
 """
 
 from __future__ import annotations
@@ -15,8 +20,15 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+import pytest
+
+from orchestrator.settings import get_settings
+
+OPERATOR_KEY = "sk-operator-canary-0123456789"
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -52,6 +64,8 @@ class _Handler(BaseHTTPRequestHandler):
             finish = "tool_calls"
         else:
             last = tool_results[-1]["content"] if tool_results else messages[-1]["content"]
+            if self.server.echo_auth:  # a server that reflects the key it was sent
+                last = self.headers.get("Authorization", "")
             text = f"Stub says: {last}"
             chunks = [{"role": "assistant", "content": ""}] + [
                 {"content": w} for w in text.split(" ") for w in (w + " ",)]
@@ -118,6 +132,7 @@ class StubServer(ThreadingHTTPServer):
         self.requests: list[dict[str, Any]] = []
         self.fail_status = 0
         self.chunk_delay_s = 0.0  # pause between streamed chunks
+        self.echo_auth = False  # answer with the request's Authorization header
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)
 
     @property
@@ -132,3 +147,23 @@ class StubServer(ThreadingHTTPServer):
         self.shutdown()
         self.server_close()
         self._thread.join(timeout=5)
+
+
+@pytest.fixture
+def stub() -> Iterator[StubServer]:
+    with StubServer() as server:
+        yield server
+
+
+@pytest.fixture
+def attacker() -> Iterator[StubServer]:
+    with StubServer() as server:
+        yield server
+
+
+@pytest.fixture
+def operator_key(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    monkeypatch.setenv("OPENAI_API_KEY", OPERATOR_KEY)
+    get_settings.cache_clear()
+    yield OPERATOR_KEY
+    get_settings.cache_clear()

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import time
+
+import jsonschema
 import pytest
 
+from nodes._shared.json_schemas import bounded_validator, check_patterns
+from nodes._shared.patterns import PatternClock, PatternTimeout
 from orchestrator.kernel.protocol import NodeEvent
 from tests.agents.conftest import data_in, drain, load_executor, make_ctx
 
@@ -82,3 +88,65 @@ async def test_model_selector_materializes_its_spec_string() -> None:
     spec = await selector.materialize({"model": "openai-chat:gpt-4o-mini"}, "model",
                                       make_ctx(node_type="model_selector"))
     assert spec == "openai-chat:gpt-4o-mini"
+
+
+async def test_structured_output_never_fetches_a_remote_ref_and_names_the_parameter() -> None:
+    """jsonschema's default resolver would GET the URL with urllib, outside the egress policy."""
+    from orchestrator.kernel.errors import ParameterError
+    from tests.nodes.local_http import LocalHttp
+
+    with LocalHttp() as server:
+        for ref in (f"{server.url}/latest/meta-data/#/path", f"{server.url}/items", "other.json#/x"):
+            schema = {"properties": {"a": {"$ref": ref}}}
+            with pytest.raises(ParameterError, match="does not resolve inside the schema") as caught:
+                await drain(structured.execute(
+                    {"model": "dryrun:x", "prompt": "x", "schema": schema, "script": [{"say": '{"a": 1}'}]},
+                    data_in({}), make_ctx(node_type="structured_output")))
+            assert caught.value.parameter == "schema"
+        assert server.requests == []
+
+
+async def test_structured_output_resolves_local_refs() -> None:
+    schema = {"$defs": {"city": {"type": "string", "minLength": 2}},
+              "type": "object", "properties": {"city": {"$ref": "#/$defs/city"}}, "required": ["city"]}
+    script = [{"say": '{"city": "P"}'}, {"say": '{"city": "Paris"}'}]
+    events, result = await drain(structured.execute(
+        {"model": "dryrun:x", "prompt": "where?", "schema": schema, "max_attempts": 2, "script": script},
+        data_in({}), make_ctx(node_type="structured_output")))
+    assert result.outputs["output"].value == {"data": {"city": "Paris"}}
+    assert any("too short" in str(e.data.get("invalid")) for e in events if e.event_type == "progress")
+
+
+# -- a schema's patterns match within the node execution's budget ----------------------
+
+
+async def test_structured_output_stops_a_backtracking_schema_pattern_naming_the_setting() -> None:
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^(a|aa)+$"}}}
+    script = [{"say": json.dumps({"code": "a" * 40 + "!"})}]
+    began = time.monotonic()
+    with pytest.raises(PatternTimeout, match=r"schema pattern '\^\(a\|aa\)\+\$'.*ORCH_PATTERN_TIMEOUT_S"):
+        await drain(structured.execute(
+            {"model": "dryrun:x", "prompt": "x", "schema": schema, "max_attempts": 1, "script": script},
+            data_in({}), make_ctx(node_type="structured_output")))
+    assert time.monotonic() - began < 5
+
+
+@pytest.mark.parametrize(("answer", "problem"), [
+    ({"code": "AB-12", "extra_1": 1}, None),
+    ({"code": "ab-12"}, "'ab-12' does not match"),
+    ({"code": "AB-12", "other": 1}, "'other' does not match any of the regexes"),
+    ({"code": "AB-12", "extra_x": "x"}, "'x' is not of type 'integer'"),
+])
+def test_schema_patterns_keep_their_meaning(answer: dict[str, object], problem: str | None) -> None:
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]{2}-\\d+$"}},
+              "patternProperties": {"^extra_": {"type": "integer"}}, "additionalProperties": False}
+    errors = [e.message for e in bounded_validator(schema, PatternClock()).iter_errors(answer)]
+    assert errors == [] if problem is None else any(problem in e for e in errors), errors
+    assert errors == [e.message for e in jsonschema.Draft202012Validator(schema).iter_errors(answer)]
+
+
+def test_a_schema_combining_unevaluated_and_pattern_properties_is_refused() -> None:
+    schema = {"patternProperties": {"^a": {}}, "unevaluatedProperties": False}
+    with pytest.raises(ValueError, match="unevaluatedProperties with patternProperties"):
+        check_patterns(schema)
+    check_patterns({"patternProperties": {"^a": {}}, "additionalProperties": False})

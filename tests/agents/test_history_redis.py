@@ -39,3 +39,28 @@ async def test_three_turns_on_fresh_agents_share_history_through_redis(redis_url
     _, result = await drain(agent.execute({"model": "dryrun:x", "prompt": "hi"}, data_in({}),
                                           other))
     assert "history: 0 earlier turns" in result.outputs["output"].value["response"]
+
+
+async def test_one_session_id_in_two_workspaces_keeps_two_histories(redis_url: str) -> None:
+    settings = SimpleNamespace(retention_s=600, key_prefix="ws2")
+
+    async def turn(workspace: str, n: int, message: str) -> str:
+        services = {"redis_url": redis_url, "settings": settings, "workspace": workspace}
+        ctx = make_ctx(run_id=f"{workspace}-run-{n}", session_id="ticket-9", services=services)
+        _, result = await drain(agent.execute({"model": "dryrun:x", "prompt": message}, data_in({}), ctx))
+        return str(result.outputs["output"].value["response"])
+
+    assert "history: 0 earlier turns" in await turn("alpha", 1, "my PIN is 4921")
+    assert "history: 0 earlier turns" in await turn("beta", 1, "what was the PIN?")
+    assert "history: 1 earlier turns" in await turn("beta", 2, "again")
+    assert "history: 1 earlier turns" in await turn("alpha", 2, "second")
+    assert "history: 0 earlier turns" in await turn("default", 1, "third party")
+    client = redis.Redis.from_url(redis_url)
+    try:
+        sessions = sorted(k.decode() for k in client.scan_iter(match="ws2:agno*:sessions:ticket-9"))
+        alpha_runs = client.zrange("ws2:agno:ws:alpha:runs:by_session:ticket-9", 0, -1)
+    finally:
+        client.close()
+    assert sessions == ["ws2:agno:sessions:ticket-9", "ws2:agno:ws:alpha:sessions:ticket-9",
+                        "ws2:agno:ws:beta:sessions:ticket-9"]
+    assert len(alpha_runs) == 2

@@ -6,14 +6,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from nodes._shared import sandbox_bwrap
 from orchestrator.kernel.errors import EgressDeniedError, ParameterError
-from orchestrator.settings import Settings, get_settings
+from orchestrator.settings import Settings
 from tests.agents.conftest import data_in, drain, load_executor, make_ctx
 
 agent = load_executor("agents/agent")
@@ -21,15 +20,6 @@ mcp_server = load_executor("tools/mcp_server")
 SERVER = Path(__file__).with_name("mcp_echo_server.py")
 # The server reports who and where it runs, through its echo tool's own process.
 PROBE = Path(__file__).with_name("mcp_probe_server.py")
-
-
-@pytest.fixture
-def allow_python(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The operator allows this interpreter as a stdio MCP command."""
-    monkeypatch.setenv("ORCH_MCP_STDIO_COMMANDS", sys.executable)
-    get_settings.cache_clear()
-    yield
-    get_settings.cache_clear()
 
 
 async def test_agent_calls_the_echo_tool_of_a_stdio_mcp_server(allow_python: None) -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from types import SimpleNamespace
 
 import pytest
 
+from orchestrator.settings import Settings
 from tests.agents.conftest import agno_events, data_in, drain, load_executor, make_ctx
 from tests.agents.openai_stub import StubServer
 
@@ -24,8 +24,8 @@ def stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[StubServer]:
 
 
 def services(server: StubServer) -> dict[str, object]:
-    return {"settings": SimpleNamespace(openai_base_url=server.base_url, retention_s=60,
-                                        key_prefix="orc")}
+    """The operator configured the stub as the model endpoint (ORCH_OPENAI_BASE_URL)."""
+    return {"settings": Settings(openai_base_url=server.base_url, retention_s=60, key_prefix="orc")}
 
 
 @pytest.mark.parametrize("provider", ["openai-like", "openai-chat"])
@@ -70,7 +70,7 @@ async def test_a_key_from_the_secrets_file_reaches_the_server_and_no_event(
         tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
     from pathlib import Path
 
-    from orchestrator.settings import Settings, get_settings
+    from orchestrator.settings import get_settings
 
     secret = "sk-from-file-0123456789"
     path = Path(str(tmp_path)) / "secrets.json"

@@ -22,6 +22,7 @@ from orchestrator.embedded_redis import EmbeddedRedis
 from orchestrator.kernel.definition import NodeDefinition
 from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext
 from orchestrator.kernel.registry import Registry
+from orchestrator.redis_client import client
 from orchestrator.settings import Settings
 from tests.fake_nodes import make_registry
 
@@ -101,16 +102,18 @@ def make_settings(server: EmbeddedRedis, **overrides: Any) -> Settings:
     return Settings(**{**base, **overrides})
 
 
-async def open_api(server: EmbeddedRedis, **overrides: Any) -> Api:
+async def open_api(server: EmbeddedRedis, registry: Registry | None = None, **overrides: Any) -> Api:
+    """The app on ``server`` with its own key prefix; ``registry`` defaults to the fake
+    node types plus stand-in triggers (:func:`api_registry`)."""
     from workers.store import RedisRunStore
 
     settings = make_settings(server, **overrides)
-    redis = Redis.from_url(server.url, decode_responses=True)
+    redis = client(server.url, decode_responses=True)  # as the app makes its own
     store = RedisRunStore(redis, settings)
     api = Api(client=None, redis=redis, settings=settings, store=store)  # type: ignore[arg-type]
     app = create_app(
         settings,
-        registry=api_registry(),
+        registry=registry or api_registry(),
         redis=redis,
         run_store=store,
         dispatch=lambda run_id, nodes: api.dispatched.append((run_id, list(nodes))),

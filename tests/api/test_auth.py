@@ -32,12 +32,19 @@ async def test_health_and_ready_need_no_key(keyed_api: Api) -> None:
     assert ready.status_code == 200 and ready.json()["redis"] == "ok"
 
 
-async def test_metrics_need_a_key_unless_made_public(keyed_api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_metrics_need_a_key_unless_made_public(keyed_api: Api, redis_server: EmbeddedRedis,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     assert (await keyed_api.client.get("/metrics")).status_code == 401
-    monkeypatch.setenv("ORCH_METRICS_PUBLIC", "1")
-    response = await keyed_api.client.get("/metrics")
-    assert response.status_code == 200
-    assert "orchestrator_queue_depth" in response.text
+    keyed = await keyed_api.client.get("/metrics", headers={"Authorization": "Bearer key-one"})
+    assert keyed.status_code == 200 and "orchestrator_queue_depth" in keyed.text  # ORCH_API_KEYS: as before
+    monkeypatch.setenv("ORCH_METRICS_PUBLIC", "1")  # read into the settings of an app started now
+    public = await open_api(redis_server, api_keys="key-one")
+    try:
+        response = await public.client.get("/metrics")
+        assert response.status_code == 200
+        assert "orchestrator_queue_depth" in response.text
+    finally:
+        await public.close()
 
 
 async def test_oversized_body_is_413(redis_server: EmbeddedRedis) -> None:

@@ -72,3 +72,61 @@ async def test_rotation_re_encrypts_with_the_new_key(capi: Api) -> None:
     assert await CredentialStore(capi.redis, both).rotate() == 1
     only_new = capi.settings.model_copy(update={"credentials_key": new})
     assert (await CredentialStore(capi.redis, only_new).get("t")).values == {"token": "tok-1"}
+
+
+# -- origins: where nodes may send a credential ---------------------------------------------------------
+
+
+async def test_origins_are_stored_normalized_and_described(capi: Api) -> None:
+    r = await capi.client.post("/credentials", json={"name": "partner", "type": "header",
+                                                     "values": {"name": "X-Api-Key", "value": "hdr-SECRET"},
+                                                     "origins": ["HTTPS://API.Example.com:443", "https://*.example.com",
+                                                                 "http://10.0.0.5:8080"]})
+    assert r.status_code == 201, r.text
+    assert r.json()["origins"] == ["https://api.example.com", "https://*.example.com", "http://10.0.0.5:8080"]
+    assert (await capi.client.get("/credentials/partner")).json()["origins"] == r.json()["origins"]
+
+
+@pytest.mark.parametrize("origin", ["api.example.com", "ftp://x.example.com", "https://x.example.com/path",
+                                    "https://user@x.example.com", "https://*", "https://a.*.example.com"])
+async def test_a_malformed_origin_is_a_400_naming_it(capi: Api, origin: str) -> None:
+    r = await capi.client.post("/credentials", json={"name": "t", "type": "bearer", "values": {"token": "tok-123"},
+                                                     "origins": [origin]})
+    assert r.status_code == 400 and r.json()["error"]["parameter"] == "origins" and origin in r.text
+
+
+async def test_database_url_credentials_take_no_origins(capi: Api) -> None:
+    r = await capi.client.post("/credentials", json={"name": "db", "type": "database_url",
+                                                     "values": {"url": "postgresql://h/db"},
+                                                     "origins": ["https://x.example.com"]})
+    assert r.status_code == 400 and "takes no origins" in r.text
+
+
+async def test_an_admin_sets_origins_without_sending_the_secret_again(capi: Api) -> None:
+    from orchestrator.credentials import CredentialStore
+
+    await capi.client.post("/credentials", json={"name": "t", "type": "bearer", "values": {"token": "tok-KEEP-1"}})
+    r = await capi.client.patch("/credentials/t", json={"origins": ["https://api.example.com"]})
+    assert r.status_code == 200 and r.json()["origins"] == ["https://api.example.com"]
+    stored = await CredentialStore(capi.redis, capi.settings).get("t")
+    assert stored.values == {"token": "tok-KEEP-1"} and stored.origins == ("https://api.example.com",)
+    assert (await capi.client.patch("/credentials/nope", json={"origins": []})).status_code == 404
+
+
+@pytest.mark.parametrize(("pattern", "url", "allowed"), [
+    ("https://api.example.com", "https://api.example.com/v1/x?q=1", True),
+    ("https://api.example.com", "https://API.example.com:443/", True),
+    ("https://api.example.com", "http://api.example.com/", False),  # scheme
+    ("https://api.example.com", "https://api.example.com:8443/", False),  # port
+    ("https://api.example.com", "https://api.example.com.evil.net/", False),
+    ("https://api.example.com", "https://evil.net/?https://api.example.com", False),
+    ("https://*.example.com", "https://eu.api.example.com/", True),
+    ("https://*.example.com", "https://example.com/", False),  # the domain itself is not a subdomain
+    ("https://*.example.com", "https://badexample.com/", False),
+    ("http://127.0.0.1:8080", "http://127.0.0.1:8080/x", True),
+    ("http://[::1]:8080", "http://[::1]:8080/x", True),
+])
+def test_origin_patterns_match_scheme_host_and_port(pattern: str, url: str, allowed: bool) -> None:
+    from orchestrator.origins import allows, parse_patterns
+
+    assert allows(parse_patterns([pattern]), url) is allowed

@@ -109,7 +109,10 @@ async def test_one_reader_serves_a_run_however_many_subscribe(api: Api, hub: Eve
     await make_run(api, "r2")
     followers = [asyncio.create_task(collect(hub, run)) for run in ("r1", "r2") for _ in range(25)]
     await until(lambda: hub.subscribers("r1") == hub.subscribers("r2") == 25, "all subscribed")
-    await asyncio.sleep(0.2)  # the readers' first non-blocking read is done; they block now
+    for _ in range(500):  # the readers' first read never blocks; then each blocks
+        if await blocked_xread_connections(api.redis) == 2:
+            break
+        await asyncio.sleep(0.01)
     assert hub.readers == 2
     assert await blocked_xread_connections(api.redis) == 2
     started_s = time.monotonic()
@@ -147,7 +150,10 @@ async def test_the_reader_stops_when_its_last_subscriber_leaves(api: Api, hub: E
 
 
 async def test_a_slow_subscriber_is_dropped_without_affecting_the_others(api: Api) -> None:
-    hub = make_hub(api, queue_size=5)
+    # Five deliveries of slack and at most five per read: a subscriber that reads empties
+    # its queue while the reader awaits its next read, the one that stops reading
+    # overflows (with reads of 200, one burst of 30 would overflow every queue of 5).
+    hub = make_hub(api, queue_size=5, batch=5)
     await make_run(api, "r1")
     slow_received: list[str] = []
     slow_may_read = asyncio.Event()
@@ -157,12 +163,20 @@ async def test_a_slow_subscriber_is_dropped_without_affecting_the_others(api: Ap
             slow_received.append(delivery.stream_id)
             await slow_may_read.wait()
 
-    fast = [asyncio.create_task(collect(hub, "r1")) for _ in range(3)]
+    async def fast(got: list[str]) -> list[str]:
+        async for delivery in hub.subscribe("r1"):
+            got.append(delivery.stream_id)
+        return got
+
+    fast_received: list[list[str]] = [[], [], []]
+    followers = [asyncio.create_task(fast(got)) for got in fast_received]
     lagging = asyncio.create_task(slow())
-    await until(lambda: hub.subscribers("r1") == 4 and len(slow_received) == 1, "all subscribed")
+    # Every subscriber has its history (run_started) and waits on its queue: the live tail.
+    await until(lambda: all(len(got) == 1 for got in [*fast_received, slow_received]), "all subscribed")
+    await asyncio.sleep(0.05)
     await add_progress(api, "r1", 30)
     await api.store.finish_run("r1", RunStatus.CANCELLED)
-    received = await asyncio.gather(*fast)
+    received = await asyncio.gather(*followers)
     slow_may_read.set()
     await lagging  # its stream ended early instead of blocking the others
     everything = await stored_ids(api, "r1")
@@ -217,3 +231,20 @@ async def test_redis_unavailable_is_a_503_naming_the_store(redis_server: Embedde
     finally:
         await client.aclose()
         await app.state.services.redis.aclose()
+
+
+async def test_a_subscriber_cancelled_at_any_moment_leaves_and_its_reader_stops(api: Api, hub: EventHub) -> None:
+    """A client that goes away mid-replay: its stream ends whatever redis-py call it was in
+    (on Python 3.11 redis-py's writes could swallow the cancellation; CPython gh-86296)."""
+    import random
+
+    await make_run(api, "r1")
+    await add_progress(api, "r1", 20)
+    rng = random.Random(7)
+    for _ in range(150):
+        follower = asyncio.create_task(collect(hub, "r1"))
+        await asyncio.sleep(rng.random() * 0.003)
+        follower.cancel()
+        done, _ = await asyncio.wait({follower}, timeout=2)
+        assert done, "a cancelled subscriber kept its stream open"
+    await until(lambda: hub.readers == 0 and hub.subscribers("r1") == 0, "the reader stopped")

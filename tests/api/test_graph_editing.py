@@ -44,3 +44,23 @@ async def test_save_with_a_stale_base_version_is_a_conflict_and_keeps_the_other_
     latest = (await api.client.get("/graphs/g1")).json()
     assert latest["version"] == 2 and latest["name"] == "theirs"
     assert (await api.client.put("/graphs/g1", params={"base_version": 2}, json=mine)).json()["version"] == 3
+
+
+async def test_validate_refuses_an_expression_text_over_the_limit_and_keeps_nothing_parsed(api: Api) -> None:
+    """The red-team attack: a viewer's distinct 1.9 MB expressions grew the API ~3.6 MB each."""
+    from orchestrator.kernel.expressions import TEMPLATES
+
+    held = TEMPLATES.total_chars
+    for i in range(3):
+        text = "{{ '" + str(i) + "x" * 1_900_000 + "' }}"
+        big = graph([("a", "emit", "Start"), ("b", "relay", "Big", {"value": text})], [("a", "out", "b", "in")],
+                    id="big")
+        answer = (await api.client.post("/graphs/validate", json=big)).json()
+        assert answer["valid"] is False
+        error = answer["error"]
+        assert (error["node_id"], error["parameter"]) == ("b", "value")
+        assert "above the limit of 100000 (max_source_chars)" in error["message"]
+    assert TEMPLATES.total_chars <= max(held, TEMPLATES.max_total_chars)
+    short = graph([("a", "emit", "Start"), ("b", "relay", "Ok", {"value": "{{ input.x + 1 }}"})],
+                  [("a", "out", "b", "in")], id="ok")
+    assert (await api.client.post("/graphs/validate", json=short)).json()["valid"] is True

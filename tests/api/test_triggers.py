@@ -94,8 +94,10 @@ async def test_signed_webhook_runs_with_a_good_signature(api: Api, how: str, mon
         put = await api.client.put("/graphs/hooked/webhook-secret", json={"secret": SECRET})
         assert put.status_code == 204
     else:
-        monkeypatch.setenv("TEST_HOOK_SECRET", SECRET)
-        await api.client.post("/graphs", json=hook_graph(settings={"webhook_secret_env": "TEST_HOOK_SECRET"}))
+        monkeypatch.setenv("ORCH_WEBHOOK_SECRET_ORDERS", SECRET)
+        hooked = hook_graph(settings={"webhook_secret_env": "ORCH_WEBHOOK_SECRET_ORDERS"})
+        saved = await api.client.post("/graphs", json=hooked)
+        assert saved.status_code == 201, saved.text
     body = json.dumps({"order": 7}).encode()
     headers = {"content-type": "application/json", "X-Signature-256": sign(body)}
     response = await api.client.post("/hooks/orders/new", content=body, headers=headers)
@@ -225,3 +227,49 @@ async def test_approval_for_a_run_that_is_not_waiting_is_409(api: Api) -> None:
     run_id = (await api.client.post("/graphs/g1/runs", json={})).json()["run_id"]
     response = await api.client.post(f"/runs/{run_id}/approvals", json={"decision": "approve"})
     assert response.status_code == 409
+
+
+# -- settings.webhook_secret_env names only operator-designated variables ---------------------------
+
+
+@pytest.mark.parametrize("name", ["ORCH_CREDENTIALS_KEY", "ORCH_SESSION_SECRET", "OPENAI_API_KEY", "NO_SUCH_VAR_42",
+                                  "ORCH_WEBHOOK_SECRET_"])
+async def test_a_graph_naming_another_variable_is_refused_at_save(api: Api, name: str) -> None:
+    response = await api.client.post("/graphs", json=hook_graph(settings={"webhook_secret_env": name}))
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["parameter"] == "webhook_secret_env" and "ORCH_WEBHOOK_SECRET_ENVS" in error["message"]
+    checked = (await api.client.post("/graphs/validate", json=hook_graph(settings={"webhook_secret_env": name})))
+    assert checked.json()["valid"] is False
+
+
+async def test_a_graph_saved_before_the_rule_gets_one_answer_whether_the_variable_is_set_or_not(
+        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No existence oracle: ORCH_CREDENTIALS_KEY is set here, NO_SUCH_VAR_42 is not."""
+    from orchestrator.graph_store import GraphStore
+    from tests.api.conftest import api_registry
+
+    monkeypatch.setenv("ORCH_CREDENTIALS_KEY", "an-operator-secret-value")
+    store = GraphStore(api.redis, api_registry(), api.settings)
+    answers = []
+    for i, name in enumerate(["ORCH_CREDENTIALS_KEY", "NO_SUCH_VAR_42"]):
+        await store.create(hook_graph(f"old-{i}", path=f"old/{i}", settings={"webhook_secret_env": name}))
+        response = await api.client.post(f"/hooks/old/{i}", content=b"{}", headers={"content-type": "application/json"})
+        answers.append((response.status_code, response.json()["error"]["message"].replace(name, "NAME")))
+    assert answers[0] == answers[1] and answers[0][0] == 401 and api.dispatched == []
+
+
+async def test_the_operator_can_allow_a_variable_by_name(redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.api.conftest import open_api
+
+    monkeypatch.setenv("LEGACY_HOOK_SECRET", SECRET)
+    api = await open_api(redis_server, webhook_secret_envs="LEGACY_HOOK_SECRET")
+    try:
+        saved = await api.client.post("/graphs", json=hook_graph(settings={"webhook_secret_env": "LEGACY_HOOK_SECRET"}))
+        assert saved.status_code == 201, saved.text
+        body = b'{"order": 7}'
+        response = await api.client.post("/hooks/orders/new", content=body,
+                                         headers={"content-type": "application/json", "X-Signature-256": sign(body)})
+        assert response.status_code == 202
+    finally:
+        await api.close()

@@ -184,3 +184,60 @@ async def test_another_workspace_cannot_save_over_a_graph_with_a_base_version(ws
     await a_graph_and_run(ws_api)
     response = await ws_api.client.put("/graphs/ga?base_version=1", json=chain("ga"), headers=auth("b-admin"))
     assert response.status_code == 404
+
+
+def hooked(graph_id: str, path: str = "crm/events") -> dict[str, object]:
+    return {"id": graph_id, "nodes": [{"id": "w", "type": "webhook_trigger", "name": "Hook", "data": {"path": path}},
+                                      {"id": "r", "type": "relay", "name": "Relay"}],
+            "edges": [{"id": "e1", "source": "w", "sourceHandle": "out", "target": "r", "targetHandle": "in",
+                       "data": {"channel": "flow"}}]}
+
+
+async def test_a_webhook_path_conflict_names_the_graph_only_to_its_own_workspace(ws_api: Api) -> None:
+    created = await ws_api.client.post("/graphs", json=hooked("a-secret-acquisition-2027"), headers=auth("a-editor"))
+    assert created.status_code == 201, created.text
+    theirs = await ws_api.client.post("/graphs", json=hooked("b-hook"), headers=auth("b-admin"))
+    assert theirs.status_code == 409
+    assert "a-secret-acquisition-2027" not in theirs.text and "is taken" in theirs.json()["error"]["message"]
+    assert (await ws_api.client.get("/graphs/b-hook", headers=auth("b-admin"))).status_code == 404
+    ours = await ws_api.client.post("/graphs", json=hooked("a-other"), headers=auth("a-editor"))
+    assert ours.status_code == 409 and "a-secret-acquisition-2027" in ours.json()["error"]["message"]
+    assert await ws_api.redis.hget(f"{ws_api.settings.key_prefix}:hooks", "crm/events") == "a-secret-acquisition-2027"
+    legacy = await ws_api.client.post("/graphs", json=hooked("d-hook"), headers=auth("legacy-admin-key"))
+    assert legacy.status_code == 409 and "a-secret-acquisition-2027" not in legacy.text
+
+
+@pytest.mark.parametrize(("key", "status"), [
+    ("legacy-admin-key", 200),  # ORCH_API_KEYS: an admin of default, as before
+    ("a-admin", 403), ("a-viewer", 403), ("b-admin", 403),  # another workspace's key sees no global counts
+    ("metrics-token-0123456789", 200), ("wrong", 401),
+])
+async def test_metrics_are_for_the_operator(redis_server: EmbeddedRedis, tmp_path: Path, key: str,
+                                            status: int) -> None:
+    keys_file = tmp_path / "keys.json"
+    keys_file.write_text(json.dumps([{"key": k, "workspace": ws, "role": r} for k, (ws, r) in KEYS.items()]))
+    api = await open_api(redis_server, api_keys="legacy-admin-key", api_keys_file=str(keys_file),
+                         metrics_token="metrics-token-0123456789")
+    try:
+        response = await api.client.get("/metrics", headers=auth(key))
+        assert response.status_code == status, response.text
+        if status == 200:
+            assert "orchestrator_queue_depth" in response.text
+        if status == 403:
+            assert "admin key of workspace 'default' or ORCH_METRICS_TOKEN" in response.json()["error"]["message"]
+    finally:
+        await api.close()
+
+
+def test_a_placeholder_metrics_token_is_refused_at_start(redis_server: EmbeddedRedis) -> None:
+    with pytest.raises(ConfigurationError, match="ORCH_METRICS_TOKEN"):
+        create_app(make_settings(redis_server, api_keys="ok-key-one", metrics_token="change-me"))
+
+
+def test_workspaces_that_differ_only_in_case_are_refused_at_start(redis_server: EmbeddedRedis,
+                                                                  tmp_path: Path) -> None:
+    keys_file = tmp_path / "keys.json"
+    keys_file.write_text(json.dumps([{"key": "k" * 20, "workspace": "Team", "role": "admin"},
+                                     {"key": "j" * 20, "workspace": "team", "role": "admin"}]))
+    with pytest.raises(ConfigurationError, match="differ only in case"):
+        create_app(make_settings(redis_server, api_keys_file=str(keys_file)))

@@ -81,11 +81,11 @@ async def test_second_completion_changes_nothing_and_returns_undispatched(store:
     run_id = plan.run_id
     await claim(store, run_id, "a")
     first = await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]))
-    assert first == ["b", "c"]
+    assert first.nodes == ["b", "c"]
     await store.mark_dispatched(run_id, ["b"])  # the worker died before sending "c"
     before = await events_of(store, run_id)
     again = await store.complete_node(run_id, "a", completed(run_id, "a", []))
-    assert again == ["c"]
+    assert again.nodes == ["c"]
     assert len(await events_of(store, run_id)) == len(before)
     assert (await store.read_outputs(run_id, ["a"]))["a"]["out"].value == "a.out"
     assert (await node_states(store, run_id))["b"] == "pending"
@@ -111,8 +111,9 @@ async def test_claim_while_another_worker_holds_the_lease_is_busy(store: RunStor
     second = await claim(store, run_id, "a", worker_id="w2")
     assert (first.kind, first.claims) == ("run", 1)
     assert second.kind == "busy"
-    assert await store.renew_lease(run_id, "a", worker_id="w1", lease_s=30)
-    assert not await store.renew_lease(run_id, "a", worker_id="w2", lease_s=30)
+    assert await store.renew_leases(run_id, ["a", "b"], worker_id="w1", lease_s=30) == 1
+    assert await store.renew_leases(run_id, ["a"], worker_id="w2", lease_s=30) == 0
+    assert await store.renew_leases(run_id, [], worker_id="w1", lease_s=30) == 0
 
 
 async def test_reclaim_after_the_lease_expired_says_so_in_its_started_event(
@@ -136,7 +137,7 @@ async def test_stop_run_failure_ends_the_run_failed(store: RunStore) -> None:
     await claim(store, run_id, "a")
     ready = await store.complete_node(run_id, "a", completed(
         run_id, "a", [], status="failed", stop_run=True, error={"message": "boom"}))
-    assert ready == []
+    assert ready.nodes == []
     record = await store.get_run(run_id)
     assert record.status == "failed" and record.error == {"message": "boom"}
     assert record.finished_at is not None
@@ -167,7 +168,7 @@ async def test_cancelled_run_closes_claims_and_dispatches_nothing(store: RunStor
     assert await store.finish_run(run_id, "cancelled", {"message": "user"})
     assert not await store.finish_run(run_id, "timed_out")
     ready = await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]))
-    assert ready == []
+    assert ready.nodes == []
     assert (await store.read_outputs(run_id, ["a"]))["a"]["out"].value == "a.out"
     assert (await store.get_run(run_id)).status == "cancelled"
     kinds = [e.event_type for e in await events_of(store, run_id)]
@@ -181,7 +182,7 @@ async def test_suspended_node_waits_then_resumes_with_its_payload(store: RunStor
     await claim(store, run_id, "a")
     wait = completed(run_id, "a", [], status="waiting")
     wait.payload = {"question": "ok?"}
-    assert await store.complete_node(run_id, "a", wait) == []
+    assert (await store.complete_node(run_id, "a", wait)).nodes == []
     assert (await store.get_run(run_id)).status == "waiting"
     assert (await node_states(store, run_id))["a"] == "waiting"
     waiting = [e for e in await events_of(store, run_id) if e.event_type == "run_waiting"]
@@ -195,7 +196,7 @@ async def test_suspended_node_waits_then_resumes_with_its_payload(store: RunStor
     assert resume == {"payload": {"question": "ok?"}, "input": {"yes": True}}
     answer = await claim(store, run_id, "a", worker_id="w2")
     assert (answer.kind, answer.claims) == ("run", 2)
-    assert await store.complete_node(run_id, "a", completed(run_id, "a", ["out"])) == ["b"]
+    assert (await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]))).nodes == ["b"]
     kinds = [e.event_type for e in await events_of(store, run_id)]
     assert kinds.count("run_resumed") == 1
     started = [e.data for e in await events_of(store, run_id) if e.event_type == "started"]
@@ -207,7 +208,7 @@ async def test_a_failure_that_stops_the_run_marks_what_did_not_run_not_run(store
     await Driver(store, plan).start()
     run_id = plan.run_id
     await claim(store, run_id, "a")
-    assert await store.complete_node(run_id, "a", completed(run_id, "a", ["out"])) == ["b", "d"]
+    assert (await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]))).nodes == ["b", "d"]
     await claim(store, run_id, "b")
     await store.complete_node(run_id, "b", completed(
         run_id, "b", [], status="failed", stop_run=True, error={"message": "boom"}))
@@ -230,7 +231,7 @@ async def test_a_completion_after_the_run_ended_propagates_nothing(store: RunSto
     run_id = plan.run_id
     await claim(store, run_id, "a")
     assert await store.finish_run(run_id, "cancelled")
-    assert await store.complete_node(run_id, "a", completed(run_id, "a", [])) == []
+    assert (await store.complete_node(run_id, "a", completed(run_id, "a", []))).nodes == []
     states = await node_states(store, run_id)
     assert states["a"] == NodeStatus.SUCCEEDED  # it was running when the run ended
     assert (states["b"], states["c"]) == (NodeStatus.NOT_RUN, NodeStatus.NOT_RUN)
@@ -287,12 +288,12 @@ async def test_a_scheduled_retry_frees_the_node_and_the_next_claim_runs_the_next
     retry = NodeEvent(run_id=run_id, node_id="a", node_type="fake", node_name="a",
                       event_type="retry", data={"delay_s": 0.5})
     retrying = NodeCompletion(status=NodeStatus.RETRYING, events=[retry], next_attempt=2)
-    assert await store.complete_node(run_id, "a", retrying) == []
-    assert await store.complete_node(run_id, "a", retrying) == []  # a repeat changes nothing
+    assert (await store.complete_node(run_id, "a", retrying)).nodes == []
+    assert (await store.complete_node(run_id, "a", retrying)).nodes == []  # a repeat changes nothing
     assert (await node_states(store, run_id))["a"] == NodeStatus.RETRYING
     again = await claim(store, run_id, "a", worker_id="w2")  # the lease was released
     assert (again.kind, again.attempt, again.claims) == ("run", 2, 1)
-    assert await store.complete_node(run_id, "a", completed(run_id, "a", ["out"])) == ["b"]
+    assert (await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]))).nodes == ["b"]
     events = await events_of(store, run_id)
     started = [(e.attempt, e.data) for e in events if e.event_type == "started"]
     assert started == [(1, None), (2, None)]  # a retry is not a reclaim

@@ -96,13 +96,16 @@ def test_workers_scale_on_the_length_of_the_node_queue() -> None:
     scaled = by_kind("ScaledObject")["worker"]
     assert scaled["spec"]["scaleTargetRef"]["name"] in by_kind("Deployment")
     triggers = {t["type"]: t for t in scaled["spec"]["triggers"]}
+    queries = [t["metadata"]["query"] for t in scaled["spec"]["triggers"] if t["type"] == "prometheus"]
     trigger = triggers["redis"]
     assert trigger["metadata"]["listName"] == NODE_QUEUE
     env_name = trigger["metadata"]["addressFromEnv"]
     worker_env = {e["name"] for c in containers(by_kind("Deployment")["worker"]) for e in c.get("env", [])}
     assert env_name in worker_env, f"the scaler reads {env_name} from the worker container"
-    # and on the nodes in flight, a metric the workers export
-    assert "orchestrator_nodes_in_flight" in triggers["prometheus"]["metadata"]["query"]
+    # and on the nodes in flight, a metric the workers export, and the nodes waiting on
+    # runs' queues, which the API exports
+    assert any("orchestrator_nodes_in_flight" in q for q in queries)
+    assert any('orchestrator_queue_depth{queue="runs"}' in q for q in queries)
 
 
 def test_the_shipped_placeholder_secret_is_refused_at_api_start() -> None:

@@ -7,6 +7,7 @@ process starts only once the queue is full, so the queue length is deterministic
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -79,3 +80,33 @@ def test_runs_over_the_queue_bound_get_429_and_every_accepted_run_finishes(
                 assert last["event_type"] == "run_completed"
             assert client.get_run(client.start_run("bp", {"n": 101}))["status"] in (
                 "queued", "running", "succeeded")  # the queue drained: admitted again
+
+
+def test_nodes_waiting_on_a_runs_queue_count_toward_the_bound(
+    api_url: str, server: EmbeddedRedis, registry: Registry,
+) -> None:
+    """A fan-out wider than the worker's free slots leaves its other branches on the run's
+    queue in Redis, not in the broker: they are queued work all the same."""
+    import redis
+
+    wide = graph([("t", "manual_trigger", "Start"),
+                  *[(f"b{i}", "probe", f"Branch {i}", {"delay_s": 1.0}) for i in range(8)]],
+                 [("t", "output", f"b{i}", "input") for i in range(8)], id="bp-wide")
+    env = {"ORCH_NODE_PATHS": str(FAKE_PACK)}
+    with Client(api_url) as client, \
+            WorkerProcesses(server.url, count=1, pool="threads", concurrency=2, env=env):
+        client.create_graph(wide)
+        run_id = client.start_run("bp-wide", {})
+        counter = redis.Redis.from_url(server.url, decode_responses=True)
+        try:
+            for _ in range(100):  # the start node completes: two branches run, six queue
+                if int(counter.get(Settings().key_prefix + ":runs:queued") or 0) >= BOUND:
+                    break
+                time.sleep(0.05)
+        finally:
+            counter.close()
+        refused = httpx.post(f"{api_url}/graphs/bp-wide/runs", json={"input": {}})
+        assert refused.status_code == 429, refused.text
+        assert refused.json()["error"]["queued"] >= BOUND
+        last = [e for _, e in client.iter_events(run_id)][-1]
+        assert last["event_type"] == "run_completed"  # the queued branches ran all the same

@@ -146,6 +146,31 @@ async def test_a_cpu_bound_node_does_not_delay_the_awaits_of_a_hundred_io_nodes(
     assert lateness[-1] < 0.5, f"awaits woke up to {lateness[-1]:.2f} s late"
 
 
+async def test_a_heavy_filter_and_a_backtracking_pattern_leave_a_hundred_awaits_on_time(cluster: Cluster) -> None:
+    """The red team's two loop-freezers beside a hundred awaiting nodes in one worker process:
+    a Filter of 50,000 items x a 150-term condition (froze a worker 29-41 s) and a Conditional
+    matching ^(a|aa)+$ (exponential in Python's re). Both now run in threads, their
+    timeout_s fires, and the awaits wake up on time."""
+    condition = " + ".join(["$item"] * 150) + " > -1"
+    heavy = (("f", "filter", "Heavy Filter", {"condition": condition}),
+             ("c", "conditional", "Backtracking", {"value": "a" * 40 + "!", "operation": "matches_regex",
+                                                  "compare_to": "^(a|aa)+$"}))
+    g = fan_out(WIDTH, ("late", {"delay_s": 1.0}), nodes=heavy,
+                edges=(("t", "output", "f", "input"), ("t", "output", "c", "input")))
+    for node in g["nodes"]:
+        if node["id"] in ("f", "c"):  # their failures go on as data: the run keeps the awaits
+            node["settings"] = {"timeout_s": 1.5 if node["id"] == "f" else 0.3, "on_error": "continue"}
+    result = await cluster.run(g, list(range(50_000)), timeout_s=60)
+    for node_id in ("f", "c"):
+        errors = [e.data["error"] for e in result.of(node_id, "error") if e.data]
+        assert [e["code"] for e in errors] == ["node_timeout"], errors
+    woke = [result.output(f"n{i}")["start"] + 1.0 for i in range(WIDTH)]
+    filtering = (result.of("f", "started")[0].timestamp, result.of("f", "error")[0].timestamp)
+    assert filtering[0] < min(woke) and max(woke) < filtering[1]  # every await woke while it filtered
+    lateness = sorted(result.output(f"n{i}")["lateness_s"] for i in range(WIDTH))
+    assert lateness[-1] < 0.3, f"awaits woke up to {lateness[-1]:.2f} s late"
+
+
 async def test_cancelling_a_run_reaches_a_node_waiting_for_its_retry(cluster: Cluster) -> None:
     g = graph([("t", "manual_trigger", "Start"), ("f", "flaky", "Flaky", {"fail_times": 5})],
               [("t", "output", "f", "input")])
@@ -222,6 +247,91 @@ async def test_sigkill_of_a_worker_with_a_hundred_nodes_in_flight_loses_and_repe
     assert time.time() - result.events[0][1].timestamp < 60
 
 
+async def test_a_chain_longer_than_the_interpreters_recursion_limit_runs_in_one_task(cluster: Cluster) -> None:
+    """Each node hands its slot to the next: 1,500 of them in a row, in one process."""
+    length = 1500
+    links = [(f"c{i}", "late", f"Link {i}", {"delay_s": 0}) for i in range(length)]
+    g = graph([("t", "manual_trigger", "Start"), *links],
+              [("t", "output", "c0", "input"), *[(f"c{i}", "output", f"c{i + 1}", "input") for i in range(length - 1)]])
+    result = await cluster.run(g, {"n": 1}, timeout_s=120)
+    assert result.status == "succeeded", result.states
+    assert len(result.of(f"c{length - 1}", "completed")) == 1
+
+
+async def broker_pushes(server: EmbeddedRedis) -> int:
+    """Messages published to the broker so far (kombu's Redis transport LPUSHes each)."""
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis.from_url(server.url, decode_responses=True)
+    try:
+        stats: dict[str, Any] = await client.info("commandstats")
+    finally:
+        await client.aclose()
+    return int(stats.get("cmdstat_lpush", {}).get("calls", 0))
+
+
+async def test_a_fan_out_wider_than_the_slots_waits_on_the_queue_not_in_the_broker(
+    registry: Registry,
+) -> None:
+    """Ten slots, sixty branches: never more than ten run at once, and the fifty that wait
+    cost two drain messages, not fifty node messages."""
+    g = fan_out(60, ("late", {"delay_s": 0.3}))
+    with EmbeddedRedis(unix_socket=False) as server, \
+            WorkerProcesses(server.url, count=1, pool="threads", concurrency=10, env=ENV) as procs:
+        c = await cluster_on(server, procs, registry)
+        try:
+            before = await broker_pushes(server)
+            result = await c.run(g)
+            pushed = await broker_pushes(server) - before
+        finally:
+            await c.store.close()
+            c.celery.close()
+    assert result.status == "succeeded"
+    assert all(result.output(f"n{i}")["lateness_s"] < 5 for i in range(60))
+    assert peak_in_flight(result) <= 10
+    assert peak_in_flight(result) >= 8  # and the slots were used
+    assert pushed <= 1 + 3, f"{pushed} broker messages"  # the start node, and drains
+
+
+async def test_a_second_worker_takes_queued_nodes_and_a_killed_one_loses_none(registry: Registry) -> None:
+    """Worker A (five slots) completes the start node of an 80-wide fan-out into a join: it
+    takes five, the rest wait on the run's queue; worker B takes some through the drain
+    messages. A is SIGKILLed mid-run: every branch completes exactly once on B."""
+    from workers.dispatch import make_dispatch
+
+    width = 80
+    g = fan_out(width, ("late", {"delay_s": 0.5}), nodes=(("join", "probe", "Join"),),
+                edges=tuple((f"n{i}", "output", "join", "input") for i in range(width)))
+    with EmbeddedRedis(unix_socket=False) as server:
+        first = WorkerProcesses(server.url, count=1, pool="threads", concurrency=5, env=ENV).start()
+        second = WorkerProcesses(server.url, count=1, pool="threads", concurrency=20, env=ENV).start()
+        c = await cluster_on(server, first, registry)
+        sweeper = Sweeper(c.store, make_dispatch(c.celery), SETTINGS)
+        sweeping = asyncio.create_task(sweeper.run_forever(0.5))
+        try:
+            run_id = await c.start(g)
+            done: set[str] = set()
+            await read_until(c.store, run_id, lambda e: e.event_type == "completed" and bool(
+                done.add(e.node_id)) is False and len(done - {"t"}) >= 15)
+            os.killpg(first.pids[0], signal.SIGKILL)
+            first.stop()
+            result = await collect(c.store, run_id, await wait_for_terminal(c.store, run_id, 60))
+        finally:
+            sweeping.cancel()
+            await asyncio.gather(sweeping, return_exceptions=True)
+            second.stop()
+            first.stop()
+            await c.store.close()
+            c.celery.close()
+    assert result.status == "succeeded"
+    completed = Counter(e.node_id for _, e in result.events if e.event_type == "completed")
+    assert {n: k for n, k in completed.items() if k != 1} == {}
+    assert len(result.output("join")["input"]) == width
+    by_worker = Counter(e.data["worker_id"] for _, e in result.events
+                        if e.event_type == "started" and e.node_id.startswith("n") and e.data)
+    assert len(by_worker) == 2  # both workers took branches off the queue
+
+
 def chat_graph(token_delay_s: float) -> dict[str, Any]:
     script = [{"say": "turn={turn} history={history} you said {input}", "delay_s": token_delay_s}]
     return graph([("chat", "chat_start", "Chat"),
@@ -283,7 +393,8 @@ async def test_a_hundred_concurrent_chat_turns_against_an_openai_compatible_serv
     for chat, results in zip(chats, zip(first, second, strict=True), strict=True):
         for n, result in enumerate(results, start=1):
             errors = [e.data for e in result.of("assistant", "error")]
-            assert result.status == "succeeded", (chat, n, result.states, errors)
+            assert result.status == "succeeded", (chat, n, result.states, errors,
+                                                  cluster.workers.log_tail(0, 6000))
             answer = result.output("assistant")["response"]
             assert answer.strip() == f"Stub says: m{n} of {chat}"
             deltas = [e.data for e in result.of("assistant", "agent_event")

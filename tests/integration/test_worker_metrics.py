@@ -34,8 +34,7 @@ CHAIN = {
 def metrics_worker() -> Iterator[tuple[EmbeddedRedis, int]]:
     port = free_port()
     with EmbeddedRedis(unix_socket=False) as server:
-        env = {**os.environ, "REDIS_URL": server.url, "ORCH_WORKER_METRICS_PORT": str(port),
-               "ORCH_FUSE_BUDGET_S": "0"}
+        env = {**os.environ, "REDIS_URL": server.url, "ORCH_WORKER_METRICS_PORT": str(port)}
         env.pop("PROMETHEUS_MULTIPROC_DIR", None)
         proc = subprocess.Popen(
             [sys.executable, "-m", "orchestrator.cli", "worker", "-c", "2", "--loglevel", "WARNING"],

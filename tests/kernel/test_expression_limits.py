@@ -129,3 +129,84 @@ async def test_a_node_whose_parameters_add_up_over_the_total_fails_naming_it() -
     error = next(e for e in result.events if e.event_type == "error").data["error"]
     assert (error["node_id"], error["parameter"]) == ("b", "value")
     assert "max_total_chars" in error["message"]
+
+
+# -- time: steps add up per node execution; an ended execution stops its evaluations ---
+
+
+def test_steps_of_every_evaluation_in_one_scope_add_up_to_a_total() -> None:
+    """Each evaluation is within max_steps; a thousand of them (a condition per item of a
+    long list) are not, together."""
+    limits = ExpressionLimits(max_steps=100, max_total_steps=1000)
+    template = parse_template("{{ " + " + ".join(["input"] * 20) + " > 0 }}")  # ~41 steps
+    scope = Scope(input=1, limits=limits)
+    for _ in range(24):
+        assert evaluate(template, scope) is True
+    with pytest.raises(ExpressionLimitError, match=r"above the limit of 1000 \(max_total_steps\)"):
+        evaluate(template, scope)
+    assert evaluate(template, Scope(input=1, limits=limits)) is True  # a fresh scope, a fresh total
+
+
+def test_the_default_total_lets_a_simple_condition_run_over_a_hundred_thousand_items() -> None:
+    template = parse_template("{{ $item.age >= 18 }}")
+    scope = Scope()
+    kept = sum(evaluate(template, Scope(extra={"$item": {"age": i % 40}}, spending=scope.spending))
+               for i in range(100_000))
+    assert kept == 100_000 * 22 // 40
+
+
+def test_a_stopped_spending_ends_every_evaluation_sharing_it_at_its_next_step() -> None:
+    scope = Scope(input=1)
+    template = parse_template("{{ input + 1 }}")
+    assert evaluate(template, scope) == 2
+    scope.spending.stop("the node execution it belongs to has ended")
+    with pytest.raises(ExpressionLimitError, match="evaluation stopped: the node execution"):
+        evaluate(template, scope)
+
+
+def test_the_total_steps_and_source_length_are_settings_of_the_worker() -> None:
+    from orchestrator.settings import Settings
+
+    limits = Settings(expression_max_total_steps=5, expression_max_source_chars=30).expression_limits()
+    assert (limits.max_total_steps, limits.max_source_chars) == (5, 30)
+
+
+# -- the parse cache and the length of an expression's text ---------------------------
+
+
+def test_distinct_long_expressions_are_not_kept_parsed() -> None:
+    """The red-team attack: distinct 1.9 MB expressions, each parsed once (as validation
+    does), grew the process by ~3.6 MB apiece. Now the cache holds none of them."""
+    from orchestrator.kernel.expressions import TEMPLATES
+
+    before = TEMPLATES.total_chars
+    tracemalloc.start()
+    try:
+        for i in range(5):
+            parse_template("{{ '" + str(i) + "x" * 1_900_000 + "' }}")
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert held < 2 * 1024 * 1024
+    assert TEMPLATES.total_chars <= max(before, TEMPLATES.max_total_chars)
+
+
+def test_short_expressions_stay_parsed_and_the_cache_is_bounded_by_their_total_length() -> None:
+    from orchestrator.kernel.text_cache import TextCache
+
+    cache: TextCache[str] = TextCache(str.upper, max_key_chars=10, max_total_chars=30, max_entries=100)
+    assert cache.get("abc") == "ABC"
+    assert cache.get("abc") is cache.get("abc")
+    for i in range(20):
+        cache.get(f"key-{i:05d}")  # 9 characters each
+    assert cache.total_chars <= 30 and len(cache) == 3
+    assert cache.get("x" * 11) == "X" * 11 and len(cache) == 3  # too long to keep
+
+
+def test_an_expression_text_over_the_limit_is_refused_at_run_time_before_parsing() -> None:
+    from orchestrator.kernel.expressions import render
+
+    limits = ExpressionLimits(max_source_chars=50)
+    assert render("{{ input }}", Scope(input=3, limits=limits)) == 3
+    with pytest.raises(ExpressionLimitError, match=r"60 characters, above the limit of 50 \(max_source_chars\)"):
+        render("{{ '" + "x" * 52 + "' }}", Scope(limits=limits))

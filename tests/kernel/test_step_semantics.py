@@ -255,3 +255,18 @@ async def test_completed_and_error_events_carry_the_resolved_parameters() -> Non
     assert completed.data["parameters"]["label"] == "n is 3"
     error = next(e for e in events_of(result, EventType.ERROR) if e.node_id == "c")
     assert error.data["parameters"]["message"] == "failed at 3"
+
+
+async def test_an_output_nested_deeper_than_the_limit_fails_the_node_naming_it() -> None:
+    from orchestrator.kernel.output_limits import nested_deeper_than
+
+    deep: Any = 0
+    for _ in range(2000):  # deeper than Python's recursion limit: measured without recursion
+        deep = [deep]
+    assert nested_deeper_than(deep, 128) and not nested_deeper_than([[0]], 2) and nested_deeper_than([[0]], 1)
+    assert not nested_deeper_than("text", 0) and not nested_deeper_than({}, 1)
+    g = graph([("a", "emit", "A"), ("b", "relay", "B")], [("a", "out", "b", "in")])
+    result = await run_graph_local(g, REG, deep)
+    assert result.status == "failed" and result.node_states["a"] == "failed"
+    error = next(e for e in result.events if e.event_type == EventType.ERROR).data or {}
+    assert "128 levels" in str(error) and "ORCH_MAX_OUTPUT_DEPTH" in str(error)

@@ -439,3 +439,16 @@ def test_a_thousand_node_chain_validates(registry: Registry) -> None:
     edges: list[Any] = [(f"n{i}", "out", f"n{i + 1}", "in") for i in range(count - 1)]
     vg = validate_graph(graph(nodes, edges), registry)
     assert len(vg.upstream[f"n{count - 1}"]) == count - 1
+
+
+def test_a_graph_over_the_node_or_edge_limit_is_refused_naming_the_setting(registry: Registry) -> None:
+    from orchestrator.kernel.errors import GraphSchemaError
+    from orchestrator.kernel.validation import GraphLimits
+
+    nodes = [("a", "emit", "A")] + [(f"n{i}", "relay", f"N{i}") for i in range(30)]
+    wide = graph(nodes, [("a", "out", f"n{i}", "in") for i in range(30)])
+    validate_graph(wide, registry, GraphLimits(max_nodes=31, max_edges=30))
+    with pytest.raises(GraphSchemaError, match=r"31 nodes, above the limit of 20 \(setting ORCH_GRAPH_MAX_NODES\)"):
+        validate_graph(wide, registry, GraphLimits(max_nodes=20))
+    with pytest.raises(GraphSchemaError, match="ORCH_GRAPH_MAX_EDGES"):
+        validate_graph(wide, registry, GraphLimits(max_edges=10))

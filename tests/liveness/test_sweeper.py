@@ -108,15 +108,47 @@ async def test_ready_node_never_dispatched_is_dispatched_after_the_grace_period(
     run_id = await start(store)
     await claim(store, run_id, "a")
     # the worker completed "a" and crashed before sending "b"
-    assert await store.complete_node(run_id, "a", completed(run_id, "a", ["out"])) == ["b"]
+    assert (await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]))).nodes == ["b"]
     s = sweeper(store, sent, undispatched_grace_s=10)
     now = time.time()
     assert (await s.sweep_once(now=now)).dispatched == []
     assert (await s.sweep_once(now=now + 5)).dispatched == []
     assert (await s.sweep_once(now=now + 11)).dispatched == [(run_id, "b")]
     assert sent.sent == [(run_id, "b")]
-    assert await store.complete_node(run_id, "a", completed(run_id, "a", ["out"])) == []
+    assert (await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]))).nodes == []
     assert (await s.sweep_once(now=now + 30)).dispatched == []
+
+
+async def test_a_queue_left_with_no_running_node_gets_its_oldest_node_sent(
+    store: RedisRunStore, sent: Any,
+) -> None:
+    plan = make_plan(["a", "b0", "b1", "b2"], [("a", "out", f"b{i}", "in") for i in range(3)])
+    await store.create_run(plan, record_for(plan), deadline_s=600)
+    run_id = plan.run_id
+    await claim(store, run_id, "a")
+    # "a" queued its three successors, took none, and its drain messages died with the worker
+    assert (await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]), take=0)).backlog == 3
+    s = sweeper(store, sent, undispatched_grace_s=10)
+    now = time.time()
+    assert (await s.sweep_once(now=now)).dispatched == []
+    assert (await s.sweep_once(now=now + 11)).dispatched == [(run_id, "b0")]
+    assert await store.queue_length(run_id) == 2  # b0's completion takes the next ones
+    await claim(store, run_id, "b0")  # a node of the run runs again: nothing more to do
+    assert (await s.sweep_once(now=now + 30)).dispatched == []
+
+
+async def test_a_queue_behind_running_nodes_is_left_to_them(store: RedisRunStore, sent: Any) -> None:
+    plan = make_plan(["a", "b0", "b1", "b2"], [("a", "out", f"b{i}", "in") for i in range(3)])
+    await store.create_run(plan, record_for(plan), deadline_s=600)
+    run_id = plan.run_id
+    await claim(store, run_id, "a")
+    await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]), take=1)
+    await claim(store, run_id, "b0")  # running: its completion will take from the queue
+    s = sweeper(store, sent, undispatched_grace_s=10)
+    now = time.time()
+    assert (await s.sweep_once(now=now)).dispatched == []
+    assert (await s.sweep_once(now=now + 60)).dispatched == []
+    assert await store.queue_length(run_id) == 2
 
 
 async def test_only_one_of_several_sweepers_works_at_a_time(store: RedisRunStore, sent: Any) -> None:

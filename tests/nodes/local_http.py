@@ -6,6 +6,7 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -44,12 +45,13 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.release.wait(5)
             self._json(200, {})
         elif route == "/redirect":
-            self.send_response(302)
-            self.send_header("Location", "/echo")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
+            self._redirect("/echo")
+        elif route == "/redirect-to":  # anywhere: ?to=<absolute URL>
+            self._redirect(parse_qs(urlsplit(self.path).query)["to"][0])
+        elif route == "/page-to":  # one page whose next link is ?next=<absolute URL>
+            self._json(200, {"results": [1], "next": parse_qs(urlsplit(self.path).query)["next"][0]})
         elif route == "/pages":  # three pages; each names the next in its body
-            page = int(self.path.split("p=")[1]) if "p=" in self.path else 1
+            page = int(parse_qs(urlsplit(self.path).query).get("p", ["1"])[0])
             nxt = f"/pages?p={page + 1}" if page < 3 else None
             self._json(200, {"results": [page * 10, page * 10 + 1], "next": nxt})
         elif route == "/linked":  # two pages chained by a Link header
@@ -62,6 +64,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(404, {"error": route})
 
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _handle
+
+    def _redirect(self, location: str) -> None:
+        self.send_response(302)
+        self.send_header("Location", location)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
 
     def _json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
         self._raw(status, json.dumps(payload).encode(), "application/json", headers)

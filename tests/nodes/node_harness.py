@@ -8,6 +8,7 @@ nested graphs run for real through the kernel's local runner.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -109,8 +110,10 @@ async def run_node(node_type: str, data: dict[str, Any], inputs: dict[str, Any] 
                 final = item
         assert final is not None, f"{node_type} streamed no ExecutionResult"
         return final
-    result: ExecutionResult = await out
-    return result
+    if inspect.isawaitable(out):
+        out = await out
+    assert isinstance(out, ExecutionResult)
+    return out
 
 
 def values(result: ExecutionResult) -> dict[str, Any]:

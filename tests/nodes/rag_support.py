@@ -92,14 +92,29 @@ def redis_services(server: Any, **overrides: Any) -> dict[str, Any]:
     return {"redis_url": server.url, "settings": Settings(**{**base, **overrides})}
 
 
-async def store_credential(services: dict[str, Any], name: str, type_: str, values: dict[str, str]) -> None:
+async def store_credential(services: dict[str, Any], name: str, type_: str, values: dict[str, str],
+                           origins: list[str] | None = None) -> None:
+    """Store a credential as an admin would, allowed to ``origins`` (None: none, as a
+    credential stored before origins existed)."""
     from redis.asyncio import Redis
 
     from orchestrator.credentials import CredentialStore, validate
 
     redis = Redis.from_url(services["redis_url"], decode_responses=True)
     try:
-        await CredentialStore(redis, services["settings"]).put(validate(name, type_, values))
+        await CredentialStore(redis, services["settings"]).put(validate(name, type_, values, origins))
+    finally:
+        await redis.aclose()
+
+
+async def set_origins(services: dict[str, Any], name: str, origins: list[str]) -> None:
+    from redis.asyncio import Redis
+
+    from orchestrator.credentials import CredentialStore
+
+    redis = Redis.from_url(services["redis_url"], decode_responses=True)
+    try:
+        await CredentialStore(redis, services["settings"]).set_origins(name, origins)
     finally:
         await redis.aclose()
 

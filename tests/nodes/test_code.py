@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from nodes._shared.sandbox import SandboxError
+from nodes._shared import sandbox
+from nodes._shared.sandbox import SandboxError, SandboxResult
+from orchestrator.kernel.errors import RunNotFoundError
+from orchestrator.kernel.local import LocalRunner
 from orchestrator.kernel.protocol import DataValue, EventType, ExecutionResult, NodeEvent
+from orchestrator.kernel.step import StepOptions
+from orchestrator.kernel.store import RunStatus
+from orchestrator.settings import get_settings
 from tests.nodes.node_harness import make_ctx, registry, values
+from tests.nodes.test_flow_graphs import edge, node
+from tests.support import claim
 
 
 async def run_code(
@@ -159,3 +170,109 @@ async def test_code_scratch_folder_does_not_outlive_a_call() -> None:
 async def test_code_rejects_a_timeout_above_sixty_seconds() -> None:
     with pytest.raises(ValueError, match="'timeout_s'"):
         await run_code("return 1", timeout_s=61)
+
+
+async def test_code_rejects_a_memory_limit_above_4096_mb() -> None:
+    with pytest.raises(ValueError, match="'memory_mb' must be between 32 and 4096"):
+        await run_code("return 1", memory_mb=8192)
+
+
+# -- bounds a graph cannot lift: memory through an expression, sandboxes at once -------
+
+
+def code_graph(memory_mb: Any) -> dict[str, Any]:
+    return {"id": "g-code", "nodes": [node("t", "manual_trigger", "Start"),
+                                      node("c", "code", "Code", code="return 1", memory_mb=memory_mb)],
+            "edges": [edge("t", "c")]}
+
+
+@pytest.mark.parametrize("memory_mb", ["{{ 8192 }}", "{{ 1000000 }}", "{{ input.mb }}", "{{ input.mb }} "])
+async def test_an_expression_cannot_lift_the_memory_maximum(memory_mb: str) -> None:
+    """The red-team attack: "{{ 8192 }}" gave the sandbox 8 GB where the literal is refused."""
+    done = await LocalRunner(registry()).run(code_graph(memory_mb), {"mb": 8192})
+    assert done.status == RunStatus.FAILED
+    error = next(e for e in done.events if e.event_type == "error").data["error"]
+    assert (error["node_id"], error["parameter"], error["code"]) == ("c", "memory_mb", "parameter_value")
+    assert "above the maximum 4096" in error["message"]
+
+
+async def test_a_memory_limit_from_an_expression_within_the_maximum_still_works() -> None:
+    done = await LocalRunner(registry()).run(code_graph("{{ input.mb }}"), {"mb": 128})
+    assert done.status == RunStatus.SUCCEEDED and done.output("c") == 1
+
+
+@pytest.fixture
+def sandbox_slots(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
+    """ORCH_SANDBOX_MAX_CONCURRENT=2 for this test's loop."""
+    monkeypatch.setenv("ORCH_SANDBOX_MAX_CONCURRENT", "2")
+    get_settings.cache_clear()
+    yield 2
+    get_settings.cache_clear()
+
+
+def counting(monkeypatch: pytest.MonkeyPatch, run: Any) -> list[int]:
+    """Wrap the sandbox's run in a counter of sandboxes at once; returns [now, peak]."""
+    seen = [0, 0]
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        seen[0] += 1
+        seen[1] = max(seen)
+        try:
+            return await run(*args, **kwargs)
+        finally:
+            seen[0] -= 1
+
+    monkeypatch.setattr(sandbox, "_run_python", counted)
+    return seen
+
+
+async def test_nested_loops_of_code_nodes_wait_for_the_processes_sandbox_slots(
+        sandbox_slots: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The red-team graph, smaller: loop(4) -> loop(4) -> Code, 16 sandboxes asked at once."""
+    seen = counting(monkeypatch, sandbox._run_python)
+    code = node("c", "code", "Nap", code="import time\ntime.sleep(0.2)\nreturn input * 10")
+    inner = {"id": "ib", "nodes": [node("li", "loop_input", "Item"), code], "edges": [edge("li", "c")]}
+    outer = {"id": "ob", "nodes": [node("li", "loop_input", "Item"),
+                                   node("l2", "loop", "Inner", items="{{ [input, input] }}", concurrency=4,
+                                        body=inner)], "edges": [edge("li", "l2")]}
+    g = {"id": "g-nested", "nodes": [node("t", "manual_trigger", "Start"),
+                                     node("l1", "loop", "Outer", concurrency=4, body=outer)],
+         "edges": [edge("t", "l1")]}
+    done = await LocalRunner(registry()).run(g, [1, 2, 3, 4])
+    assert done.status == RunStatus.SUCCEEDED, done.events[-1].data
+    assert done.output("l1")["results"] == [{"results": [10 * i, 10 * i], "iterations": 2} for i in range(1, 5)]
+    assert seen[1] == sandbox_slots
+
+
+def started(runner: LocalRunner, run_id: str, node_id: str) -> bool:
+    try:
+        return any(e.event_type == "started" and e.node_id == node_id for e in runner.store.events(run_id))
+    except RunNotFoundError:
+        return False  # not created yet
+
+
+async def test_a_code_node_waiting_for_a_sandbox_slot_keeps_its_lease(
+        sandbox_slots: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The slot wait is part of the node's execution: its supervisor renews the lease, so
+    nothing takes the node for lost however long the wait."""
+    async def quick(*args: Any, **kwargs: Any) -> SandboxResult:
+        return SandboxResult(value=7, logs="")
+
+    monkeypatch.setattr(sandbox, "_run_python", quick)
+    lease_s = 0.15
+    runner = LocalRunner(registry(), options=StepOptions(lease_s=lease_s, cancel_poll_s=0.02))
+    slots = sandbox.sandbox_slots()
+    for _ in range(sandbox_slots):
+        await slots.acquire()  # every slot taken: the node waits
+    task = asyncio.ensure_future(runner.run(code_graph(64), None, run_id="r-slot"))
+    while not started(runner, "r-slot", "c"):
+        await asyncio.sleep(0.01)
+    seen = []
+    for _ in range(3):  # past the first lease, the second, the third
+        await asyncio.sleep(lease_s)
+        seen.append((await claim(runner.store, "r-slot", "c", worker_id="intruder")).kind)
+    for _ in range(sandbox_slots):
+        slots.release()
+    done = await asyncio.wait_for(task, 10)
+    assert seen == ["busy", "busy", "busy"]
+    assert done.status == RunStatus.SUCCEEDED and done.output("c") == 7

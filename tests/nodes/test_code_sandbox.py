@@ -8,6 +8,7 @@ bubblewrap (``.ci/system-deps`` installs it); without it these tests fail naming
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import socket
@@ -16,6 +17,7 @@ import sys
 import textwrap
 import time
 import uuid
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -339,3 +341,19 @@ def test_a_read_only_path_under_tmp_is_visible_inside_the_sandbox(tmp_path: Path
     done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
     assert done.stdout.splitlines() == ["seen inside", "read-only"], done.stderr
     assert not (tmp_path / "new.txt").exists()
+
+
+async def test_no_pipe_of_a_killed_sandbox_outlives_the_call() -> None:
+    """A sandbox killed for flooding stdout, or timed out while flooding stderr, leaves no
+    pipe transport open (one closed later by the garbage collector broke a fresh-clone CI
+    run with a ResourceWarning in an unrelated test)."""
+    floods = [("import os\nwhile True:\n    os.write(1, b'x' * 65536)", 20.0, "output"),
+              ("import os\nwhile True:\n    os.write(2, b'y' * 65536)", 1.0, "timeout")]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        for code, timeout_s, kind in floods:
+            with pytest.raises(SandboxError) as failed:
+                await run_python(code, None, timeout_s=timeout_s, memory_mb=256)
+            assert failed.value.kind == kind
+        gc.collect()
+    assert not [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]

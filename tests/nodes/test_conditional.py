@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import re
+import time
 from typing import Any
 
 import pytest
 
-from tests.nodes.node_harness import run_node, values
+from nodes._shared.patterns import PatternClock, PatternTimeout
+from orchestrator.kernel.local import LocalRunner
+from orchestrator.kernel.store import RunStatus
+from tests.nodes.node_harness import registry, run_node, values
+from tests.nodes.test_flow_graphs import edge, node
 
 RECORD = {"score": 7, "status": "active", "tags": ["vip", "new"], "name": "Ada Lovelace"}
 
@@ -73,3 +81,66 @@ async def test_conditional_refuses_to_order_an_object_against_a_number() -> None
     data = {"value": {"a": 1}, "operation": "gt", "compare_to": 1}
     with pytest.raises(ValueError, match="'value'"):
         await run_node("conditional", data, {"input": RECORD})
+
+
+# -- regular expressions from graphs: a time budget, off the event loop -----------------
+
+# Backtracks exponentially in Python's re (the red team froze a worker 12-16 s with 28
+# characters against ^(a+)+$; this one would run for hours).
+CATASTROPHIC = {"value": "a" * 40 + "!", "operation": "matches_regex", "compare_to": "^(a|aa)+$"}
+
+
+async def test_a_backtracking_pattern_fails_within_its_budget_naming_the_setting() -> None:
+    began = time.monotonic()
+    with pytest.raises(PatternTimeout, match=r"parameter 'compare_to'.*ORCH_PATTERN_TIMEOUT_S"):
+        await run_node("conditional", CATASTROPHIC, {"input": RECORD})
+    assert time.monotonic() - began < 5  # the budget is 1 s; the machine may be busy
+
+
+async def test_the_event_loop_keeps_running_while_a_pattern_is_matched() -> None:
+    ticks: list[float] = []
+
+    async def tick() -> None:
+        while True:
+            ticks.append(time.monotonic())
+            await asyncio.sleep(0.01)
+
+    ticker = asyncio.ensure_future(tick())
+    try:
+        with pytest.raises(PatternTimeout):
+            await run_node("conditional", CATASTROPHIC, {"input": RECORD})
+    finally:
+        ticker.cancel()
+    gaps = [b - a for a, b in itertools.pairwise(ticks)]
+    assert len(ticks) > 20 and max(gaps) < 0.3
+
+
+async def test_a_conditionals_timeout_fires_while_its_pattern_runs() -> None:
+    g = {"id": "g-re", "nodes": [node("t", "manual_trigger", "Start"), node("c", "conditional", "Re", **CATASTROPHIC)],
+         "edges": [edge("t", "c")]}
+    g["nodes"][1]["settings"] = {"timeout_s": 0.2}
+    began = time.monotonic()
+    done = await LocalRunner(registry()).run(g, {})
+    assert done.status == RunStatus.FAILED
+    error = next(e for e in done.events if e.event_type == "error").data["error"]
+    assert error["code"] == "node_timeout"
+    assert time.monotonic() - began < 0.9  # before the pattern's own 1 s budget
+
+
+@pytest.mark.parametrize(("value", "pattern", "port"), [
+    ("order-1234", r"^order-\d+$", "true"), ("Order-1234", r"(?i)^order-\d+$", "true"),
+    ("café", r"^\w+$", "true"), ("a,b", r"^\w+$", "false"), ("x" * 100_000 + "y", r"x+y$", "true"),
+])
+async def test_ordinary_patterns_keep_pythons_re_semantics(value: str, pattern: str, port: str) -> None:
+    data = {"value": value, "operation": "matches_regex", "compare_to": pattern}
+    assert set(values(await run_node("conditional", data, {"input": RECORD}))) == {port}
+    assert (re.search(pattern, value) is not None) == (port == "true")
+
+
+def test_a_pattern_clock_is_shared_by_every_match_of_a_node_execution() -> None:
+    clock = PatternClock(budget_s=0.3)
+    with pytest.raises(PatternTimeout):
+        clock.search("^(a|aa)+$", "a" * 40 + "!", what="schema pattern")
+    with pytest.raises(PatternTimeout):  # nothing left for the next one, however cheap
+        clock.search("a", "a", what="schema pattern")
+    assert PatternClock(budget_s=0.3).search("a", "a", what="x")

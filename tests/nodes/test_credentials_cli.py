@@ -28,3 +28,30 @@ def test_values_parse_and_dash_reads_stdin(monkeypatch: pytest.MonkeyPatch) -> N
 def test_mask_replaces_every_secret_in_nested_values() -> None:
     value = {"error": "token abc123 refused", "items": ["abc123", {"u": "x-abc123-y"}]}
     assert mask(value, ["abc123"]) == {"error": "token *** refused", "items": ["***", {"u": "x-***-y"}]}
+
+
+def test_set_sends_origins_and_origins_replaces_them(monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    sent: list[tuple[str, str, object]] = []
+
+    class FakeApi:
+        def __enter__(self) -> FakeApi:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def _request(self, method: str, url: str, json: object = None) -> object:
+            sent.append((method, url, json))
+            return {}
+
+    monkeypatch.setattr("orchestrator.cli.credentials_cmd.client", lambda args: FakeApi())
+    assert main(["credentials", "set", "partner", "--type", "bearer", "--value", "token=t-1",
+                 "--origin", "https://api.example.com", "--origin", "https://*.example.com"]) == 0
+    assert main(["credentials", "origins", "partner", "https://api.example.com"]) == 0
+    capsys.readouterr()
+    assert sent == [
+        ("POST", "/credentials", {"name": "partner", "type": "bearer", "values": {"token": "t-1"},
+                                  "origins": ["https://api.example.com", "https://*.example.com"]}),
+        ("PATCH", "/credentials/partner", {"origins": ["https://api.example.com"]}),
+    ]

@@ -82,6 +82,83 @@ async def test_database_url_credential_selects_the_database_and_its_type_is_chec
         await run_with("database_query", {"query": "SELECT 1", "credential": "tok"}, services=services)
 
 
+# -- SQLite guards: one database file, no other ---------------------------------------------
+
+
+@pytest.mark.parametrize("sql", [
+    "ATTACH DATABASE '{tmp}/attached.db' AS x",
+    "VACUUM INTO '{tmp}/copy.db'",
+    "VACUUM",
+])
+async def test_attach_and_vacuum_are_refused_and_create_no_file(tmp_path: Path, sql: str) -> None:
+    db = {"settings": settings(database_sqlite_path=str(tmp_path / "db" / "db.sqlite3"))}
+    await _write(db, "CREATE TABLE t (v INTEGER)")
+    for read_only in (True, False):
+        with pytest.raises(NodeExecutionError, match="ATTACH, DETACH and VACUUM are not allowed"):
+            await run_with("database_query", {"query": sql.format(tmp=tmp_path), "read_only": read_only},
+                           services=db)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["db"]
+
+
+@pytest.mark.parametrize(("sql", "refusal"), [
+    ("PRAGMA database_list", "PRAGMA database_list is not allowed"),
+    ("SELECT file FROM pragma_database_list", "PRAGMA database_list is not allowed"),
+    ("PRAGMA query_only = OFF", "PRAGMA query_only may be read but not set"),
+    ("PRAGMA writable_schema = ON", "PRAGMA writable_schema is not allowed"),
+    ("PRAGMA cache_size = -100000000", "PRAGMA cache_size is not allowed"),
+    ("PRAGMA temp_store_directory = '/tmp'", "PRAGMA temp_store_directory is not allowed"),
+    ("PRAGMA user_version = 7", "PRAGMA user_version may be read but not set"),
+    ("SELECT load_extension('/tmp/x.so')", r"load_extension\(\) is not allowed"),
+])
+async def test_pragmas_outside_the_safe_list_and_extensions_are_refused(db: dict[str, Any], sql: str,
+                                                                        refusal: str) -> None:
+    with pytest.raises(NodeExecutionError, match=refusal):
+        await run_with("database_query", {"query": sql, "read_only": False}, services=db)
+
+
+async def test_schema_introspection_pragmas_still_work(db: dict[str, Any]) -> None:
+    await _write(db, "CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT)")
+    info = await run_with("database_query", {"query": "PRAGMA table_info(items)"}, services=db)
+    assert [r["name"] for r in info["rows"]] == ["id", "name"]
+    listed = await run_with("database_query", {"query": "SELECT name FROM pragma_table_info('items')"}, services=db)
+    assert listed["rows"] == [{"name": "id"}, {"name": "name"}]
+    version = await run_with("database_query", {"query": "PRAGMA user_version"}, services=db)
+    assert version["rows"] == [{"user_version": 0}]
+    await _write(db, "PRAGMA foreign_keys = ON")
+
+
+async def test_sqlite_url_options_are_refused(node_redis: Any, tmp_path: Path) -> None:
+    services = redis_services(node_redis)
+    await store_credential(services, "opts", "database_url", {"url": f"sqlite:///{tmp_path / 'x.db'}?mode=rwc"})
+    with pytest.raises(ParameterError, match="takes no options"):
+        await run_with("database_query", {"query": "SELECT 1", "credential": "opts"}, services=services)
+
+
+async def test_each_workspace_has_its_own_embedded_database(tmp_path: Path) -> None:
+    base = settings(database_sqlite_path=str(tmp_path / "default.sqlite3"),
+                    workspace_data_dir=str(tmp_path / "workspaces"))
+    alpha, beta = {"settings": base, "workspace": "alpha"}, {"settings": base, "workspace": "beta"}
+    await _write(alpha, "CREATE TABLE hr (name TEXT)")
+    await _write(alpha, "INSERT INTO hr VALUES (:n)", {"n": "alice"})
+    with pytest.raises(NodeExecutionError, match="no such table: hr"):
+        await run_with("database_query", {"query": "SELECT * FROM hr"}, services=beta)
+    with pytest.raises(NodeExecutionError, match="no such table: hr"):
+        await run_with("database_query", {"query": "SELECT * FROM hr"}, services={"settings": base})
+    out = await run_with("database_query", {"query": "SELECT * FROM hr"}, services=alpha)
+    assert out["rows"] == [{"name": "alice"}]
+    assert (tmp_path / "workspaces" / "alpha" / "database.sqlite3").is_file()
+    assert (tmp_path / "workspaces" / "alpha").stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize("workspace", ["../escape", "a/b", ".hidden", ""])
+async def test_a_workspace_id_that_is_not_an_id_names_no_folder(tmp_path: Path, workspace: str) -> None:
+    from nodes._shared.host import workspace_dir
+    from orchestrator.kernel.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="not a valid workspace id"):
+        workspace_dir(settings(workspace_data_dir=str(tmp_path)), workspace)
+
+
 # -- PostgreSQL (a real server from the pgserver wheel) ------------------------------------
 
 

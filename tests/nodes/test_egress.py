@@ -106,3 +106,27 @@ async def test_check_url_refuses_other_schemes_and_private_hosts() -> None:
         await policy.check_url("http://169.254.169.254/latest/meta-data/")
     with pytest.raises(EgressDeniedError):
         await policy.check_url("http://localhost:8000/")
+
+
+async def test_an_httpx2_client_passes_the_same_policy(local_server: int) -> None:
+    """The OpenAI SDK's engine (httpx2/httpcore2) through the one guard: refused by name and
+    address, allowed by the allow-list, redirects re-checked."""
+    from nodes._shared.egress_httpx2 import egress_client_httpx2
+
+    async with egress_client_httpx2(EgressPolicy()) as client:
+        for host in ("127.0.0.1", "localhost"):
+            with pytest.raises(EgressDeniedError, match="egress policy"):
+                await client.get(f"http://{host}:{local_server}/")
+    async with egress_client_httpx2(EgressPolicy.build(False, ["localhost"]), follow_redirects=True) as client:
+        assert (await client.get(f"http://localhost:{local_server}/")).text == "secret"
+        with pytest.raises(EgressDeniedError):
+            await client.get(f"http://localhost:{local_server}/redirect")
+
+
+async def test_allowing_opens_hosts_for_one_client_only(local_server: int) -> None:
+    base = EgressPolicy()
+    async with egress_client(base.allowing("LOCALHOST.")) as client:
+        assert (await client.get(f"http://localhost:{local_server}/")).status_code == 200
+        with pytest.raises(EgressDeniedError):
+            await client.get(f"http://127.0.0.1:{local_server}/")
+    assert base.allow_hosts == frozenset()

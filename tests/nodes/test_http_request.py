@@ -8,11 +8,24 @@ from typing import Any
 import pytest
 
 from orchestrator.blobs import Blobs
-from orchestrator.kernel.errors import EgressDeniedError, NodeExecutionError, NodeTimeoutError, RetryRequested
+from orchestrator.kernel.errors import (
+    EgressDeniedError,
+    NodeExecutionError,
+    NodeTimeoutError,
+    ParameterError,
+    RetryRequested,
+)
 from orchestrator.kernel.local import run_graph_local
 from tests.nodes.local_http import LocalHttp
 from tests.nodes.node_harness import registry
-from tests.nodes.rag_support import allow_loopback, node_redis, redis_services, run_with, store_credential
+from tests.nodes.rag_support import (
+    allow_loopback,
+    node_redis,
+    redis_services,
+    run_with,
+    set_origins,
+    store_credential,
+)
 
 __all__ = ["allow_loopback", "node_redis"]
 
@@ -91,7 +104,7 @@ async def test_timeout_is_a_node_timeout(server: LocalHttp, allow_loopback: None
 
 async def test_bearer_credential_is_sent_and_masked_in_errors(server: LocalHttp, allow_loopback: None,
                                                              services: dict[str, Any]) -> None:
-    await store_credential(services, "svc", "bearer", {"token": "tok-SECRET-123"})
+    await store_credential(services, "svc", "bearer", {"token": "tok-SECRET-123"}, [server.url])
     out = await run_with("http_request", {"url": f"{server.url}/echo", "credential": "svc"}, services=services)
     assert server.requests[-1]["headers"]["authorization"] == "Bearer tok-SECRET-123"
     assert out["body"]["headers"]["authorization"] == "Bearer ***"  # echoed back, masked in the output
@@ -103,8 +116,8 @@ async def test_bearer_credential_is_sent_and_masked_in_errors(server: LocalHttp,
 
 async def test_query_key_and_basic_credentials(server: LocalHttp, allow_loopback: None,
                                                services: dict[str, Any]) -> None:
-    await store_credential(services, "qk", "query_key", {"name": "api_key", "value": "k-9876"})
-    await store_credential(services, "basic", "basic", {"username": "ada", "password": "pw-1234"})
+    await store_credential(services, "qk", "query_key", {"name": "api_key", "value": "k-9876"}, [server.url])
+    await store_credential(services, "basic", "basic", {"username": "ada", "password": "pw-1234"}, [server.url])
     out = await run_with("http_request", {"url": f"{server.url}/echo", "credential": "qk"}, services=services)
     assert server.requests[-1]["path"] == "/echo?api_key=k-9876"
     assert "k-9876" not in str(out) and out["url"].endswith("api_key=***")
@@ -115,8 +128,6 @@ async def test_query_key_and_basic_credentials(server: LocalHttp, allow_loopback
 
 async def test_unknown_or_wrong_type_credential_is_a_parameter_error(server: LocalHttp, allow_loopback: None,
                                                                      services: dict[str, Any]) -> None:
-    from orchestrator.kernel.errors import ParameterError
-
     with pytest.raises(ParameterError, match="no credential named 'nope'"):
         await run_with("http_request", {"url": f"{server.url}/echo", "credential": "nope"}, services=services)
     await store_credential(services, "db", "database_url", {"url": "sqlite:///x"})
@@ -167,7 +178,6 @@ async def test_a_run_of_another_workspace_cannot_use_the_credential(server: Loca
 
     from redis.asyncio import Redis
 
-    from orchestrator.kernel.errors import ParameterError
     from orchestrator.keys import Keys
 
     await store_credential(services, "svc", "bearer", {"token": "tok-SECRET-123"})  # workspace default
@@ -180,3 +190,113 @@ async def test_a_run_of_another_workspace_cannot_use_the_credential(server: Loca
     with pytest.raises(ParameterError, match="svc") as caught:
         await run_with("http_request", {"url": f"{server.url}/echo", "credential": "svc"}, services=services)
     assert "tok-SECRET" not in str(caught.value)
+
+
+# -- where a credential goes (docs/security.md, "Credentials go only to their origins") ------------------
+# Both servers are on loopback, which the test's egress policy allows: what keeps the secret
+# from the second one is the credential's origins, not the egress policy.
+
+CREDENTIALS = {  # type -> (values, how the secret shows on a request, the secret)
+    "bearer": ({"token": "tok-ORIGIN-123"}, "authorization", "tok-ORIGIN-123"),
+    "header": ({"name": "X-Api-Key", "value": "hdr-ORIGIN-456"}, "x-api-key", "hdr-ORIGIN-456"),
+    "basic": ({"username": "ada", "password": "pw-ORIGIN-789"}, "authorization", "YWRhOnB3LU9SSUdJTi03ODk="),
+    "query_key": ({"name": "api_key", "value": "qk-ORIGIN-000"}, "query", "qk-ORIGIN-000"),
+}
+
+
+@pytest.fixture
+def other() -> Iterator[LocalHttp]:
+    """A second server: another origin (same host, another port)."""
+    with LocalHttp() as s:
+        yield s
+
+
+def _carries(request: dict[str, Any], secret: str) -> bool:
+    return secret in request["path"] or any(secret in v for v in request["headers"].values())
+
+
+@pytest.mark.parametrize("kind", sorted(CREDENTIALS))
+async def test_a_credential_is_refused_for_an_origin_it_does_not_allow(
+        server: LocalHttp, other: LocalHttp, allow_loopback: None, services: dict[str, Any], kind: str) -> None:
+    values, _, secret = CREDENTIALS[kind]
+    await store_credential(services, "partner", kind, values, [server.url])
+    with pytest.raises(ParameterError, match=rf"credential 'partner' may be sent only to {server.url}, "
+                                             rf"not to {other.url}") as caught:
+        await run_with("http_request", {"url": f"{other.url}/collect", "credential": "partner"}, services=services)
+    assert other.requests == [] and secret not in str(caught.value)
+    with pytest.raises(ParameterError, match="partner"):
+        await run_with("document_loader", {"source": "url", "url": f"{other.url}/collect", "credential": "partner"},
+                       services=services)
+    assert other.requests == []
+
+
+@pytest.mark.parametrize("kind", sorted(CREDENTIALS))
+async def test_a_cross_origin_redirect_is_followed_without_the_credential(
+        server: LocalHttp, other: LocalHttp, allow_loopback: None, services: dict[str, Any], kind: str) -> None:
+    values, where, secret = CREDENTIALS[kind]
+    await store_credential(services, "partner", kind, values, [server.url])
+    out = await run_with("http_request", {"url": f"{server.url}/redirect-to?to={other.url}/echo",
+                                          "credential": "partner"}, services=services)
+    assert out["status"] == 200 and out["url"] == f"{other.url}/echo"
+    assert _carries(server.requests[0], secret)  # the first hop, on the allowed origin, had it
+    assert len(other.requests) == 1 and not _carries(other.requests[0], secret)
+    if where != "query":
+        assert where not in other.requests[0]["headers"]
+
+
+@pytest.mark.parametrize("kind", sorted(CREDENTIALS))
+async def test_a_same_origin_redirect_keeps_the_credential(
+        server: LocalHttp, allow_loopback: None, services: dict[str, Any], kind: str) -> None:
+    values, _, secret = CREDENTIALS[kind]
+    await store_credential(services, "partner", kind, values, [server.url])
+    out = await run_with("http_request", {"url": f"{server.url}/redirect", "credential": "partner"},
+                         services=services)
+    assert out["status"] == 200 and [r["path"].split("?")[0] for r in server.requests] == ["/redirect", "/echo"]
+    assert all(_carries(r, secret) for r in server.requests)
+    assert secret not in str(out)  # echoed back by /echo, masked in the output
+
+
+async def test_a_next_page_on_another_origin_is_refused_without_sending_anything(
+        server: LocalHttp, other: LocalHttp, allow_loopback: None, services: dict[str, Any]) -> None:
+    await store_credential(services, "svc", "bearer", {"token": "tok-PAGE-SECRET"}, [server.url])
+    with pytest.raises(NodeExecutionError, match=rf"page 2 is on another origin.*'svc'.*not to {other.url}"):
+        await run_with("http_request", {"url": f"{server.url}/page-to?next={other.url}/stolen", "credential": "svc",
+                                        "pagination": "next_url", "items_field": "results"}, services=services)
+    assert other.requests == []
+
+
+async def test_pages_on_the_credentials_origin_all_carry_it(
+        server: LocalHttp, allow_loopback: None, services: dict[str, Any]) -> None:
+    await store_credential(services, "qk", "query_key", {"name": "api_key", "value": "qk-PAGES-1"}, [server.url])
+    out = await run_with("http_request", {"url": f"{server.url}/pages", "credential": "qk",
+                                          "pagination": "next_url", "items_field": "results"}, services=services)
+    assert out["pages"] == 3 and [r["path"] for r in server.requests] == [
+        "/pages?api_key=qk-PAGES-1", "/pages?p=2&api_key=qk-PAGES-1", "/pages?p=3&api_key=qk-PAGES-1"]
+
+
+async def test_without_a_credential_a_next_page_elsewhere_is_still_followed(
+        server: LocalHttp, other: LocalHttp, allow_loopback: None) -> None:
+    out = await run_with("http_request", {"url": f"{server.url}/page-to?next={other.url}/pages?p=3",
+                                          "pagination": "next_url", "items_field": "results"})
+    assert out["pages"] == 2 and out["body"] == [1, 30, 31] and len(other.requests) == 1
+
+
+async def test_a_credential_stored_without_origins_is_refused_until_an_admin_sets_them(
+        server: LocalHttp, allow_loopback: None, services: dict[str, Any]) -> None:
+    await store_credential(services, "old", "bearer", {"token": "tok-OLD-SECRET"})  # as before origins existed
+    with pytest.raises(ParameterError, match="credential 'old' lists no origins") as caught:
+        await run_with("http_request", {"url": f"{server.url}/echo", "credential": "old"}, services=services)
+    assert server.requests == [] and "PATCH /credentials/old" in str(caught.value)
+    await set_origins(services, "old", [server.url])
+    out = await run_with("http_request", {"url": f"{server.url}/echo", "credential": "old"}, services=services)
+    assert out["status"] == 200 and server.requests[-1]["headers"]["authorization"] == "Bearer tok-OLD-SECRET"
+
+
+async def test_an_api_key_credential_goes_to_the_origin_of_its_own_base_url(
+        server: LocalHttp, other: LocalHttp, allow_loopback: None, services: dict[str, Any]) -> None:
+    await store_credential(services, "llm", "api_key", {"key": "sk-BASE-URL-1", "base_url": f"{server.url}/v1"})
+    out = await run_with("http_request", {"url": f"{server.url}/echo", "credential": "llm"}, services=services)
+    assert out["status"] == 200 and server.requests[-1]["headers"]["authorization"] == "Bearer sk-BASE-URL-1"
+    with pytest.raises(ParameterError, match="'llm' may be sent only to"):
+        await run_with("http_request", {"url": f"{other.url}/echo", "credential": "llm"}, services=services)
+    assert other.requests == []

@@ -7,8 +7,14 @@ from typing import Any
 
 import pytest
 
+from orchestrator.kernel.errors import ParameterError
+from orchestrator.kernel.local import LocalRunner
 from orchestrator.kernel.protocol import DataValue, SubgraphResult
+from orchestrator.kernel.store import RunStatus
+from orchestrator.kernel.validation import validate_graph
+from orchestrator.settings import Settings
 from tests.nodes.node_harness import make_ctx, registry, run_node, values
+from tests.nodes.test_flow_graphs import edge, node
 
 BODY = {"id": "body", "nodes": [{"id": "li", "type": "loop_input", "name": "Item", "data": {}}],
         "edges": []}
@@ -114,3 +120,59 @@ async def test_loop_rejects_more_items_than_max_iterations() -> None:
     with pytest.raises(ValueError, match="'max_iterations'"):
         await run_node("loop", {"body": BODY, "max_iterations": 2}, {"input": [1, 2, 3]},
                        subgraph=body_returning(lambda x: x))
+
+
+# -- nested loops share one bound on iterations in flight ------------------------------
+
+
+def nested(outer: Any, inner: Any) -> dict[str, Any]:
+    """loop(outer) -> body: loop(inner) -> body: a Type Converter."""
+    inner_body = {"id": "ib", "nodes": [node("li", "loop_input", "Item"),
+                                        node("c", "type_converter", "Text", to="string")],
+                  "edges": [edge("li", "c")]}
+    outer_body = {"id": "ob", "nodes": [node("li", "loop_input", "Item"),
+                                        node("l2", "loop", "Inner", items="{{ [input, input] }}",
+                                             concurrency=inner, body=inner_body)],
+                  "edges": [edge("li", "l2")]}
+    return {"id": "g-nested", "nodes": [node("t", "manual_trigger", "Start"),
+                                        node("l1", "loop", "Outer", concurrency=outer, body=outer_body)],
+            "edges": [edge("t", "l1")]}
+
+
+def test_nested_loops_whose_concurrencies_multiply_past_the_bound_are_refused_at_validation() -> None:
+    """The red-team graph: 64 x 64 iterations (and Code sandboxes) from one node step."""
+    with pytest.raises(ParameterError) as info:
+        validate_graph(nested(64, 64), registry())
+    message = info.value.message
+    assert "parameter 'concurrency' on node l2 (\"Inner\")" in message
+    assert "4096 runs of its nested graph in flight" in message and "limit of 64 (max_fan_out)" in message
+    assert (info.value.node_id, info.value.parameter) == ("l1", "body")
+    with pytest.raises(ParameterError, match="128 runs"):
+        validate_graph(nested(8, 16), registry())
+
+
+def test_nested_loops_within_the_bound_validate() -> None:
+    validate_graph(nested(8, 8), registry())
+    validate_graph(nested(64, 1), registry())
+
+
+def test_the_bound_is_the_workers_setting() -> None:
+    limits = Settings(loop_max_in_flight=16).graph_limits()
+    with pytest.raises(ParameterError, match="limit of 16"):
+        validate_graph(nested(8, 8), registry(), limits)
+    validate_graph(nested(4, 4), registry(), limits)
+
+
+async def test_a_concurrency_from_an_expression_is_checked_when_the_loop_runs() -> None:
+    done = await LocalRunner(registry()).run(nested(8, "{{ 16 }}"), [1, 2])
+    assert done.status == RunStatus.FAILED
+    error = next(e for e in done.events if e.event_type == "error" and e.node_id == "l1").data["error"]
+    assert "parameter 'concurrency' (16) inside loops running 8 iterations at once" in error["message"]
+    assert "128 in flight, above ORCH_LOOP_MAX_IN_FLIGHT (64)" in error["message"]
+
+
+async def test_nested_loops_within_the_bound_run() -> None:
+    done = await LocalRunner(registry()).run(nested(8, "{{ 8 }}"), [1, 2])
+    assert done.status == RunStatus.SUCCEEDED
+    assert done.output("l1")["results"] == [{"results": ["1", "1"], "iterations": 2},
+                                            {"results": ["2", "2"], "iterations": 2}]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +13,19 @@ import pytest
 from nodes._rag.chunking import split_text, token_length
 from nodes._rag.embedders import HashEmbedder
 from orchestrator.kernel.errors import EgressDeniedError, NodeExecutionError, ParameterError
-from tests.agents.openai_stub import StubServer
-from tests.nodes.rag_support import allow_loopback, pdf_bytes, run_with, settings
+from orchestrator.settings import get_settings
+from tests.agents.openai_stub import OPERATOR_KEY, StubServer, attacker, operator_key, stub
+from tests.nodes.rag_support import (
+    allow_loopback,
+    node_redis,
+    pdf_bytes,
+    redis_services,
+    run_with,
+    settings,
+    store_credential,
+)
 
-__all__ = ["allow_loopback"]
+__all__ = ["allow_loopback", "attacker", "node_redis", "operator_key", "stub"]
 
 TEXT = ("Redis keeps the run state.\n\nCelery workers run one task per node. Each task claims its node.\n\n"
         "The sweeper finds lost nodes and gives them to another worker.")
@@ -138,22 +148,67 @@ async def test_offline_flag_makes_any_model_dry_run(monkeypatch: pytest.MonkeyPa
     assert out["vector"] == HashEmbedder().vector("question")
 
 
-async def test_embedding_calls_an_openai_compatible_endpoint_in_batches(allow_loopback: None) -> None:
+CREDENTIAL_KEY = "sk-workspace-embed-9876"
+
+
+async def test_embedding_calls_an_openai_compatible_endpoint_in_batches(stub: StubServer, operator_key: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A base URL the operator lists may be chosen by the graph; it gets the operator's key
+    and is reachable on loopback without ORCH_EGRESS_ALLOW (configured, so trusted)."""
+    monkeypatch.setenv("ORCH_MODEL_BASE_URLS", stub.base_url)
+    get_settings.cache_clear()
     texts = ["aa", "abcabc", "b", "aaaa a"]
-    with StubServer() as stub:
-        out = await run_with("embedding", {"model": "openai:nomic-embed", "base_url": stub.base_url,
-                                           "batch_size": 3},
-                             {"input": {"documents": [{"text": t, "metadata": {}} for t in texts]}})
-        bodies = [r["body"] for r in stub.requests]
+    out = await run_with("embedding", {"model": "openai:nomic-embed", "base_url": stub.base_url, "batch_size": 3},
+                         {"input": {"documents": [{"text": t, "metadata": {}} for t in texts]}})
+    bodies = [r["body"] for r in stub.requests]
     assert [len(b["input"]) for b in bodies] == [3, 1] and bodies[0]["model"] == "nomic-embed"
     assert [d["vector"][:2] for d in out["documents"]] == [[len(t), t.count("a")] for t in texts]
+    assert stub.requests[0]["headers"]["authorization"] == f"Bearer {OPERATOR_KEY}"
 
 
-async def test_embedding_endpoint_failure_names_the_status(allow_loopback: None) -> None:
-    with StubServer() as stub:
-        stub.fail_status = 401
-        with pytest.raises(NodeExecutionError, match="401"):
-            await run_with("embedding", {"model": "openai:m", "base_url": stub.base_url, "text": "x"})
+async def test_embedding_endpoint_failure_names_the_status(stub: StubServer, operator_key: str,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORCH_OPENAI_BASE_URL", stub.base_url)
+    get_settings.cache_clear()
+    stub.fail_status = 401
+    with pytest.raises(NodeExecutionError, match="401") as caught:
+        await run_with("embedding", {"model": "openai:m", "text": "x"})
+    assert OPERATOR_KEY not in str(caught.value)
+
+
+async def test_embedding_refuses_a_graph_chosen_base_url_and_sends_no_key(
+        attacker: StubServer, operator_key: str, allow_loopback: None) -> None:
+    with pytest.raises(ParameterError, match="ORCH_MODEL_BASE_URLS") as caught:
+        await run_with("embedding", {"model": "openai:text-embedding-3-small", "base_url": attacker.base_url,
+                                     "text": "hi"})
+    assert caught.value.parameter == "base_url" and attacker.requests == []
+
+
+async def test_embedding_with_a_credential_uses_its_base_url_and_key_only(
+        node_redis: Any, stub: StubServer, attacker: StubServer, operator_key: str, allow_loopback: None) -> None:
+    services = redis_services(node_redis)
+    await store_credential(services, "emb", "api_key", {"key": CREDENTIAL_KEY, "base_url": stub.base_url})
+    out = await run_with("embedding", {"model": "openai:m", "credential": "emb", "text": "hi"}, services=services)
+    assert out["vector"][:2] == [2.0, 0.0]
+    assert stub.requests[0]["headers"]["authorization"] == f"Bearer {CREDENTIAL_KEY}"
+    with pytest.raises(ParameterError, match=r"credential 'emb' may be sent only to .*not to") as caught:
+        await run_with("embedding", {"model": "openai:m", "credential": "emb", "base_url": attacker.base_url,
+                                     "text": "hi"}, services=services)
+    assert caught.value.parameter == "credential" and attacker.requests == []
+    assert OPERATOR_KEY not in json.dumps(stub.requests)
+
+
+async def test_an_api_key_credential_without_base_url_goes_to_the_operators_endpoint_only(
+        node_redis: Any, stub: StubServer, attacker: StubServer, operator_key: str, allow_loopback: None) -> None:
+    """As before origins existed: such a key went to the configured endpoint, and still may."""
+    services = redis_services(node_redis, openai_base_url=stub.base_url)
+    await store_credential(services, "old-emb", "api_key", {"key": CREDENTIAL_KEY})
+    await run_with("embedding", {"model": "openai:m", "credential": "old-emb", "text": "hi"}, services=services)
+    assert stub.requests[0]["headers"]["authorization"] == f"Bearer {CREDENTIAL_KEY}"
+    with pytest.raises(ParameterError, match="'old-emb' may be sent only to"):
+        await run_with("embedding", {"model": "openai:m", "credential": "old-emb", "base_url": attacker.base_url,
+                                     "text": "hi"}, services=services)
+    assert attacker.requests == []
 
 
 # -- Vector Store / Search (embedded backend) ---------------------------------------------------
@@ -223,3 +278,15 @@ async def test_loader_fetches_html_from_a_url_through_the_egress_policy(allow_lo
         out = await run_with("document_loader", {"source": "url", "url": f"{server.url}/text"})
     assert out["documents"] == [{"text": "plain words", "metadata": {"source": f"{server.url}/text",
                                                                     "format": "text"}}]
+
+
+async def test_a_heading_followed_by_many_spaces_is_read_in_linear_time() -> None:
+    """The former title pattern backtracked in cubic time here (2,000 spaces: 15 s)."""
+    from nodes._rag.documents import parse
+
+    text = "# a" + " " * 50_000 + "b\nbody\n# Second #"
+    began = time.monotonic()
+    docs = parse(text.encode(), "markdown", source="x.md")
+    assert time.monotonic() - began < 1.0
+    assert docs[0]["metadata"]["title"] == "a" + " " * 50_000 + "b"
+    assert parse(b"intro\n# Guide ##\n", "markdown", source="g.md")[0]["metadata"]["title"] == "Guide"

@@ -95,3 +95,94 @@ async def test_settings_select_pgvector_for_every_node(pg_url: str, tmp_path: Pa
         {"text": "only in postgres", "vector": [1.0, 0.0], "metadata": {}}]}}, services)
     out = await run_with("vector_search", {"collection": c}, {"input": {"vector": [1.0, 0.0]}}, services)
     assert out["hits"][0]["text"] == "only in postgres"
+
+
+# -- workspaces: one collection name, one collection per workspace -------------------------
+
+
+@pytest.fixture(params=["sqlite", "pgvector"])
+def backend_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    from orchestrator.settings import Settings
+
+    if request.param == "sqlite":
+        return Settings(vector_backend="sqlite", vector_sqlite_path=str(tmp_path / "default.sqlite3"),
+                        workspace_data_dir=str(tmp_path / "workspaces"))
+    return Settings(vector_backend="pgvector", vector_database_url=request.getfixturevalue("pg_url"))
+
+
+async def _texts(settings: Any, workspace: str, collection: str) -> list[str]:
+    out = await run_with("vector_search", {"collection": collection, "top_k": 10}, {"input": {"vector": [1.0, 0.0]}},
+                         {"settings": settings, "workspace": workspace})
+    return [h["text"] for h in out["hits"]]
+
+
+async def test_two_workspaces_with_one_collection_name_never_meet(backend_settings: Any) -> None:
+    c = _collection()
+    alpha, beta = {"settings": backend_settings, "workspace": "alpha"}, {"settings": backend_settings,
+                                                                          "workspace": "beta"}
+    doc = {"documents": [{"text": "alpha only", "vector": [1.0, 0.0], "metadata": {"source": "hr.md"}}]}
+    await run_with("vector_store", {"collection": c}, {"input": doc}, alpha)
+    assert await _texts(backend_settings, "beta", c) == []
+    deleted = await run_with("vector_store", {"collection": c, "operation": "delete", "where": {"source": "hr.md"}},
+                             {}, beta)
+    assert deleted["deleted"] == 0
+    poison = {"documents": [{"text": "beta's poison", "vector": [1.0, 0.0], "metadata": {"source": "hr.md"}}]}
+    await run_with("vector_store", {"collection": c}, {"input": poison}, beta)
+    assert await _texts(backend_settings, "alpha", c) == ["alpha only"]
+    assert await _texts(backend_settings, "beta", c) == ["beta's poison"]
+    assert await _texts(backend_settings, "default", c) == []
+
+
+async def test_the_default_workspace_finds_collections_stored_before_workspaces(backend_settings: Any) -> None:
+    """Data written by the store as it was (no workspace) is default's, in place."""
+    c = _collection()
+    before: VectorStore = (SqliteVectorStore(backend_settings.vector_sqlite_path)
+                           if backend_settings.vector_backend == "sqlite"
+                           else PgVectorStore(str(backend_settings.vector_database_url)))
+    try:
+        await before.upsert(c, [Record("old", [1.0, 0.0], "stored earlier", {})])
+    finally:
+        await before.aclose()
+    assert await _texts(backend_settings, "default", c) == ["stored earlier"]
+    assert await _texts(backend_settings, "alpha", c) == []
+
+
+def test_pgvector_table_names_fit_postgres_identifiers_and_differ_from_defaults() -> None:
+    from nodes._rag.pgvector import _names
+
+    longest = _names("w" * 128, "c" * 48)
+    assert len(longest.table.strip('"')) <= 63 and len(longest.index.strip('"')) <= 63
+    assert _names("default", "docs").table == '"rag_docs"'
+    assert "." in _names("alpha", "docs").table and _names("alpha", "docs") != _names("beta", "docs")
+
+
+async def test_a_pgvector_table_of_another_workspace_is_refused_even_if_its_name_matches(pg_url: str) -> None:
+    from sqlalchemy import text
+
+    from nodes._rag.pgvector import _names
+
+    c = _collection()
+    alpha = PgVectorStore(pg_url, workspace="alpha")
+    try:
+        await alpha.upsert(c, [Record("a", [1.0, 0.0], "alpha's", {})])
+        async with alpha.engine.begin() as conn:  # as if another workspace's tag were the same
+            await conn.execute(text(f"COMMENT ON TABLE {_names('alpha', c).table} IS 'orchestrator workspace other'"))
+        with pytest.raises(NodeExecutionError, match="belongs to another workspace"):
+            await alpha.query(c, [1.0, 0.0], 3)
+        with pytest.raises(NodeExecutionError, match="belongs to another workspace"):
+            await alpha.upsert(c, [Record("b", [1.0, 0.0], "more", {})])
+    finally:
+        await alpha.aclose()
+
+
+async def test_a_sqlite_url_as_pgvector_credential_is_refused_and_creates_no_file(node_redis: Any,
+                                                                                   tmp_path: Path) -> None:
+    from orchestrator.kernel.errors import ParameterError
+
+    services = redis_services(node_redis)
+    target = tmp_path / "made-by-a-credential.db"
+    await store_credential(services, "not-pg", "database_url", {"url": f"sqlite:///{target}"})
+    with pytest.raises(ParameterError, match="postgresql:// URL"):
+        await run_with("vector_search", {"collection": "c", "credential": "not-pg"}, {"input": {"vector": [1.0]}},
+                       services)
+    assert not target.exists()

@@ -121,8 +121,8 @@ class Driver:
                                             started=started_event(run_id, node_id))
         assert claim.kind == "run", (node_id, claim)
         self.ran.append(node_id)
-        ready = await self.store.complete_node(
-            run_id, node_id, completed(run_id, node_id, self.live.get(node_id, {"out"})))
+        ready = (await self.store.complete_node(
+            run_id, node_id, completed(run_id, node_id, self.live.get(node_id, {"out"})))).nodes
         self.ready_lists.append((node_id, ready))
         await self.store.mark_dispatched(run_id, ready)
         return ready

@@ -292,4 +292,13 @@ def test_a_file_in_a_node_output_downloads_from_the_file_store(console: Console,
     assert href and "/files/" in href
     response = console.page.request.get(href if href.startswith("http") else stack.api_url + href)
     assert response.ok and response.body() == b"file bytes 42"  # with the session cookie, no header
+    assert response.headers["content-disposition"] == 'attachment; filename="note.txt"'
     console.shot("run-file-download")
+    # A ref that reads as a protocol-relative URL is not a link to another site.
+    odd = {"$binary": {"ref": "//evil.example/x.html", "mime": "text/html", "size": 1}}
+    run_id = console.api("POST", "/graphs/ui-file/runs", {"input": odd})["run_id"]
+    console.go(f"runs/{run_id}")
+    console.page.wait_for_selector("#run-status [data-status=succeeded]")
+    console.page.click(".node-item[data-node='t']")
+    href = console.page.locator(".binary a").get_attribute("href")
+    assert href and "/files/%2F%2Fevil.example" in href and not href.startswith("//")

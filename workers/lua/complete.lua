@@ -6,13 +6,18 @@
 --   run_completed / run_failed / run_waiting (event JSON strings; '' when not needed;
 --   run-level events get the time NOW), payload (suspend payload JSON string or ''),
 --   node_template (node event JSON, for skipped and not_run events, stamped NOW),
---   events [the completion's own event JSON strings, in order], next_attempt (retrying)
--- Returns the nodes that became ready and are not yet dispatched, in plan order.
+--   events [the completion's own event JSON strings, in order], next_attempt (retrying),
+--   take (null, or how many queued nodes the caller takes: see hand_over in the prelude)
+-- Returns {queued, backlog, nodes...}: with take null the nodes that became ready and are
+-- not yet dispatched, in plan order; with take, the oldest of the run's queue.
 local args = cjson.decode(ARGV[6])
 local node, status = args.node, args.status
+local take = args.take
+if take == cjson.null then take = nil end
+local NOTHING = {0, 0}
 local run_status = redis.call('HGET', K_RUN, 'status')
 if not run_status then
-  return {}
+  return NOTHING
 end
 local node_status = redis.call('HGET', K_NODES, node)
 
@@ -33,17 +38,17 @@ end
 
 -- Idempotency: a redelivered completion changes nothing.
 if FINISHED[node_status] then
-  if terminal then return {} end
-  return undispatched()
+  if terminal then return NOTHING end
+  return hand_over(undispatched(), nil)
 end
 if status == 'waiting' and (node_status == 'waiting' or terminal) then
-  return {}
+  return NOTHING
 end
 
 -- A failed attempt whose retry is scheduled: no worker holds the node until the next
 -- claim, which runs attempt next_attempt. Claims count worker losses, not attempts.
 if status == 'retrying' then
-  if node_status ~= 'running' or terminal then return {} end
+  if node_status ~= 'running' or terminal then return NOTHING end
   redis.call('HSET', K_NODES, node, 'retrying')
   redis.call('HSET', K_CLAIMS, 'attempt:' .. node, args.next_attempt)
   if args.retry_at and args.retry_at ~= cjson.null then
@@ -53,7 +58,7 @@ if status == 'retrying' then
   append_own_events()
   redis.call('DEL', K_LEASE)
   expire_all(ACTIVE_TTL)
-  return {}
+  return hand_over({}, take)  -- its slot is free: the caller may take queued nodes
 end
 
 -- Suspend: keep the payload, hold no worker, count nothing down.
@@ -65,7 +70,7 @@ if status == 'waiting' then
   append_stamped(args.run_waiting)
   redis.call('DEL', K_LEASE)
   expire_all(ACTIVE_TTL)
-  return {}
+  return hand_over({}, take)
 end
 
 redis.call('HSET', K_OUT, node, args.outputs)
@@ -82,9 +87,10 @@ if terminal or stop then
     if args.error ~= '' then redis.call('HSET', K_RUN, 'error', args.error) end
     append_stamped(args.run_failed)
     redis.call('ZREM', K_ACTIVE, args.run_id)
+    drop_queue()
   end
   expire_all(RETENTION)
-  return {}
+  return NOTHING
 end
 
 local remaining = redis.call('HINCRBY', K_RUN, 'remaining', -1)
@@ -143,13 +149,15 @@ if remaining <= 0 then
   redis.call('HSET', K_RUN, 'status', 'succeeded', 'finished_at', NOW)
   append_stamped(args.run_completed)
   redis.call('ZREM', K_ACTIVE, args.run_id)
+  drop_queue()
   expire_all(RETENTION)
-  return {}
+  return NOTHING
 end
 
-expire_all(ACTIVE_TTL)
 local out = {}
 for _, n in ipairs(plan_sorted(ready)) do
   if redis.call('SISMEMBER', K_DISPATCHED, n) == 0 then table.insert(out, n) end
 end
-return out
+local handed = hand_over(out, take)
+expire_all(ACTIVE_TTL)
+return handed

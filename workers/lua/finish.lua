@@ -17,5 +17,6 @@ if ARGV[7] ~= '' then
 end
 append(ARGV[9])
 redis.call('ZREM', K_ACTIVE, ARGV[8])
+drop_queue()
 expire_all(RETENTION)
 return 1

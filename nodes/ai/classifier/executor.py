@@ -52,8 +52,7 @@ class ClassifierExecutor:
         self, data: dict[str, Any], inputs: dict[str, DataValue], ctx: FlowContext
     ) -> AsyncIterator[NodeEvent | ExecutionResult]:
         labels = _labels(data.get("labels"), ctx)
-        model = resolve_model(data.get("model"), settings=ctx.services.get("settings"),
-                              script=parse_script(data.get("script")))
+        model = await resolve_model(data.get("model"), ctx, script=parse_script(data.get("script")))
         system = SYSTEM.format(labels=", ".join(labels))
         if data.get("prompt"):
             system += "\n" + str(data["prompt"])

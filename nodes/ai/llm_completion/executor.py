@@ -18,9 +18,8 @@ class LlmCompletionExecutor:
         self, data: dict[str, Any], inputs: dict[str, DataValue], ctx: FlowContext
     ) -> AsyncIterator[NodeEvent | ExecutionResult]:
         temperature = data.get("temperature")
-        model = resolve_model(data.get("model"), settings=ctx.services.get("settings"),
-                              script=parse_script(data.get("script")),
-                              temperature=float(temperature) if temperature is not None else None)
+        model = await resolve_model(data.get("model"), ctx, script=parse_script(data.get("script")),
+                                    temperature=float(temperature) if temperature is not None else None)
         text, tokens = "", 0
         async for item in complete_text(ctx, model, user_message(data, inputs),
                                         system=data.get("system") or None, name=ctx.node_name):

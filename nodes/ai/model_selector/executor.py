@@ -1,4 +1,9 @@
-"""Model Selector: materializes its model spec string for a ``model`` socket."""
+"""Model Selector: materializes its model spec for a ``model`` socket.
+
+A ``provider:model_id`` string, or an object ``{provider, id, base_url, credential}``
+passed on whole: the node that runs the model decides whether the endpoint and key are
+allowed (``nodes/_shared/endpoint.py``), as for a spec written on that node itself.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +16,11 @@ from orchestrator.kernel.protocol import FlowContext
 class ModelSelectorExecutor:
     node_type = "model_selector"
 
-    async def materialize(self, data: dict[str, Any], output_handle: str, ctx: FlowContext) -> str:
+    async def materialize(self, data: dict[str, Any], output_handle: str,
+                          ctx: FlowContext) -> str | dict[str, Any]:
         model = data.get("model")
-        if isinstance(model, dict):
-            model = f"{model.get('provider', '')}:{model.get('id', '')}"
+        if isinstance(model, dict) and model.get("provider") and model.get("id"):
+            return dict(model)
         if not isinstance(model, str) or ":" not in model:
             raise ParameterError(f"model must be 'provider:model_id', got {model!r}",
                                  node_id=ctx.node_id, node_name=ctx.node_name, parameter="model")

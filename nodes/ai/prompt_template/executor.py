@@ -3,6 +3,9 @@
 One syntax, the kernel's ``{{ }}`` expressions: ``{{ input.x }}`` (or ``$json.x``) is the
 input, ``{{ $vars.x }}`` a key of the ``variables`` object, ``{{ $run.input }}`` the run
 input. Objects and lists embedded in text render as JSON.
+
+``execute`` is synchronous, so the kernel renders off the event loop (a template may take
+up to the expression budgets' steps).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext
 class PromptTemplate:
     node_type = "prompt_template"
 
-    async def execute(
+    def execute(
         self, data: dict[str, Any], inputs: dict[str, DataValue], ctx: FlowContext
     ) -> ExecutionResult:
         template = data.get("template")

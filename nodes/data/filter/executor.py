@@ -3,6 +3,12 @@
 The input is a list or ``{"items": list}``. ``condition`` is evaluated per item with
 ``$item``/``input`` = the item and ``$index`` = its position. A side with no items gets
 no value, so nodes after it are skipped as a dead branch.
+
+``execute`` is synchronous: the kernel runs it in its bounded offload pool, off the event
+loop, because items x condition steps is real CPU work (bounded in all by the node
+execution's ``max_total_steps``, ``ORCH_EXPRESSION_MAX_TOTAL_STEPS``). When the node times
+out, its ``timeout_s`` fires on the loop and the evaluation left in the thread stops at
+its next step.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ def items_of(value: Any) -> list[Any]:
 class Filter:
     node_type = "filter"
 
-    async def execute(
+    def execute(
         self, data: dict[str, Any], inputs: dict[str, DataValue], ctx: FlowContext
     ) -> ExecutionResult:
         condition = data.get("condition")

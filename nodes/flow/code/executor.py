@@ -17,6 +17,7 @@ from orchestrator.kernel.protocol import DataValue, EventType, ExecutionResult, 
 
 MAX_TIMEOUT_S = 60.0
 MIN_MEMORY_MB = 32
+MAX_MEMORY_MB = 4096  # as definition.json declares; the kernel enforces it too, after expressions
 
 
 def _limits(data: dict[str, Any]) -> tuple[float, int]:
@@ -31,8 +32,9 @@ def _limits(data: dict[str, Any]) -> tuple[float, int]:
         raise ValueError(
             f"parameter 'timeout_s' must be in (0, {MAX_TIMEOUT_S:g}]; got {timeout_s:g}"
         )
-    if memory_mb < MIN_MEMORY_MB:
-        raise ValueError(f"parameter 'memory_mb' must be at least {MIN_MEMORY_MB}; got {memory_mb}")
+    if not MIN_MEMORY_MB <= memory_mb <= MAX_MEMORY_MB:
+        raise ValueError(
+            f"parameter 'memory_mb' must be between {MIN_MEMORY_MB} and {MAX_MEMORY_MB}; got {memory_mb}")
     return timeout_s, memory_mb
 
 

@@ -2,14 +2,19 @@
 
 Two forms, exactly one set: ``condition`` (a boolean, usually an expression the kernel
 has already evaluated) or ``value`` + ``operation`` + ``compare_to``.
+
+Deciding is cheap except ``matches_regex``: that one runs in a thread (the pattern has a
+time budget, ``ORCH_PATTERN_TIMEOUT_S``), so a slow pattern neither stalls the event loop
+nor outlives the node's ``timeout_s`` there.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from nodes._shared.conditions import truthy
-from nodes._shared.operations import compare
+from nodes._shared.operations import OFF_LOOP, compare
 from nodes._shared.values import input_value, result
 from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext
 
@@ -34,7 +39,10 @@ class Conditional:
     async def execute(
         self, data: dict[str, Any], inputs: dict[str, DataValue], ctx: FlowContext
     ) -> ExecutionResult:
-        port = "true" if decide(data) else "false"
+        if data.get("operation") in OFF_LOOP:
+            port = "true" if await asyncio.to_thread(decide, data) else "false"
+        else:
+            port = "true" if decide(data) else "false"
         return result({port: input_value(inputs)})
 
 

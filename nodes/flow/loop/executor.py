@@ -15,19 +15,45 @@ until     starts from ``items`` (default: the input) and feeds each result into 
           ValueError.
 
 A failed iteration raises RuntimeError naming the iteration index and the inner error.
+
+Nested loops multiply: a for_each running 8 at once whose body runs a for_each of 8 keeps
+64 iterations (and their Code sandboxes, model calls) in flight from one node step. The
+product of the concurrencies of the loops around an iteration may not pass
+``ORCH_LOOP_MAX_IN_FLIGHT``: graph validation refuses literal values over it (``concurrency``
+is a ``fan_out`` parameter); a value an expression gives is checked here, when it runs.
 """
 
 from __future__ import annotations
 
 import asyncio
+from contextvars import ContextVar
 from typing import Any
 
 from nodes._shared.conditions import evaluate_condition, make_scope
 from nodes._shared.values import input_value, result
 from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext, SubgraphResult
+from orchestrator.settings import get_settings
 
 MAX_ITERATIONS = 10_000
+MAX_CONCURRENCY = 64
 BODY_TRIGGER = "loop_input"
+
+# Iterations in flight in the loops around the current task (1 outside any loop): the
+# iteration tasks of a for_each inherit it, multiplied by its concurrency.
+IN_FLIGHT: ContextVar[int] = ContextVar("loop_iterations_in_flight", default=1)
+
+
+def in_flight_within_bound(concurrency: int) -> int:
+    """Iterations in flight once a for_each of ``concurrency`` runs here; a ValueError
+    naming the parameter and the setting when that passes ``ORCH_LOOP_MAX_IN_FLIGHT``."""
+    outer = IN_FLIGHT.get()
+    total = outer * concurrency
+    bound = get_settings().loop_max_in_flight
+    if total > bound:
+        raise ValueError(
+            f"parameter 'concurrency' ({concurrency}) inside loops running {outer} iterations at "
+            f"once would keep {total} in flight, above ORCH_LOOP_MAX_IN_FLIGHT ({bound})")
+    return total
 
 
 def check_body(body: Any) -> dict[str, Any]:
@@ -77,7 +103,7 @@ class Loop:
                     f"loop has {len(items)} items, more than parameter 'max_iterations' "
                     f"({max_iterations})"
                 )
-            concurrency = _bounded(data, "concurrency", 1, 64)
+            concurrency = _bounded(data, "concurrency", 1, MAX_CONCURRENCY)
             results = await self._for_each(body, items, concurrency, ctx)
             return result({"output": {"results": results, "iterations": len(items)}})
         if mode == "until":
@@ -115,18 +141,22 @@ class Loop:
         self, body: dict[str, Any], items: list[Any], concurrency: int, ctx: FlowContext
     ) -> list[Any]:
         results: list[Any] = []
-        for start in range(0, len(items), concurrency):
-            batch = items[start:start + concurrency]
-            try:
-                # A TaskGroup (not gather) so one failed iteration cancels its siblings.
-                async with asyncio.TaskGroup() as group:
-                    tasks = [
-                        group.create_task(self._iterate(body, item, start + k, ctx))
-                        for k, item in enumerate(batch)
-                    ]
-            except BaseExceptionGroup as grouped:
-                raise _first_error(grouped) from None
-            results.extend(task.result() for task in tasks)
+        token = IN_FLIGHT.set(in_flight_within_bound(concurrency))  # the tasks below inherit it
+        try:
+            for start in range(0, len(items), concurrency):
+                batch = items[start:start + concurrency]
+                try:
+                    # A TaskGroup (not gather) so one failed iteration cancels its siblings.
+                    async with asyncio.TaskGroup() as group:
+                        tasks = [
+                            group.create_task(self._iterate(body, item, start + k, ctx))
+                            for k, item in enumerate(batch)
+                        ]
+                except BaseExceptionGroup as grouped:
+                    raise _first_error(grouped) from None
+                results.extend(task.result() for task in tasks)
+        finally:
+            IN_FLIGHT.reset(token)
         return results
 
     async def _until(
@@ -137,7 +167,9 @@ class Loop:
         for i in range(max_iterations):
             current = await self._iterate(body, current, i, ctx)
             scope = make_scope(ctx, current, {"$index": i})
-            if evaluate_condition(condition, scope, parameter="condition", where=f"iteration {i}"):
+            # Off the loop: a condition may take up to the expression budgets' steps.
+            if await asyncio.to_thread(evaluate_condition, condition, scope, parameter="condition",
+                                       where=f"iteration {i}"):
                 return current, i + 1
         raise ValueError(
             f"loop reached parameter 'max_iterations' ({max_iterations}) "

@@ -4,6 +4,9 @@ matching case (``mode`` all); with no match it goes to ``default``.
 ``cases`` is a list of ``{"id": ..., "when": "<condition>"}`` (raw strings: the node
 evaluates each with input = the input value). Case ``i`` goes out on port ``case_<i>``;
 the definition declares ``case_0``..``case_7``, so at most eight cases.
+
+``execute`` is synchronous, so the kernel runs it off the event loop: eight conditions
+may each take up to the expression step budget.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ def parse_cases(raw: Any) -> list[dict[str, Any]]:
 class Switch:
     node_type = "switch"
 
-    async def execute(
+    def execute(
         self, data: dict[str, Any], inputs: dict[str, DataValue], ctx: FlowContext
     ) -> ExecutionResult:
         cases = parse_cases(data.get("cases"))

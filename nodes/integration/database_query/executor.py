@@ -1,22 +1,38 @@
 """Database Query: one parameterised SQL statement -> ``{rows, columns, count, truncated, rowcount}``.
 
-The connection is a ``database_url`` credential, else the embedded SQLite database
-(``ORCH_DATABASE_SQLITE_PATH``). The statement text is taken literally (the definition
-turns expressions off for it): values from the run go in ``parameters`` and are bound by
-the driver. Execution: ``nodes/_shared/database.py``. The URL's password is masked in
-every error.
+The connection is a ``database_url`` credential, else the run's workspace's embedded
+SQLite database: ``default``'s is ``ORCH_DATABASE_SQLITE_PATH`` (where it always was),
+every other workspace's is ``database.sqlite3`` in its own folder
+(``<ORCH_WORKSPACE_DATA_DIR>/<workspace>/``, ``nodes/_shared/host.py``). So no workspace
+reads or changes another's tables.
+
+A credential's ``postgresql://`` URL is the workspace's own server and account: the
+database's own access rules apply. A ``sqlite:`` URL names a file on the worker's disk,
+which is the operator's, not the workspace's: outside ``default`` it must name a file in
+the workspace's folder (a relative path is taken from there), or ``sqlite://`` (in
+memory). ``default`` (the operator's ``ORCH_API_KEYS``) may name any path, as before.
+
+The statement text is taken literally (the definition turns expressions off for it):
+values from the run go in ``parameters`` and are bound by the driver. Execution and the
+SQLite guards (no ATTACH, VACUUM, extensions, PRAGMAs outside a safe list):
+``nodes/_shared/database.py``. The URL's password is masked in every error.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from nodes._rag.services import as_text, load_credential, settings_of
-from nodes._shared.database import Statement, run_statement, sqlite_url
+from nodes._rag.services import as_text, load_credential
+from nodes._shared.database import Statement, run_statement, sqlite_path, sqlite_url
+from nodes._shared.host import run_workspace, settings_of, workspace_dir, workspace_file
 from nodes._shared.values import result
-from orchestrator.credentials import mask
+from orchestrator.credentials import DEFAULT_WORKSPACE, mask
 from orchestrator.kernel.errors import OrchestratorError, ParameterError
 from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext
+from orchestrator.settings import Settings
+
+EMBEDDED_FILE = "database.sqlite3"  # the embedded database of a workspace other than default
 
 
 def _parameters(value: Any) -> dict[str, Any] | list[dict[str, Any]]:
@@ -30,6 +46,28 @@ def _parameters(value: Any) -> dict[str, Any] | list[dict[str, Any]]:
                          parameter="parameters")
 
 
+def embedded_database(settings: Settings, workspace: str) -> Path:
+    """The embedded SQLite database of ``workspace`` (see the module docstring)."""
+    if workspace == DEFAULT_WORKSPACE:
+        return Path(settings.database_sqlite_path).expanduser()
+    return workspace_file(settings, workspace, EMBEDDED_FILE)
+
+
+def confined_url(url: str, settings: Settings, workspace: str) -> str:
+    """``url`` when the workspace may use it (see the module docstring); a ``sqlite:`` URL
+    of another workspace than ``default`` becomes its file inside the workspace's folder."""
+    path = sqlite_path(url)
+    if path is None or path == ":memory:" or workspace == DEFAULT_WORKSPACE:
+        return url
+    folder = workspace_dir(settings, workspace)
+    file = (folder / Path(path).expanduser()).resolve()
+    if not file.is_relative_to(folder) or file == folder:
+        raise ParameterError(f"a sqlite database of workspace {workspace!r} must be a file in its folder "
+                             f"{folder} (a relative path is taken from there)", parameter="credential")
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return sqlite_url(file)
+
+
 class DatabaseQuery:
     node_type = "database_query"
 
@@ -38,13 +76,14 @@ class DatabaseQuery:
         if not sql:
             raise ParameterError("parameter 'query' is required", parameter="query")
         settings = settings_of(ctx)
+        workspace = await run_workspace(ctx)
         secrets: list[str] = []
         if data.get("credential"):
             credential = await load_credential(ctx, as_text(data["credential"]), ("database_url",))
-            url = credential.values["url"]
             secrets = credential.secrets()
+            url = confined_url(credential.values["url"], settings, workspace)
         else:
-            url = sqlite_url(settings.database_sqlite_path)
+            url = sqlite_url(embedded_database(settings, workspace))
         timeout = data.get("timeout_s")
         stmt = Statement(sql=sql, parameters=_parameters(data.get("parameters")),
                          read_only=bool(data.get("read_only", True)), max_rows=int(data.get("max_rows") or 1000),

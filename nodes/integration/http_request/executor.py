@@ -10,6 +10,12 @@ run state. The credential's secret values are masked in the output (a server may
 Pagination (optional): ``next_url`` follows a URL in each JSON page, ``link_header`` the
 ``Link: <...>; rel="next"`` header, up to ``max_pages``; every page goes through the same
 client (egress policy, credential) and the output ``body`` is the pages' items joined.
+With a credential, a next URL on an origin the credential does not allow fails the node
+(naming the credential and the origin) rather than being fetched: the pages come from
+the API the credential is for, and a page link elsewhere is a server steering the node
+(an unauthenticated page would fail anyway, or mix another server's items in). Redirects
+are different: a cross-origin hop is followed without the credential
+(``nodes/_shared/http.py``).
 """
 
 from __future__ import annotations
@@ -141,9 +147,11 @@ class HttpRequest:
             items, pages = _items(data, body, 1), 1
             max_pages = _int(data, "max_pages", 10)
             while pages < max_pages and (next_url := _next_url(data, response, body, call)):
+                refusal = response.credential.refusal(next_url) if response.credential else None
+                if refusal is not None:
+                    raise NodeExecutionError(f"page {pages + 1} is on another origin and is not fetched: "
+                                             f"{mask(refusal, response.secrets)}")
                 call.url, call.query = next_url, {}  # the next URL carries its own query
-                if call.credential:  # fetch applies the credential again
-                    call.headers.pop("Authorization", None)
                 response = await fetch(ctx, call)
                 body = await _decode(response, "json", inline, ctx)
                 pages += 1

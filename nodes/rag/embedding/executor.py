@@ -1,8 +1,11 @@
 """Embedding: documents -> the same documents with a ``vector`` each (or one text -> a vector).
 
-Embedders are in ``nodes/_rag/embedders.py``. A base URL from the graph (parameter or
-credential) is reached through the egress policy; the operator's own
-``ORCH_OPENAI_BASE_URL`` is trusted as configured.
+Embedders are in ``nodes/_rag/embedders.py``. Which server is called with which key is
+``nodes/_shared/endpoint.py``, as for models: with a ``credential``, its key goes to its own
+``base_url`` (or to a ``base_url`` parameter its origins allow), never the worker's key; a
+``base_url`` parameter without a credential must be one the operator configured
+(``ORCH_OPENAI_BASE_URL``, ``ORCH_MODEL_BASE_URLS``), else the node fails naming it. Every
+request passes the egress policy (the operator's own endpoints as configured).
 """
 
 from __future__ import annotations
@@ -12,17 +15,11 @@ from typing import Any
 import httpx
 
 from nodes._rag.documents import documents_in
-from nodes._rag.embedders import (
-    DEFAULT_DIMENSIONS,
-    Embedder,
-    HashEmbedder,
-    OpenAIEmbedder,
-    default_api_key,
-    is_offline,
-    split_spec,
-)
-from nodes._rag.services import as_text, load_credential, settings_of
+from nodes._rag.embedders import DEFAULT_DIMENSIONS, Embedder, HashEmbedder, OpenAIEmbedder, is_offline, split_spec
+from nodes._rag.services import as_text, settings_of
 from nodes._shared.egress import egress_client
+from nodes._shared.endpoint import resolve_endpoint
+from nodes._shared.redaction import redact
 from nodes._shared.values import input_value, result
 from orchestrator.credentials import mask
 from orchestrator.kernel.errors import OrchestratorError, ParameterError
@@ -39,24 +36,18 @@ async def _embed(data: dict[str, Any], ctx: FlowContext, texts: list[str]) -> tu
     if provider not in ("openai", "openai-like"):
         raise ParameterError(f"parameter 'model': provider {provider!r} is not supported (openai, dryrun)",
                              parameter="model")
-    base_url, key, trusted = as_text(data.get("base_url")), "", False
-    if data.get("credential"):
-        cred = await load_credential(ctx, as_text(data["credential"]), ("api_key", "bearer"))
-        key = cred.values.get("key") or cred.values.get("token", "")
-        base_url = base_url or cred.values.get("base_url", "")
-    if not base_url:
-        base_url, trusted = settings_of(ctx).openai_base_url or "https://api.openai.com/v1", True
-    key = key or default_api_key()
+    credential = as_text(data.get("credential"))
+    endpoint = await resolve_endpoint(ctx, base_url=as_text(data.get("base_url")), credential=credential,
+                                      parameter="credential" if credential else "base_url")
     timeout = httpx.Timeout(float(data.get("timeout_s") or 60))
-    client = httpx.AsyncClient(timeout=timeout) if trusted else egress_client(timeout=timeout)
-    async with client:
-        embedder = OpenAIEmbedder(name=spec, model=model, base_url=base_url, api_key=key, client=client,
-                                  batch_size=int(data.get("batch_size") or 64),
+    async with egress_client(endpoint.policy(settings_of(ctx)), timeout=timeout) as client:
+        embedder = OpenAIEmbedder(name=spec, model=model, base_url=endpoint.base_url, api_key=endpoint.api_key,
+                                  client=client, batch_size=int(data.get("batch_size") or 64),
                                   dimensions=int(dims) if dims else None)
         try:
             return spec, await embedder.embed(texts)
         except OrchestratorError as exc:
-            exc.message = mask(exc.message, [key] if len(key) >= 4 else [])
+            exc.message = redact(mask(exc.message, endpoint.secrets()))
             raise
 
 

@@ -1,20 +1,24 @@
-"""MCP Server: materializes an unconnected Agno ``MCPTools``.
+"""MCP Server: materializes an unconnected Agno toolkit (``nodes/_ai/mcp_tools.NodeMCPTools``).
 
 The agent's ``arun`` connects it and closes it when the run ends, so no connection
-outlives a node execution (a worker may run any node of any run next).
+outlives a node execution (a worker may run any node of any run next); a connection
+whose tool listing fails is closed at once.
 
 The graph does not choose what runs or where the worker connects; the operator does:
 
 - stdio: the command's program must be on ``ORCH_MCP_STDIO_COMMANDS`` (empty = no stdio
   server at all); it runs inside the OS-level boundary of ``nodes/_shared/sandbox_command``
-  (namespaces, uid 65534, read-only file system, no network unless
-  ``ORCH_MCP_STDIO_NETWORK``) with only ``env`` plus a fixed PATH and HOME, never the
-  worker's own environment, which holds secrets.
-- streamable-http: the URL must pass the egress policy (``nodes/_shared/egress.py``),
-  checked after DNS resolution when the server is materialized. Agno's ``MCPTools`` builds
-  its own HTTP client (no factory can be given), so the connection itself is not made
-  through ``egress_client``: a redirect or a DNS answer that changes after the check is not
-  re-checked (docs/security.md).
+  (namespaces, uid 65534, read-only file system without host sockets, no network unless
+  ``ORCH_MCP_STDIO_NETWORK``, a seccomp program that refuses the kernel interfaces that
+  cross the boundary, resource limits ``ORCH_MCP_STDIO_*``) with only ``env`` plus a fixed
+  PATH and HOME, never the worker's own environment, which holds secrets.
+- streamable-http: every TCP connection the MCP client opens passes the egress policy
+  (``nodes/_shared/egress.py``) at connect time, after DNS resolution, on the address
+  actually connected to: redirects the SDK follows and a DNS answer that changes after a
+  first check are checked again. The URL is also checked once when the server is
+  materialized, so a refused URL fails the node with the policy's error (a refusal at
+  connect time is logged by Agno and the agent runs without the server's tools; the
+  toolkit keeps it on ``connect_error``).
 
 ``agno.tools.mcp`` is imported when a server is materialized, not at discovery: it costs
 seconds of start-up in every worker and CLI process otherwise.
@@ -31,7 +35,7 @@ from orchestrator.kernel.errors import ParameterError
 from orchestrator.kernel.protocol import FlowContext
 
 if TYPE_CHECKING:
-    from agno.tools.mcp import MCPTools
+    from nodes._ai.mcp_tools import NodeMCPTools
 
 
 def _list(raw: Any, parameter: str, ctx: FlowContext) -> list[str] | None:
@@ -48,9 +52,10 @@ class McpServerExecutor:
     node_type = "mcp_server"
 
     async def materialize(self, data: dict[str, Any], output_handle: str,
-                          ctx: FlowContext) -> MCPTools:
-        from agno.tools.mcp import MCPTools
+                          ctx: FlowContext) -> NodeMCPTools:
         from mcp import StdioServerParameters
+
+        from nodes._ai.mcp_tools import NodeMCPTools
         transport = str(data.get("transport") or "stdio")
         command = str(data.get("command") or "").strip()
         url = str(data.get("url") or "").strip()
@@ -81,9 +86,10 @@ class McpServerExecutor:
                 raise bad(str(exc), "command") from exc
             params = StdioServerParameters(command=confined.program, args=confined.args,
                                            env=confined.env)
-            return MCPTools(server_params=params, transport="stdio", **common)
-        await EgressPolicy.from_settings().check_url(url)  # EgressDeniedError names the settings
-        return MCPTools(url=url, transport="streamable-http", **common)
+            return NodeMCPTools(server_params=params, transport="stdio", **common)
+        policy = EgressPolicy.from_settings()
+        await policy.check_url(url)  # EgressDeniedError names the settings
+        return NodeMCPTools(url=url, transport="streamable-http", policy=policy, **common)
 
 
 executor = McpServerExecutor()

@@ -49,8 +49,11 @@ const App = (() => {
     if (value && typeof value === "object" && value.$binary) {
       const b = value.$binary;
       // A file in the API's file store (redis:… / s3:…) downloads from GET /files/{ref}
-      // with the session cookie; a ref that is already a URL links to it.
-      const href = /^(https?:\/\/|\/)/.test(b.ref || "") ? b.ref
+      // with the session cookie; a ref that is already an http(s) URL or a path of this
+      // site links to it. "//host/…" would be a link to another site, and so would
+      // "/\host/…" or "/<tab>/host/…" (browsers read "\" as "/" and drop tabs and
+      // newlines): such a ref goes to /files/ like any other.
+      const href = /^(https?:\/\/|\/(?![\/\\])[^\s\\]*$)/i.test(b.ref || "") ? b.ref
         : (b.ref ? `${Api.base}/files/${encodeURIComponent(b.ref)}` : null);
       const link = href ? h("a", { href, download: "" }, "download") : h("span", { class: "muted" }, "(no reference)");
       return h("div", { class: "binary" }, `binary ${b.mime} · ${b.size} bytes · ${b.ref} `, link);

@@ -1,0 +1,36 @@
+"""The egress policy for httpx2 clients (the engine of the OpenAI and MCP SDKs).
+
+:func:`egress_client_httpx2` is :func:`nodes._shared.egress.egress_client` for httpx2: an
+``httpx2.AsyncClient`` whose transport's pool opens every TCP connection through
+:class:`nodes._shared.egress.GuardedConnects` (resolved and checked after DNS, on the
+address actually connected to), follows no redirect unless asked, and ignores proxies
+from the environment (``trust_env=False``: a proxy would connect on our behalf).
+
+Kept apart from ``egress.py`` because importing httpx2 and httpcore2 costs about 0.1 s,
+which only processes that call models or MCP servers should pay.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any, ClassVar
+
+import httpcore2
+import httpx2
+
+from nodes._shared.egress import EgressPolicy, GuardedConnects, guarded
+
+
+class _GuardedBackend(GuardedConnects, httpcore2.AsyncNetworkBackend):
+    """httpcore2's network backend with the policy applied to every TCP connect."""
+
+    engine: ClassVar[ModuleType] = httpcore2
+
+
+def egress_client_httpx2(policy: EgressPolicy | None = None, **kwargs: Any) -> httpx2.AsyncClient:
+    """An ``httpx2.AsyncClient`` whose every connection passes ``policy`` (default: from the
+    settings); environment proxies are not used; no redirects unless ``follow_redirects``."""
+    policy = policy or EgressPolicy.from_settings()
+    kwargs.setdefault("follow_redirects", False)
+    transport = guarded(httpx2.AsyncHTTPTransport(), _GuardedBackend(policy))
+    return httpx2.AsyncClient(transport=transport, trust_env=False, **kwargs)

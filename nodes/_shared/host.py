@@ -1,0 +1,96 @@
+"""What the host gives a node at run time: settings, the Redis URL and the run's workspace.
+
+Workers pass ``services={"redis_url": ..., "settings": ...}`` into every step. A run
+belongs to one workspace, recorded by the API in the run record's ``meta.workspace``;
+every store a node opens (credentials, files, the embedded database, vector collections,
+agent sessions) is that workspace's. ``services["workspace"]`` overrides the record (tests
+pass it); a host with no Redis (a local ``orchestrator run``, node unit tests) has no
+workspaces, so its runs are of ``default``.
+
+Embedded state on the worker's disk lives in one folder per workspace,
+:func:`workspace_dir`: ``<ORCH_WORKSPACE_DATA_DIR>/<workspace>/``. The folder name is the
+workspace id itself, which the API's keys file validates (``kernel/graph.py:ID_PATTERN``:
+letters, digits, ``.``, ``_``, ``-``, starting with a letter or digit, so never ``..`` or a
+path separator); it is validated again here, and the resolved folder must stay inside the
+data folder. Workspace ``default`` keeps the files it always had
+(``ORCH_DATABASE_SQLITE_PATH``, ``ORCH_VECTOR_SQLITE_PATH``), so a single-workspace
+deployment finds its data where it left it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from redis.asyncio import Redis
+
+from orchestrator import redis_client
+from orchestrator.credentials import DEFAULT_WORKSPACE
+from orchestrator.kernel.errors import ConfigurationError, RequestError
+from orchestrator.kernel.graph import ID_PATTERN
+from orchestrator.kernel.protocol import FlowContext
+from orchestrator.keys import Keys
+from orchestrator.settings import Settings, get_settings
+
+
+def settings_of(ctx: FlowContext) -> Settings:
+    found = ctx.services.get("settings")
+    return found if isinstance(found, Settings) else get_settings()
+
+
+def redis_url_of(ctx: FlowContext) -> str:
+    url = ctx.services.get("redis_url") or settings_of(ctx).redis_url
+    if not url:
+        raise RequestError("this node needs Redis (credentials, files): the host passed no redis_url")
+    return str(url)
+
+
+async def workspace_of(ctx: FlowContext, redis: Redis) -> str:
+    """The run's workspace (see the module docstring); a Redis error propagates rather
+    than falling back to another workspace."""
+    given = ctx.services.get("workspace")
+    if given:
+        return str(given)
+    raw = await redis.hget(Keys(settings_of(ctx).key_prefix).run(ctx.run_id), "meta")
+    meta = json.loads(raw) if raw else {}
+    return str(meta.get("workspace") or DEFAULT_WORKSPACE) if isinstance(meta, dict) else DEFAULT_WORKSPACE
+
+
+async def run_workspace(ctx: FlowContext) -> str:
+    """The run's workspace, opening a Redis connection of its own when it must read the
+    run record; ``default`` on a host with no Redis (no workspaces there)."""
+    given = ctx.services.get("workspace")
+    if given:
+        return str(given)
+    url = ctx.services.get("redis_url")
+    if not url:
+        return DEFAULT_WORKSPACE
+    redis = redis_client.client(str(url), decode_responses=True)
+    try:
+        return await workspace_of(ctx, redis)
+    finally:
+        await redis.aclose()
+
+
+def checked_workspace(workspace: str) -> str:
+    """``workspace`` when it is a valid id; else a ConfigurationError (never a path)."""
+    if not isinstance(workspace, str) or not re.fullmatch(ID_PATTERN, workspace):
+        raise ConfigurationError(f"workspace {workspace!r} is not a valid workspace id")
+    return workspace
+
+
+def workspace_dir(settings: Settings, workspace: str) -> Path:
+    """The folder of ``workspace``'s embedded state (see the module docstring); not created."""
+    root = Path(settings.workspace_data_dir).expanduser().resolve()
+    folder = (root / checked_workspace(workspace)).resolve()
+    if folder.parent != root:  # defence in depth: the id check already excludes this
+        raise ConfigurationError(f"workspace {workspace!r} does not name a folder inside {root}")
+    return folder
+
+
+def workspace_file(settings: Settings, workspace: str, name: str) -> Path:
+    """``name`` inside ``workspace``'s folder, the folder created (mode 0700)."""
+    folder = workspace_dir(settings, workspace)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return folder / name

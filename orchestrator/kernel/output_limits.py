@@ -1,0 +1,70 @@
+"""What a node's outputs may be, checked when the node completes, before they are stored.
+
+* Every port is one the definition declares, holding a :class:`DataValue`.
+* The outputs' JSON is at most ``max_output_bytes`` (``ORCH_MAX_OUTPUT_BYTES``): larger
+  payloads belong in a BinaryRef.
+* No value nests lists and objects deeper than ``max_output_depth``
+  (``ORCH_MAX_OUTPUT_DEPTH``, 128). Outputs are read back as JSON by the API, the console
+  and expressions; an encoder stops somewhere (pydantic, which the API answers with, at
+  255 levels; Python's ``json`` at its recursion limit), and a run whose view cannot be
+  encoded cannot be looked at. The depth is measured without recursion, before anything
+  is encoded.
+
+A breach fails the node with a :class:`NodeExecutionError` that names the limit.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .definition import NodeDefinition
+from .errors import NodeExecutionError
+from .graph import Node
+from .protocol import DataValue, ExecutionResult
+
+DEFAULT_MAX_DEPTH = 128
+
+
+def nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests lists/tuples/dicts more than ``limit`` levels (a scalar is
+    0 levels, ``[]`` one); iterative, so any depth is safe to measure."""
+    if not isinstance(value, dict | list | tuple):
+        return False
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list | tuple))
+    return False
+
+
+def check_outputs(node: Node, definition: NodeDefinition, result: ExecutionResult, *, max_bytes: int,
+                  max_depth: int = DEFAULT_MAX_DEPTH) -> None:
+    """Raise ``NodeExecutionError`` when ``result`` breaks a rule of the module docstring."""
+    allowed = {p.id for p in definition.outputs}
+    for port, value in result.outputs.items():
+        if port not in allowed:
+            raise NodeExecutionError(
+                f"executor produced a value on undeclared output port {port!r}; declared: {sorted(allowed)}",
+                node_id=node.id, node_name=node.name, handle=port,
+            )
+        if not isinstance(value, DataValue):
+            raise NodeExecutionError(
+                f"output port {port!r} holds {type(value).__name__}, not a DataValue",
+                node_id=node.id, node_name=node.name, handle=port,
+            )
+        if nested_deeper_than(value.value, max_depth):
+            raise NodeExecutionError(
+                f"output {port!r} nests lists and objects more than {max_depth} levels deep "
+                "(ORCH_MAX_OUTPUT_DEPTH); flatten it, or pass it on as text",
+                node_id=node.id, node_name=node.name, handle=port,
+            )
+    size = len(json.dumps({k: v.to_json() for k, v in result.outputs.items()}, default=str))
+    if size > max_bytes:
+        raise NodeExecutionError(
+            f"outputs are {size} bytes, above the {max_bytes}-byte limit; store large payloads as a BinaryRef",
+            node_id=node.id, node_name=node.name,
+        )

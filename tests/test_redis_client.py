@@ -1,0 +1,92 @@
+"""Redis clients made by ``orchestrator.redis_client``: a task cancelled in the middle of
+a command stops there (redis-py's own connections lose such cancellations on 3.11)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sys
+from collections.abc import Iterator
+
+import pytest
+from redis.asyncio import Redis
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from orchestrator import redis_client
+from orchestrator.embedded_redis import EmbeddedRedis
+from tests.support import redis_server
+
+TRIES = 300
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[EmbeddedRedis]:
+    s = redis_server()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+async def cancellations_lost(redis: Redis, tries: int = TRIES) -> int:
+    """Cancel a task at a random moment of a PING, ``tries`` times; how often it carried on."""
+    rng = random.Random(11)
+    lost = 0
+    for _ in range(tries):
+        async def command_then_wait() -> None:
+            await redis.ping()
+            await asyncio.sleep(30)  # only a lost cancellation gets here and stays
+
+        task = asyncio.create_task(command_then_wait())
+        await asyncio.sleep(rng.random() * 0.002)
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=0.2)  # a cancelled task ends at once
+        if not done:
+            lost += 1
+            task.cancel()
+            await asyncio.wait({task}, timeout=1)
+    return lost
+
+
+async def test_a_task_cancelled_mid_command_always_stops(server: EmbeddedRedis) -> None:
+    redis = redis_client.client(server.url, decode_responses=True)
+    try:
+        assert await cancellations_lost(redis) == 0
+    finally:
+        await redis.aclose()
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="asyncio.wait_for keeps cancellations from 3.12 on")
+async def test_redis_pys_own_connections_lose_some_which_is_why_the_fix_exists(server: EmbeddedRedis) -> None:
+    redis = Redis.from_url(server.url, decode_responses=True)
+    try:
+        assert await cancellations_lost(redis, tries=150) > 0  # ~8 % of tries: P(none) < 1e-5
+    finally:
+        await redis.aclose()
+
+
+async def test_every_connection_kind_is_the_cancellable_one(server: EmbeddedRedis) -> None:
+    for url, kind in ((server.url, redis_client.TcpConnection),
+                      ("unix:///tmp/none.sock", redis_client.UnixConnection),
+                      ("rediss://localhost:1/0", redis_client.TlsConnection)):
+        assert redis_client.client(url).connection_pool.connection_class is kind
+        assert redis_client.blocking_client(url).connection_pool.connection_class is kind
+
+
+async def test_a_write_past_the_socket_timeout_is_redis_pys_timeout_error(server: EmbeddedRedis) -> None:
+    redis = redis_client.client(server.url, socket_timeout=0.2)
+    try:
+        await redis.ping()
+        conn = await redis.connection_pool.get_connection()
+        try:
+            async def never_drains() -> None:
+                await asyncio.sleep(5)
+
+            conn._writer.drain = never_drains  # type: ignore[union-attr,method-assign]
+            with pytest.raises(RedisTimeoutError):
+                await conn.send_packed_command(b"PING\r\n")
+            assert conn.socket_timeout == 0.2  # restored
+        finally:
+            await redis.connection_pool.release(conn)
+    finally:
+        await redis.aclose()

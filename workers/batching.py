@@ -1,0 +1,80 @@
+"""Auto-pipelining: the Redis commands a process issues in one loop iteration travel in
+one pipeline (one connection, one write, one read), as ioredis' ``enableAutoPipelining``.
+
+Hundreds of node steps on one event loop each claim, complete and append events: sent one
+by one, every command takes a pooled connection (under a timeout), a socket write and a
+read of its own, and a burst needs as many connections as there are commands in flight.
+:class:`CommandBatcher` queues the commands issued while the loop runs its current
+callbacks and sends them together at the next iteration; each caller awaits its own reply
+(a command's error is raised to its caller only). Pipelines are not transactions: each
+script is still atomic on its own, exactly as when sent alone. Several batches may be in
+flight at once (a slow reply does not hold back the next batch).
+
+Scripts go as ``EVALSHA``; a batch that meets ``NOSCRIPT`` (a restarted or flushed
+Redis) loads the scripts and sends those commands again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError
+
+MAX_BATCH = 512  # commands per pipeline; a larger burst goes as several
+
+
+class CommandBatcher:
+    """Send the commands of one loop iteration in one pipeline; see the module doc."""
+
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+        self._pending: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
+        self._flushes: set[asyncio.Task[None]] = set()
+
+    async def execute(self, *command: Any) -> Any:
+        """Queue ``command`` (e.g. ``"HGET", key, field``) and await its reply."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        if not self._pending:
+            loop.call_soon(self._flush)
+        self._pending.append((command, future))
+        return await future
+
+    async def script(self, script: AsyncScript, keys: list[str], args: list[Any]) -> Any:
+        """Run a registered script by its SHA (loaded again if Redis lost it)."""
+        try:
+            return await self.execute("EVALSHA", script.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            script.sha = await self.redis.script_load(script.script)
+            return await self.execute("EVALSHA", script.sha, len(keys), *keys, *args)
+
+    def _flush(self) -> None:
+        batch, self._pending = self._pending, []
+        for start in range(0, len(batch), MAX_BATCH):
+            task = asyncio.ensure_future(self._send(batch[start:start + MAX_BATCH]))
+            self._flushes.add(task)  # a reference, so the task is not collected mid-flight
+            task.add_done_callback(self._flushes.discard)
+
+    async def _send(self, batch: list[tuple[tuple[Any, ...], asyncio.Future[Any]]]) -> None:
+        try:
+            pipe = self.redis.pipeline(transaction=False)
+            for command, _ in batch:
+                pipe.execute_command(*command)
+            replies = await pipe.execute(raise_on_error=False)
+        except BaseException as exc:  # the connection failed: every caller of the batch sees it
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc if isinstance(exc, Exception) else ConnectionError(str(exc)))
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for (_, future), reply in zip(batch, replies, strict=True):
+            if future.done():
+                continue  # its caller was cancelled
+            if isinstance(reply, Exception):
+                future.set_exception(reply)
+            else:
+                future.set_result(reply)
