@@ -14,6 +14,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,6 +90,25 @@ async def cluster_on(server: EmbeddedRedis, procs: WorkerProcesses, registry: Re
 
     return Cluster(server, procs, RedisRunStore.from_url(server.url, SETTINGS),
                    make_celery(server.url, SETTINGS), registry)
+
+
+@asynccontextmanager
+async def swept(server: EmbeddedRedis, registry: Registry, *procs: WorkerProcesses) -> AsyncIterator[Cluster]:
+    """A cluster on ``procs[0]`` with a sweeper running every 0.5 s; on exit the sweeper
+    ends and every one of ``procs`` is stopped."""
+    from workers.dispatch import make_dispatch
+
+    c = await cluster_on(server, procs[0], registry)
+    sweeping = asyncio.create_task(Sweeper(c.store, make_dispatch(c.celery), SETTINGS).run_forever(0.5))
+    try:
+        yield c
+    finally:
+        sweeping.cancel()
+        await asyncio.gather(sweeping, return_exceptions=True)
+        for workers in procs:
+            workers.stop()
+        await c.store.close()
+        c.celery.close()
 
 
 @pytest.fixture
@@ -211,17 +231,13 @@ async def test_a_retry_waits_without_holding_the_worker_slot(registry: Registry)
 async def test_sigkill_of_a_worker_with_a_hundred_nodes_in_flight_loses_and_repeats_nothing(
     registry: Registry,
 ) -> None:
-    from workers.dispatch import make_dispatch
 
     g = fan_out(WIDTH, ("late", {"delay_s": 2.0}), nodes=(("join", "probe", "Join"),),
                 edges=tuple((f"n{i}", "output", "join", "input") for i in range(WIDTH)))
     with EmbeddedRedis(unix_socket=False) as server:
         first = WorkerProcesses(server.url, count=1, pool="threads", concurrency=150, env=ENV).start()
         second = WorkerProcesses(server.url, count=1, pool="threads", concurrency=150, env=ENV)
-        c = await cluster_on(server, first, registry)
-        sweeper = Sweeper(c.store, make_dispatch(c.celery), SETTINGS)
-        sweeping = asyncio.create_task(sweeper.run_forever(0.5))
-        try:
+        async with swept(server, registry, first, second) as c:
             run_id = await c.start(g)
             started: set[str] = set()
             await read_until(c.store, run_id, lambda e: e.event_type == "started" and bool(
@@ -230,13 +246,6 @@ async def test_sigkill_of_a_worker_with_a_hundred_nodes_in_flight_loses_and_repe
             first.stop()
             second.start()
             result = await collect(c.store, run_id, await wait_for_terminal(c.store, run_id, 60))
-        finally:
-            sweeping.cancel()
-            await asyncio.gather(sweeping, return_exceptions=True)
-            second.stop()
-            first.stop()
-            await c.store.close()
-            c.celery.close()
     assert result.status == "succeeded"
     completed = Counter(e.node_id for _, e in result.events if e.event_type == "completed")
     assert {n: k for n, k in completed.items() if k != 1} == {}  # no completion applied twice
@@ -297,7 +306,6 @@ async def test_a_second_worker_takes_queued_nodes_and_a_killed_one_loses_none(re
     """Worker A (five slots) completes the start node of an 80-wide fan-out into a join: it
     takes five, the rest wait on the run's queue; worker B takes some through the drain
     messages. A is SIGKILLed mid-run: every branch completes exactly once on B."""
-    from workers.dispatch import make_dispatch
 
     width = 80
     g = fan_out(width, ("late", {"delay_s": 0.5}), nodes=(("join", "probe", "Join"),),
@@ -305,10 +313,7 @@ async def test_a_second_worker_takes_queued_nodes_and_a_killed_one_loses_none(re
     with EmbeddedRedis(unix_socket=False) as server:
         first = WorkerProcesses(server.url, count=1, pool="threads", concurrency=5, env=ENV).start()
         second = WorkerProcesses(server.url, count=1, pool="threads", concurrency=20, env=ENV).start()
-        c = await cluster_on(server, first, registry)
-        sweeper = Sweeper(c.store, make_dispatch(c.celery), SETTINGS)
-        sweeping = asyncio.create_task(sweeper.run_forever(0.5))
-        try:
+        async with swept(server, registry, first, second) as c:
             run_id = await c.start(g)
             done: set[str] = set()
             await read_until(c.store, run_id, lambda e: e.event_type == "completed" and bool(
@@ -316,13 +321,6 @@ async def test_a_second_worker_takes_queued_nodes_and_a_killed_one_loses_none(re
             os.killpg(first.pids[0], signal.SIGKILL)
             first.stop()
             result = await collect(c.store, run_id, await wait_for_terminal(c.store, run_id, 60))
-        finally:
-            sweeping.cancel()
-            await asyncio.gather(sweeping, return_exceptions=True)
-            second.stop()
-            first.stop()
-            await c.store.close()
-            c.celery.close()
     assert result.status == "succeeded"
     completed = Counter(e.node_id for _, e in result.events if e.event_type == "completed")
     assert {n: k for n, k in completed.items() if k != 1} == {}
