@@ -55,8 +55,11 @@ class Supervisor:
     """Leases and cancellation for every node step of one store on one event loop."""
 
     def __init__(self, store: RunStore, loop: asyncio.AbstractEventLoop) -> None:
-        self.store = store
+        # Weak: the registry below is keyed weakly by the store, and a strong reference
+        # from its value would keep every store (a nested run's MemoryStore) for ever.
+        self._store = weakref.ref(store)
         self.loop = loop
+        self._failing: set[str] = set()  # what fails now ("status", "renewal"), logged once
         self.poll_s = float("inf")  # the shortest poll period asked for by a watch
         self._runs: dict[str, set[Watch]] = {}
         self._ended: dict[str, asyncio.Future[None]] = {}
@@ -84,21 +87,33 @@ class Supervisor:
             del self._runs[watch.run_id]
             self._ended.pop(watch.run_id, None)
 
-    @property
-    def watching(self) -> int:
-        return sum(len(w) for w in self._runs.values())
-
     async def _watch_all(self) -> None:
         while self._runs:
             await asyncio.sleep(self.poll_s)
+            store = self._store()
+            if store is None:  # nothing can run on a store that is gone
+                return
             runs = list(self._runs)
-            await asyncio.gather(*(self._check(run_id) for run_id in runs))
+            await asyncio.gather(*(self._check(store, run_id) for run_id in runs))
 
-    async def _check(self, run_id: str) -> None:
+    def _trouble(self, what: str, run_id: str) -> None:
+        """Log a failing store call once until it works again (not once per run per poll)."""
+        if what not in self._failing:
+            self._failing.add(what)
+            log.warning("lease supervisor: %s failed (run %s); retrying, logged once until it works",
+                        what, run_id, exc_info=True)
+
+    def _fine(self, what: str) -> None:
+        if what in self._failing:
+            self._failing.discard(what)
+            log.warning("lease supervisor: %s works again", what)
+
+    async def _check(self, store: RunStore, run_id: str) -> None:
         try:
-            status = await self.store.run_status(run_id)
+            status = await store.run_status(run_id)
+            self._fine("status read")
         except Exception:  # a store hiccup: the next poll tries again
-            log.warning("run %s: status read failed", run_id, exc_info=True)
+            self._trouble("status read", run_id)
             status = ""
         ended = self._ended.get(run_id)
         if status in RunStatus.TERMINAL and ended is not None and not ended.done():
@@ -110,11 +125,12 @@ class Supervisor:
             by_holder.setdefault((watch.worker_id, watch.lease_s), []).append(watch)
         for (worker_id, lease_s), watches in by_holder.items():
             try:
-                await self.store.renew_leases(run_id, [w.node_id for w in watches],
-                                              worker_id=worker_id, lease_s=lease_s)
+                await store.renew_leases(run_id, [w.node_id for w in watches],
+                                         worker_id=worker_id, lease_s=lease_s)
+                self._fine("lease renewal")
                 next_at = time.monotonic() + lease_s / 3
             except Exception:  # retried soon; the lease outlives two misses
-                log.warning("run %s: lease renewal failed", run_id, exc_info=True)
+                self._trouble("lease renewal", run_id)
                 next_at = time.monotonic() + RENEW_RETRY_S
             for watch in watches:
                 watch.renew_at = next_at

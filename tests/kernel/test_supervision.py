@@ -4,7 +4,10 @@ ends the nodes of a run that ended (in-process store, real step function)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
+
+import pytest
 
 from orchestrator.kernel.local import LocalRunner
 from orchestrator.kernel.memory import MemoryStore
@@ -83,3 +86,36 @@ async def test_a_failed_renewal_is_tried_again_and_the_run_goes_on() -> None:
     result = await asyncio.wait_for(runner.run(slow_graph(1, 3.5), 1, run_id="r-flaky"), 10)
     assert result.status == "succeeded"
     assert store.failures == 0
+
+
+async def test_a_store_is_not_kept_alive_by_its_supervisor() -> None:
+    """Nested runs (each Loop iteration, each subgraph) run on a store of their own: once
+    the run is over nothing may hold that store, its runs and their events."""
+    import gc
+    import weakref
+
+    runner = LocalRunner(REG, options=StepOptions(cancel_poll_s=0.01))
+    assert (await runner.run(slow_graph(3, 0.02), 1, run_id="r-gone")).status == "succeeded"
+    gone = weakref.ref(runner.store)
+    del runner
+    await asyncio.sleep(0.05)  # the supervisor's task sees no watch and ends
+    gc.collect()
+    assert gone() is None
+
+
+class DownStore(MemoryStore):
+    """Every status read fails (Redis gone)."""
+
+    async def run_status(self, run_id: str) -> str:
+        raise ConnectionError("store unavailable")
+
+
+async def test_a_failing_store_is_logged_once_not_once_per_run_per_poll(caplog: pytest.LogCaptureFixture) -> None:
+    store = DownStore()
+    runner = LocalRunner(REG, store=store, options=StepOptions(cancel_poll_s=0.01))
+    with caplog.at_level(logging.WARNING, logger="orchestrator.step"):
+        runs = [runner.run(slow_graph(2, 0.3), 1, run_id=f"r-down-{i}") for i in range(5)]
+        results = await asyncio.wait_for(asyncio.gather(*runs), 10)
+    assert {r.status for r in results} == {"succeeded"}  # a status read is not needed to finish
+    failures = [r for r in caplog.records if "status read failed" in r.getMessage()]
+    assert len(failures) == 1, [r.getMessage() for r in caplog.records]
