@@ -88,8 +88,10 @@ class LoopThread:
 
 class Slots:
     """The node steps this process runs at once: at most ``capacity`` (the worker's
-    concurrency, ``ORCH_NODE_CONCURRENCY``) start from its own free slots; ``in_flight`` is
-    changed on the loop thread only."""
+    concurrency, ``ORCH_NODE_CONCURRENCY``) start from its own free slots. A slot is
+    counted from the moment it is promised (:meth:`reserve_free`, before the store is
+    asked for nodes), so completions that overlap cannot promise the same free slot
+    twice. ``in_flight`` is changed on the loop thread only."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
@@ -100,22 +102,55 @@ class Slots:
         return max(0, self.capacity - self.in_flight)
 
     def enter(self) -> None:
+        """A node message's step: it runs whatever the count (one per pool thread)."""
         self.in_flight += 1
 
-    def leave(self) -> None:
-        self.in_flight -= 1
+    def reserve_free(self) -> int:
+        """Count every free slot as taken now; how many that was."""
+        free = self.free()
+        self.in_flight += free
+        return free
+
+    def release(self, count: int = 1) -> None:
+        if count <= 0:
+            return
+        self.in_flight -= count
         if self._freed is not None:
             self._freed.set()
 
     async def wait_free(self) -> int:
         """Until a slot is free (on the loop; the caller's pool thread waits, not the
-        loop); how many are free then."""
+        loop), then reserve every free slot; how many."""
         while not self.free():
             if self._freed is None:
                 self._freed = asyncio.Event()
             self._freed.clear()
             await self._freed.wait()
-        return self.free()
+        return self.reserve_free()
+
+
+class Handover:
+    """What one node step promises its successors: its own slot, and the free slots it
+    reserves when the store asks how many queued nodes it takes (``take``, called once at
+    completion). :meth:`settle` then gives back what the taken nodes do not use."""
+
+    def __init__(self, slots: Slots) -> None:
+        self.slots = slots
+        self.reserved = 0
+
+    def take(self) -> int:
+        self.reserved += self.slots.reserve_free()
+        return self.reserved + 1
+
+    def settle(self, taken: int) -> None:
+        """``taken`` nodes run on the promised slots (the step's own first); free the rest.
+        More than promised (a redelivered step hands on what its first delivery left
+        undispatched, with no ``take``) run anyway, each counted like a node message."""
+        promised, self.reserved = self.reserved + 1, 0
+        if taken > promised:
+            self.slots.in_flight += taken - promised
+        else:
+            self.slots.release(promised - taken)
 
 
 @dataclass

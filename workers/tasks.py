@@ -47,7 +47,7 @@ from orchestrator.plugins import get_registry
 from . import metrics_server  # noqa: F401 - connects the worker's metrics signals
 from .app import DRAIN_TASK, NODE_TASK, NOOP_TASK, celery_app
 from .dispatch import send_drains, send_nodes
-from .process_state import process_state, reset, set_capacity
+from .process_state import Handover, process_state, reset, set_capacity
 
 log = logging.getLogger("workers.tasks")
 
@@ -55,18 +55,24 @@ INFRA_RETRIES = 5
 INFRA_RETRY_DELAY_S = 1.0
 
 
-async def _step(run_id: str, node_id: str, take: Callable[[], int]) -> StepOutcome:
+async def _step(run_id: str, node_id: str, *, promised: bool) -> StepOutcome:
+    """One node step; ``promised``: its slot was reserved by the step or drain that took it
+    (else it is a node message's step and takes a slot now). Its successors that it takes
+    get its own slot and the ones it reserves; the rest are freed."""
     state = process_state()
-    state.slots.enter()
+    if not promised:
+        state.slots.enter()
+    handover = Handover(state.slots)
     in_flight = metrics.NODES_IN_FLIGHT.labels(worker=state.worker_id)
     in_flight.inc()
+    outcome: StepOutcome | None = None
     try:
         outcome = await run_step(
             state.store, state.registry, run_id, node_id, worker_id=state.worker_id,
-            services=state.services, artifacts=state.artifacts, options=state.options, take=take,
+            services=state.services, artifacts=state.artifacts, options=state.options, take=handover.take,
         )
     finally:
-        state.slots.leave()
+        handover.settle(len(outcome.ready) if outcome is not None else 0)
         in_flight.dec()
     log.info("node step run=%s node=%s status=%s ran=%s ready=%s queued=%s",
              run_id, node_id, outcome.status, outcome.ran, outcome.ready, outcome.queued)
@@ -81,7 +87,7 @@ async def _publish(send: Callable[..., None], *args: Any, **kwargs: Any) -> None
     await asyncio.get_running_loop().run_in_executor(None, functools.partial(send, celery_app, *args, **kwargs))
 
 
-async def run_here(run_id: str, node_id: str) -> StepOutcome:
+async def run_here(run_id: str, node_id: str, *, promised: bool = False) -> StepOutcome:
     """Run one node step on this process's loop, then, concurrently, the successors it
     takes from the run's queue. A node whose retry was scheduled is sent again with the
     retry's delay (its slot is free meanwhile).
@@ -96,21 +102,17 @@ async def run_here(run_id: str, node_id: str) -> StepOutcome:
     process dies in between, the redelivered message of the node that took it (or the
     sweeper) sends it again; if it dies while the node runs, the lease expires and the
     sweeper requeues it. Queued nodes stay in Redis, whatever dies."""
-    state = process_state()
-
-    def take() -> int:
-        return state.slots.free() + 1  # this node's slot, about to free, and the free ones
-
     branches: list[asyncio.Task[StepOutcome]] = []
     current: str | None = node_id
     while current is not None:  # a loop, not a recursion: a chain may be any length
-        outcome = await _step(run_id, current, take)
+        outcome = await _step(run_id, current, promised=promised)
         if outcome.retry_in_s is not None:
             await _publish(send_nodes, run_id, [current], countdown_s=outcome.retry_in_s)
         if outcome.queued > len(outcome.ready):
             await _wake(run_id, outcome.queued - len(outcome.ready))
         current = outcome.ready[0] if outcome.ready else None
-        branches += [asyncio.ensure_future(run_here(run_id, n)) for n in outcome.ready[1:]]
+        promised = True  # the taken nodes run on the slots their step handed over
+        branches += [asyncio.ensure_future(run_here(run_id, n, promised=True)) for n in outcome.ready[1:]]
     if branches:
         await asyncio.gather(*branches)
     return outcome
@@ -129,10 +131,14 @@ async def drain(run_id: str) -> None:
     state = process_state()
     if not await state.store.queue_length(run_id):
         return
-    free = await state.slots.wait_free()
-    taken = await state.store.take_queued(run_id, free)
+    free = await state.slots.wait_free()  # reserved: a concurrent drain sees them taken
+    taken: list[str] = []
+    try:
+        taken = await state.store.take_queued(run_id, free)
+    finally:
+        state.slots.release(free - len(taken))
     if taken:
-        await asyncio.gather(*(run_here(run_id, n) for n in taken))
+        await asyncio.gather(*(run_here(run_id, n, promised=True) for n in taken))
 
 
 def step_and_dispatch(run_id: str, node_id: str) -> StepOutcome:
