@@ -61,6 +61,15 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 
+# Correct the queued-nodes count by what a pass found minus what the count was when it
+# began: the scripts' own changes during the pass are kept (a SET would erase them); as
+# the scripts do, a count at or below zero is removed.
+_CORRECT = """
+local v = redis.call('INCRBY', KEYS[1], ARGV[1])
+if v <= 0 then redis.call('DEL', KEYS[1]) else redis.call('EXPIRE', KEYS[1], ARGV[2]) end
+return v
+"""
+
 
 def lock_key(keys: Keys) -> str:
     """``{p}:sweeper:lock`` (string, PX ``LOCK_TTL_S``): held by the sweeper doing a pass."""
@@ -110,6 +119,7 @@ class Sweeper:
         self.requeue_grace_s = requeue_grace_s if requeue_grace_s is not None \
             else self.settings.node_lease_s
         self._release = self.redis.register_script(_RELEASE)
+        self._correct = self.redis.register_script(_CORRECT)
         self._first_seen: dict[tuple[str, str], float] = {}  # undispatched ready node -> when seen
         self._requeued_at: dict[tuple[str, str], float] = {}
 
@@ -143,6 +153,7 @@ class Sweeper:
         seen: set[tuple[str, str]] = set()
         start = 0
         queued = 0
+        counted_before = int(await self.redis.get(self.keys.queued_nodes()) or 0)
         while True:
             runs = await self.redis.zrangebyscore(self.keys.active_runs(), f"({now}", "+inf",
                                                   start=start, num=BATCH)
@@ -151,12 +162,11 @@ class Sweeper:
             if len(runs) < BATCH:
                 break
             start += BATCH
-        # The scripts keep the count exact; a run whose keys expired while queued would
-        # leave it high for good, so each pass sets what it counted.
-        if queued:
-            await self.redis.set(self.keys.queued_nodes(), queued, ex=int(self.settings.active_ttl_s))
-        else:
-            await self.redis.delete(self.keys.queued_nodes())
+        # The scripts keep the count; a run whose keys expired while queued would leave it
+        # high for good, so each pass corrects it by the difference it found.
+        if queued != counted_before:
+            await self._correct(keys=[self.keys.queued_nodes()],
+                                args=[queued - counted_before, int(self.settings.active_ttl_s)])
         # forget runs and nodes that are no longer candidates
         self._first_seen = {k: v for k, v in self._first_seen.items() if k in seen}
         self._requeued_at = {k: v for k, v in self._requeued_at.items() if k in seen}

@@ -221,3 +221,33 @@ async def test_a_retry_long_overdue_is_sent_again_and_a_pending_one_is_left_alon
     assert report.requeued == [(run_id, "a")] and sent.sent == [(run_id, "a")]
     again = await claim(store, run_id, "a", worker_id="w2")
     assert again.kind == "run" and again.attempt == 2
+
+
+async def fanned_run(store: RedisRunStore, width: int, deadline_s: float) -> str:
+    """A run whose start node "a" is claimed, with ``width`` successors."""
+    plan = make_plan(["a", *[f"b{i}" for i in range(width)]], [("a", "out", f"b{i}", "in") for i in range(width)])
+    await store.create_run(plan, record_for(plan), deadline_s=deadline_s)
+    await claim(store, plan.run_id, "a")
+    return plan.run_id
+
+
+async def test_a_pass_corrects_a_drifted_queued_count_and_keeps_what_changed_meanwhile(
+    store: RedisRunStore, sent: Any,
+) -> None:
+    counter = store.keys.queued_nodes()
+    early = await fanned_run(store, 2, deadline_s=300)  # swept first (nearer deadline)
+    late = await fanned_run(store, 3, deadline_s=600)
+    await store.complete_node(late, "a", completed(late, "a", ["out"]), take=0)  # 3 queued
+    await store.redis.set(counter, 10)  # drift: say, a queued run whose keys expired
+    s = sweeper(store, sent, undispatched_grace_s=10)
+    check_run = s._check_run
+
+    async def meanwhile(run_id: str, *args: Any) -> int:
+        if run_id == late:  # the early run was counted (empty); now it queues two
+            await store.complete_node(early, "a", completed(early, "a", ["out"]), take=0)
+        return await check_run(run_id, *args)
+
+    s._check_run = meanwhile  # type: ignore[method-assign]
+    await s.sweep_once()
+    assert await store.queue_length(early) + await store.queue_length(late) == 5
+    assert int(await store.redis.get(counter)) == 5  # not 10 (drift), not 3 (what it counted)
