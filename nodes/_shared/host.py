@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import OrderedDict
 from pathlib import Path
 
 from redis.asyncio import Redis
@@ -46,23 +47,49 @@ def redis_url_of(ctx: FlowContext) -> str:
     return str(url)
 
 
-async def workspace_of(ctx: FlowContext, redis: Redis) -> str:
-    """The run's workspace (see the module docstring); a Redis error propagates rather
-    than falling back to another workspace."""
+# A run's workspace is set when the run is created and never changes: each worker process
+# remembers it for its recent runs, so the nodes of a run (and each credential, vector
+# store, session a node opens) read it once, not once per use.
+_KNOWN: OrderedDict[tuple[str, str, str], str] = OrderedDict()
+_KNOWN_MAX = 4096
+
+
+def _known_key(ctx: FlowContext) -> tuple[str, str, str]:
+    return str(ctx.services.get("redis_url") or ""), settings_of(ctx).key_prefix, ctx.run_id
+
+
+def _known(ctx: FlowContext) -> str | None:
     given = ctx.services.get("workspace")
     if given:
         return str(given)
+    return _KNOWN.get(_known_key(ctx))
+
+
+async def workspace_of(ctx: FlowContext, redis: Redis) -> str:
+    """The run's workspace (see the module docstring); a Redis error propagates rather
+    than falling back to another workspace."""
+    known = _known(ctx)
+    if known is not None:
+        return known
     raw = await redis.hget(Keys(settings_of(ctx).key_prefix).run(ctx.run_id), "meta")
-    meta = json.loads(raw) if raw else {}
-    return str(meta.get("workspace") or DEFAULT_WORKSPACE) if isinstance(meta, dict) else DEFAULT_WORKSPACE
+    meta = json.loads(raw) if raw else None
+    if not isinstance(meta, dict):
+        return DEFAULT_WORKSPACE  # no record (a test's bare run): not remembered
+    workspace = str(meta.get("workspace") or DEFAULT_WORKSPACE)
+    key = _known_key(ctx)
+    _KNOWN[key] = workspace
+    _KNOWN.move_to_end(key)
+    while len(_KNOWN) > _KNOWN_MAX:
+        _KNOWN.popitem(last=False)
+    return workspace
 
 
 async def run_workspace(ctx: FlowContext) -> str:
     """The run's workspace, opening a Redis connection of its own when it must read the
     run record; ``default`` on a host with no Redis (no workspaces there)."""
-    given = ctx.services.get("workspace")
-    if given:
-        return str(given)
+    known = _known(ctx)
+    if known is not None:
+        return known
     url = ctx.services.get("redis_url")
     if not url:
         return DEFAULT_WORKSPACE
