@@ -32,7 +32,7 @@ from orchestrator.graph_store import GraphStore
 from orchestrator.kernel.errors import GraphNotFoundError, OrchestratorError, OverloadedError
 from orchestrator.kernel.registry import Registry
 from orchestrator.kernel.store import RunStore
-from orchestrator.runs import Dispatch, start_run
+from orchestrator.runs import Dispatch, RunRequest, start_run
 from orchestrator.schedules import (
     FIRE_TASK,
     SCHEDULE_NODE_TYPE,
@@ -72,10 +72,12 @@ async def start_scheduled(redis: Redis, settings: Settings, store: RunStore, reg
     if node is None or node.get("type") != SCHEDULE_NODE_TYPE:
         log.warning("schedule of graph %s: node %s is no longer a schedule trigger", graph_id, node_id)
         return None
-    run_id = await start_run(store, registry, graph, None, dispatch=dispatch, start=[node_id],
-                             meta={"trigger": "schedule", "node_id": node_id,
-                                   "graph_version": graph.get("version"),
-                                   "workspace": await graphs.workspace_of(graph_id)})
+    run_id = await start_run(store, registry, graph,
+                             RunRequest(None, start=[node_id],
+                                        meta={"trigger": "schedule", "node_id": node_id,
+                                              "graph_version": graph.get("version"),
+                                              "workspace": await graphs.workspace_of(graph_id)}),
+                             dispatch=dispatch)
     await graphs.add_run(graph_id, run_id)
     metrics.RUNS_STARTED.labels(trigger="schedule").inc()
     log.info("schedule of graph %s node %s started run %s", graph_id, node_id, run_id)

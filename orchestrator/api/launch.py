@@ -65,19 +65,16 @@ async def admit_and_start(
     """The one way the API starts a run (see the module docstring): ``OverloadedError``
     (429) before anything is stored while the queue is over its bound, else the new run's
     id (queued, not finished). ``meta`` carries ``workspace`` and ``graph_version``."""
-    from orchestrator.runs import start_run
+    from orchestrator.runs import RunRequest, start_run
 
     await admission.check(services.redis, services.settings)
     run_id: str = await start_run(
         services.run_store,
         services.registry,
         graph,
-        run_input,
+        RunRequest(run_input, start=start, session_id=session_id, meta={**meta, "trigger": trigger},
+                   seed_outputs=seed_outputs),
         dispatch=services.dispatch,
-        start=start,
-        session_id=session_id,
-        meta={**meta, "trigger": trigger},
-        seed_outputs=seed_outputs,
     )
     if graph.get("id"):
         await services.graphs.add_run(str(graph["id"]), run_id)
