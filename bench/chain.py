@@ -69,7 +69,7 @@ async def bench(url: str, runs: int, warmup: int) -> dict[str, Any]:
     import redis.asyncio as aioredis
 
     from orchestrator.plugins import get_registry
-    from orchestrator.runs import start_run
+    from orchestrator.runs import RunRequest, start_run
     from workers.app import NOOP_TASK, make_celery
     from workers.dispatch import make_dispatch
     from workers.store import RedisRunStore
@@ -83,7 +83,7 @@ async def bench(url: str, runs: int, warmup: int) -> dict[str, Any]:
 
     async def engine_once() -> float:
         t0 = time.perf_counter()
-        run_id = await start_run(store, registry, graph, {"x": 1}, dispatch=dispatch)
+        run_id = await start_run(store, registry, graph, RunRequest({"x": 1}), dispatch=dispatch)
         after = "0-0"
         while True:
             for event_id, event in await store.read_events(run_id, after=after, block_ms=10_000):

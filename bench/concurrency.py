@@ -68,7 +68,7 @@ def span(intervals: list[tuple[float, float]], delay_s: float) -> dict[str, Any]
 
 async def engine_once(url: str, width: int, delay_s: float) -> dict[str, Any]:
     from orchestrator.plugins import load_registry
-    from orchestrator.runs import start_run
+    from orchestrator.runs import RunRequest, start_run
     from orchestrator.settings import Settings
     from workers.app import make_celery
     from workers.dispatch import make_dispatch
@@ -79,8 +79,8 @@ async def engine_once(url: str, width: int, delay_s: float) -> dict[str, Any]:
     store = RedisRunStore.from_url(url, settings)
     app = make_celery(url, settings)
     try:
-        run_id = await start_run(store, registry, fanout_graph(width, delay_s), {},
-                                 dispatch=make_dispatch(app), deadline_s=600)
+        run_id = await start_run(store, registry, fanout_graph(width, delay_s), RunRequest({}, deadline_s=600),
+                                 dispatch=make_dispatch(app))
         started: dict[str, float] = {}
         ended: dict[str, float] = {}
         after, status = "0-0", ""

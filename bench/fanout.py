@@ -61,7 +61,7 @@ async def bench(url: str, runs: int, warmup: int, width: int) -> dict[str, Any]:
     from bench.celery_baseline import DONE_TASK, NOOP_TASK, QUEUE
     from bench.celery_baseline import app as raw_app
     from orchestrator.plugins import load_registry
-    from orchestrator.runs import start_run
+    from orchestrator.runs import RunRequest, start_run
     from orchestrator.settings import Settings
     from workers.app import make_celery
     from workers.dispatch import make_dispatch
@@ -76,7 +76,7 @@ async def bench(url: str, runs: int, warmup: int, width: int) -> dict[str, Any]:
 
     async def engine_once() -> float:
         t0 = time.perf_counter()
-        run_id = await start_run(store, registry, graph, {"x": 1}, dispatch=dispatch)
+        run_id = await start_run(store, registry, graph, RunRequest({"x": 1}), dispatch=dispatch)
         after = "0-0"
         while True:
             for event_id, event in await store.read_events(run_id, after=after, count=1000, block_ms=10_000):

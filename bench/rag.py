@@ -89,7 +89,7 @@ async def bench(url: str, args: argparse.Namespace, pg_url: str | None) -> dict[
     from nodes._rag.embedders import HashEmbedder
     from nodes._rag.vectors import Record, SqliteVectorStore, VectorStore
     from orchestrator.plugins import get_registry
-    from orchestrator.runs import start_run
+    from orchestrator.runs import RunRequest, start_run
     from workers.app import make_celery
     from workers.dispatch import make_dispatch
     from workers.store import RedisRunStore
@@ -104,7 +104,7 @@ async def bench(url: str, args: argparse.Namespace, pg_url: str | None) -> dict[
 
     async def run_once(graph: dict[str, Any], run_input: Any) -> tuple[float, Any]:
         t0 = time.perf_counter()
-        run_id = await start_run(store, registry, graph, run_input, dispatch=dispatch)
+        run_id = await start_run(store, registry, graph, RunRequest(run_input), dispatch=dispatch)
         after = "0-0"
         while True:
             for event_id, event in await store.read_events(run_id, after=after, block_ms=30_000):

@@ -60,7 +60,7 @@ def planning_us_per_node(graph: dict[str, Any], registry: Any) -> float:
 
 
 async def distributed_ms_per_node(url: str, graph: dict[str, Any], registry: Any) -> float:
-    from orchestrator.runs import start_run
+    from orchestrator.runs import RunRequest, start_run
     from workers.app import make_celery
     from workers.dispatch import make_dispatch
     from workers.store import RedisRunStore
@@ -71,7 +71,7 @@ async def distributed_ms_per_node(url: str, graph: dict[str, Any], registry: Any
     try:
         for _ in range(3):
             t0 = time.perf_counter()
-            run_id = await start_run(store, registry, graph, {}, dispatch=make_dispatch(app))
+            run_id = await start_run(store, registry, graph, RunRequest({}), dispatch=make_dispatch(app))
             after, done = "0-0", False
             while not done:
                 for event_id, event in await store.read_events(run_id, after=after, count=5000, block_ms=30_000):

@@ -106,7 +106,7 @@ async def start_run_directly(redis_url: str, pack: Path, g: dict[str, Any]) -> s
     """Start a run the way the API does (``runs.start_run`` + Celery dispatch), in this
     process: the API under test then only serves the event stream."""
     from orchestrator.plugins import load_registry
-    from orchestrator.runs import start_run
+    from orchestrator.runs import RunRequest, start_run
     from orchestrator.settings import Settings
     from workers.app import make_celery
     from workers.dispatch import make_dispatch
@@ -115,7 +115,7 @@ async def start_run_directly(redis_url: str, pack: Path, g: dict[str, Any]) -> s
     store, app = RedisRunStore.from_url(redis_url), make_celery(redis_url)
     try:
         registry = load_registry(Settings(node_paths=str(pack)))
-        run_id: str = await start_run(store, registry, g, {}, dispatch=make_dispatch(app))
+        run_id: str = await start_run(store, registry, g, RunRequest({}), dispatch=make_dispatch(app))
         return run_id
     finally:
         app.close()

@@ -63,10 +63,10 @@ def diamond(delay_s: float) -> dict[str, Any]:
 async def run_batch(store: Any, registry: Any, dispatch: Any, g: dict[str, Any], count: int) -> dict[str, Any]:
     """Start ``count`` runs at once; wait for all to end; runs/s from first start to last end."""
     from orchestrator.kernel.store import RunStatus
-    from orchestrator.runs import start_run
+    from orchestrator.runs import RunRequest, start_run
 
     started = time.time()
-    run_ids = [await start_run(store, registry, g, {"n": i}, dispatch=dispatch) for i in range(count)]
+    run_ids = [await start_run(store, registry, g, RunRequest({"n": i}), dispatch=dispatch) for i in range(count)]
     pending, finished, statuses = set(run_ids), [], []
     while pending:
         await asyncio.sleep(POLL_S)

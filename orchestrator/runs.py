@@ -1,8 +1,9 @@
 """Starting a run: validate, compile, store, dispatch the start nodes.
 
-The API, the CLI and tests call :func:`start_run`; from then on workers drive the run
-through the store's barrier. The caller provides ``dispatch(run_id, node_ids)`` (for the
-Celery deployment ``workers.dispatch.make_dispatch(app)``), sync or async.
+The API, the CLI and tests call :func:`start_run` with a :class:`RunRequest` (the run's
+input and options); from then on workers drive the run through the store's barrier. The
+caller provides ``dispatch(run_id, node_ids)`` (for the Celery deployment
+``workers.dispatch.make_dispatch(app)``), sync or async.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from orchestrator.kernel.compile import compile_run
@@ -79,34 +81,50 @@ def _deadline_s(vg: ValidatedGraph, deadline_s: float | None) -> float | None:
                          graph_id=vg.graph.id, parameter="deadline_s") from None
 
 
+@dataclass(frozen=True)
+class RunRequest:
+    """What a new run starts with, besides its graph: the run input and the options of
+    :func:`start_run`.
+
+    ``start`` names the start nodes (default: the graph's single trigger node);
+    ``run_id`` defaults to a uuid4 hex; ``deadline_s`` to the graph's
+    ``settings.deadline_s``, then ``Settings.run_deadline_s``; ``seed_outputs`` (a rerun)
+    are stored as outputs of nodes that will not run, so expressions can read them.
+    """
+
+    run_input: Any
+    _: KW_ONLY
+    start: list[str] | None = None
+    session_id: str | None = None
+    run_id: str | None = None
+    meta: dict[str, Any] | None = None
+    deadline_s: float | None = None
+    seed_outputs: dict[str, dict[str, DataValue]] | None = None
+
+
 async def start_run(
     store: RunStore,
     registry: Registry,
     graph: dict[str, Any],
-    run_input: Any,
+    request: RunRequest,
     *,
     dispatch: Dispatch,
-    start: list[str] | None = None,
-    session_id: str | None = None,
-    run_id: str | None = None,
-    meta: dict[str, Any] | None = None,
-    deadline_s: float | None = None,
-    seed_outputs: dict[str, dict[str, DataValue]] | None = None,
 ) -> str:
-    """Validate ``graph``, compile the run, store it, dispatch its start nodes.
+    """Validate ``graph``, compile the run ``request`` asks for, store it, dispatch its
+    start nodes.
 
-    Returns the run id (a uuid4 hex unless given). Graph faults raise ``GraphError``
-    subclasses before anything is stored. ``deadline_s`` defaults to the graph's
-    ``settings.deadline_s``, then ``Settings.run_deadline_s``. ``seed_outputs`` (a
-    rerun) are stored as outputs of nodes that will not run, so expressions can read them.
-    Calling it twice with the same ``run_id`` stores once and dispatches again, which
-    the store's claim makes harmless.
+    Returns the run id (``request.run_id``, else a uuid4 hex). Graph faults raise
+    ``GraphError`` subclasses before anything is stored. ``request.deadline_s`` defaults
+    to the graph's ``settings.deadline_s``, then ``Settings.run_deadline_s``.
+    ``request.seed_outputs`` (a rerun) are stored as outputs of nodes that will not run,
+    so expressions can read them. Calling it twice with the same ``run_id`` stores once
+    and dispatches again, which the store's claim makes harmless.
     """
     vg = validated(graph, registry)
-    starts = choose_start(vg, start)
-    run_id = run_id or uuid.uuid4().hex
+    starts = choose_start(vg, request.start)
+    run_id = request.run_id or uuid.uuid4().hex
     plan = compile_run(vg, run_id, starts)
-    meta = dict(meta or {})
+    meta = dict(request.meta or {})
     version = meta.get("graph_version", vg.graph.version)
     record = RunRecord(
         run_id=run_id,
@@ -114,13 +132,13 @@ async def start_run(
         graph_id=vg.graph.id,
         graph_version=int(version) if version is not None else None,
         created_at=time.time(),
-        run_input=run_input,
-        session_id=session_id,
+        run_input=request.run_input,
+        session_id=request.session_id,
         meta=meta,
     )
-    await store.create_run(plan, record, deadline_s=_deadline_s(vg, deadline_s))
-    if seed_outputs:
-        await store.seed_outputs(run_id, seed_outputs)
+    await store.create_run(plan, record, deadline_s=_deadline_s(vg, request.deadline_s))
+    if request.seed_outputs:
+        await store.seed_outputs(run_id, request.seed_outputs)
     sent = dispatch(run_id, list(plan.start))
     if inspect.isawaitable(sent):
         await sent

@@ -23,6 +23,7 @@ tasks once ``workers.beat`` is in the node app's include list.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
@@ -32,7 +33,7 @@ from orchestrator.graph_store import GraphStore
 from orchestrator.kernel.errors import GraphNotFoundError, OrchestratorError, OverloadedError
 from orchestrator.kernel.registry import Registry
 from orchestrator.kernel.store import RunStore
-from orchestrator.runs import Dispatch, start_run
+from orchestrator.runs import Dispatch, RunRequest, start_run
 from orchestrator.schedules import (
     FIRE_TASK,
     SCHEDULE_NODE_TYPE,
@@ -52,10 +53,21 @@ configure_beat(celery_app, get_settings().redis_url or DEFAULT_REDIS_URL, get_se
 app = celery_app
 
 
-async def start_scheduled(redis: Redis, settings: Settings, store: RunStore, registry: Registry,
-                          dispatch: Dispatch, graph_id: str, node_id: str) -> str | None:
+@dataclass(frozen=True, kw_only=True)
+class ScheduleServices:
+    """The long-lived services :func:`start_scheduled` starts runs with."""
+
+    redis: Redis
+    settings: Settings
+    store: RunStore
+    registry: Registry
+    dispatch: Dispatch
+
+
+async def start_scheduled(services: ScheduleServices, graph_id: str, node_id: str) -> str | None:
     """Start one scheduled run of ``graph_id`` from ``node_id``; None when the queue is over
     its bound (the fire is skipped, see the module docstring) or the graph or node is gone."""
+    redis, settings, store, registry = services.redis, services.settings, services.store, services.registry
     try:
         await admission.check(redis, settings)
     except OverloadedError as exc:
@@ -72,10 +84,12 @@ async def start_scheduled(redis: Redis, settings: Settings, store: RunStore, reg
     if node is None or node.get("type") != SCHEDULE_NODE_TYPE:
         log.warning("schedule of graph %s: node %s is no longer a schedule trigger", graph_id, node_id)
         return None
-    run_id = await start_run(store, registry, graph, None, dispatch=dispatch, start=[node_id],
-                             meta={"trigger": "schedule", "node_id": node_id,
-                                   "graph_version": graph.get("version"),
-                                   "workspace": await graphs.workspace_of(graph_id)})
+    run_id = await start_run(store, registry, graph,
+                             RunRequest(None, start=[node_id],
+                                        meta={"trigger": "schedule", "node_id": node_id,
+                                              "graph_version": graph.get("version"),
+                                              "workspace": await graphs.workspace_of(graph_id)}),
+                             dispatch=services.dispatch)
     await graphs.add_run(graph_id, run_id)
     metrics.RUNS_STARTED.labels(trigger="schedule").inc()
     log.info("schedule of graph %s node %s started run %s", graph_id, node_id, run_id)
@@ -85,8 +99,9 @@ async def start_scheduled(redis: Redis, settings: Settings, store: RunStore, reg
 async def fire(graph_id: str, node_id: str) -> str | None:
     """:func:`start_scheduled` with this worker process's Redis, store and registry."""
     state = process_state()
-    return await start_scheduled(state.redis, state.settings, state.store, state.registry,
-                                 make_dispatch(celery_app), graph_id, node_id)
+    services = ScheduleServices(redis=state.redis, settings=state.settings, store=state.store,
+                                registry=state.registry, dispatch=make_dispatch(celery_app))
+    return await start_scheduled(services, graph_id, node_id)
 
 
 @celery_app.task(name=FIRE_TASK, ignore_result=True)

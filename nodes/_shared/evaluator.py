@@ -31,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,18 @@ class _Child:
             pass
 
 
+@dataclass(frozen=True, kw_only=True)
+class CallLimits:
+    """The bounds of one :meth:`EvaluatorPool.call`: the expression's ``timeout_s`` (the
+    child is killed ``GRACE_S`` later), the child's ``memory_mb``, the largest reply
+    (``max_reply_bytes``), and how many idle children the pool keeps afterwards (``keep``)."""
+
+    timeout_s: float
+    memory_mb: int
+    max_reply_bytes: int
+    keep: int
+
+
 class EvaluatorPool:
     """Idle children of one process, taken and given back by the threads that call them."""
 
@@ -112,16 +125,18 @@ class EvaluatorPool:
         self._lock = threading.Lock()
         self._pid = os.getpid()
 
-    def call(self, request: dict[str, Any], *, timeout_s: float, memory_mb: int, max_reply_bytes: int,
-             keep: int, running: list[_Child] | None = None) -> dict[str, Any]:
-        """Blocking: one request answered by a child; keeps at most ``keep`` idle children.
-        The child is appended to ``running`` while it works (so a caller can kill it)."""
+    def call(self, request: dict[str, Any], limits: CallLimits, *,
+             running: list[_Child] | None = None) -> dict[str, Any]:
+        """Blocking: one request answered by a child under ``limits``; keeps at most
+        ``limits.keep`` idle children. The child is appended to ``running`` while it works
+        (so a caller can kill it)."""
+        timeout_s, memory_mb = limits.timeout_s, limits.memory_mb
         child = self._take(memory_mb)
         if running is not None:
             running.append(child)
         try:
             raw = child.ask(json.dumps(request).encode("utf-8"), time.monotonic() + timeout_s + GRACE_S,
-                            max_reply_bytes)
+                            limits.max_reply_bytes)
         except BaseException:
             child.close(kill=True)
             raise
@@ -136,7 +151,7 @@ class EvaluatorPool:
             raise EvaluatorLimitError(
                 f"parameter 'expression': JSONata needed more than its memory limit of {memory_mb} MB "
                 "(ORCH_TRANSFORM_MEMORY_MB)")
-        self._give(child, keep)
+        self._give(child, limits.keep)
         return reply
 
     def _take(self, memory_mb: int) -> _Child:
@@ -180,10 +195,10 @@ async def evaluate_jsonata(expression: str, value: Any, *, timeout_ms: int, max_
     running: list[_Child] = []
     async with _slots():
         try:
-            reply = await asyncio.to_thread(
-                POOL.call, request, timeout_s=timeout_ms / 1000, memory_mb=settings.transform_memory_mb,
-                max_reply_bytes=settings.max_output_bytes + REPLY_SLACK_BYTES, keep=settings.transform_processes,
-                running=running)
+            limits = CallLimits(timeout_s=timeout_ms / 1000, memory_mb=settings.transform_memory_mb,
+                                max_reply_bytes=settings.max_output_bytes + REPLY_SLACK_BYTES,
+                                keep=settings.transform_processes)
+            reply = await asyncio.to_thread(POOL.call, request, limits, running=running)
         except asyncio.CancelledError:  # the node timed out or its run ended: stop the child now
             for child in running:
                 child.kill()

@@ -11,6 +11,7 @@ graph. Scheduled runs start in the workers (``workers/beat.py``), through the sa
 
 from __future__ import annotations
 
+from dataclasses import KW_ONLY, dataclass, replace
 from typing import Any
 
 from orchestrator import admission, metrics
@@ -18,6 +19,7 @@ from orchestrator.graph_store import DEFAULT_WORKSPACE
 from orchestrator.kernel.errors import ParameterError, RunNotFoundError
 from orchestrator.kernel.protocol import DataValue
 from orchestrator.kernel.store import RunRecord
+from orchestrator.runs import RunRequest
 
 from .services import Services
 
@@ -51,20 +53,22 @@ def start_node(graph: dict[str, Any], ref: str, services: Services) -> str:
     return str(node["id"])
 
 
-async def admit_and_start(
-    services: Services,
-    graph: dict[str, Any],
-    run_input: Any,
-    *,
-    trigger: str,
-    meta: dict[str, Any],
-    start: list[str] | None = None,
-    session_id: str | None = None,
-    seed_outputs: dict[str, dict[str, DataValue]] | None = None,
-) -> str:
+@dataclass(frozen=True)
+class StoredGraph:
+    """Which stored graph :func:`launch` runs: ``graph_id`` at ``version`` (default: the
+    latest), looked up in ``workspace`` (the caller's; None: any workspace)."""
+
+    graph_id: str
+    _: KW_ONLY
+    version: int | None = None
+    workspace: str | None = None
+
+
+async def admit_and_start(services: Services, graph: dict[str, Any], request: RunRequest, *, trigger: str) -> str:
     """The one way the API starts a run (see the module docstring): ``OverloadedError``
     (429) before anything is stored while the queue is over its bound, else the new run's
-    id (queued, not finished). ``meta`` carries ``workspace`` and ``graph_version``."""
+    id (queued, not finished). ``request.meta`` carries ``workspace`` and
+    ``graph_version``; the run's ``meta.trigger`` is ``trigger``."""
     from orchestrator.runs import start_run
 
     await admission.check(services.redis, services.settings)
@@ -72,12 +76,8 @@ async def admit_and_start(
         services.run_store,
         services.registry,
         graph,
-        run_input,
+        replace(request, meta={**(request.meta or {}), "trigger": trigger}),
         dispatch=services.dispatch,
-        start=start,
-        session_id=session_id,
-        meta={**meta, "trigger": trigger},
-        seed_outputs=seed_outputs,
     )
     if graph.get("id"):
         await services.graphs.add_run(str(graph["id"]), run_id)
@@ -85,28 +85,17 @@ async def admit_and_start(
     return run_id
 
 
-async def launch(
-    services: Services,
-    graph_id: str,
-    run_input: Any,
-    *,
-    trigger: str,
-    start: list[str] | None = None,
-    session_id: str | None = None,
-    version: int | None = None,
-    meta: dict[str, Any] | None = None,
-    workspace: str | None = None,
-) -> str:
+async def launch(services: Services, source: StoredGraph, request: RunRequest, *, trigger: str) -> str:
     """Start a run of a stored graph; returns the run id (the run is queued, not finished).
 
-    With ``workspace`` (the caller's), a graph of another workspace is unknown (404). The
-    run belongs to the graph's workspace (``meta.workspace``). Raises ``OverloadedError``
-    (429) before storing anything while the queue is over its bound."""
-    graph = await services.graphs.get(graph_id, version, workspace=workspace)
-    owner = workspace or await services.graphs.workspace_of(graph_id)
-    run_meta = {"graph_version": graph["version"], **(meta or {}), "workspace": owner}
-    return await admit_and_start(services, graph, run_input, trigger=trigger, meta=run_meta, start=start,
-                                 session_id=session_id)
+    With ``source.workspace`` (the caller's), a graph of another workspace is unknown
+    (404). The run belongs to the graph's workspace (``meta.workspace``) and records the
+    version it ran (``meta.graph_version``). Raises ``OverloadedError`` (429) before
+    storing anything while the queue is over its bound."""
+    graph = await services.graphs.get(source.graph_id, source.version, workspace=source.workspace)
+    owner = source.workspace or await services.graphs.workspace_of(source.graph_id)
+    run_meta = {"graph_version": graph["version"], **(request.meta or {}), "workspace": owner}
+    return await admit_and_start(services, graph, replace(request, meta=run_meta), trigger=trigger)
 
 
 async def relaunch(services: Services, old: RunRecord, graph: dict[str, Any], from_node: str,
@@ -114,8 +103,9 @@ async def relaunch(services: Services, old: RunRecord, graph: dict[str, Any], fr
     """Start ``old``'s graph snapshot again from ``from_node`` with ``seed_outputs`` (a
     rerun); admitted like any other start. The new run is of ``old``'s workspace."""
     meta = {"rerun_of": old.run_id, "graph_version": old.graph_version, "workspace": workspace_of_run(old)}
-    return await admit_and_start(services, graph, old.run_input, trigger="rerun", meta=meta, start=[from_node],
-                                 session_id=old.session_id, seed_outputs=seed_outputs)
+    request = RunRequest(old.run_input, start=[from_node], session_id=old.session_id, meta=meta,
+                         seed_outputs=seed_outputs)
+    return await admit_and_start(services, graph, request, trigger="rerun")
 
 
 def workspace_of_run(record: RunRecord) -> str:

@@ -13,9 +13,10 @@ from fastapi.responses import JSONResponse
 
 from orchestrator.kernel.errors import ParameterError, RunStateError
 from orchestrator.kernel.store import RunStatus
+from orchestrator.runs import RunRequest
 
 from .auth import Principal, role
-from .launch import find_node, launch, owned_run, relaunch, run_detail, start_node
+from .launch import StoredGraph, find_node, launch, owned_run, relaunch, run_detail, start_node
 from .models import Approval, GraphId, Rerun, StartRun
 from .services import Services, get_services
 
@@ -39,13 +40,9 @@ async def start(graph_id: GraphId, body: StartRun, services: Services = SERVICES
         starts = [start_node(graph, body.trigger, services)]
     run_id = await launch(
         services,
-        graph_id,
-        body.input,
+        StoredGraph(graph_id, version=body.version, workspace=who.workspace),
+        RunRequest(body.input, start=starts, session_id=body.session_id),
         trigger="manual",
-        start=starts,
-        session_id=body.session_id,
-        version=body.version,
-        workspace=who.workspace,
     )
     return accepted(run_id)
 

@@ -25,11 +25,12 @@ from fastapi.responses import JSONResponse
 from orchestrator.graph_store import WEBHOOK_NODE_TYPE, webhook_paths
 from orchestrator.kernel.errors import AuthError, GraphError, ParameterError
 from orchestrator.kernel.protocol import EventType
+from orchestrator.runs import RunRequest
 from orchestrator.settings import Settings
 
 from .auth import Principal, role
 from .event_hub import EventHub
-from .launch import launch, nodes_of_type, run_detail
+from .launch import StoredGraph, launch, nodes_of_type, run_detail
 from .models import ChatId, ChatMessage
 from .services import Services, get_services
 from .signatures import SIGNATURE_HEADER, verify
@@ -136,11 +137,9 @@ async def webhook(path: str, request: Request, services: Services = SERVICES) ->
     }
     run_id = await launch(
         services,
-        graph_id,
-        run_input,
+        StoredGraph(graph_id, version=graph["version"]),
+        RunRequest(run_input, start=[node["id"]]),
         trigger="webhook",
-        start=[node["id"]],
-        version=graph["version"],
     )
     if data.get("response_mode") != "wait":
         return JSONResponse({"run_id": run_id, "events_url": f"/runs/{run_id}/events"}, status_code=202)
@@ -196,12 +195,8 @@ async def chat_message(chat_id: ChatId, body: ChatMessage, services: Services = 
     run_input = {"message": body.message, "chat_id": chat_id}
     run_id = await launch(
         services,
-        body.graph_id,
-        run_input,
+        StoredGraph(body.graph_id, version=graph["version"], workspace=who.workspace),
+        RunRequest(run_input, start=[str(starts[0]["id"])], session_id=chat_id),
         trigger="chat",
-        start=[str(starts[0]["id"])],
-        session_id=chat_id,
-        version=graph["version"],
-        workspace=who.workspace,
     )
     return JSONResponse({"run_id": run_id, "events_url": f"/runs/{run_id}/events?format=chat"}, status_code=202)

@@ -291,7 +291,7 @@ async def _run(url: str, registry: Registry, raw: dict[str, Any], run_input: Any
     """Start the run and follow it; exit code 3 when it waits for an approval nobody gives
     (``keep_waiting``: the run stays waiting in a Redis that outlives this command)."""
 
-    from orchestrator.runs import start_run
+    from orchestrator.runs import RunRequest, start_run
     from workers.app import make_celery
     from workers.dispatch import make_dispatch
     from workers.store import RedisRunStore
@@ -303,8 +303,8 @@ async def _run(url: str, registry: Registry, raw: dict[str, Any], run_input: Any
     try:
         store = RedisRunStore(client, settings)
         try:
-            run_id = await start_run(store, registry, raw, run_input,
-                                     dispatch=make_dispatch(app), start=start, session_id=session_id)
+            run_id = await start_run(store, registry, raw, RunRequest(run_input, start=start, session_id=session_id),
+                                     dispatch=make_dispatch(app))
         except GraphError as exc:
             print_error(err, exc)
             return 2

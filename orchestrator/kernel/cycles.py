@@ -104,3 +104,27 @@ class Ancestry(Mapping[str, set[str]]):
 def ancestors(order: Sequence[str], successors: Mapping[str, Sequence[str]]) -> Ancestry:
     """Every node's set of ancestors (computed per node on first access)."""
     return Ancestry(order, successors)
+
+
+class Visible:
+    """The nodes whose outputs one node's expressions may read: its flow ancestors, plus
+    (for a link source) what each node it is linked into may read. Computed on the first
+    membership test, so a node whose expressions name no node costs nothing."""
+
+    def __init__(self, node: str, upstream: Mapping[str, set[str]], link_succ: Mapping[str, Sequence[str]]) -> None:
+        self.node, self.upstream, self.link_succ = node, upstream, link_succ
+        self._set: set[str] | None = None
+
+    def __contains__(self, item: object) -> bool:
+        if self._set is None:
+            seen: set[str] = set()
+            found: set[str] = set()
+            stack = [self.node]
+            while stack:  # this node, then every node it is (transitively) linked into
+                current = stack.pop()
+                if current not in seen:
+                    seen.add(current)
+                    found |= self.upstream[current]
+                    stack.extend(self.link_succ.get(current, ()))
+            self._set = found
+        return item in self._set

@@ -53,12 +53,13 @@ class LocalRunner:
         store: MemoryStore | None = None,
         services: dict[str, Any] | None = None,
         artifacts: ArtifactCache | None = None,
-        on_event: EventCallback | None = None,
         options: StepOptions | None = None,
     ) -> None:
+        """``store`` defaults to a new ``MemoryStore()`` (give ``MemoryStore(on_event=...)``
+        to see every run's events)."""
         self.registry = registry
         self.options = options
-        self.store = store or MemoryStore(on_event=on_event)
+        self.store = store or MemoryStore()
         self.services = services or {}
         self.artifacts = artifacts or ArtifactCache()
         self._graphs: dict[str, Any] = {}
@@ -149,5 +150,5 @@ async def run_graph_local(
     services: dict[str, Any] | None = None,
 ) -> LocalRunResult:
     """Validate, plan and run ``graph`` in this process; return its final state."""
-    runner = LocalRunner(registry, services=services, on_event=on_event)
+    runner = LocalRunner(registry, store=MemoryStore(on_event=on_event), services=services)
     return await runner.run(graph, run_input, run_id=run_id, start=start, session_id=session_id)

@@ -38,7 +38,7 @@ from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .cycles import ancestors, find_cycle
+from .cycles import Visible, ancestors, find_cycle
 from .definition import NodeDefinition, Parameter, Port
 from .errors import (
     ChannelError,
@@ -122,8 +122,9 @@ def validate_graph(raw: dict[str, Any] | Graph, registry: Registry, limits: Grap
     upstream = ancestors(order, flow_succ)
     refs: dict[str, list[str]] = {}
     for node in graph.nodes:
-        names = _check_node(graph, node, definitions[node.id], wired[node.id],
-                            _Visible(node.id, upstream, link_succ), registry, limits, fan_out)
+        names = _check_node(_NodeCheck(graph=graph, node=node, definition=definitions[node.id], wired=wired[node.id],
+                                       visible=Visible(node.id, upstream, link_succ), registry=registry,
+                                       limits=limits, fan_out=fan_out))
         if names:
             refs[node.id] = [graph.node_by_name[name].id for name in sorted(names)]
     return ValidatedGraph(graph=graph, definitions=definitions, upstream=upstream, refs=refs)
@@ -263,36 +264,28 @@ def _check_cycle(graph: Graph, order: list[str], successors: dict[str, list[str]
                 node_id=first.id, node_name=first.name, path=names)
 
 
-class _Visible:
-    """The nodes whose outputs one node's expressions may read: its flow ancestors, plus
-    (for a link source) what each node it is linked into may read. Computed on the first
-    membership test, so a node whose expressions name no node costs nothing."""
-
-    def __init__(self, node: str, upstream: Mapping[str, set[str]], link_succ: dict[str, list[str]]) -> None:
-        self.node, self.upstream, self.link_succ = node, upstream, link_succ
-        self._set: set[str] | None = None
-
-    def __contains__(self, item: object) -> bool:
-        if self._set is None:
-            seen: set[str] = set()
-            found: set[str] = set()
-            stack = [self.node]
-            while stack:  # this node, then every node it is (transitively) linked into
-                current = stack.pop()
-                if current not in seen:
-                    seen.add(current)
-                    found |= self.upstream[current]
-                    stack.extend(self.link_succ.get(current, ()))
-            self._set = found
-        return item in self._set
-
-
 # -- parameters ------------------------------------------------------------------------
 
 
-def _check_node(graph: Graph, node: Node, definition: NodeDefinition, wired: set[str],
-                visible: Container[str], registry: Registry, limits: GraphLimits, fan_out: int) -> set[str]:
-    """Check ``node``'s parameters; return the node names its expressions reference."""
+@dataclass(frozen=True, kw_only=True)
+class _NodeCheck:
+    """What checking one node's parameters needs: the node, its graph and definition, the
+    inputs wired to it, the nodes its expressions may read, and the graph's
+    ``validate_graph`` arguments (``fan_out``: runs of this graph kept in flight)."""
+
+    graph: Graph
+    node: Node
+    definition: NodeDefinition
+    wired: set[str]
+    visible: Container[str]
+    registry: Registry
+    limits: GraphLimits
+    fan_out: int
+
+
+def _check_node(check: _NodeCheck) -> set[str]:
+    """Check ``check.node``'s parameters; return the node names its expressions reference."""
+    graph, node, definition, limits = check.graph, check.node, check.definition, check.limits
     where: dict[str, Any] = {"graph_id": graph.id, "node_id": node.id, "node_name": node.name}
     for key in node.data:
         if definition.parameter(key) is None:
@@ -305,11 +298,11 @@ def _check_node(graph: Graph, node: Node, definition: NodeDefinition, wired: set
                 parameter=key, **where,
             )
     names: set[str] = set()
-    nested_fan_out = _fan_out(graph, node, definition, limits, fan_out)
+    nested_fan_out = _fan_out(graph, node, definition, limits, check.fan_out)
     for param in definition.parameters:
         value = node.data.get(param.id)
         if value is None or value == "":
-            if param.required and param.default is None and param.id not in wired:
+            if param.required and param.default is None and param.id not in check.wired:
                 raise ParameterError(
                     f"required parameter {param.id!r} on {_label(node)} of type {node.type!r} "
                     "has no value, no default and no wire",
@@ -317,10 +310,10 @@ def _check_node(graph: Graph, node: Node, definition: NodeDefinition, wired: set
                 )
             continue
         if param.type == "graph":
-            _check_nested(graph, node, param, value, registry, limits, nested_fan_out)
+            _check_nested(check, param, value, nested_fan_out)
             continue
         if param.expressions and contains_expression(value):
-            names |= _check_expressions(graph, node, param, value, visible, limits)
+            names |= _check_expressions(check, param, value)
             if isinstance(value, str):
                 continue  # an expression string: its type is known only at run time
         problem = check_inline_value(param, value)
@@ -351,12 +344,12 @@ def _fan_out(graph: Graph, node: Node, definition: NodeDefinition, limits: Graph
     return total
 
 
-def _check_expressions(graph: Graph, node: Node, param: Parameter, value: Any,
-                       visible: Container[str], limits: GraphLimits) -> set[str]:
+def _check_expressions(check: _NodeCheck, param: Parameter, value: Any) -> set[str]:
+    graph, node = check.graph, check.node
     where: dict[str, Any] = {"graph_id": graph.id, "node_id": node.id, "node_name": node.name,
                              "parameter": param.id}
     try:
-        check_syntax(value, limits.max_source_chars)
+        check_syntax(value, check.limits.max_source_chars)
     except ExpressionError as exc:
         message = f"parameter {param.id!r} on {_label(node)}: {exc.message}"
         raise type(exc)(message, **where) from None
@@ -370,7 +363,7 @@ def _check_expressions(graph: Graph, node: Node, param: Parameter, value: Any,
                 f"parameter {param.id!r} on {_label(node)} references node {name!r} "
                 f"which does not exist{hint}", **where,
             )
-        if source.id not in visible:
+        if source.id not in check.visible:
             raise UpstreamReferenceError(
                 f"parameter {param.id!r} on {_label(node)} references node {name!r} "
                 f"which is not upstream of {_label(node)}", **where,
@@ -378,8 +371,10 @@ def _check_expressions(graph: Graph, node: Node, param: Parameter, value: Any,
     return names
 
 
-def _check_nested(graph: Graph, node: Node, param: Parameter, value: Any,
-                  registry: Registry, limits: GraphLimits, fan_out: int) -> None:
+def _check_nested(check: _NodeCheck, param: Parameter, value: Any, fan_out: int) -> None:
+    """Validate the graph ``value`` of ``check.node``'s parameter ``param``, whose runs the
+    nodes around it keep ``fan_out`` in flight."""
+    graph, node = check.graph, check.node
     where: dict[str, Any] = {"graph_id": graph.id, "node_id": node.id, "node_name": node.name,
                              "parameter": param.id}
     if not isinstance(value, dict):
@@ -388,7 +383,7 @@ def _check_nested(graph: Graph, node: Node, param: Parameter, value: Any,
             f"got {type(value).__name__}", **where,
         )
     try:
-        validate_graph(value, registry, limits, fan_out=fan_out)
+        validate_graph(value, check.registry, check.limits, fan_out=fan_out)
     except GraphError as exc:
         inner = type(exc)(f"in the graph of parameter {param.id!r} on {_label(node)}: {exc}",
                           path=exc.path, edge_id=exc.edge_id, handle=exc.handle, **where)

@@ -83,7 +83,7 @@ def schedule_graph() -> dict[str, Any]:
 async def test_a_scheduled_fire_over_the_bound_is_skipped_logged_and_counted(
         bounded: Api, caplog: pytest.LogCaptureFixture) -> None:
     from orchestrator.graph_store import GraphStore
-    from workers.beat import start_scheduled
+    from workers.beat import ScheduleServices, start_scheduled
 
     registry = repo_registry()
     await GraphStore(bounded.redis, registry, bounded.settings).create(schedule_graph())
@@ -96,15 +96,16 @@ async def test_a_scheduled_fire_over_the_bound_is_skipped_logged_and_counted(
         value = metrics.REGISTRY.get_sample_value("orchestrator_schedule_skipped_total", {"reason": "overloaded"})
         return value or 0.0
 
+    services = ScheduleServices(redis=bounded.redis, settings=bounded.settings, store=bounded.store,
+                                registry=registry, dispatch=dispatch)
     await fill_queue(bounded)
     before = skipped()
     with caplog.at_level(logging.WARNING, logger="workers.beat"):
-        assert await start_scheduled(bounded.redis, bounded.settings, bounded.store, registry, dispatch,
-                                     "nightly", "s") is None
+        assert await start_scheduled(services, "nightly", "s") is None
     assert sent == [] and skipped() == before + 1
     assert any("nightly" in r.getMessage() and "ORCH_MAX_QUEUED_NODES" in r.getMessage() for r in caplog.records)
     await bounded.redis.delete(NODE_QUEUE)
-    run_id = await start_scheduled(bounded.redis, bounded.settings, bounded.store, registry, dispatch, "nightly", "s")
+    run_id = await start_scheduled(services, "nightly", "s")
     assert run_id is not None and sent == [(run_id, ["s"])]
     assert (await bounded.store.get_run(run_id)).meta["trigger"] == "schedule"
 

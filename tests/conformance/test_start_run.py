@@ -6,7 +6,7 @@ import pytest
 
 from orchestrator.kernel.errors import GraphError
 from orchestrator.kernel.protocol import DataValue
-from orchestrator.runs import start_run
+from orchestrator.runs import RunRequest, start_run
 from tests.fake_nodes import graph, make_registry
 from tests.support import started_event
 from workers.store import RedisRunStore
@@ -26,8 +26,8 @@ async def test_start_run_stores_the_run_and_dispatches_the_trigger(
     redis_store: RedisRunStore,
 ) -> None:
     sent = Recorder()
-    run_id = await start_run(redis_store, make_registry(), CHAIN, {"n": 1}, dispatch=sent,
-                             session_id="s1", meta={"who": "test"})
+    run_id = await start_run(redis_store, make_registry(), CHAIN,
+                             RunRequest({"n": 1}, session_id="s1", meta={"who": "test"}), dispatch=sent)
     assert sent.sent == [(run_id, ["t"])]
     assert len(run_id) == 32
     record = await redis_store.get_run(run_id)
@@ -46,7 +46,7 @@ async def test_start_run_awaits_an_async_dispatch(redis_store: RedisRunStore) ->
     async def dispatch(run_id: str, node_ids: list[str]) -> None:
         sent.append(node_ids)
 
-    await start_run(redis_store, make_registry(), CHAIN, None, dispatch=dispatch, run_id="fixed")
+    await start_run(redis_store, make_registry(), CHAIN, RunRequest(None, run_id="fixed"), dispatch=dispatch)
     assert sent == [["t"]]
     assert (await redis_store.get_run("fixed")).status == "running"
 
@@ -57,10 +57,10 @@ async def test_several_triggers_and_no_choice_is_an_error_naming_them(
     two = graph([("t1", "emit", "One"), ("t2", "emit", "Two"), ("r", "relay", "Relay")],
                 [("t1", "out", "r", "in")])
     with pytest.raises(GraphError, match="t1") as info:
-        await start_run(redis_store, make_registry(), two, None, dispatch=Recorder())
+        await start_run(redis_store, make_registry(), two, RunRequest(None), dispatch=Recorder())
     assert "t2" in str(info.value) and "Two" in str(info.value)
     sent = Recorder()
-    run_id = await start_run(redis_store, make_registry(), two, None, dispatch=sent, start=["t2"])
+    run_id = await start_run(redis_store, make_registry(), two, RunRequest(None, start=["t2"]), dispatch=sent)
     assert sent.sent == [(run_id, ["t2"])]
 
 
@@ -68,14 +68,14 @@ async def test_an_invalid_graph_stores_nothing(redis_store: RedisRunStore) -> No
     bad = graph([("t", "emit", "Start"), ("r", "nosuchtype", "R")], [("t", "out", "r", "in")])
     sent = Recorder()
     with pytest.raises(GraphError):
-        await start_run(redis_store, make_registry(), bad, None, dispatch=sent)
+        await start_run(redis_store, make_registry(), bad, RunRequest(None), dispatch=sent)
     assert sent.sent == []
     assert await redis_store.redis.dbsize() == 0
 
 
 async def test_graph_deadline_setting_sets_the_sweeper_deadline(redis_store: RedisRunStore) -> None:
     timed = {**CHAIN, "settings": {"deadline_s": 5}}
-    run_id = await start_run(redis_store, make_registry(), timed, None, dispatch=Recorder())
+    run_id = await start_run(redis_store, make_registry(), timed, RunRequest(None), dispatch=Recorder())
     record = await redis_store.get_run(run_id)
     score = await redis_store.redis.zscore(redis_store.keys.active_runs(), run_id)
     assert score == pytest.approx(record.created_at + 5, abs=0.01)
@@ -83,8 +83,8 @@ async def test_graph_deadline_setting_sets_the_sweeper_deadline(redis_store: Red
 
 async def test_seeded_outputs_are_readable_before_any_node_runs(redis_store: RedisRunStore) -> None:
     seed = {"old": {"out": DataValue("data", {"k": 1})}}
-    run_id = await start_run(redis_store, make_registry(), CHAIN, None, dispatch=Recorder(),
-                             seed_outputs=seed)
+    run_id = await start_run(redis_store, make_registry(), CHAIN, RunRequest(None, seed_outputs=seed),
+                             dispatch=Recorder())
     outputs = await redis_store.read_outputs(run_id, ["old"])
     assert outputs["old"]["out"].value == {"k": 1}
     assert await redis_store.redis.ttl(redis_store.keys.outputs(run_id)) > 0

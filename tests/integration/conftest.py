@@ -159,13 +159,13 @@ def wait_terminal(store: Any) -> Any:
 @pytest.fixture
 def run_graph(workers: WorkerProcesses, store: Any, registry: Registry, celery: Any) -> Any:
     """``await run_graph(graph, run_input)`` -> :class:`RunResult` once the run ended."""
-    from orchestrator.runs import start_run
+    from orchestrator.runs import RunRequest, start_run
     from workers.dispatch import make_dispatch
 
     dispatch = make_dispatch(celery)
 
     async def run(graph: dict[str, Any], run_input: Any = None, **kw: Any) -> RunResult:
-        run_id = await start_run(store, registry, graph, run_input, dispatch=dispatch, **kw)
+        run_id = await start_run(store, registry, graph, RunRequest(run_input, **kw), dispatch=dispatch)
         events = await wait_for_terminal(store, run_id)
         return await collect(store, run_id, events)
 

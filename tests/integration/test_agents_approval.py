@@ -16,7 +16,7 @@ from orchestrator.approvals import ApprovalError, submit_approval
 from orchestrator.kernel.protocol import EventType, NodeEvent
 from orchestrator.kernel.registry import Registry
 from orchestrator.kernel.store import RunStatus
-from orchestrator.runs import start_run
+from orchestrator.runs import RunRequest, start_run
 from tests.integration.conftest import collect, read_until, wait_for_terminal
 
 pytestmark = pytest.mark.integration
@@ -87,9 +87,9 @@ def paused_run(workers: Any, store: Any, registry: Registry, celery: Any) -> Any
     from workers.dispatch import make_dispatch
 
     async def start(**kw: Any) -> str:
-        run_id = await start_run(store, registry, approval_graph(), {"message": "divide"},
-                                 dispatch=make_dispatch(celery),
-                                 session_id=f"ap-{uuid.uuid4().hex[:8]}", **kw)
+        run_id = await start_run(store, registry, approval_graph(),
+                                 RunRequest({"message": "divide"}, session_id=f"ap-{uuid.uuid4().hex[:8]}", **kw),
+                                 dispatch=make_dispatch(celery))
         events = await wait_for_event(store, run_id,
                                       lambda e: e.event_type == EventType.RUN_WAITING)
         assert (await store.get_run(run_id)).status == RunStatus.WAITING

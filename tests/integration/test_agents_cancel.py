@@ -17,7 +17,7 @@ import redis
 from orchestrator.kernel.protocol import EventType, NodeEvent
 from orchestrator.kernel.registry import Registry
 from orchestrator.kernel.store import NodeStatus, RunStatus
-from orchestrator.runs import start_run
+from orchestrator.runs import RunRequest, start_run
 from tests.agents.conftest import data_in, load_executor, make_ctx
 from tests.integration.conftest import RUN_TIMEOUT_S, read_until
 
@@ -61,9 +61,9 @@ async def test_a_cancelled_run_stops_its_streaming_agent_within_a_second(
         sync_redis: redis.Redis) -> None:
     from workers.dispatch import make_dispatch
 
-    run_id = await start_run(store, registry, slow_agent_graph(), {"message": "talk"},
-                             dispatch=make_dispatch(celery),
-                             session_id=f"cancel-{uuid.uuid4().hex[:8]}")
+    run_id = await start_run(store, registry, slow_agent_graph(),
+                             RunRequest({"message": "talk"}, session_id=f"cancel-{uuid.uuid4().hex[:8]}"),
+                             dispatch=make_dispatch(celery))
     await events_until(store, run_id, is_content)
     assert await store.finish_run(run_id, RunStatus.CANCELLED)
     # the worker notices, stops the agent and records the node as cancelled

@@ -24,7 +24,7 @@ import pytest
 from orchestrator.embedded_redis import EmbeddedRedis
 from orchestrator.embedded_workers import WorkerProcesses
 from orchestrator.kernel.registry import Registry
-from orchestrator.runs import start_run
+from orchestrator.runs import RunRequest, start_run
 from orchestrator.settings import Settings
 from orchestrator.sweeper import Sweeper
 from tests.agents.openai_stub import StubServer
@@ -54,7 +54,7 @@ class Cluster:
     async def start(self, g: dict[str, Any], run_input: Any = None) -> str:
         from workers.dispatch import make_dispatch
 
-        return await start_run(self.store, self.registry, g, run_input, dispatch=make_dispatch(self.celery))
+        return await start_run(self.store, self.registry, g, RunRequest(run_input), dispatch=make_dispatch(self.celery))
 
     async def run(self, g: dict[str, Any], run_input: Any = None, timeout_s: float = 30) -> RunResult:
         run_id = await self.start(g, run_input)
@@ -346,8 +346,9 @@ async def test_a_hundred_concurrent_chat_turns_stream_in_order_on_one_process(cl
     async def turn(chat: str, n: int) -> RunResult:
         from workers.dispatch import make_dispatch
 
-        run_id = await start_run(cluster.store, cluster.registry, g, {"message": f"m{n} of {chat}"},
-                                 dispatch=make_dispatch(cluster.celery), session_id=chat)
+        run_id = await start_run(cluster.store, cluster.registry, g,
+                                 RunRequest({"message": f"m{n} of {chat}"}, session_id=chat),
+                                 dispatch=make_dispatch(cluster.celery))
         return await collect(cluster.store, run_id, await wait_for_terminal(cluster.store, run_id, 60))
 
     began = time.monotonic()
@@ -380,8 +381,9 @@ async def test_a_hundred_concurrent_chat_turns_against_an_openai_compatible_serv
     async def turn(chat: str, n: int) -> RunResult:
         from workers.dispatch import make_dispatch
 
-        run_id = await start_run(cluster.store, cluster.registry, g, {"message": f"m{n} of {chat}"},
-                                 dispatch=make_dispatch(cluster.celery), session_id=chat)
+        run_id = await start_run(cluster.store, cluster.registry, g,
+                                 RunRequest({"message": f"m{n} of {chat}"}, session_id=chat),
+                                 dispatch=make_dispatch(cluster.celery))
         return await collect(cluster.store, run_id, await wait_for_terminal(cluster.store, run_id, 60))
 
     began = time.monotonic()

@@ -82,7 +82,7 @@ async def test_task_delivered_twice_while_its_node_runs_completes_once(
     workers: Any, store: Any, registry: Any, celery: Any, sync_redis: redis.Redis,
     wait_terminal: Any,
 ) -> None:
-    from orchestrator.runs import start_run
+    from orchestrator.runs import RunRequest, start_run
     from workers.dispatch import make_dispatch, send_nodes
 
     g = graph(
@@ -90,7 +90,7 @@ async def test_task_delivered_twice_while_its_node_runs_completes_once(
          ("next", "probe", "Next")],
         [("t", "output", "slow", "input"), ("slow", "output", "next", "input")],
     )
-    run_id = await start_run(store, registry, g, {"n": 1}, dispatch=make_dispatch(celery))
+    run_id = await start_run(store, registry, g, RunRequest({"n": 1}), dispatch=make_dispatch(celery))
     after = "0-0"
     started = False
     while not started:

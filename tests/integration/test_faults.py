@@ -22,7 +22,7 @@ import pytest
 from orchestrator.embedded_redis import EmbeddedRedis
 from orchestrator.embedded_workers import WorkerProcesses
 from orchestrator.kernel.registry import Registry
-from orchestrator.runs import start_run
+from orchestrator.runs import RunRequest, start_run
 from orchestrator.settings import Settings
 from orchestrator.sweeper import Sweeper
 from tests.fake_nodes import graph
@@ -106,7 +106,7 @@ async def start(store: RedisRunStore, registry: Registry, celery: Any, g: dict[s
                 **kw: Any) -> str:
     from workers.dispatch import make_dispatch
 
-    return await start_run(store, registry, g, {"x": 1}, dispatch=make_dispatch(celery), **kw)
+    return await start_run(store, registry, g, RunRequest({"x": 1}, **kw), dispatch=make_dispatch(celery))
 
 
 async def first_pid(pid_dir: Path, node_id: str, timeout_s: float = 20.0) -> int:

@@ -12,7 +12,7 @@ import redis
 
 from orchestrator.embedded_redis import EmbeddedRedis
 from orchestrator.embedded_workers import WorkerProcesses
-from orchestrator.runs import start_run
+from orchestrator.runs import RunRequest, start_run
 from orchestrator.settings import Settings
 from tests.fake_nodes import graph
 from tests.integration.conftest import wait_for_terminal
@@ -52,13 +52,13 @@ async def test_finished_runs_expire_and_redis_returns_to_its_baseline() -> None:
             registry = load_registry(SETTINGS)
             dispatch = make_dispatch(celery)
             # warm up: connections open and scripts cached, then let that run expire
-            warm = await start_run(store, registry, g, None, dispatch=dispatch)
+            warm = await start_run(store, registry, g, RunRequest(None), dispatch=dispatch)
             await wait_for_terminal(store, warm)
             await expired(sync, RETENTION_S + 10)
             await store.redis.connection_pool.disconnect()
             base_keys = set(sync.keys("*"))
             base_memory = int(sync.info("memory")["used_memory"])
-            run_ids = [await start_run(store, registry, g, {"i": i}, dispatch=dispatch)
+            run_ids = [await start_run(store, registry, g, RunRequest({"i": i}), dispatch=dispatch)
                        for i in range(RUNS)]
             for run_id in run_ids:  # one at a time: one client connection, not fifty
                 await wait_for_terminal(store, run_id)

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from orchestrator.embedded_redis import EmbeddedRedis, free_port
-from orchestrator.runs import start_run
+from orchestrator.runs import RunRequest, start_run
 from tests.integration.conftest import wait_for_terminal
 
 pytestmark = pytest.mark.integration
@@ -83,7 +83,7 @@ async def test_worker_metrics_count_node_runs_and_latency_by_node_type(
     store = RedisRunStore.from_url(server.url)
     try:
         for _ in range(3):
-            run_id = await start_run(store, get_registry(), CHAIN, {"n": 1}, dispatch=make_dispatch(app))
+            run_id = await start_run(store, get_registry(), CHAIN, RunRequest({"n": 1}), dispatch=make_dispatch(app))
             await wait_for_terminal(store, run_id)
     finally:
         await store.close()
