@@ -1,14 +1,14 @@
 """Back-pressure: new runs are refused while queued work is above a bound.
 
-Every way a run starts from outside calls :func:`check` first: the API's manual starts,
-webhooks, chat messages and reruns through ``api/launch.py:admit_and_start``, schedules
-through ``workers/beat.py:start_scheduled`` (which skips an overloaded fire, logged and
+Every way a run starts from outside goes through ``runs.admit_and_start``, which calls
+:func:`check` first: the API's manual starts, webhooks, chat messages and reruns, and
+schedules (``workers/beat.py:start_scheduled`` skips an overloaded fire, logged and
 counted, rather than queuing it; see there). ``runs.start_run`` itself does not check: it
 is also the primitive of local runs and tests, where there is no queue.
 
 Queued work is the node tasks waiting for a worker (the Celery queue's length: the first
 nodes of runs not yet started included) plus the nodes waiting on runs' queues for a free
-slot (``{p}:runs:queued``, kept by the Lua scripts and re-counted by the sweeper), read in
+slot (``{p}:runs:queued``, kept by the Lua scripts and corrected by the sweeper), read in
 one round trip. :func:`check` raises
 :class:`~orchestrator.kernel.errors.OverloadedError` when that is at or above
 ``Settings.max_queued_nodes``; the API answers 429 with ``Retry-After:

@@ -15,8 +15,8 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import KW_ONLY, dataclass
-from typing import Any
+from dataclasses import KW_ONLY, dataclass, replace
+from typing import TYPE_CHECKING, Any, Protocol
 
 from orchestrator.kernel.compile import compile_run
 from orchestrator.kernel.errors import GraphError
@@ -24,7 +24,12 @@ from orchestrator.kernel.protocol import DataValue
 from orchestrator.kernel.registry import Registry
 from orchestrator.kernel.store import RunRecord, RunStatus, RunStore
 from orchestrator.kernel.validation import ValidatedGraph, validate_graph
-from orchestrator.settings import get_settings
+from orchestrator.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+    from orchestrator.graph_store import GraphStore
 
 Dispatch = Callable[[str, list[str]], Awaitable[None]] | Callable[[str, list[str]], None]
 VALIDATED_CACHE_SIZE = 128  # graphs (by content) whose validation this process remembers
@@ -143,4 +148,41 @@ async def start_run(
     if inspect.isawaitable(sent):
         await sent
     await store.mark_dispatched(run_id, list(plan.start))
+    return run_id
+
+
+class Starter(Protocol):
+    """What starting a run of a stored graph needs: the API's ``Services`` and the
+    scheduler's :class:`workers.beat.ScheduleServices` both are one."""
+
+    @property
+    def redis(self) -> Redis: ...
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def registry(self) -> Registry: ...
+    @property
+    def graphs(self) -> GraphStore: ...
+    @property
+    def run_store(self) -> RunStore: ...
+    @property
+    def dispatch(self) -> Dispatch: ...
+
+
+async def admit_and_start(services: Starter, graph: dict[str, Any], request: RunRequest, *, trigger: str) -> str:
+    """The one way a run of a stored graph starts (API triggers, reruns, schedules):
+    ``OverloadedError`` (429 from the API; a skipped fire for the scheduler) before
+    anything is stored while the queue is over its bound (``orchestrator/admission.py``),
+    else the new run's id (queued, not finished), listed under its graph and counted.
+    ``request.meta`` carries ``workspace`` and ``graph_version``; ``meta.trigger`` is
+    ``trigger``."""
+    from orchestrator import admission, metrics
+
+    await admission.check(services.redis, services.settings)
+    run_id = await start_run(services.run_store, services.registry, graph,
+                             replace(request, meta={**(request.meta or {}), "trigger": trigger}),
+                             dispatch=services.dispatch)
+    if graph.get("id"):
+        await services.graphs.add_run(str(graph["id"]), run_id)
+    metrics.RUNS_STARTED.labels(trigger=trigger).inc()
     return run_id

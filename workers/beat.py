@@ -24,16 +24,17 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from redis.asyncio import Redis
 
-from orchestrator import admission, metrics
+from orchestrator import metrics
 from orchestrator.graph_store import GraphStore
 from orchestrator.kernel.errors import GraphNotFoundError, OrchestratorError, OverloadedError
 from orchestrator.kernel.registry import Registry
 from orchestrator.kernel.store import RunStore
-from orchestrator.runs import Dispatch, RunRequest, start_run
+from orchestrator.runs import Dispatch, RunRequest, admit_and_start
 from orchestrator.schedules import (
     FIRE_TASK,
     SCHEDULE_NODE_TYPE,
@@ -55,28 +56,24 @@ app = celery_app
 
 @dataclass(frozen=True, kw_only=True)
 class ScheduleServices:
-    """The long-lived services :func:`start_scheduled` starts runs with."""
+    """What :func:`start_scheduled` starts runs with (an ``orchestrator.runs.Starter``)."""
 
     redis: Redis
     settings: Settings
-    store: RunStore
+    run_store: RunStore
     registry: Registry
     dispatch: Dispatch
+
+    @cached_property
+    def graphs(self) -> GraphStore:
+        return GraphStore(self.redis, self.registry, self.settings)
 
 
 async def start_scheduled(services: ScheduleServices, graph_id: str, node_id: str) -> str | None:
     """Start one scheduled run of ``graph_id`` from ``node_id``; None when the queue is over
     its bound (the fire is skipped, see the module docstring) or the graph or node is gone."""
-    redis, settings, store, registry = services.redis, services.settings, services.store, services.registry
     try:
-        await admission.check(redis, settings)
-    except OverloadedError as exc:
-        metrics.SCHEDULES_SKIPPED.labels(reason="overloaded").inc()
-        log.warning("schedule of graph %s node %s skipped: %s", graph_id, node_id, exc.message)
-        return None
-    graphs = GraphStore(redis, registry, settings)
-    try:
-        graph = await graphs.get(graph_id)
+        graph = await services.graphs.get(graph_id)
     except GraphNotFoundError:
         log.warning("schedule of graph %s node %s: the graph no longer exists", graph_id, node_id)
         return None
@@ -84,14 +81,15 @@ async def start_scheduled(services: ScheduleServices, graph_id: str, node_id: st
     if node is None or node.get("type") != SCHEDULE_NODE_TYPE:
         log.warning("schedule of graph %s: node %s is no longer a schedule trigger", graph_id, node_id)
         return None
-    run_id = await start_run(store, registry, graph,
-                             RunRequest(None, start=[node_id],
-                                        meta={"trigger": "schedule", "node_id": node_id,
-                                              "graph_version": graph.get("version"),
-                                              "workspace": await graphs.workspace_of(graph_id)}),
-                             dispatch=services.dispatch)
-    await graphs.add_run(graph_id, run_id)
-    metrics.RUNS_STARTED.labels(trigger="schedule").inc()
+    meta = {"node_id": node_id, "graph_version": graph.get("version"),
+            "workspace": await services.graphs.workspace_of(graph_id)}
+    try:
+        run_id = await admit_and_start(services, graph, RunRequest(None, start=[node_id], meta=meta),
+                                       trigger="schedule")
+    except OverloadedError as exc:
+        metrics.SCHEDULES_SKIPPED.labels(reason="overloaded").inc()
+        log.warning("schedule of graph %s node %s skipped: %s", graph_id, node_id, exc.message)
+        return None
     log.info("schedule of graph %s node %s started run %s", graph_id, node_id, run_id)
     return run_id
 
@@ -99,7 +97,7 @@ async def start_scheduled(services: ScheduleServices, graph_id: str, node_id: st
 async def fire(graph_id: str, node_id: str) -> str | None:
     """:func:`start_scheduled` with this worker process's Redis, store and registry."""
     state = process_state()
-    services = ScheduleServices(redis=state.redis, settings=state.settings, store=state.store,
+    services = ScheduleServices(redis=state.redis, settings=state.settings, run_store=state.store,
                                 registry=state.registry, dispatch=make_dispatch(celery_app))
     return await start_scheduled(services, graph_id, node_id)
 

@@ -1,12 +1,13 @@
 """Starting runs of stored graphs, and summarizing a run for responses.
 
-Every run the API starts goes through :func:`admit_and_start`: a manual start, a webhook
-and a chat message through :func:`launch` (the graph is read, and so validated again, from
-the graph store; the run records the version it ran, ``meta.graph_version``), a rerun
-through :func:`relaunch` (the old run's graph snapshot). It checks back-pressure first
-(``orchestrator/admission.py``: 429 with ``Retry-After``, nothing stored), then starts the
-run, which belongs to its graph's workspace (``meta.workspace``) and is listed under the
-graph. Scheduled runs start in the workers (``workers/beat.py``), through the same check.
+Every run the API starts goes through ``orchestrator/runs.py:admit_and_start``: a manual
+start, a webhook and a chat message through :func:`launch` (the graph is read, and so
+validated again, from the graph store; the run records the version it ran,
+``meta.graph_version``), a rerun through :func:`relaunch` (the old run's graph snapshot).
+It checks back-pressure first (``orchestrator/admission.py``: 429 with ``Retry-After``,
+nothing stored), then starts the run, which belongs to its graph's workspace
+(``meta.workspace``) and is listed under the graph. Scheduled runs start in the workers
+(``workers/beat.py``) through the same function.
 """
 
 from __future__ import annotations
@@ -14,12 +15,11 @@ from __future__ import annotations
 from dataclasses import KW_ONLY, dataclass, replace
 from typing import Any
 
-from orchestrator import admission, metrics
 from orchestrator.graph_store import DEFAULT_WORKSPACE
 from orchestrator.kernel.errors import ParameterError, RunNotFoundError
 from orchestrator.kernel.protocol import DataValue
 from orchestrator.kernel.store import RunRecord
-from orchestrator.runs import RunRequest
+from orchestrator.runs import RunRequest, admit_and_start
 
 from .services import Services
 
@@ -62,27 +62,6 @@ class StoredGraph:
     _: KW_ONLY
     version: int | None = None
     workspace: str | None = None
-
-
-async def admit_and_start(services: Services, graph: dict[str, Any], request: RunRequest, *, trigger: str) -> str:
-    """The one way the API starts a run (see the module docstring): ``OverloadedError``
-    (429) before anything is stored while the queue is over its bound, else the new run's
-    id (queued, not finished). ``request.meta`` carries ``workspace`` and
-    ``graph_version``; the run's ``meta.trigger`` is ``trigger``."""
-    from orchestrator.runs import start_run
-
-    await admission.check(services.redis, services.settings)
-    run_id: str = await start_run(
-        services.run_store,
-        services.registry,
-        graph,
-        replace(request, meta={**(request.meta or {}), "trigger": trigger}),
-        dispatch=services.dispatch,
-    )
-    if graph.get("id"):
-        await services.graphs.add_run(str(graph["id"]), run_id)
-    metrics.RUNS_STARTED.labels(trigger=trigger).inc()
-    return run_id
 
 
 async def launch(services: Services, source: StoredGraph, request: RunRequest, *, trigger: str) -> str:

@@ -96,7 +96,7 @@ async def test_a_scheduled_fire_over_the_bound_is_skipped_logged_and_counted(
         value = metrics.REGISTRY.get_sample_value("orchestrator_schedule_skipped_total", {"reason": "overloaded"})
         return value or 0.0
 
-    services = ScheduleServices(redis=bounded.redis, settings=bounded.settings, store=bounded.store,
+    services = ScheduleServices(redis=bounded.redis, settings=bounded.settings, run_store=bounded.store,
                                 registry=registry, dispatch=dispatch)
     await fill_queue(bounded)
     before = skipped()
@@ -111,13 +111,16 @@ async def test_a_scheduled_fire_over_the_bound_is_skipped_logged_and_counted(
 
 
 def test_every_run_start_of_the_api_and_the_workers_is_admitted() -> None:
-    """``start_run`` is called only from the two functions that check admission first."""
+    """In the API and the workers, ``start_run`` is called only by ``admit_and_start``,
+    which checks admission first."""
     callers: set[tuple[str, str]] = set()
-    for path in [*(ROOT / "orchestrator" / "api").rglob("*.py"), *(ROOT / "workers").rglob("*.py")]:
+    paths = [*(ROOT / "orchestrator" / "api").rglob("*.py"), *(ROOT / "workers").rglob("*.py"),
+             ROOT / "orchestrator" / "runs.py"]
+    for path in paths:
         tree = ast.parse(path.read_text())
         for func in (n for n in ast.walk(tree) if isinstance(n, ast.AsyncFunctionDef | ast.FunctionDef)):
             names = {ast.unparse(c.func) for c in ast.walk(func) if isinstance(c, ast.Call)}
             if any(n == "start_run" or n.endswith(".start_run") for n in names):
                 callers.add((path.relative_to(ROOT).as_posix(), func.name))
                 assert "admission.check" in names, f"{path.name}:{func.name} starts a run without admission.check"
-    assert callers == {("orchestrator/api/launch.py", "admit_and_start"), ("workers/beat.py", "start_scheduled")}
+    assert callers == {("orchestrator/runs.py", "admit_and_start")}
