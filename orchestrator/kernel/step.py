@@ -20,6 +20,7 @@ from typing import Any
 
 from .definition import NodeDefinition
 from .errors import (
+    NodeSuperseded,
     OrchestratorError,
     RetryRequested,
     RunCancelled,
@@ -48,10 +49,12 @@ _DEFAULT_ARTIFACTS = ArtifactCache()
 class StepOutcome:
     ready: list[str]  # successors to dispatch now
     ran: bool  # the executor was called
-    status: str  # node status, or "done" / "busy" / "closed" when it did not run
+    # node status; "done" / "busy" / "early" / "closed" when it did not run; "stale" when it
+    # ran but a later claim had superseded it (its completion was refused)
+    status: str
     node_type: str = ""
     duration_s: float = 0.0  # claim to completion, when it ran
-    retry_in_s: float | None = None  # a retry was scheduled: run the node again after this long
+    retry_in_s: float | None = None  # a retry is scheduled (or not due yet): run the node again after this long
     queued: int = 0  # ready successors this completion left on the run's queue (``take`` given)
 
 
@@ -228,11 +231,12 @@ async def run_step(
     claim = await store.claim_node(run_id, node_id, worker_id=worker_id, lease_s=opts.lease_s,
                                    started=step.event(EventType.STARTED), read=needed)
     if claim.kind != "run":
-        return StepOutcome(ready=claim.pending_dispatch, ran=False, status=claim.kind)
+        return StepOutcome(ready=claim.pending_dispatch, ran=False, status=claim.kind,
+                           retry_in_s=claim.retry_in_s)
 
     started_at = time.monotonic()
     # From the claim on, the process's supervisor renews the lease and watches the run.
-    watch = supervisor_for(store).hold(run_id, node_id, worker_id=worker_id, lease_s=opts.lease_s,
+    watch = supervisor_for(store).hold(run_id, node_id, token=claim.token, lease_s=opts.lease_s,
                                        poll_s=opts.cancel_poll_s)
     try:
         completion, retry_in_s = await _execute_node(step, claim, watch)
@@ -242,7 +246,13 @@ async def run_step(
         for ev in completion.events:
             if ev.event_type == EventType.COMPLETED and ev.data is not None:
                 ev.data["duration_ms"] = round((time.monotonic() - started_at) * 1000, 3)
-    ready = await store.complete_node(run_id, node_id, completion, take=None if take is None else take())
+    ready = await store.complete_node(run_id, node_id, completion, take=None if take is None else take(),
+                                      token=claim.token)
+    if ready.stale:
+        log.warning("run %s node %s: completion refused, a later claim superseded this one (token %d)",
+                    run_id, node_id, claim.token)
+        return StepOutcome(ready=[], ran=True, status="stale", node_type=node.type,
+                           duration_s=time.monotonic() - started_at)
     return StepOutcome(ready=ready.nodes, ran=True, status=completion.status, node_type=node.type,
                        duration_s=time.monotonic() - started_at, retry_in_s=retry_in_s, queued=ready.queued)
 
@@ -264,7 +274,7 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch) -> tuple[
                   limits=step.options.expression_limits)
 
     async def sink(ev: NodeEvent) -> None:
-        await step.store.append_event(ev)
+        await step.store.append_event(ev, token=claim.token)
 
     runtime = GraphRuntime(graph=graph, registry=registry, run_id=plan.run_id, node_id=node.id,
                            artifacts=step.artifacts, scope=scope, sink=sink, run_input=claim.run_input,
@@ -294,6 +304,8 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch) -> tuple[
     except SuspendRequested as exc:
         log.info("run %s node %s suspended", plan.run_id, node.id)
         return NodeCompletion(status=NodeStatus.WAITING, payload=exc.payload), None
+    except NodeSuperseded as exc:  # what it would complete is refused: nothing to build
+        return NodeCompletion(status=NodeStatus.FAILED, error=_error_info(exc, node)), None
     except RunCancelled as exc:
         return NodeCompletion(status=NodeStatus.FAILED, error=_error_info(exc, node),
                               events=[step.event(EventType.ERROR, {"error": _error_info(exc, node),
@@ -308,7 +320,7 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch) -> tuple[
                 "attempt": attempt, "next_attempt": attempt + 1, "delay_s": round(delay, 3),
                 "error": _error_info(exc, node)}, attempt)
             return NodeCompletion(status=NodeStatus.RETRYING, events=[retry], next_attempt=attempt + 1,
-                                  retry_at=time.time() + delay), delay
+                                  retry_delay_s=delay), delay
         failure = _failure(node, definition, exc, gathered, step, attempt)
         for ev in failure.events:
             if ev.data is not None:
