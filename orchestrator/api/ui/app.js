@@ -261,9 +261,9 @@ const App = (() => {
     return [h("div", { class: "title-row" }, h("h1", {}, "Runs"), filter), runsTable(data.items, true)];
   }
 
-  const NODE_STATE = { started: "running", completed: "succeeded", error: "failed", retry: "retrying", skipped: "skipped", not_run: "not_run" };
+  const NODE_STATE = { started: "running", completed: "succeeded", error: "failed", retry: "retrying", skipped: "skipped", not_run: "not_run", cancelled: "cancelled" };
   const RUN_TYPES = ["run_started", "run_completed", "run_failed", "run_cancelled", "run_timed_out", "run_waiting", "run_resumed"];
-  const NODE_TYPES = ["started", "progress", "completed", "error", "retry", "skipped", "not_run", "agent_event"];
+  const NODE_TYPES = ["started", "progress", "completed", "error", "retry", "skipped", "not_run", "cancelled", "agent_event"];
   const ACTIVE = new Set(["queued", "running", "waiting"]);
 
   async function runPage(runId) {
@@ -336,7 +336,7 @@ const App = (() => {
       detail.replaceChildren(...[
         h("h2", {}, n.name || id), h("p", {}, h("span", { class: "mono" }, `${id} · ${n.type || ""} `), badge(s.state)),
         h("p", {}, `Attempts: ${s.attempts.size || 0}`, s.started && s.ended ? ` · took ${fmtMs((s.ended - s.started) * 1000)}` : ""),
-        over && ["failed", "succeeded", "skipped", "not_run"].includes(s.state) ? h("button", { type: "button", id: "rerun", onclick: async () => {
+        over && ["failed", "succeeded", "skipped", "not_run", "cancelled"].includes(s.state) ? h("button", { type: "button", id: "rerun", onclick: async () => {
           try { const r = await Api.call("POST", `/runs/${enc(runId)}/rerun`, { from_node: id }); location.hash = `#/runs/${enc(r.run_id)}`; } catch (err) { toast(err.message, "error"); }
         } }, "Re-run from this node") : null,
         s.errors.length ? [h("h3", {}, "Errors"), s.errors.map((e) => h("div", { class: "error" }, jsonView(e)))] : null,
@@ -384,6 +384,7 @@ const App = (() => {
       if (type === "started") { s.started = s.started || e.timestamp; s.ended = null; }
       if (type === "completed") { s.ended = e.timestamp; if (e.data && e.data.outputs) s.outputs = e.data.outputs; }
       if (type === "error") { s.ended = e.timestamp; s.errors.push((e.data && e.data.error) || e.data); }
+      if (type === "cancelled") s.ended = e.timestamp;  // it was running when its run ended
       if (type === "agent_event" && e.data && e.data.event === "approval_requested") {
         setState(e.node_id, "waiting");
         waiting = { node_id: e.node_id, tool_calls: e.data.tool_calls || [] };

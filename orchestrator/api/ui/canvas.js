@@ -13,7 +13,7 @@ const GraphCanvas = (() => {
   };
   const STATE_COLOURS = {
     pending: null, queued: "#94a3b8", running: "#38bdf8", succeeded: "#22c55e", failed: "#ef4444",
-    skipped: "#a1a1aa", not_run: "#52525b", retrying: "#f59e0b", waiting: "#d946ef",
+    skipped: "#a1a1aa", not_run: "#52525b", retrying: "#f59e0b", waiting: "#d946ef", cancelled: "#b45309",
   };
   const SHAPES = { circle: 3, square: 1, diamond: 5 };  // LiteGraph CIRCLE, BOX, ARROW
   const NODE_W = 200, GAP_X = 60, GAP_Y = 40, MIN_SCALE = 0.7;  // below 0.6 LiteGraph hides text

@@ -9,7 +9,7 @@
 "use strict";
 
 const Editor = (() => {
-  const STATE = { started: "running", completed: "succeeded", error: "failed", retry: "retrying", skipped: "skipped", not_run: "not_run" };
+  const STATE = { started: "running", completed: "succeeded", error: "failed", retry: "retrying", skipped: "skipped", not_run: "not_run", cancelled: "cancelled" };
   let rules = null;  // {generic: Set, pairs: Set("a>b")}
   let refusal = null;  // the last wire refused during a drop
   let inMouseUp = false, inDraw = false;
@@ -721,7 +721,7 @@ const Editor = (() => {
       if (stream) stream.close();
       const terminal = { run_completed: "succeeded", run_failed: "failed", run_cancelled: "cancelled", run_timed_out: "timed_out" };
       stream = Api.follow(runId, {
-        types: ["started", "completed", "error", "retry", "skipped", "not_run", ...Object.keys(terminal)],
+        types: ["started", "completed", "error", "retry", "skipped", "not_run", "cancelled", ...Object.keys(terminal)],
         onEvent(type, e) {
           if (terminal[type]) {
             for (const n of lg._nodes) if (n._state === "queued") n._state = "not_run";
