@@ -172,7 +172,8 @@ class RedisRunStore(RunStore):
     async def create_run(
         self, plan: RunPlan, record: RunRecord, *, deadline_s: float | None = None
     ) -> None:
-        """Store plan and record, mark start nodes ready, append ``run_started``. Idempotent.
+        """Store plan and record, mark start nodes ready and sent, append ``run_started``.
+        Idempotent.
 
         ``deadline_s`` (default ``Settings.run_deadline_s``) from now by Redis's clock is
         the run's score in ``runs:active``, which the sweeper compares with the same clock

@@ -115,6 +115,7 @@ class MemoryStore(RunStore):
         record.status = RunStatus.RUNNING
         record.created_at = record.created_at or time.time()
         run = _Run(plan=plan, record=record, state=BarrierState.initial(plan))
+        run.state.dispatched.update(plan.start)  # the caller sends them next
         self._runs[plan.run_id] = run
         await self._append(run, self._run_event(run, EventType.RUN_STARTED, {
             "graph_id": record.graph_id, "start": plan.start}))

@@ -126,7 +126,9 @@ class RunStore(ABC):
 
     @abstractmethod
     async def create_run(self, plan: RunPlan, record: RunRecord, *, deadline_s: float | None = None) -> None:
-        """Store the plan and record, set status running, append ``run_started``.
+        """Store the plan and record, set status running, append ``run_started``, and mark
+        the start nodes dispatched: the caller sends them next (a host sweeper sends
+        again one whose message is lost on the way).
 
         ``deadline_s`` (default: the host's setting) bounds the run's wall time; a host
         sweeper ends runs past it ``timed_out``."""

@@ -1,4 +1,5 @@
--- Create a run once: record, plan, per-node state, start nodes ready, run_started.
+-- Create a run once: record, plan, per-node state, start nodes ready and marked sent
+-- (the caller sends them next; the sweeper sends again one not claimed in time), run_started.
 -- ARGV[6] record fields JSON {field: string}   ARGV[7] plan JSON
 -- ARGV[8] node ids JSON [..] (plan order)       ARGV[9] pending JSON {node: int}
 -- ARGV[10] adjacency JSON {node: json string}   ARGV[11] start ids JSON [..]
@@ -25,6 +26,8 @@ for node, adj in pairs(cjson.decode(ARGV[10])) do
 end
 for _, node in ipairs(cjson.decode(ARGV[11])) do
   redis.call('SADD', K_READY, node)
+  redis.call('SADD', K_DISPATCHED, node)
+  redis.call('HSET', K_SENT, node, NOW)
 end
 redis.call('ZADD', K_ACTIVE, deadline, ARGV[13])
 append(stamped(ARGV[14]))
