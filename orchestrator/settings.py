@@ -127,6 +127,11 @@ class Settings(BaseSettings):
     # Comma-separated executables a stdio MCP server may be started with (e.g.
     # "/usr/local/bin/my-mcp,uvx"); empty = no stdio MCP server may run.
     mcp_stdio_commands: str = ""
+    # Folders (os.pathsep separated, absolute) under which an argument of a confined stdio
+    # MCP server that names a file or folder is shown to it, read-only; any other argument
+    # is passed as text. Empty = none. A folder holding or inside the keys or secrets file,
+    # a data folder or /proc, /sys, /dev, /run is refused (nodes/_shared/sandbox_binds.py).
+    mcp_stdio_arg_roots: str = ""
     mcp_stdio_network: bool = False  # give confined stdio MCP servers the host's network
     # false: allowed stdio MCP commands run unconfined (still only the named environment),
     # for trusted servers that need the host; the allow-list still applies.

@@ -31,9 +31,11 @@ launcher that installs the filter itself costs an interpreter start (docs/securi
 that need the host); the allow-list and the environment rule still apply.
 
 Read-only binds besides ``/usr``: the Python prefixes (the venv too, so a Python server's
-dependencies import), the program's folder when it lives outside ``/usr``, and every
-argument that names an existing file or folder (made absolute, so it resolves inside),
-with the unix sockets in them hidden (``sandbox_binds``).
+dependencies import), the program's folder when it lives outside ``/usr``, and an
+argument that names a file or folder under a root the operator listed
+(``ORCH_MCP_STDIO_ARG_ROOTS``; none by default) that holds nothing protected and that any
+user may read (made absolute, so it resolves inside; ``sandbox_binds`` has the rules). Every
+other argument is passed on as text.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ import shutil
 import sys
 from dataclasses import dataclass
 
-from nodes._shared.sandbox_binds import argument_binds, known_sockets
+from nodes._shared.sandbox_binds import ArgumentRoots, argument_binds, known_sockets
 from nodes._shared.sandbox_bwrap import Confinement, confine, prefixes, unavailable
 from nodes._shared.sandbox_seccomp import SeccompUnavailable, command_bpf, program_path
 from orchestrator.settings import Settings, get_settings
@@ -141,7 +143,7 @@ def confined_command(command: str, env: dict[str, str],
                                  "to run allowed commands unconfined")
         return ConfinedCommand(program, argv[1:], inner_env)
     try:
-        args, binds, covered = argument_binds(argv[1:])
+        args, binds, covered = argument_binds(argv[1:], ArgumentRoots.from_settings(settings))
     except ValueError as exc:
         raise CommandRefused(str(exc)) from exc
     binds.insert(0, os.path.realpath(sys.prefix))

@@ -55,13 +55,17 @@ def without_command_filter(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def host_folder() -> Iterator[Path]:
-    """A folder on the host that the sandbox's uid could enter if it were bound."""
+def host_folder(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A folder on the host that the sandbox's uid could enter, listed as a root under
+    which arguments are bound (beside the test servers' folder)."""
     folder = Path(tempfile.mkdtemp(prefix="mcp-host-"))
     folder.chmod(0o755)
+    monkeypatch.setenv("ORCH_MCP_STDIO_ARG_ROOTS", os.pathsep.join([str(ATTACK.parent), str(folder)]))
+    get_settings.cache_clear()
     try:
         yield folder
     finally:
+        get_settings.cache_clear()
         subprocess.run(["rm", "-rf", str(folder)], check=False)
 
 
@@ -197,9 +201,12 @@ async def test_a_read_only_bind_alone_lets_connect_through(
     assert json.loads(answer)["connect"] == "connected"
 
 
-@pytest.mark.parametrize("name", ["/run", "/proc/self", "/var/run"])
-async def test_runtime_and_kernel_folders_are_never_bound(allow_python: None, name: str) -> None:
-    with pytest.raises(ParameterError, match="never shown to a sandbox"):
+@pytest.mark.parametrize("name", ["/run", "/proc/self", "/var/run", "/dev", "/"])
+async def test_runtime_and_kernel_folders_are_never_roots(
+    allow_python: None, monkeypatch: pytest.MonkeyPatch, name: str,
+) -> None:
+    configure(monkeypatch, mcp_stdio_arg_roots=name)
+    with pytest.raises(ParameterError, match=r"ORCH_MCP_STDIO_ARG_ROOTS.*sockets and kernel state"):
         await mcp_server.materialize(
             {"transport": "stdio", "command": f"{sys.executable} {ATTACK} {name}"},
             "tools", make_ctx("m1", node_type="mcp_server"))
@@ -219,6 +226,7 @@ async def test_a_socket_named_as_an_argument_is_refused(allow_python: None, host
 def test_the_redis_socket_is_covered_inside_any_bind(host_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     server = listening_socket(host_folder / "redis.sock")
     monkeypatch.setenv("ORCH_MCP_STDIO_COMMANDS", sys.executable)
+    monkeypatch.setenv("ORCH_MCP_STDIO_ARG_ROOTS", "")  # the folder is no root here
     monkeypatch.setenv("REDIS_URL", f"unix://{host_folder}/redis.sock?db=0")
     monkeypatch.setattr(sys, "prefix", str(host_folder))  # as if the venv held the socket
     get_settings.cache_clear()
@@ -325,7 +333,8 @@ def test_as_a_non_root_worker_the_same_boundary_holds() -> None:
     python = f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"
     site = next(p for p in sys.path if p.endswith("site-packages"))
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{ROOT}:{site}",
-           "ORCH_MCP_STDIO_COMMANDS": python, "ORCH_MCP_STDIO_PROCESSES": "64"}
+           "ORCH_MCP_STDIO_COMMANDS": python, "ORCH_MCP_STDIO_PROCESSES": "64",
+           "ORCH_MCP_STDIO_ARG_ROOTS": str(ATTACK.parent)}
     done = subprocess.run(
         ["setpriv", f"--reuid={NON_ROOT_UID}", f"--regid={NON_ROOT_UID}", "--clear-groups", "--",
          python, "-c", NON_ROOT_WORKER,
