@@ -116,7 +116,9 @@ class Settings(BaseSettings):
     # to run it anyway with only the in-process audit hook (NOT a security boundary).
     sandbox_allow_weak: bool = False
     sandbox_bwrap_path: str = "bwrap"  # the bubblewrap binary (looked up on PATH)
-    sandbox_scratch_mb: int = 64  # size of the sandbox's tmpfs scratch folder
+    # Size of a sandbox's tmpfs scratch folder /tmp (a Code node's: at most its memory_mb); a
+    # stdio MCP server also gets a /dev/shm of this size.
+    sandbox_scratch_mb: int = 64
     # Code node sandboxes running at once in one worker process; more wait for a slot
     # (nested Loops of Code nodes, wide fan-outs). Each may use its memory_mb and the scratch.
     sandbox_max_concurrent: int = 8

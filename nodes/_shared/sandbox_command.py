@@ -5,7 +5,8 @@ A graph names a command line; the operator decides which programs may run
 checks the program against that list and returns the argv that starts it inside the
 same bubblewrap boundary as the Code node (``sandbox_bwrap.confine``: own mount, PID, IPC
 and network namespaces, a user namespace when the worker is not root, uid 65534,
-read-only ``/usr`` and Python prefixes, tmpfs ``/tmp``, death with the worker), with only
+read-only ``/usr`` and Python prefixes, tmpfs ``/tmp`` and ``/dev/shm`` of
+``ORCH_SANDBOX_SCRATCH_MB`` each, death with the worker), with only
 the environment the node names (plus a fixed ``PATH`` and ``HOME=/tmp``). Network is off
 unless ``ORCH_MCP_STDIO_NETWORK`` is set. Inside the boundary:
 
@@ -151,8 +152,11 @@ def confined_command(command: str, env: dict[str, str],
         if not path.startswith("/usr/"):
             binds.append(os.path.dirname(path))
     covered += known_sockets([*binds, *prefixes(), "/usr"], settings.redis_url)
+    # /tmp and /dev/shm (Chromium-based servers need it): tmpfs pages are memory outside
+    # RLIMIT_AS, so each is sized within one process's memory budget.
+    tmpfs_mb = min(settings.sandbox_scratch_mb, settings.mcp_stdio_memory_mb)
     how = Confinement(network=settings.mcp_stdio_network, ro_paths=tuple(dict.fromkeys(binds)),
-                      env=inner_env, scratch_mb=settings.sandbox_scratch_mb,
+                      env=inner_env, scratch_mb=tmpfs_mb, shm_mb=tmpfs_mb,
                       seccomp_fd=SECCOMP_FD, covered=tuple(dict.fromkeys(covered)))
     full = confine([*limits(settings), program, *args], how)
     return ConfinedCommand(SHELL, ["-c", OPEN_SECCOMP, program_path(command_bpf()), *full],

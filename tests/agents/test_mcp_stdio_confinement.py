@@ -172,6 +172,30 @@ async def test_only_the_sandboxes_own_tmp_is_writable(allow_python: None, host_f
     assert list(host_folder.iterdir()) == []
 
 
+async def test_a_servers_only_writable_tmpfs_are_its_tmp_and_dev_shm_each_sized(
+    allow_python: None,
+) -> None:
+    """Tmpfs pages are memory outside RLIMIT_AS: bubblewrap's own root and /dev are read-only."""
+    seen = await attempt("tmpfs")
+    assert {point: size for point, (read_only, size) in seen["mounts"].items() if not read_only} == {
+        "/tmp": "65536k", "/dev/shm": "65536k"}
+    assert (seen["/"], seen["/dev"], seen["/dev/shm"]) == ("refused: EROFS", "refused: EROFS", "written")
+
+
+BOUNDARY_CALLS = ("memfd_secret", "io_setup", "modify_ldt", "move_pages", "migrate_pages", "mbind", "kcmp")
+
+
+def numbered(names: tuple[str, ...]) -> str:
+    import pyseccomp
+
+    return ",".join(f"{n}={pyseccomp.resolve_syscall(pyseccomp.Arch.NATIVE, n)}" for n in names)
+
+
+async def test_kernel_interfaces_no_server_needs_are_refused(allow_python: None) -> None:
+    seen = await attempt("syscalls", numbered(BOUNDARY_CALLS))
+    assert seen == {name: f"refused: {name}: EPERM" for name in BOUNDARY_CALLS}
+
+
 async def test_host_sockets_in_a_folder_named_as_an_argument_are_hidden(
     allow_python: None, host_folder: Path,
 ) -> None:
@@ -338,7 +362,7 @@ def test_as_a_non_root_worker_the_same_boundary_holds() -> None:
     done = subprocess.run(
         ["setpriv", f"--reuid={NON_ROOT_UID}", f"--regid={NON_ROOT_UID}", "--clear-groups", "--",
          python, "-c", NON_ROOT_WORKER,
-         f"{python} {ATTACK} --once status,helper,ptrace,namespaces,fork_bomb,environ"],
+         f"{python} {ATTACK} --once status,helper,ptrace,namespaces,fork_bomb,environ,tmpfs"],
         cwd="/", env=env, capture_output=True, text=True, timeout=90)
     seen = json.loads(done.stdout)
     assert seen["status"]["seccomp"] == "2" and seen["status"]["limits"]["NPROC"] == 64
@@ -349,3 +373,7 @@ def test_as_a_non_root_worker_the_same_boundary_holds() -> None:
     # init and the program are two of the 64), whatever else runs on the host.
     assert (seen["fork_bomb"]["forked"], seen["fork_bomb"]["error"]) == (62, "EAGAIN")
     assert set(seen["environ"]) - {"elapsed_s"} <= {"", "1", "2", "3", "4"}
+    # The sandbox owns bubblewrap's root and /dev tmpfs here: they must be read-only.
+    assert (seen["tmpfs"]["/"], seen["tmpfs"]["/dev"]) == ("refused: EROFS", "refused: EROFS")
+    assert {point: size for point, (read_only, size) in seen["tmpfs"]["mounts"].items()
+            if not read_only} == {"/tmp": "65536k", "/dev/shm": "65536k"}
