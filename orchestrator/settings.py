@@ -116,7 +116,9 @@ class Settings(BaseSettings):
     # to run it anyway with only the in-process audit hook (NOT a security boundary).
     sandbox_allow_weak: bool = False
     sandbox_bwrap_path: str = "bwrap"  # the bubblewrap binary (looked up on PATH)
-    sandbox_scratch_mb: int = 64  # size of the sandbox's tmpfs scratch folder
+    # Size of a sandbox's tmpfs scratch folder /tmp (a Code node's: at most its memory_mb); a
+    # stdio MCP server also gets a /dev/shm of this size.
+    sandbox_scratch_mb: int = 64
     # Code node sandboxes running at once in one worker process; more wait for a slot
     # (nested Loops of Code nodes, wide fan-outs). Each may use its memory_mb and the scratch.
     sandbox_max_concurrent: int = 8
@@ -127,6 +129,11 @@ class Settings(BaseSettings):
     # Comma-separated executables a stdio MCP server may be started with (e.g.
     # "/usr/local/bin/my-mcp,uvx"); empty = no stdio MCP server may run.
     mcp_stdio_commands: str = ""
+    # Folders (os.pathsep separated, absolute) under which an argument of a confined stdio
+    # MCP server that names a file or folder is shown to it, read-only; any other argument
+    # is passed as text. Empty = none. A folder holding or inside the keys or secrets file,
+    # a data folder or /proc, /sys, /dev, /run is refused (nodes/_shared/sandbox_binds.py).
+    mcp_stdio_arg_roots: str = ""
     mcp_stdio_network: bool = False  # give confined stdio MCP servers the host's network
     # false: allowed stdio MCP commands run unconfined (still only the named environment),
     # for trusted servers that need the host; the allow-list still applies.
