@@ -87,7 +87,8 @@ class DatabaseQuery:
         timeout = data.get("timeout_s")
         stmt = Statement(sql=sql, parameters=_parameters(data.get("parameters")),
                          read_only=bool(data.get("read_only", True)), max_rows=int(data.get("max_rows") or 1000),
-                         timeout_s=float(timeout) if timeout else settings.database_statement_timeout_s)
+                         timeout_s=float(timeout) if timeout else settings.database_statement_timeout_s,
+                         max_bytes=settings.max_output_bytes)
         try:
             out = await run_statement(url, stmt)
         except OrchestratorError as exc:
