@@ -63,9 +63,9 @@ def confined_url(url: str, settings: Settings, workspace: str) -> str:
     file = (folder / Path(path).expanduser()).resolve()
     if not file.is_relative_to(folder) or file == folder:
         raise ParameterError(f"a sqlite database of workspace {workspace!r} must be a file in its folder "
-                             f"{folder} (a relative path is taken from there)", parameter="credential")
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return sqlite_url(file)
+                             "(<ORCH_WORKSPACE_DATA_DIR>/<workspace>; a relative path is taken from there)",
+                             parameter="credential")
+    return sqlite_url(workspace_file(settings, workspace, str(file.relative_to(folder))))
 
 
 class DatabaseQuery:
