@@ -44,6 +44,11 @@ key                                        type        what, TTL
                                                        (kept until deleted, like graphs); workspace ws
 {p}:blob:{ws}:{id}                         hash        uploaded/produced file: data, mime, size, name;
                                                        retention_s (the run's retention)
+{p}:session:{sid}                          string      a console session: {k: its key's SHA-256, c: CSRF
+                                                       token}; the cookie holds only the signed sid;
+                                                       session_ttl_s (deleted at sign-out)
+{p}:streamgrant:{gid}                      string      the key's SHA-256 behind one stream token (the
+                                                       token names gid); stream_token_ttl_s
 =========================================  ==========  ==============================================
 """
 
@@ -139,6 +144,12 @@ class Keys:
 
     def blob(self, workspace: str, blob_id: str) -> str:
         return f"{self.prefix}:blob:{workspace}:{blob_id}"
+
+    def session(self, session_id: str) -> str:
+        return f"{self.prefix}:session:{session_id}"
+
+    def stream_grant(self, grant_id: str) -> str:
+        return f"{self.prefix}:streamgrant:{grant_id}"
 
     def run_keys(self, run_id: str) -> list[str]:
         """Every fixed per-run key (lease keys carry their own short TTL)."""
