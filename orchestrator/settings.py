@@ -157,6 +157,13 @@ class Settings(BaseSettings):
     # another address anyway (behind your own auth proxy, say). Shipped default: closed.
     allow_open_api: bool = False
     max_body_bytes: int = 2 * 1024 * 1024
+    # Slow clients (orchestrator/api/connections.py): a request's headers must arrive within
+    # api_header_timeout_s, its body within api_body_timeout_s of its headers, else the
+    # connection is closed; one client address holds at most this many connections to one
+    # API process (0 = no bound; behind a proxy every connection is the proxy's).
+    api_header_timeout_s: float = 15.0
+    api_body_timeout_s: float = 60.0
+    api_max_connections_per_client: int = 100
     public_docs: bool = False  # serve /docs, /redoc and /openapi.json without a key
     # /metrics counts every workspace's runs: it needs an admin key of workspace "default",
     # or this bearer token (for Prometheus' scrape config); metrics_public opens it.

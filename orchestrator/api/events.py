@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any, Literal, TypeVar
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -80,7 +80,7 @@ def make_hub(services: Services) -> EventHub:
     return EventHub(services.redis, services.keys, run_over)
 
 
-async def frames(hub: EventHub, run_id: str, after: str, fmt: str) -> AsyncIterator[ServerSentEvent]:
+async def frames(hub: EventHub, run_id: str, after: str, fmt: str) -> AsyncGenerator[ServerSentEvent, None]:
     metrics.SSE_STREAMS.inc()
     try:
         async for delivery in hub.subscribe(run_id, after):
@@ -93,7 +93,7 @@ async def frames(hub: EventHub, run_id: str, after: str, fmt: str) -> AsyncItera
         metrics.SSE_STREAMS.dec()  # synchronous: an await here would be cancelled on disconnect
 
 
-async def while_allowed(source: AsyncIterator[Item], allowed: Callable[[], bool],
+async def while_allowed(source: AsyncGenerator[Item, None], allowed: Callable[[], bool],
                         every_s: float = STREAM_KEY_CHECK_S) -> AsyncIterator[Item]:
     """``source``'s items while ``allowed()`` holds: checked before each item and every
     ``every_s`` while ``source`` is idle. Each step of ``source`` runs in a task of its own,
