@@ -192,7 +192,8 @@ class RunConsole:
         elif data := {k: v for k, v in (event.data or {}).items() if k not in FORWARD_KEYS}:
             detail: Any = data.get("error") or data.get("message") or data
             if isinstance(detail, dict) and isinstance(detail.get("outputs"), dict):
-                detail = {port: dv.get("value") if isinstance(dv, dict) else dv
+                # A port the event carries cut short holds a "preview" instead of its value.
+                detail = {port: dv.get("value", dv.get("preview")) if isinstance(dv, dict) else dv
                           for port, dv in detail["outputs"].items()}
             line.append("  " + printable(preview(detail)), style="dim")
         return line
