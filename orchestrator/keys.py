@@ -44,6 +44,11 @@ key                                        type        what, TTL
                                                        (kept until deleted, like graphs); workspace ws
 {p}:blob:{ws}:{id}                         hash        uploaded/produced file: data, mime, size, name;
                                                        retention_s (the run's retention)
+{p}:blob:{ws}:{id}:part                    string      an upload's bytes while they arrive (APPENDed chunk by
+                                                       chunk, then moved into the file's hash); 1 h
+{p}:wsbytes:{ws}:{day}                     string      bytes of outputs, events and files a workspace stored
+                                                       on UTC day {day} (storage budgets); until the end of
+                                                       that day + retention_s + active_ttl_s
 {p}:session:{sid}                          string      a console session: {k: its key's SHA-256, c: CSRF
                                                        token}; the cookie holds only the signed sid;
                                                        session_ttl_s (deleted at sign-out)
@@ -144,6 +149,12 @@ class Keys:
 
     def blob(self, workspace: str, blob_id: str) -> str:
         return f"{self.prefix}:blob:{workspace}:{blob_id}"
+
+    def blob_part(self, workspace: str, blob_id: str) -> str:
+        return f"{self.prefix}:blob:{workspace}:{blob_id}:part"
+
+    def workspace_bytes(self, workspace: str, day: int) -> str:
+        return f"{self.prefix}:wsbytes:{workspace}:{day}"
 
     def session(self, session_id: str) -> str:
         return f"{self.prefix}:session:{session_id}"

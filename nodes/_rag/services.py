@@ -56,7 +56,8 @@ async def open_blobs(ctx: FlowContext) -> AsyncIterator[Blobs]:
         workspace = await workspace_of(ctx, redis)
     finally:
         await redis.aclose()
-    blobs = Blobs.from_settings(settings_of(ctx), redis_url_of(ctx), workspace=workspace)
+    # Files a node stores count against its run's storage budget too.
+    blobs = Blobs.from_settings(settings_of(ctx), redis_url_of(ctx), workspace=workspace, run_id=ctx.run_id)
     try:
         yield blobs
     finally:

@@ -112,7 +112,7 @@ async def test_a_broken_keys_file_accepts_no_key_until_fixed(keys_api: tuple[Api
 
 
 def _payload(signed: str) -> str:
-    valid, payload = URLSafeTimedSerializer("unknown").loads_unsafe(signed)
+    _valid, payload = URLSafeTimedSerializer("unknown").loads_unsafe(signed)
     return json.dumps(payload)
 
 
