@@ -151,21 +151,23 @@ class _S3:
         await asyncio.to_thread(self._delete, key)
 
     async def put_file(self, key: str, file: IO[bytes], mime: str, name: str) -> None:
-        """Stream ``file`` (read in a thread, part by part: boto3's managed upload)."""
+        """Stream ``file`` (read in a thread, part by part: boto3's managed upload). A
+        managed upload cannot be sent again from the same stream, so the bucket is made
+        sure of first."""
         extra = {"ContentType": mime, "Metadata": {"name": name.encode("ascii", "replace").decode()}}
 
         def upload() -> None:
             from botocore.exceptions import ClientError
 
             try:
+                self.client.head_bucket(Bucket=self.bucket)
+            except ClientError:
+                self.client.create_bucket(Bucket=self.bucket)  # first file of a fresh deployment
+            try:
                 self.client.upload_fileobj(file, self.bucket, key, ExtraArgs=extra)
             except ClientError as exc:
-                if exc.response.get("Error", {}).get("Code") != "NoSuchBucket":
-                    raise RequestError(f"S3 write of {key!r} failed: {exc.response.get('Error', {}).get('Code')}") \
-                        from None
-                self.client.create_bucket(Bucket=self.bucket)
-                file.seek(0)
-                self.client.upload_fileobj(file, self.bucket, key, ExtraArgs=extra)
+                raise RequestError(f"S3 write of {key!r} failed: {exc.response.get('Error', {}).get('Code')}") \
+                    from None
 
         await asyncio.to_thread(upload)
 
