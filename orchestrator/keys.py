@@ -44,6 +44,16 @@ key                                        type        what, TTL
                                                        (kept until deleted, like graphs); workspace ws
 {p}:blob:{ws}:{id}                         hash        uploaded/produced file: data, mime, size, name;
                                                        retention_s (the run's retention)
+{p}:blob:{ws}:{id}:part                    string      an upload's bytes while they arrive (APPENDed chunk by
+                                                       chunk, then moved into the file's hash); 1 h
+{p}:wsbytes:{ws}:{day}                     string      bytes of outputs, events and files a workspace stored
+                                                       on UTC day {day} (storage budgets); until the end of
+                                                       that day + retention_s + active_ttl_s
+{p}:session:{sid}                          string      a console session: {k: its key's SHA-256, c: CSRF
+                                                       token}; the cookie holds only the signed sid;
+                                                       session_ttl_s (deleted at sign-out)
+{p}:streamgrant:{gid}                      string      the key's SHA-256 behind one stream token (the
+                                                       token names gid); stream_token_ttl_s
 =========================================  ==========  ==============================================
 """
 
@@ -139,6 +149,18 @@ class Keys:
 
     def blob(self, workspace: str, blob_id: str) -> str:
         return f"{self.prefix}:blob:{workspace}:{blob_id}"
+
+    def blob_part(self, workspace: str, blob_id: str) -> str:
+        return f"{self.prefix}:blob:{workspace}:{blob_id}:part"
+
+    def workspace_bytes(self, workspace: str, day: int) -> str:
+        return f"{self.prefix}:wsbytes:{workspace}:{day}"
+
+    def session(self, session_id: str) -> str:
+        return f"{self.prefix}:session:{session_id}"
+
+    def stream_grant(self, grant_id: str) -> str:
+        return f"{self.prefix}:streamgrant:{grant_id}"
 
     def run_keys(self, run_id: str) -> list[str]:
         """Every fixed per-run key (lease keys carry their own short TTL)."""

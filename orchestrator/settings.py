@@ -26,6 +26,15 @@ class Settings(BaseSettings):
     retention_s: int = 7 * 24 * 3600  # run state, outputs and events expire this long after the run ends
     active_ttl_s: int = 2 * 24 * 3600  # TTL on keys of runs still active (refreshed as they progress)
     events_maxlen: int = 100_000  # a run's event stream is capped (XADD MAXLEN ~)
+    # Storage budgets (orchestrator/storage_budget.py): bytes of node outputs, node events
+    # and files that one run, and one workspace (all its runs and uploads), keep in Redis
+    # until they expire. A write past one fails its node (the run stops) or answers 429,
+    # naming the budget; 0 = no budget.
+    run_max_bytes: int = 128 * 1024 * 1024
+    workspace_max_bytes: int = 512 * 1024 * 1024
+    # The embedded redis-server (no REDIS_URL) refuses writes past this with an error that
+    # names it, and evicts nothing (noeviction); 0 = no limit.
+    embedded_redis_maxmemory_mb: int = 1024
     graph_ttl_s: int | None = None  # stored graphs never expire by default
 
     # -- execution -------------------------------------------------------------------
@@ -164,6 +173,13 @@ class Settings(BaseSettings):
     # another address anyway (behind your own auth proxy, say). Shipped default: closed.
     allow_open_api: bool = False
     max_body_bytes: int = 2 * 1024 * 1024
+    # Slow clients (orchestrator/api/connections.py): a request's headers must arrive within
+    # api_header_timeout_s, its body within api_body_timeout_s of its headers, else the
+    # connection is closed; one client address holds at most this many connections to one
+    # API process (0 = no bound; behind a proxy every connection is the proxy's).
+    api_header_timeout_s: float = 15.0
+    api_body_timeout_s: float = 60.0
+    api_max_connections_per_client: int = 100
     public_docs: bool = False  # serve /docs, /redoc and /openapi.json without a key
     # /metrics counts every workspace's runs: it needs an admin key of workspace "default",
     # or this bearer token (for Prometheus' scrape config); metrics_public opens it.

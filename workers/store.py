@@ -15,6 +15,14 @@ stream entry with a single field ``e`` (the NodeEvent JSON), followed by a ``PUB
 of its id on the run's notify channel (a wake-up hint only). Every key carries a TTL:
 ``active_ttl_s`` while the run is active, ``retention_s`` once it ended.
 
+Storage budgets (``orchestrator/storage_budget.py``): the bytes a completion stores (its
+outputs and events) and the events a node appends are counted against the run's and its
+workspace's budgets before they are stored; a completion that would pass one is stored
+as the node's failure naming the budget instead, and its run stops. Appended events are
+counted in chunks of ``EVENT_COUNT_CHUNK_BYTES`` (one script call per chunk, not per
+token); a refused chunk fails the node through its executor. A Redis that refuses writes
+because it is full (``maxmemory``, noeviction) raises :class:`StoreFullError` naming it.
+
 The client must be created with ``decode_responses=True``.
 """
 
@@ -33,12 +41,13 @@ from typing import Any, cast
 from redis.asyncio import Redis
 
 from orchestrator import metrics, redis_client
-from orchestrator.kernel.errors import OrchestratorError, RunNotFoundError
+from orchestrator.kernel.errors import OrchestratorError, RunNotFoundError, StorageBudgetError
 from orchestrator.kernel.protocol import DataValue, EventType, NodeEvent
 from orchestrator.kernel.scheduling import RunPlan
 from orchestrator.kernel.store import Claim, NodeCompletion, NodeStatus, Ready, RunRecord, RunStatus, RunStore
 from orchestrator.keys import Keys
 from orchestrator.settings import Settings, get_settings
+from orchestrator.storage_budget import StorageBudget, store_full_errors
 
 from .batching import CommandBatcher
 
@@ -49,6 +58,8 @@ SCRIPTS = (
 )
 PLAN_CACHE_SIZE = 256
 STATUS_MAX_AGE_S = 0.1  # a run status read is shared this long by the nodes polling it
+EVENT_COUNT_CHUNK_BYTES = 64 * 1024  # appended events are counted against budgets this much at a time
+DEFAULT_WORKSPACE = "default"
 
 # The run-level event each forced terminal status appends.
 _FINISH_EVENTS = {
@@ -77,6 +88,20 @@ def _dumps(value: Any) -> str:
 
 def _event_json(event: NodeEvent) -> str:
     return _dumps(event.to_json())
+
+
+def over_budget(run_id: str, node_id: str, completion: NodeCompletion, exc: StorageBudgetError) -> NodeCompletion:
+    """What is stored instead of a completion that would pass a storage budget: the node
+    failed, naming the budget, and its run stops (it could store nothing more)."""
+    own = next((e for e in completion.events if e.node_id == node_id), None)
+    info = {**exc.to_dict(), "node_id": node_id}
+    if own is not None and own.node_name:
+        info["node_name"] = own.node_name
+    event = NodeEvent(run_id=run_id, node_id=node_id, node_type=own.node_type if own else "",
+                      node_name=own.node_name if own else None, event_type=EventType.ERROR,
+                      data={"error": info, "recoverable": False, "mode": "stop"},
+                      attempt=own.attempt if own else 1)
+    return NodeCompletion(status=NodeStatus.FAILED, error=info, stop_run=True, events=[event])
 
 
 def adjacency(plan: RunPlan) -> dict[str, dict[str, Any]]:
@@ -115,6 +140,9 @@ class RedisRunStore(RunStore):
         self._plans: OrderedDict[str, RunPlan] = OrderedDict()
         self._event_templates: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._statuses: OrderedDict[str, tuple[float, asyncio.Future[Any]]] = OrderedDict()
+        self.budget = StorageBudget(redis, self.settings, call=self._batch.script)
+        self._workspaces: OrderedDict[str, str] = OrderedDict()  # run id -> workspace (never changes)
+        self._event_bytes: OrderedDict[str, int] = OrderedDict()  # run id -> appended bytes not yet counted
 
     @classmethod
     def from_url(cls, url: str, settings: Settings | None = None) -> RedisRunStore:
@@ -139,7 +167,31 @@ class RedisRunStore(RunStore):
             s.events_maxlen, self.keys.notify(run_id), s.active_ttl_s, s.retention_s,
             repr(time.time()),
         ]
-        return await self._batch.script(self._scripts[script], keys, head + args)
+        with store_full_errors():
+            return await self._batch.script(self._scripts[script], keys, head + args)
+
+    async def _workspace(self, run_id: str) -> str:
+        """The run's workspace (its record's ``workspace``, else ``meta.workspace``), read once."""
+        known = self._workspaces.get(run_id)
+        if known is None:
+            field, meta = await self._batch.execute("HMGET", self.keys.run(run_id), "workspace", "meta")
+            known = field or (json.loads(meta).get("workspace") if meta else None) or DEFAULT_WORKSPACE
+            self._know_workspace(run_id, known)
+        return known
+
+    def _know_workspace(self, run_id: str, workspace: str) -> None:
+        self._workspaces[run_id] = workspace
+        self._workspaces.move_to_end(run_id)
+        while len(self._workspaces) > PLAN_CACHE_SIZE:
+            self._workspaces.popitem(last=False)
+
+    async def count_bytes(self, run_id: str, nbytes: int) -> None:
+        """Count ``nbytes`` the run is about to store against its budgets (see the module
+        docstring); StorageBudgetError when they would pass one."""
+        if self.budget.enabled and nbytes > 0:
+            workspace = await self._workspace(run_id)
+            with store_full_errors():
+                await self.budget.reserve(nbytes, workspace=workspace, run_id=run_id)
 
     def _templates(self, run_id: str) -> tuple[str, str]:
         """(run_completed, node event) JSON templates of a run: the same for every
@@ -184,6 +236,7 @@ class RedisRunStore(RunStore):
             "meta": _dumps(record.meta),
             "deadline": repr(deadline),
             "remaining": str(len(plan.order)),
+            "workspace": str(record.meta.get("workspace") or DEFAULT_WORKSPACE),
         }
         adj = {nid: _dumps(a) for nid, a in adjacency(plan).items()}
         started = self._run_event(run_id, EventType.RUN_STARTED,
@@ -194,6 +247,7 @@ class RedisRunStore(RunStore):
             _dumps(plan.start), repr(deadline), run_id, started,
         ])
         self._remember(plan)
+        self._know_workspace(run_id, fields["workspace"])
 
     def _remember(self, plan: RunPlan) -> None:
         self._plans[plan.run_id] = plan
@@ -288,14 +342,39 @@ class RedisRunStore(RunStore):
         }
 
     async def append_event(self, event: NodeEvent) -> str:
-        """Append to an existing run's log; returns the stream id ("" if the run is gone)."""
-        stream_id = str(await self._call("append", event.run_id, [_event_json(event)]))
+        """Append to an existing run's log; returns the stream id ("" if the run is gone).
+        Raises StorageBudgetError when the run's events pass a storage budget."""
+        event_json = _event_json(event)
+        run_id = event.run_id
+        pending = self._event_bytes.pop(run_id, 0) + len(event_json)
+        if pending >= EVENT_COUNT_CHUNK_BYTES:
+            await self.count_bytes(run_id, pending)
+        else:
+            self._event_bytes[run_id] = pending
+            while len(self._event_bytes) > PLAN_CACHE_SIZE:
+                self._event_bytes.popitem(last=False)
+        stream_id = str(await self._call("append", run_id, [event_json]))
         metrics.EVENTS_PUBLISHED.labels(event_type=event.event_type).inc()
         return stream_id
 
     async def complete_node(
         self, run_id: str, node_id: str, completion: NodeCompletion, *, take: int | None = None
     ) -> Ready:
+        args = self._completion_args(run_id, node_id, completion, take)
+        stored = len(args["outputs"]) + len(args["payload"]) + sum(len(e) for e in args["events"])
+        try:
+            await self.count_bytes(run_id, stored + self._event_bytes.pop(run_id, 0))
+        except StorageBudgetError as exc:
+            completion = over_budget(run_id, node_id, completion, exc)
+            args = self._completion_args(run_id, node_id, completion, take)
+        queued, backlog, *nodes = await self._call("complete", run_id, [_dumps(args)], node_id)
+        for event in completion.events:
+            metrics.EVENTS_PUBLISHED.labels(event_type=event.event_type).inc()
+        return Ready(list(nodes), queued=int(queued), backlog=int(backlog))
+
+    def _completion_args(self, run_id: str, node_id: str, completion: NodeCompletion,
+                         take: int | None) -> dict[str, Any]:
+        """complete.lua's named arguments for ``completion``."""
         waiting = completion.status == NodeStatus.WAITING
         run_completed, node_template = self._templates(run_id)
         args = {
@@ -320,10 +399,7 @@ class RedisRunStore(RunStore):
             "retry_at": completion.retry_at,
             "take": take,
         }
-        queued, backlog, *nodes = await self._call("complete", run_id, [_dumps(args)], node_id)
-        for event in completion.events:
-            metrics.EVENTS_PUBLISHED.labels(event_type=event.event_type).inc()
-        return Ready(list(nodes), queued=int(queued), backlog=int(backlog))
+        return args
 
     async def take_queued(self, run_id: str, max_nodes: int) -> list[str]:
         if max_nodes <= 0:

@@ -113,7 +113,7 @@ def create_app(
     app.state.event_hub = hub
     errors.install(app)
     app.add_middleware(BodyLimit, max_body_bytes=settings.max_body_bytes,
-                       path_limits={"/files": settings.files_max_bytes + 64 * 1024})  # + multipart framing
+                       path_limits={"/files": files.upload_body_limit(settings)})  # checked as bytes arrive
     cors.install(app, settings)  # outermost: preflights are answered before auth
     browser_auth.mask_access_log()
     guarded = [Depends(require_key)]

@@ -315,12 +315,32 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch) -> tuple[
                 ev.data["parameters"] = resolved
         return failure, None
     extra = list(result.events)
-    completed = step.event(EventType.COMPLETED, {"outputs": {k: v.to_json() for k, v in result.outputs.items()},
+    preview, cut = output_preview(result.outputs)
+    completed = step.event(EventType.COMPLETED, {"outputs": preview, "outputs_truncated": cut,
                                                  "parameters": resolved}, attempt)
     return NodeCompletion(status=NodeStatus.SUCCEEDED, outputs=result.outputs, events=[*extra, completed]), None
 
 
 PREVIEW_CHARS = 2000  # a resolved parameter's JSON in completed/error events is cut here
+OUTPUT_PREVIEW_CHARS = 16 * 1024  # the outputs a completed event carries, all ports together
+
+
+def output_preview(outputs: dict[str, DataValue]) -> tuple[dict[str, Any], bool]:
+    """The outputs as the completed event carries them, and whether any was cut. Outputs
+    are stored once, by the store; the event carries each port's ``{type, value}`` while
+    their JSON stays within ``OUTPUT_PREVIEW_CHARS``, and past that ``{type, preview,
+    chars}``: the value's JSON cut short, and its full length. Readers that need the
+    whole value read the stored outputs."""
+    out: dict[str, Any] = {}
+    left = OUTPUT_PREVIEW_CHARS
+    for port, value in outputs.items():
+        whole = value.to_json()
+        text = json.dumps(whole["value"], default=str)
+        if len(text) <= left:
+            out[port], left = whole, left - len(text)
+        else:
+            out[port], left = {"type": whole["type"], "preview": text[:left] + "…", "chars": len(text)}, 0
+    return out, any("preview" in v for v in out.values())
 
 
 def parameter_preview(data: dict[str, Any]) -> dict[str, Any]:

@@ -51,6 +51,14 @@ def test_redis_never_evicts_queued_tasks(compose: dict[str, Any]) -> None:
     assert command[command.index("--maxmemory-policy") + 1] == "noeviction"
 
 
+def test_redis_has_a_memory_limit_and_refuses_writes_past_it_rather_than_evict(compose: dict[str, Any]) -> None:
+    command = command_of(compose["services"]["redis"])
+    assert "--maxmemory" in command, "without maxmemory Redis grows until the host kills it"
+    limit = command[command.index("--maxmemory") + 1]
+    assert limit == "2gb"  # ORCH_REDIS_MAXMEMORY unset: the shipped default
+    assert command[command.index("--maxmemory-policy") + 1] == "noeviction"
+
+
 def test_worker_has_no_fixed_name_or_port_so_it_scales(compose: dict[str, Any]) -> None:
     worker = compose["services"]["worker"]
     assert "container_name" not in worker

@@ -382,7 +382,17 @@ const App = (() => {
       s.events.push(e);
       if (["started", "completed", "error"].includes(type)) s.attempts.add(e.attempt);
       if (type === "started") { s.started = s.started || e.timestamp; s.ended = null; }
-      if (type === "completed") { s.ended = e.timestamp; if (e.data && e.data.outputs) s.outputs = e.data.outputs; }
+      if (type === "completed") {
+        s.ended = e.timestamp;
+        if (e.data && e.data.outputs) s.outputs = e.data.outputs;
+        if (e.data && e.data.outputs_truncated) {  // the event carries a preview: the stored outputs are whole
+          Api.call("GET", `/runs/${enc(runId)}`).then((detailNow) => {
+            const n = detailNow.nodes[e.node_id];
+            if (n && n.outputs) s.outputs = n.outputs;
+            if (selected === e.node_id) select(selected);
+          }).catch(() => {});
+        }
+      }
       if (type === "error") { s.ended = e.timestamp; s.errors.push((e.data && e.data.error) || e.data); }
       if (type === "agent_event" && e.data && e.data.event === "approval_requested") {
         setState(e.node_id, "waiting");

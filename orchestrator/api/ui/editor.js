@@ -735,6 +735,12 @@ const Editor = (() => {
             const node = byGraphId(e.node_id);
             if (node && STATE[type]) node._state = STATE[type];
             if (type === "completed" && e.data && e.data.outputs) lastOutputs[e.node_id] = plain(e.data.outputs);
+            if (type === "completed" && e.data && e.data.outputs_truncated) {  // a preview: read the stored outputs
+              Api.call("GET", `/runs/${encodeURIComponent(runId)}`).then((detail) => {
+                const n = (detail.nodes || {})[e.node_id];
+                if (n && n.outputs) { lastOutputs[e.node_id] = plain(n.outputs); drawPins(); if (selected) drawPanel(); }
+              }).catch(() => {});
+            }
           }
           view.setDirty(true, false);
         },
