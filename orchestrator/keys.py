@@ -44,6 +44,10 @@ key                                        type        what, TTL
                                                        (kept until deleted, like graphs); workspace ws
 {p}:blob:{ws}:{id}                         hash        uploaded/produced file: data, mime, size, name;
                                                        retention_s (the run's retention)
+{p}:draft:{gid}                            hash        the console's draft of a graph (JSON, workspace,
+                                                       saved_at): may be incomplete; graph_ttl_s
+{p}:ws:{ws}:drafts                         zset        graph id -> saved_at, drafts of one workspace;
+                                                       graph_ttl_s (refreshed at each draft save)
 =========================================  ==========  ==============================================
 """
 
@@ -148,3 +152,9 @@ class Keys:
             self.dispatched(run_id), self.events(run_id), self.adj(run_id), self.suspend(run_id),
             self.resume(run_id), self.queue(run_id),
         ]
+
+    def draft(self, graph_id: str) -> str:
+        return f"{self.prefix}:draft:{graph_id}"
+
+    def workspace_drafts(self, workspace: str) -> str:
+        return f"{self.prefix}:ws:{workspace}:drafts"
