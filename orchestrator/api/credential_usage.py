@@ -5,7 +5,9 @@ Nodes name a credential in a parameter (``credential``, or any parameter id endi
 and answers, per credential name, the graphs and nodes that name it, so the console's
 credentials page can say where a credential is used before it is rotated or deleted. A
 value holding an expression (``{{ }}``) is not a name and is not counted. Only names are
-read: no credential value is touched.
+read: no credential value is touched. ``GET /credential-types`` gives the form the page
+draws: each type's required and optional value names, which are secret, and whether it
+takes origins.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import json
 from typing import Any
 
 from fastapi import APIRouter, Depends
+
+from orchestrator.credentials import NO_ORIGINS, PUBLIC_VALUES, TYPES
 
 from .auth import Principal, role
 from .services import Services, get_services
@@ -53,3 +57,12 @@ async def credential_usage(services: Services = Depends(get_services),  # noqa: 
         offset += PAGE
         if offset >= total:
             return {"usage": usage}
+
+
+@router.get("/credential-types")
+async def credential_types(who: Principal = Depends(role("viewer"))) -> dict[str, Any]:  # noqa: B008
+    """``{types: [{type, required, optional, secret: [value names], origins: bool}]}``."""
+    return {"types": [
+        {"type": name, "required": list(required), "optional": list(optional),
+         "secret": [v for v in (*required, *optional) if v not in PUBLIC_VALUES], "origins": name not in NO_ORIGINS}
+        for name, (required, optional) in TYPES.items()]}

@@ -80,12 +80,17 @@ async def save_draft(graph_id: GraphId, graph: dict[str, Any] = Body(...), servi
 
 @router.get("/graphs/{graph_id}/draft")
 async def get_draft(graph_id: GraphId, services: Services = SERVICES, who: Principal = VIEWER) -> dict[str, Any]:
-    """``{graph, saved_at, problem}``, or 404 when the graph has no draft."""
+    """``{graph, saved_at, problem, stored}``: ``graph`` is null when there is no draft (a
+    200 all the same: the console asks each time it opens a graph); ``stored`` says
+    whether the graph also has saved versions."""
+    await _check_owner(services, graph_id, who.workspace)
+    stored = bool(await services.redis.exists(services.keys.graph(graph_id)))
     record = await services.redis.hgetall(services.keys.draft(graph_id))
-    if not record or record.get("workspace") != who.workspace:
-        raise GraphNotFoundError(f"graph {graph_id!r} has no draft", graph_id=graph_id)
+    if not record:
+        return {"graph": None, "saved_at": None, "problem": None, "stored": stored}
     graph = json.loads(record["graph"])
-    return {"graph": graph, "saved_at": float(record["saved_at"]), "problem": problem_of(graph, services)}
+    return {"graph": graph, "saved_at": float(record["saved_at"]), "problem": problem_of(graph, services),
+            "stored": stored}
 
 
 @router.delete("/graphs/{graph_id}/draft", status_code=204)

@@ -184,7 +184,7 @@ def browser() -> Iterator[Any]:
     with playwright_sync.sync_playwright() as p:
         context = p.chromium.launch_persistent_context(
             profile, executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
-            viewport={"width": 1280, "height": 800},
+            viewport={"width": 1280, "height": 720},
         )
         try:
             yield context
@@ -204,9 +204,26 @@ class Console:
         self.page.goto("about:blank")
         self.page.goto(f"{self.api_url}/ui/#/{route}")
 
-    def shot(self, name: str) -> None:
+    def shot(self, name: str, sizes: tuple[tuple[int, int], ...] = ()) -> None:
+        """A screenshot of the page as it is (artifacts/screenshots/NAME.png), and one at
+        each of ``sizes`` (NAME-WxH.png; the viewport is put back after)."""
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        self.page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+        self.page.screenshot(path=str(SCREENSHOTS / f"{name}.png"))
+        if not sizes:
+            return
+        before = self.page.viewport_size
+        for width, height in sizes:
+            self.page.set_viewport_size({"width": width, "height": height})
+            self.frames()
+            self.page.screenshot(path=str(SCREENSHOTS / f"{name}-{width}x{height}.png"))
+        self.page.set_viewport_size(before)
+
+    def frames(self, count: int = 2) -> None:
+        """Wait until the page has drawn ``count`` frames (resize observers run before)."""
+        self.page.evaluate(
+            "n => new Promise(done => { const step = k => k ? requestAnimationFrame(() => step(k - 1)) : done(); step(n); })",
+            count,
+        )
 
     def api(self, method: str, path: str, body: Any = None) -> Any:
         """A direct API call with the key (test set-up, not through the console)."""
@@ -232,6 +249,7 @@ def console(stack: Stack, browser: Any) -> Iterator[Console]:
             page.fill("#api-key", KEY)
             page.click("#signin button[type=submit]")
             page.wait_for_selector("h1:has-text('Graphs')")
+    page.set_viewport_size({"width": 1280, "height": 720})
     try:
         yield ui
     finally:
