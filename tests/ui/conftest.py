@@ -129,13 +129,15 @@ def serve_thread(server: Any) -> threading.Thread:
 
 @pytest.fixture(scope="module")
 def stack(redis_server: EmbeddedRedis, workers: WorkerProcesses) -> Iterator[Stack]:
+    from cryptography.fernet import Fernet
+
     from orchestrator.settings import Settings
 
     page_port = free_port()
     other = f"http://127.0.0.1:{page_port}"
     settings = Settings(
         redis_url=redis_server.url, api_keys=KEY, cors_origins=other, sse_ping_s=1.0,
-        node_paths=NODE_PATHS, key_prefix="orc",
+        node_paths=NODE_PATHS, key_prefix="orc", credentials_key=Fernet.generate_key().decode(),
     )
     port = free_port()
     api = serve_api(settings, port)
@@ -221,7 +223,8 @@ class Console:
     def frames(self, count: int = 2) -> None:
         """Wait until the page has drawn ``count`` frames (resize observers run before)."""
         self.page.evaluate(
-            "n => new Promise(done => { const step = k => k ? requestAnimationFrame(() => step(k - 1)) : done(); step(n); })",
+            "n => new Promise(done => {"
+            " const step = k => k ? requestAnimationFrame(() => step(k - 1)) : done(); step(n); })",
             count,
         )
 
@@ -261,3 +264,16 @@ def example(name: str, graph_id: str) -> dict[str, Any]:
     raw: dict[str, Any] = json.loads((EXAMPLES / f"{name}.json").read_text())
     raw["id"] = graph_id
     return raw
+
+
+# How much of the graph the canvas shows: nodes wholly inside it, the scale, the wires kept.
+FITS = """() => {
+    const gv = document.querySelector('#canvas').graphView;
+    const r = gv.canvas.getBoundingClientRect();
+    const inside = gv.nodes().filter(n => {
+        const a = gv.screenPoint([n.pos[0], n.pos[1] - LiteGraph.NODE_TITLE_HEIGHT]);
+        const b = gv.screenPoint([n.pos[0] + n.size[0], n.pos[1] + n.size[1]]);
+        return a.x >= r.left && a.y >= r.top && b.x <= r.right && b.y <= r.bottom;
+    });
+    return {nodes: gv.nodes().length, inside: inside.length, scale: gv.view.ds.scale, wires: gv.toJSON().edges.length};
+}"""

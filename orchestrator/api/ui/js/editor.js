@@ -144,7 +144,7 @@ class Editor {
     this.selected = id && this.gv.node(id) ? id : null;
     this.gv.select(this.selected);
     if (this.panelUi.node !== this.selected)
-      Object.assign(this.panelUi, { advanced: false, expression: new Set(), previews: {}, node: this.selected });
+      Object.assign(this.panelUi, { expression: new Set(), previews: {}, node: this.selected });
     this.drawPanel();
   }
   drawPanel() {
@@ -206,13 +206,19 @@ class Editor {
     const p = this.problem;
     return p && p.node_id === nodeId && p.parameter === pid ? p.message : "";
   }
-  setParam(node, pid, value) {
+  // Panel handlers may fire for a node drawn before the last reload of the canvas (a
+  // field's change event comes on blur, after a redraw): they act on the node by id.
+  setParam(stale, pid, value) {
+    const node = this.gv.node(stale._g.id);
+    if (!node) return;
     if (value === "" || value === undefined) delete node._g.data[pid];
     else node._g.data[pid] = value;
     this.gv.refresh(node._g.id);
     this.commit();
   }
-  updateSettings(node, fn) {
+  updateSettings(stale, fn) {
+    const node = this.gv.node(stale._g.id);
+    if (!node) return;
     fn(node._g.settings);
     this.restore(this.toJSON()); // the error port comes and goes with the error mode
     this.commit();
@@ -291,6 +297,7 @@ function mount(ed, start) {
   bindKeys(ed, gv.canvas);
   ed.restore(start);
   ed.dirty = false;
+  gv.view.ds.offset = [40, 80]; // an empty canvas: graph (0, 0) a little in from the corner
   gv.fit();
   const nav = addNavigator(ui.area, gv, [
     iconButton(

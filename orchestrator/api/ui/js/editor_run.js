@@ -100,12 +100,17 @@ export class Runner {
     }
   }
 
-  /* The upstream outputs a test step is fed: pinned data first, else the last run's. */
-  upstreamOutputs(nodeId) {
+  /* The upstream outputs a test step is fed: pinned data first, else the last run's; a
+     direct parent with neither gives the run input (as a trigger before it would). */
+  upstreamOutputs(nodeId, runInput) {
     const out = {};
     for (const n of this.ed.gv.nodes()) {
       const value = this.ed.pins()[n._g.id] || this.ed.outputs[n._g.id];
       if (n._g.id !== nodeId && value) out[n._g.id] = value;
+    }
+    for (const e of this.ed.gv.toJSON().edges) {
+      if (e.target !== nodeId || e.data.channel !== "flow" || out[e.source]) continue;
+      out[e.source] = { [e.sourceHandle]: runInput };
     }
     return out;
   }
@@ -115,12 +120,8 @@ export class Runner {
     const id = ed.meta.id || ui.idField.value.trim();
     if (!id) return (toast("Give the graph an id first", "error"), ui.idField.focus());
     const parsed = parseInput(ui.runInput.value);
-    const body = {
-      node_id: nodeId,
-      graph: ed.toJSON(),
-      input: parsed.error ? null : parsed.value,
-      outputs: this.upstreamOutputs(nodeId),
-    };
+    const input = parsed.error ? null : parsed.value;
+    const body = { node_id: nodeId, graph: ed.toJSON(), input, outputs: this.upstreamOutputs(nodeId, input) };
     this.setStatus(nodeId, "running on the workers…");
     try {
       const r = await call("POST", `/graphs/${enc(id)}/test-step`, body);

@@ -84,7 +84,7 @@ export class EventLog {
   setNodes(nodes) {
     this.nodeFilter.replaceChildren(
       h("option", { value: "" }, "all nodes"),
-      nodes.map((n) => h("option", { value: n.id }, n.name || n.id)),
+      ...nodes.map((n) => h("option", { value: n.id }, n.name || n.id)),
     );
   }
 

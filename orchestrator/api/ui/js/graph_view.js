@@ -33,6 +33,7 @@ function configure(view, editable) {
   view.getMenuOptions = () => [];
   view.getNodeMenuOptions = () => [];
   view.getCanvasMenuOptions = () => [];
+  view.canvas.tabIndex = 0; // LiteGraph sets tabindex=1: a positive one would jump the tab order
   // Keys are the editor's (editor_keys.js); LiteGraph's own would delete or paste nodes.
   view.canvas.removeEventListener("keydown", view._key_callback, true);
   document.removeEventListener("keyup", view._key_callback, true);
@@ -70,6 +71,7 @@ export class GraphView {
     useRules(cat.rules);
     Object.assign(this, { element, cat, editable, extras: [], edgeSeq: 0, handlers: {} });
     this.canvas = makeCanvas(element, editable, label);
+    element.graphView = this; // for browser tests and automation: where things are drawn
     this.lg = new LGraph();
     this.view = new LGraphCanvas(this.canvas, this.lg, { skip_events: false });
     configure(this.view, editable);
@@ -79,7 +81,9 @@ export class GraphView {
     this.view.onNodeDeselected = () => {};
     this.view._onRefuse = (r) => this.emit("refuse", r);
     this.size();
-    this.observer = new ResizeObserver(() => this.size());
+    this.fitted = false; // true while the view shows what fit() chose: a resize then refits
+    this.canvas.addEventListener("wheel", () => (this.fitted = false), { passive: true });
+    this.observer = new ResizeObserver(() => this.size() && this.fitted && this.fit());
     this.observer.observe(element);
     this.ticker = setInterval(() => {
       if (this.lg._nodes.some((n) => n._state === "running" || n._state === "waiting")) this.view.setDirty(true, false);
@@ -234,15 +238,18 @@ export class GraphView {
     const next = Math.max(MIN_SCALE, Math.min(MAX_SCALE, this.view.ds.scale * factor));
     this.view.ds.changeScale(next, [this.canvas.width / 2, this.canvas.height / 2]);
     this.view.setDirty(true, true);
+    this.fitted = false;
   }
 
+  /* Match the canvas to its element; true when its size changed. */
   size() {
     const w = Math.max(200, Math.floor(this.element.clientWidth));
     const hgt = Math.max(200, Math.floor(this.element.clientHeight));
-    if (this.canvas.width === w && this.canvas.height === hgt) return;
+    if (this.canvas.width === w && this.canvas.height === hgt) return false;
     this.canvas.width = w;
     this.canvas.height = hgt;
     this.view.resize(w, hgt);
+    return true;
   }
 
   select(id) {

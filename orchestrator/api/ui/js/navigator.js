@@ -6,6 +6,7 @@ import { STATE_COLOURS } from "./node_draw.js";
 
 const MAP_W = 200;
 const MAP_H = 130;
+const MIN_HEIGHT_FOR_MAP = 520; // canvas height (px) from which the minimap is shown by default
 
 function mapGeometry(gv) {
   const nodes = gv.nodes();
@@ -65,10 +66,12 @@ export function addNavigator(area, gv, extra = []) {
   map.addEventListener("pointerup", () => {
     dragging = false;
   });
+  map.hidden = area.clientHeight < MIN_HEIGHT_FOR_MAP; // on a short canvas it would cover nodes: off
+  const pressed = String(!map.hidden);
   const toggle = iconButton(
     "map",
     "Minimap",
-    { class: "icon-only", "aria-pressed": "true", id: "toggle-minimap" },
+    { class: "icon-only", "aria-pressed": pressed, id: "toggle-minimap" },
     false,
   );
   toggle.addEventListener("click", () => {

@@ -61,6 +61,8 @@ export function buildNode(n, cat) {
   node.bgcolor = "#1f2430";
   addInputs(node, def, cat.sockets);
   addOutputs(node, def, node._g.settings, cat.sockets);
+  node.inputs = node.inputs || []; // LiteGraph leaves them undefined when there are none
+  node.outputs = node.outputs || [];
   resize(node);
   return node;
 }

@@ -10,8 +10,10 @@ const KEYS_HELP =
   "Keys on the canvas: N / Shift+N select the next / previous node, arrows move it (Shift: further), Delete removes it, " +
   "A adds a node (palette search), Enter edits it, C connects it, F fits the view, + / − zoom, Ctrl+Z / Ctrl+Shift+Z undo / redo, Ctrl+C / Ctrl+V copy / paste.";
 
+/* Shown without "Show advanced": required, set, without a default (it needs a value to
+   mean anything), or among the first three the definition lists. */
 function isBasic(p, index, data) {
-  return p.required || p.id in data || index < 3;
+  return p.required || p.id in data || p.default == null || index < 3;
 }
 
 function parameters(ed, node, ui) {

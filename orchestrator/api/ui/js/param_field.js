@@ -103,7 +103,9 @@ function previewer(ctx, p, out) {
       if (mine !== seq) return;
       ctx.lastPreview[p.id] = answer.ok ? answer.value : undefined;
       out.dataset.ok = String(!!answer.ok);
-      out.textContent = answer.ok ? `= ${JSON.stringify(answer.value)}` : answer.error.message;
+      const empty = body.input == null && !Object.keys(body.nodes || {}).length;
+      const hint = empty ? " · no run data yet: run the graph or pin data upstream" : "";
+      out.textContent = answer.ok ? `= ${JSON.stringify(answer.value)}${hint}` : answer.error.message;
       out.className = answer.ok ? "preview" : "preview field-error";
     }, 250);
   };
@@ -184,7 +186,7 @@ export function paramField(ctx, p) {
     { class: cls, dataset: { param: p.id } },
     head,
     control,
-    expression ? completer(control, ctx.suggestions) : null,
+    expression || TEXTUAL.has(p.type) ? completer(control, ctx.suggestions) : null, // typing {{ in text starts one
     preview,
     problem,
     help,
