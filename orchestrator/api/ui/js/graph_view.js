@@ -232,6 +232,7 @@ export class GraphView {
       -b.minY + (hgt / scale - (b.maxY - b.minY)) / 2,
     ];
     this.view.setDirty(true, true);
+    this.fitted = true;
   }
 
   zoom(factor) {
@@ -249,6 +250,7 @@ export class GraphView {
     this.canvas.width = w;
     this.canvas.height = hgt;
     this.view.resize(w, hgt);
+    this.view.setDirty(true, true); // a resized canvas is blank until drawn again
     return true;
   }
 

@@ -37,7 +37,7 @@ export function signInForm(onDone) {
     h(
       "p",
       { class: "muted small", id: "key-source" },
-      "Keys come from whoever runs this server: they are listed in its ORCH_API_KEYS setting (as workspace:role:key entries). Ask them for one, or see the README's Security section.",
+      "Keys come from whoever runs this server: they are set in its ORCH_API_KEYS setting (or in the file ORCH_API_KEYS_FILE names, which gives each key a workspace and a role). Ask them for one; docs/security.md says more.",
     ),
   );
 }
