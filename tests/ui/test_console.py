@@ -409,6 +409,7 @@ def test_credentials_are_created_rotated_and_deleted_and_show_where_they_are_use
     console.page.click("tr[data-credential='github'] .rotate")
     console.page.fill("#rotate-form #cred-value-token", rotated)
     console.page.click("#rotate-form #cred-save")
+    console.page.wait_for_selector("#rotate-form", state="detached")  # the page reloaded the list
     console.page.wait_for_selector("tr[data-credential='github']")
     assert secret not in console.page.content() and rotated not in console.page.content()  # never shown back
     console.shot("credentials-used", BOTH)

@@ -104,12 +104,14 @@ export function errorBox(err) {
   );
 }
 
+const LINK = /^(https?:\/\/|\/(?![/\\])[^\s\\]*$)/i; // already a link: http(s) URL or a path of this site
+
 function fileLink(ref) {
   // A file in the API's file store downloads from GET /files/{ref} with the session
   // cookie; a ref that is already an http(s) URL or a path of this site links to it.
   // "//host/…", "/\host/…" or "/<tab>/host/…" would be links to another site (browsers
   // read "\" as "/" and drop tabs and newlines): such a ref goes to /files/ like any other.
-  if (/^(https?:\/\/|\/(?![/\\])[^\s\\]*$)/i.test(ref || "")) return ref;
+  if (LINK.test(ref || "")) return ref;
   return ref ? `${BASE}/files/${encodeURIComponent(ref)}` : null;
 }
 

@@ -6,7 +6,7 @@ import { STATE_COLOURS } from "./node_draw.js";
 
 const MAP_W = 200;
 const MAP_H = 130;
-const MIN_HEIGHT_FOR_MAP = 520; // canvas height (px) from which the minimap is shown by default
+const MIN_HEIGHT_FOR_MAP = 640; // canvas height (px) from which the minimap is shown by default
 
 function mapGeometry(gv) {
   const nodes = gv.nodes();
