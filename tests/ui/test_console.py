@@ -174,6 +174,19 @@ def test_a_node_whose_error_continued_as_data_says_so(console: Console) -> None:
     wait_state(console, "after", "succeeded")
 
 
+def test_a_loop_shows_the_state_of_each_body_run_apart_from_its_own(console: Console) -> None:
+    console.api("POST", "/graphs", example("loop", "ui-loop"))
+    run_id = console.api("POST", "/graphs/ui-loop/runs", {"input": [{"n": 1}, {"n": 2}]})["run_id"]
+    console.go(f"runs/{run_id}")
+    console.page.wait_for_selector("#run-status [data-status=succeeded]")
+    wait_state(console, "loop", "succeeded")
+    console.page.click(".node-item[data-node='loop']")
+    assert console.page.locator("#nested-runs > li").count() == 2  # one nested run per item
+    assert console.page.locator("#nested-runs li[data-state=succeeded]").count() == 4  # Item and Mark, twice
+    assert console.page.locator("#event-log td:has-text('For each › ')").count() >= 4  # body events named
+    console.shot("run-loop")
+
+
 def test_chat_three_turns_with_tool_calls_each_linked_to_its_run(console: Console) -> None:
     console.api("POST", "/graphs", example("agent_chat_tools", "ui-chat"))
     console.go("chat/ui-chat")

@@ -59,5 +59,10 @@ export function keyParameters(def, data) {
 export const isEmpty = (v) =>
   v == null || v === "" || (Array.isArray(v) && !v.length) || (typeof v === "object" && !Object.keys(v).length);
 
-/* A short text for a value on a node: strings as they are, others as JSON. */
-export const shortText = (v) => (typeof v === "string" ? v : JSON.stringify(v));
+/* A short text for a value on a node: strings as they are, a nested graph by its size,
+   others as JSON. */
+export function shortText(v) {
+  if (typeof v === "string") return v;
+  if (v && typeof v === "object" && Array.isArray(v.nodes)) return `graph of ${v.nodes.length} nodes`;
+  return JSON.stringify(v);
+}

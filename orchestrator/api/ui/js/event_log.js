@@ -89,7 +89,9 @@ export class EventLog {
   }
 
   row(id, type, e, kind, text) {
-    const cells = [new Date(e.timestamp * 1000).toLocaleTimeString(), e.node_name || e.node_id || "run", type, text];
+    const d = e.data || {};
+    const where = d.subgraph ? `${e.node_name} › ${d.subgraph}: ${d.inner_node_name || d.inner_node_id}` : e.node_name;
+    const cells = [new Date(e.timestamp * 1000).toLocaleTimeString(), where || e.node_id || "run", type, text];
     const tr = h(
       "tr",
       { dataset: { ids: id || "", node: e.node_id || "", kind } },

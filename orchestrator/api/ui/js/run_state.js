@@ -2,7 +2,10 @@
    state; nodes that run inside another (a model selector, a toolset, an MCP server or a
    sub-agent wired into an agent over link edges: they are materialized by the agent that
    uses them and have no events of their own) take their host's state; a team member
-   follows its own member-run events; a node that failed but whose run went on says so. */
+   follows its own member-run events; a node that failed but whose run went on says so.
+   A container's nested runs (a Loop's body, once per item) come as events of the container
+   with ``data.subgraph`` and ``data.inner_node_*``: they are kept per nested run
+   (``inner``) and never taken for the container's own state. */
 
 export const NODE_STATE = {
   started: "running",
@@ -49,6 +52,7 @@ export class RunState {
         ended: null,
         outputs: null,
         errors: [],
+        inner: {},
       };
     }
     this.hosts = hostsOf(graph);
@@ -96,11 +100,21 @@ export class RunState {
     if (NODE_STATE[type]) this.set(e.node_id, NODE_STATE[type]);
   }
 
+  /* An event of a node of a nested run (``data.subgraph``): its state, under that run. */
+  nested(type, e, s) {
+    const d = e.data;
+    const run = (s.inner[d.subgraph] = s.inner[d.subgraph] || {});
+    const state = type === "error" ? errorState(e)[0] : NODE_STATE[type];
+    if (state) run[d.inner_node_name || d.inner_node_id] = state;
+    if (s.state === "running") this.set(e.node_id, "running", `running · nested run ${Object.keys(s.inner).length}`);
+  }
+
   /* Apply one node event; true when it asks for an approval. */
   apply(type, e) {
     const s = this.nodes[e.node_id];
     if (!s) return false;
     s.events.push(e);
+    if (e.data && e.data.subgraph && e.data.inner_node_id) return (this.nested(type, e, s), false);
     if (type !== "agent_event") return (this.lifecycle(type, e, s), false);
     this.member(e);
     if (!(e.data && e.data.event === "approval_requested")) return false;

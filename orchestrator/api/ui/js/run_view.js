@@ -72,6 +72,34 @@ function parametersPart(s, n) {
     : [h("h3", {}, "Parameters (as configured)"), jsonView(n.data || {})];
 }
 
+/* The nodes of a container's nested runs (a Loop's body per item) and their states. */
+function nestedPart(s) {
+  const runs = Object.entries(s.inner || {});
+  if (!runs.length) return null;
+  const item = ([name, state]) => h("li", { dataset: { state } }, `${name}: `, badge(state));
+  return [
+    h("h3", {}, `Nested runs (${runs.length})`),
+    h(
+      "ul",
+      { class: "nested", id: "nested-runs" },
+      runs.map(([label, nodes]) =>
+        h(
+          "li",
+          { dataset: { run: label } },
+          h("span", { class: "mono" }, label),
+          h("ul", {}, Object.entries(nodes).map(item)),
+        ),
+      ),
+    ),
+  ];
+}
+
+/* Token usage and cost: shown once events carry them (``data.usage`` on completed events). */
+function usagePart(s) {
+  const usage = [...s.events].reverse().find((e) => e.data && e.data.usage);
+  return usage ? [h("h3", {}, "Usage"), jsonView(usage.data.usage)] : null;
+}
+
 function summaryPart(id, n, s) {
   const took = s.started && s.ended ? ` · took ${fmtMs((s.ended - s.started) * 1000)}` : "";
   const label = s.label ? h("span", { class: "muted state-label" }, ` ${s.label}`) : null;
@@ -177,9 +205,8 @@ class RunView {
       h("h3", { id: "node-outputs" }, "Outputs"),
       jsonView(plain(s.outputs) || undefined),
     ];
-    this.detail.replaceChildren(
-      ...[summaryPart(id, n, s), rerun, errors, parametersPart(s, n), io].flat(3).filter(Boolean),
-    );
+    const parts = [summaryPart(id, n, s), rerun, errors, usagePart(s), nestedPart(s), parametersPart(s, n), io];
+    this.detail.replaceChildren(...parts.flat(3).filter(Boolean));
   }
 
   async rerun(id) {
