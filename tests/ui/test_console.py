@@ -183,7 +183,7 @@ def test_a_loop_shows_the_state_of_each_body_run_apart_from_its_own(console: Con
     console.page.click(".node-item[data-node='loop']")
     assert console.page.locator("#nested-runs > li").count() == 2  # one nested run per item
     assert console.page.locator("#nested-runs li[data-state=succeeded]").count() == 4  # Item and Mark, twice
-    assert console.page.locator("#event-log td:has-text('For each › ')").count() >= 4  # body events named
+    assert console.page.locator("#event-log td:has-text('For each \u203a ')").count() >= 4  # body events named
     console.shot("run-loop")
 
 
