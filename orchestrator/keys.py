@@ -54,6 +54,10 @@ key                                        type        what, TTL
                                                        session_ttl_s (deleted at sign-out)
 {p}:streamgrant:{gid}                      string      the key's SHA-256 behind one stream token (the
                                                        token names gid); stream_token_ttl_s
+{p}:draft:{gid}                            hash        the console's draft of a graph (JSON, workspace,
+                                                       saved_at): may be incomplete; graph_ttl_s
+{p}:ws:{ws}:drafts                         zset        graph id -> saved_at, drafts of one workspace;
+                                                       graph_ttl_s (refreshed at each draft save)
 =========================================  ==========  ==============================================
 """
 
@@ -170,3 +174,9 @@ class Keys:
             self.dispatched(run_id), self.events(run_id), self.adj(run_id), self.suspend(run_id),
             self.resume(run_id), self.queue(run_id),
         ]
+
+    def draft(self, graph_id: str) -> str:
+        return f"{self.prefix}:draft:{graph_id}"
+
+    def workspace_drafts(self, workspace: str) -> str:
+        return f"{self.prefix}:ws:{workspace}:drafts"
