@@ -33,9 +33,11 @@ ENV PYTHONUNBUFFERED=1 \
 COPY --from=build /wheels /wheels
 # bubblewrap, setpriv (util-linux) and libseccomp2: the OS-level boundary of Code nodes and
 # stdio MCP servers (nodes/flow/code/SANDBOX.md). The container needs user namespaces:
-# run it with a seccomp profile that allows them (see docs/security.md).
+# run it with a seccomp profile that allows them (see docs/security.md). tini is PID 1:
+# each sandbox's bubblewrap init exits as an orphan and must be reaped by an init, else a
+# worker that is PID 1 itself collects one zombie per Code node or stdio server.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends bubblewrap libseccomp2 util-linux \
+    && apt-get install -y --no-install-recommends bubblewrap libseccomp2 util-linux tini \
     && rm -rf /var/lib/apt/lists/*
 # The locked dependencies (hash-checked), then the project's wheel without resolving again.
 RUN pip install --require-hashes -r /wheels/requirements.txt \
@@ -49,6 +51,7 @@ RUN pip install --require-hashes -r /wheels/requirements.txt \
 WORKDIR /app
 USER 10001:10001
 EXPOSE 8000
+ENTRYPOINT ["/usr/bin/tini", "--"]
 # Liveness of the API (the other roles override or disable it in compose / k8s).
 HEALTHCHECK --interval=15s --timeout=5s --start-period=20s --retries=3 \
     CMD python -c "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/health' % os.environ.get('ORCH_API_PORT', '8000'), timeout=4)" || exit 1

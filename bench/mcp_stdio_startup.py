@@ -92,6 +92,7 @@ def main() -> None:
     parser.add_argument("--servers", type=int, default=8)
     options = parser.parse_args()
     os.environ["ORCH_MCP_STDIO_COMMANDS"] = f"/bin/true,{sys.executable}"
+    os.environ["ORCH_MCP_STDIO_ARG_ROOTS"] = str(ECHO.parent)  # the echo server is an argument
     get_settings.cache_clear()
     true_ways = three_ways("/bin/true")
     server_ways = three_ways(f"{sys.executable} {ECHO}")

@@ -5,17 +5,28 @@ log line per event above it, and streams text tokens carried by ``progress`` /
 ``agent_event`` events into a panel under the table (the whole text is printed once the
 node finishes). :class:`JsonConsole` prints one JSON object per event instead, for
 scripts. Both take events in stream order through ``handle(event_id, event)``.
+
+Text from a model, a user or a node is data, never markup or terminal control: it goes to
+rich as :class:`~rich.text.Text` (a ``str`` given to rich is parsed as markup, so a model's
+``[/x]`` crashed the view and a ``[handbook.md, chunk 2]`` citation vanished), and
+:func:`printable` shows every control character a terminal would act on (the ESC of an
+ANSI sequence, C1 codes such as CSI, a carriage return) as its escape, ``\x1b``. Long text
+is kept from flooding the view: the live panel shows the tail of a stream, names and event
+details are cut; a finished stream and a final output are printed whole, without a frame
+(soft-wrapped, so the text can be copied as it was).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from types import TracebackType
 from typing import Any
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.panel import Panel
+from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
@@ -36,7 +47,27 @@ CONTENT_EVENT_SUFFIX = "RunContent"  # agent_event kinds whose "content" is a te
 RUN_STARTED_SUFFIX = "RunStarted"  # RunStarted / TeamRunStarted carry model and provider
 FORWARD_KEYS = frozenset({"subgraph", "inner_node_id", "inner_node_name", "inner_node_type"})
 PREVIEW_CHARS = 100
+NAME_CHARS = 60  # a node or agent name in the view's table, log lines and titles
 STREAM_LINES = 8
+STREAM_TAIL_CHARS = 2000  # the live panel shows at most this much of a stream's end
+# What a terminal acts on: C0 controls but tab and newline, DEL, and C1 (CSI is \x9b).
+CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character shown as its escape (``\x1b[31m`` stays
+    readable and colours nothing); tab and newline are kept."""
+    return CONTROL_CHARS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def data_text(text: str, style: str = "") -> Text:
+    """Text from a model, a user or a node as rich shows it: literal, never markup."""
+    return Text(printable(text), style=style)
+
+
+def name_text(name: str) -> Text:
+    """A name for a table cell or a title: literal, on one line, cut at NAME_CHARS."""
+    return data_text(preview(name.replace("\n", " "), NAME_CHARS))
 
 
 def token_text(event: NodeEvent) -> str | None:
@@ -141,8 +172,7 @@ class RunConsole:
                 prefix = event_label(event)
                 for done in [k for k in self.streams
                              if k == event.node_id or k == prefix or k.startswith(prefix + " > ")]:
-                    self.console.print(Panel(self.streams.pop(done),
-                                             title=self.names.get(done, done)))
+                    print_whole(self.console, self.names.get(done, done), data_text(self.streams.pop(done)))
             self.console.print(self._line(event))
         self.live.update(self._render())
 
@@ -152,20 +182,22 @@ class RunConsole:
         t = f"{event.timestamp - self.started_at:7.3f}s"
         who = event_label(event)
         style = STATUS_STYLE.get(EVENT_STATUS.get(event.event_type, ""), "bold")
-        line = Text.assemble((t, "dim"), " ", (f"{event.event_type:<14}", style), " ", who)
+        line = Text.assemble((t, "dim"), " ", (f"{event.event_type:<14}", style), " ",
+                             printable(preview(who, NAME_CHARS * 2)))
         if event.attempt > 1:
             line.append(f" (attempt {event.attempt})", style="magenta")
         if event.event_type == EventType.AGENT_EVENT and event.data:
-            line.append(f"  {event.data.get('event', '')}", style="cyan")
+            line.append(f"  {printable(preview(str(event.data.get('event', '')), NAME_CHARS))}", style="cyan")
             ran = model_ran(event)
             if ran:
-                line.append(f"  model {ran}", style="dim")
+                line.append(f"  model {printable(preview(ran, NAME_CHARS))}", style="dim")
         elif data := {k: v for k, v in (event.data or {}).items() if k not in FORWARD_KEYS}:
             detail: Any = data.get("error") or data.get("message") or data
             if isinstance(detail, dict) and isinstance(detail.get("outputs"), dict):
-                detail = {port: dv.get("value") if isinstance(dv, dict) else dv
+                # A port the event carries cut short holds a "preview" instead of its value.
+                detail = {port: dv.get("value", dv.get("preview")) if isinstance(dv, dict) else dv
                           for port, dv in detail["outputs"].items()}
-            line.append("  " + preview(detail), style="dim")
+            line.append("  " + printable(preview(detail)), style="dim")
         return line
 
     def _render(self) -> Group:
@@ -175,12 +207,20 @@ class RunConsole:
         table.add_column("status")
         for node_id, name, node_type in self.nodes:
             status = self.status.get(node_id, "pending")
-            table.add_row(name, node_type, Text(status, style=STATUS_STYLE.get(status, "")))
+            table.add_row(name_text(name), name_text(node_type), Text(status, style=STATUS_STYLE.get(status, "")))
         parts: list[Any] = [table]
         for node_id, text in self.streams.items():
-            tail = "\n".join(text.splitlines()[-STREAM_LINES:])
-            parts.append(Panel(tail, title=f"{self.names.get(node_id, node_id)} (streaming)"))
+            tail = "\n".join(text[-STREAM_TAIL_CHARS:].splitlines()[-STREAM_LINES:])
+            title = name_text(self.names.get(node_id, node_id)).append(" (streaming)")
+            parts.append(Panel(data_text(tail), title=title))
         return Group(*parts)
+
+
+def print_whole(console: Console, title: str, body: RenderableType) -> None:
+    """``body`` under a rule naming ``title``, soft-wrapped: printed whole and verbatim (no
+    frame cuts a line or adds characters to it)."""
+    console.print(Rule(name_text(title), align="left"))
+    console.print(body, soft_wrap=True)
 
 
 class JsonConsole:
@@ -197,5 +237,12 @@ class JsonConsole:
         return None
 
     def handle(self, event_id: str, event: NodeEvent) -> None:
-        line = json.dumps({"id": event_id, **event.to_json()}, default=str, ensure_ascii=False)
+        line = json_line({"id": event_id, **event.to_json()})
         self.console.out(line, highlight=False)
+
+
+def json_line(value: Any, indent: int | None = None) -> str:
+    """``value`` as JSON with every control character escaped: JSON escapes C0 itself, and
+    C1 (which a terminal may act on) becomes ``\\u009b``, still the same JSON string."""
+    text = json.dumps(value, default=str, ensure_ascii=False, indent=indent)
+    return CONTROL_CHARS.sub(lambda m: f"\\u{ord(m.group()):04x}", text)

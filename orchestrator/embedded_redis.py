@@ -13,6 +13,10 @@ Contract:
   temp dir it created (never a ``dir`` the caller passed in).
 * ``url`` is a redis-py URL; ``broker_url`` is the same server as Celery/kombu spells it
   (``redis+socket://<path>?virtual_host=0`` for a socket).
+* Memory: ``maxmemory`` is ``maxmemory_mb`` (default ``ORCH_EMBEDDED_REDIS_MAXMEMORY_MB``,
+  1024; 0 = none) with ``maxmemory-policy noeviction``: past it Redis refuses writes with
+  an error the store names (``storage_budget.store_full``) and never evicts run state,
+  Celery's queues or files silently.
 """
 
 from __future__ import annotations
@@ -65,7 +69,13 @@ class EmbeddedRedis:
         unix_socket: bool = True,
         appendonly: bool = False,
         dir: Path | None = None,
+        maxmemory_mb: int | None = None,
     ) -> None:
+        if maxmemory_mb is None:
+            from orchestrator.settings import get_settings
+
+            maxmemory_mb = get_settings().embedded_redis_maxmemory_mb
+        self.maxmemory_mb = maxmemory_mb
         self.unix_socket = unix_socket
         self.appendonly = appendonly
         # Without a socket we need TCP; pick a free port unless the caller chose one.
@@ -114,6 +124,8 @@ class EmbeddedRedis:
             "--appendonly", "yes" if self.appendonly else "no",
             "--dir", str(self.dir),
             "--daemonize", "no",
+            "--maxmemory", f"{max(0, self.maxmemory_mb)}mb",
+            "--maxmemory-policy", "noeviction",
         ]
         if self.unix_socket:
             args += ["--unixsocket", self.socket_path, "--unixsocketperm", "700"]

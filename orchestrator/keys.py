@@ -52,6 +52,20 @@ key                                        type        what, TTL
                                                        (kept until deleted, like graphs); workspace ws
 {p}:blob:{ws}:{id}                         hash        uploaded/produced file: data, mime, size, name;
                                                        retention_s (the run's retention)
+{p}:blob:{ws}:{id}:part                    string      an upload's bytes while they arrive (APPENDed chunk by
+                                                       chunk, then moved into the file's hash); 1 h
+{p}:wsbytes:{ws}:{day}                     string      bytes of outputs, events and files a workspace stored
+                                                       on UTC day {day} (storage budgets); until the end of
+                                                       that day + retention_s + active_ttl_s
+{p}:session:{sid}                          string      a console session: {k: its key's SHA-256, c: CSRF
+                                                       token}; the cookie holds only the signed sid;
+                                                       session_ttl_s (deleted at sign-out)
+{p}:streamgrant:{gid}                      string      the key's SHA-256 behind one stream token (the
+                                                       token names gid); stream_token_ttl_s
+{p}:draft:{gid}                            hash        the console's draft of a graph (JSON, workspace,
+                                                       saved_at): may be incomplete; graph_ttl_s
+{p}:ws:{ws}:drafts                         zset        graph id -> saved_at, drafts of one workspace;
+                                                       graph_ttl_s (refreshed at each draft save)
 =========================================  ==========  ==============================================
 """
 
@@ -151,6 +165,18 @@ class Keys:
     def blob(self, workspace: str, blob_id: str) -> str:
         return f"{self.prefix}:blob:{workspace}:{blob_id}"
 
+    def blob_part(self, workspace: str, blob_id: str) -> str:
+        return f"{self.prefix}:blob:{workspace}:{blob_id}:part"
+
+    def workspace_bytes(self, workspace: str, day: int) -> str:
+        return f"{self.prefix}:wsbytes:{workspace}:{day}"
+
+    def session(self, session_id: str) -> str:
+        return f"{self.prefix}:session:{session_id}"
+
+    def stream_grant(self, grant_id: str) -> str:
+        return f"{self.prefix}:streamgrant:{grant_id}"
+
     def run_keys(self, run_id: str) -> list[str]:
         """Every fixed per-run key (lease keys carry their own short TTL)."""
         return [
@@ -159,3 +185,9 @@ class Keys:
             self.dispatched(run_id), self.events(run_id), self.adj(run_id), self.suspend(run_id),
             self.resume(run_id), self.queue(run_id), self.sent(run_id),
         ]
+
+    def draft(self, graph_id: str) -> str:
+        return f"{self.prefix}:draft:{graph_id}"
+
+    def workspace_drafts(self, workspace: str) -> str:
+        return f"{self.prefix}:ws:{workspace}:drafts"

@@ -26,6 +26,15 @@ class Settings(BaseSettings):
     retention_s: int = 7 * 24 * 3600  # run state, outputs and events expire this long after the run ends
     active_ttl_s: int = 2 * 24 * 3600  # TTL on keys of runs still active (refreshed as they progress)
     events_maxlen: int = 100_000  # a run's event stream is capped (XADD MAXLEN ~)
+    # Storage budgets (orchestrator/storage_budget.py): bytes of node outputs, node events
+    # and files that one run, and one workspace (all its runs and uploads), keep in Redis
+    # until they expire. A write past one fails its node (the run stops) or answers 429,
+    # naming the budget; 0 = no budget.
+    run_max_bytes: int = 128 * 1024 * 1024
+    workspace_max_bytes: int = 512 * 1024 * 1024
+    # The embedded redis-server (no REDIS_URL) refuses writes past this with an error that
+    # names it, and evicts nothing (noeviction); 0 = no limit.
+    embedded_redis_maxmemory_mb: int = 1024
     graph_ttl_s: int | None = None  # stored graphs never expire by default
 
     # -- execution -------------------------------------------------------------------
@@ -122,7 +131,9 @@ class Settings(BaseSettings):
     # to run it anyway with only the in-process audit hook (NOT a security boundary).
     sandbox_allow_weak: bool = False
     sandbox_bwrap_path: str = "bwrap"  # the bubblewrap binary (looked up on PATH)
-    sandbox_scratch_mb: int = 64  # size of the sandbox's tmpfs scratch folder
+    # Size of a sandbox's tmpfs scratch folder /tmp (a Code node's: at most its memory_mb); a
+    # stdio MCP server also gets a /dev/shm of this size.
+    sandbox_scratch_mb: int = 64
     # Code node sandboxes running at once in one worker process; more wait for a slot
     # (nested Loops of Code nodes, wide fan-outs). Each may use its memory_mb and the scratch.
     sandbox_max_concurrent: int = 8
@@ -133,6 +144,11 @@ class Settings(BaseSettings):
     # Comma-separated executables a stdio MCP server may be started with (e.g.
     # "/usr/local/bin/my-mcp,uvx"); empty = no stdio MCP server may run.
     mcp_stdio_commands: str = ""
+    # Folders (os.pathsep separated, absolute) under which an argument of a confined stdio
+    # MCP server that names a file or folder is shown to it, read-only; any other argument
+    # is passed as text. Empty = none. A folder holding or inside the keys or secrets file,
+    # a data folder or /proc, /sys, /dev, /run is refused (nodes/_shared/sandbox_binds.py).
+    mcp_stdio_arg_roots: str = ""
     mcp_stdio_network: bool = False  # give confined stdio MCP servers the host's network
     # false: allowed stdio MCP commands run unconfined (still only the named environment),
     # for trusted servers that need the host; the allow-list still applies.
@@ -163,6 +179,13 @@ class Settings(BaseSettings):
     # another address anyway (behind your own auth proxy, say). Shipped default: closed.
     allow_open_api: bool = False
     max_body_bytes: int = 2 * 1024 * 1024
+    # Slow clients (orchestrator/api/connections.py): a request's headers must arrive within
+    # api_header_timeout_s, its body within api_body_timeout_s of its headers, else the
+    # connection is closed; one client address holds at most this many connections to one
+    # API process (0 = no bound; behind a proxy every connection is the proxy's).
+    api_header_timeout_s: float = 15.0
+    api_body_timeout_s: float = 60.0
+    api_max_connections_per_client: int = 100
     public_docs: bool = False  # serve /docs, /redoc and /openapi.json without a key
     # /metrics counts every workspace's runs: it needs an admin key of workspace "default",
     # or this bearer token (for Prometheus' scrape config); metrics_public opens it.

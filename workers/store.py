@@ -23,6 +23,14 @@ times, event timestamps, ``created_at``/``finished_at``) is Redis's ``TIME``, re
 the script; a host's clock never enters the run state. Event JSON is written with its
 ``timestamp`` first, so a script restamps it without decoding the event.
 
+Storage budgets (``orchestrator/storage_budget.py``): the bytes a completion stores (its
+outputs and events) and the events a node appends are counted against the run's and its
+workspace's budgets before they are stored; a completion that would pass one is stored
+as the node's failure naming the budget instead, and its run stops. Appended events are
+counted in chunks of ``EVENT_COUNT_CHUNK_BYTES`` (one script call per chunk, not per
+token); a refused chunk fails the node through its executor. A Redis that refuses writes
+because it is full (``maxmemory``, noeviction) raises :class:`StoreFullError` naming it.
+
 The client must be created with ``decode_responses=True``.
 """
 
@@ -41,12 +49,13 @@ from typing import Any, cast
 from redis.asyncio import Redis
 
 from orchestrator import metrics, redis_client
-from orchestrator.kernel.errors import OrchestratorError, RunNotFoundError
+from orchestrator.kernel.errors import OrchestratorError, RunNotFoundError, StorageBudgetError
 from orchestrator.kernel.protocol import DataValue, EventType, NodeEvent
 from orchestrator.kernel.scheduling import RunPlan
 from orchestrator.kernel.store import Claim, NodeCompletion, NodeStatus, Ready, RunRecord, RunStatus, RunStore
 from orchestrator.keys import Keys
 from orchestrator.settings import Settings, get_settings
+from orchestrator.storage_budget import StorageBudget, store_full_errors
 
 from .batching import CommandBatcher
 
@@ -57,6 +66,8 @@ SCRIPTS = (
 )
 PLAN_CACHE_SIZE = 256
 STATUS_MAX_AGE_S = 0.1  # a run status read is shared this long by the nodes polling it
+EVENT_COUNT_CHUNK_BYTES = 64 * 1024  # appended events are counted against budgets this much at a time
+DEFAULT_WORKSPACE = "default"
 
 # The run-level event each forced terminal status appends.
 _FINISH_EVENTS = {
@@ -87,6 +98,20 @@ def _event_json(event: NodeEvent) -> str:
     """The event's JSON with ``timestamp`` first (lua/prelude.lua ``stamped`` needs it there)."""
     raw = event.to_json()
     return _dumps({"timestamp": raw.pop("timestamp"), **raw})
+
+
+def over_budget(run_id: str, node_id: str, completion: NodeCompletion, exc: StorageBudgetError) -> NodeCompletion:
+    """What is stored instead of a completion that would pass a storage budget: the node
+    failed, naming the budget, and its run stops (it could store nothing more)."""
+    own = next((e for e in completion.events if e.node_id == node_id), None)
+    info = {**exc.to_dict(), "node_id": node_id}
+    if own is not None and own.node_name:
+        info["node_name"] = own.node_name
+    event = NodeEvent(run_id=run_id, node_id=node_id, node_type=own.node_type if own else "",
+                      node_name=own.node_name if own else None, event_type=EventType.ERROR,
+                      data={"error": info, "recoverable": False, "mode": "stop"},
+                      attempt=own.attempt if own else 1)
+    return NodeCompletion(status=NodeStatus.FAILED, error=info, stop_run=True, events=[event])
 
 
 def adjacency(plan: RunPlan) -> dict[str, dict[str, Any]]:
@@ -125,6 +150,9 @@ class RedisRunStore(RunStore):
         self._plans: OrderedDict[str, RunPlan] = OrderedDict()
         self._event_templates: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._statuses: OrderedDict[str, tuple[float, asyncio.Future[Any]]] = OrderedDict()
+        self.budget = StorageBudget(redis, self.settings, call=self._batch.script)
+        self._workspaces: OrderedDict[str, str] = OrderedDict()  # run id -> workspace (never changes)
+        self._event_bytes: OrderedDict[str, int] = OrderedDict()  # run id -> appended bytes not yet counted
 
     @classmethod
     def from_url(cls, url: str, settings: Settings | None = None) -> RedisRunStore:
@@ -147,7 +175,31 @@ class RedisRunStore(RunStore):
         s = self.settings
         # ARGV[5] is unused: the scripts read the time from Redis (one clock for all hosts).
         head: list[Any] = [s.events_maxlen, self.keys.notify(run_id), s.active_ttl_s, s.retention_s, ""]
-        return await self._batch.script(self._scripts[script], keys, head + args)
+        with store_full_errors():
+            return await self._batch.script(self._scripts[script], keys, head + args)
+
+    async def _workspace(self, run_id: str) -> str:
+        """The run's workspace (its record's ``workspace``, else ``meta.workspace``), read once."""
+        known = self._workspaces.get(run_id)
+        if known is None:
+            field, meta = await self._batch.execute("HMGET", self.keys.run(run_id), "workspace", "meta")
+            known = field or (json.loads(meta).get("workspace") if meta else None) or DEFAULT_WORKSPACE
+            self._know_workspace(run_id, known)
+        return known
+
+    def _know_workspace(self, run_id: str, workspace: str) -> None:
+        self._workspaces[run_id] = workspace
+        self._workspaces.move_to_end(run_id)
+        while len(self._workspaces) > PLAN_CACHE_SIZE:
+            self._workspaces.popitem(last=False)
+
+    async def count_bytes(self, run_id: str, nbytes: int) -> None:
+        """Count ``nbytes`` the run is about to store against its budgets (see the module
+        docstring); StorageBudgetError when they would pass one."""
+        if self.budget.enabled and nbytes > 0:
+            workspace = await self._workspace(run_id)
+            with store_full_errors():
+                await self.budget.reserve(nbytes, workspace=workspace, run_id=run_id)
 
     def _templates(self, run_id: str) -> tuple[str, str]:
         """(run_completed, node event) JSON templates of a run: the same for every
@@ -191,6 +243,7 @@ class RedisRunStore(RunStore):
             "session_id": record.session_id or "",
             "meta": _dumps(record.meta),
             "remaining": str(len(plan.order)),
+            "workspace": str(record.meta.get("workspace") or DEFAULT_WORKSPACE),
         }
         adj = {nid: _dumps(a) for nid, a in adjacency(plan).items()}
         started = self._run_event(run_id, EventType.RUN_STARTED,
@@ -201,6 +254,7 @@ class RedisRunStore(RunStore):
             _dumps(plan.start), repr(float(deadline_s)), run_id, started,
         ])
         self._remember(plan)
+        self._know_workspace(run_id, fields["workspace"])
 
     def _remember(self, plan: RunPlan) -> None:
         self._plans[plan.run_id] = plan
@@ -302,9 +356,19 @@ class RedisRunStore(RunStore):
 
     async def append_event(self, event: NodeEvent, *, token: int | None = None) -> str:
         """Append to an existing run's log; returns the stream id ("" if the run is gone,
-        or the fenced append was refused: see ``RunStore.append_event``)."""
+        or the fenced append was refused: see ``RunStore.append_event``).
+        Raises StorageBudgetError when the run's events pass a storage budget."""
+        event_json = _event_json(event)
+        run_id = event.run_id
+        pending = self._event_bytes.pop(run_id, 0) + len(event_json)
+        if pending >= EVENT_COUNT_CHUNK_BYTES:
+            await self.count_bytes(run_id, pending)
+        else:
+            self._event_bytes[run_id] = pending
+            while len(self._event_bytes) > PLAN_CACHE_SIZE:
+                self._event_bytes.popitem(last=False)
         fence = "" if token is None else str(token)
-        stream_id = str(await self._call("append", event.run_id, [_event_json(event), event.node_id, fence]))
+        stream_id = str(await self._call("append", run_id, [event_json, event.node_id, fence]))
         if stream_id:
             metrics.EVENTS_PUBLISHED.labels(event_type=event.event_type).inc()
         return stream_id
@@ -313,6 +377,24 @@ class RedisRunStore(RunStore):
         self, run_id: str, node_id: str, completion: NodeCompletion, *, take: int | None = None,
         token: int | None = None,
     ) -> Ready:
+        args = self._completion_args(run_id, node_id, completion, take, token)
+        stored = len(args["outputs"]) + len(args["payload"]) + sum(len(e) for e in args["events"])
+        try:
+            await self.count_bytes(run_id, stored + self._event_bytes.pop(run_id, 0))
+        except StorageBudgetError as exc:
+            completion = over_budget(run_id, node_id, completion, exc)
+            args = self._completion_args(run_id, node_id, completion, take, token)
+        queued, backlog, *nodes = await self._call("complete", run_id, [_dumps(args)], node_id)
+        if queued == "stale":
+            metrics.STALE_REFUSED.labels(action="complete").inc()
+            return Ready(stale=True)
+        for event in completion.events:
+            metrics.EVENTS_PUBLISHED.labels(event_type=event.event_type).inc()
+        return Ready(list(nodes), queued=int(queued), backlog=int(backlog))
+
+    def _completion_args(self, run_id: str, node_id: str, completion: NodeCompletion,
+                         take: int | None, token: int | None) -> dict[str, Any]:
+        """complete.lua's named arguments for ``completion``."""
         waiting = completion.status == NodeStatus.WAITING
         run_completed, node_template = self._templates(run_id)
         args = {
@@ -338,13 +420,7 @@ class RedisRunStore(RunStore):
             "take": take,
             "token": token,
         }
-        queued, backlog, *nodes = await self._call("complete", run_id, [_dumps(args)], node_id)
-        if queued == "stale":
-            metrics.STALE_REFUSED.labels(action="complete").inc()
-            return Ready(stale=True)
-        for event in completion.events:
-            metrics.EVENTS_PUBLISHED.labels(event_type=event.event_type).inc()
-        return Ready(list(nodes), queued=int(queued), backlog=int(backlog))
+        return args
 
     async def take_queued(self, run_id: str, max_nodes: int) -> list[str]:
         if max_nodes <= 0:

@@ -45,6 +45,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from orchestrator import metrics
+from orchestrator.kernel.errors import StoreFullError
 from orchestrator.kernel.step import StepOutcome, run_step
 from orchestrator.plugins import get_registry
 
@@ -57,6 +58,7 @@ log = logging.getLogger("workers.tasks")
 
 INFRA_RETRIES = 5
 INFRA_RETRY_DELAY_S = 1.0
+STORE_FULL_RETRY_DELAY_S = 30.0  # room comes back as runs expire, not within a second
 
 
 async def _step(run_id: str, node_id: str, *, promised: bool) -> StepOutcome:
@@ -151,12 +153,17 @@ def step_and_dispatch(run_id: str, node_id: str) -> StepOutcome:
 
 
 def _infra_retry(task: Task[Any, Any], work: Callable[[], Any], what: str) -> None:
-    """Run ``work``; a Redis outage is retried by Celery a few times (the message is kept)."""
+    """Run ``work``; a Redis outage, or a Redis full to its maxmemory (nothing of the step
+    can be stored, not even its failure), is retried by Celery a few times (the message
+    is kept), then fails the task with the error naming it."""
     try:
         work()
     except (RedisConnectionError, RedisTimeoutError) as exc:
         log.warning("redis unavailable (%s): %s; retrying", what, exc)
         raise task.retry(exc=exc, countdown=INFRA_RETRY_DELAY_S, max_retries=INFRA_RETRIES) from exc
+    except StoreFullError as exc:
+        log.error("%s (%s); retrying in %s s", exc.message, what, STORE_FULL_RETRY_DELAY_S)
+        raise task.retry(exc=exc, countdown=STORE_FULL_RETRY_DELAY_S, max_retries=INFRA_RETRIES) from exc
 
 
 @celery_app.task(name=NODE_TASK, bind=True, ignore_result=True, acks_late=True,

@@ -56,7 +56,8 @@ async def open_blobs(ctx: FlowContext) -> AsyncIterator[Blobs]:
         workspace = await workspace_of(ctx, redis)
     finally:
         await redis.aclose()
-    blobs = Blobs.from_settings(settings_of(ctx), redis_url_of(ctx), workspace=workspace)
+    # Files a node stores count against its run's storage budget too.
+    blobs = Blobs.from_settings(settings_of(ctx), redis_url_of(ctx), workspace=workspace, run_id=ctx.run_id)
     try:
         yield blobs
     finally:
@@ -107,7 +108,9 @@ def readable_roots(ctx: FlowContext) -> list[Path]:
 
 def readable_path(ctx: FlowContext, raw: str) -> Path:
     """``raw`` resolved inside one of the readable roots (relative paths: from each root, or
-    from the repository for ``examples/...``), else a ParameterError."""
+    from the repository for ``examples/...``), else a ParameterError. The error names the
+    path as the graph gave it and the roots by their settings, never a folder of the host:
+    a graph author learns nothing of the worker's disk from it."""
     roots = readable_roots(ctx)
     candidate = Path(raw).expanduser()
     tries = [candidate] if candidate.is_absolute() else [EXAMPLES_DIR.parent / candidate,
@@ -116,8 +119,9 @@ def readable_path(ctx: FlowContext, raw: str) -> Path:
         resolved = path.resolve()
         if any(resolved.is_relative_to(root) for root in roots) and resolved.is_file():
             return resolved
-    raise ParameterError(f"parameter 'path': {raw!r} is not a file inside the readable folders "
-                         f"({', '.join(str(r) for r in roots)}; add one with ORCH_LOADER_PATHS)", parameter="path")
+    raise ParameterError(f"parameter 'path': {raw!r} is not a file inside the readable folders (the shipped "
+                         "examples/ folder and the folders an operator lists in ORCH_LOADER_PATHS)",
+                         parameter="path")
 
 
 def as_text(value: Any) -> str:

@@ -8,13 +8,26 @@ Through SQLAlchemy 2's async engine (aiosqlite, asyncpg), one engine per executi
   transaction; a write is refused by the database itself;
 * the statement timeout is enforced by PostgreSQL (``SET LOCAL statement_timeout``) and,
   for SQLite, by interrupting the connection when the time is up;
-* at most ``max_rows`` rows are fetched; values become JSON (decimals as numbers, times
-  as ISO 8601, bytes as base64).
+* at most ``max_rows`` rows and ``max_bytes`` bytes (the node's output budget,
+  ``ORCH_MAX_OUTPUT_BYTES``) are fetched; values become JSON (decimals as numbers, times
+  as ISO 8601, bytes as base64). Rows come through a server-side cursor (SQLAlchemy's
+  ``stream``), a few at a time: a statement that selects a million rows costs the worker
+  the rows it keeps, never the whole result (the plain cursors of aiosqlite and asyncpg
+  fetch every row before the first is read). A result past ``max_bytes`` fails the node
+  naming the budget. PostgreSQL has no per-value limit to set: one batch (at most 50 rows,
+  asyncpg's) may arrive before the budget is checked, so one row is bounded only by
+  PostgreSQL's own 1 GB message limit; and a PostgreSQL write (``read_only`` off) is read
+  through the plain cursor, whose status gives ``rowcount``, so its ``RETURNING`` rows
+  arrive whole before the budget is checked. SQLite's limits below leave no such gap.
 
-A SQLite statement reaches its one database file and nothing else. Every SQLite
-connection is opened here (not from URL options, which are refused) with
-``SQLITE_LIMIT_ATTACHED`` 0 and an authorizer (:class:`SqliteGuard`) that refuses, before
-the statement runs:
+A SQLite statement reaches its one database file and nothing else, and builds no value
+larger than the node's budget. Every SQLite connection is opened here (not from URL
+options, which are refused) with the limits of :func:`sqlite_limits`
+(``SQLITE_LIMIT_LENGTH``: no string, blob or row past ``max_bytes``, so
+``randomblob(400000000)`` fails before SQLite allocates it; the statement's text, its
+expression depth, compound selects, function arguments, LIKE patterns, bound variables,
+columns and trigger depth bounded; ``SQLITE_LIMIT_ATTACHED`` 0; no sorter threads), and an
+authorizer (:class:`SqliteGuard`) that refuses, before the statement runs:
 
 * ``ATTACH`` and ``DETACH`` (an ``ATTACH`` creates a file at any path the worker may
   write), and so ``VACUUM`` in both forms, which SQLite runs by attaching a database
@@ -33,6 +46,7 @@ import asyncio
 import base64
 import datetime as dt
 import decimal
+import json
 import sqlite3
 import uuid
 from dataclasses import dataclass, field
@@ -40,13 +54,14 @@ from pathlib import Path
 from typing import Any
 
 import aiosqlite
+import asyncpg
 from sqlalchemy import text
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
-from orchestrator.kernel.errors import NodeExecutionError, NodeTimeoutError, ParameterError
+from orchestrator.kernel.errors import NodeExecutionError, NodeTimeoutError, OrchestratorError, ParameterError
 
 DRIVERS = {"postgresql": "postgresql+asyncpg", "postgres": "postgresql+asyncpg", "sqlite": "sqlite+aiosqlite"}
 
@@ -58,6 +73,29 @@ class Statement:
     read_only: bool = True
     max_rows: int = 1000
     timeout_s: float = 30.0
+    max_bytes: int = 8 * 1024 * 1024  # the node's output budget (ORCH_MAX_OUTPUT_BYTES)
+
+
+SQL_MAX_BYTES = 1_000_000  # statement text: far above a hand-written statement
+BUDGET_NAME = "the node's output budget ORCH_MAX_OUTPUT_BYTES"
+
+
+def sqlite_limits(max_bytes: int) -> dict[int, int]:
+    """The ``sqlite3.Connection.setlimit`` values of every connection (SQLite's defaults in
+    comments; each is a bound on memory or on C recursion that a statement chooses)."""
+    return {
+        sqlite3.SQLITE_LIMIT_LENGTH: max(1024, max_bytes),  # 1e9: a string, blob or row
+        sqlite3.SQLITE_LIMIT_SQL_LENGTH: max(1024, min(SQL_MAX_BYTES, max_bytes)),  # 1e9; checked first
+        sqlite3.SQLITE_LIMIT_EXPR_DEPTH: 500,  # 1000
+        sqlite3.SQLITE_LIMIT_COMPOUND_SELECT: 100,  # 500
+        sqlite3.SQLITE_LIMIT_FUNCTION_ARG: 100,  # 127 (1000 when compiled so)
+        sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH: 10_000,  # 50,000
+        sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER: 10_000,  # 32,766
+        sqlite3.SQLITE_LIMIT_COLUMN: 2000,  # 2000
+        sqlite3.SQLITE_LIMIT_TRIGGER_DEPTH: 100,  # 1000
+        sqlite3.SQLITE_LIMIT_ATTACHED: 0,  # 10: see SqliteGuard
+        sqlite3.SQLITE_LIMIT_WORKER_THREADS: 0,  # 0; sorter threads would each hold a buffer
+    }
 
 
 def async_url(raw: str) -> str:
@@ -142,13 +180,15 @@ class SqliteGuard:
         return None
 
 
-def _sqlite_engine(path: str, read_only: bool, guard: SqliteGuard) -> AsyncEngine:
+def _sqlite_engine(path: str, stmt: Statement, guard: SqliteGuard) -> AsyncEngine:
     """An engine whose one connection is the guarded SQLite connection to ``path``."""
+    read_only = stmt.read_only
 
     def connect() -> sqlite3.Connection:  # runs on aiosqlite's thread, which then owns it
         conn = sqlite3.connect(path)
         try:
-            conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+            for limit, value in sqlite_limits(stmt.max_bytes).items():
+                conn.setlimit(limit, value)
             conn.execute(f"PRAGMA query_only = {'ON' if read_only else 'OFF'}")
             conn.set_authorizer(guard)
         except BaseException:
@@ -188,25 +228,81 @@ async def _prepare(conn: AsyncConnection, dialect: str, stmt: Statement) -> None
         await conn.execute(text(f"SET LOCAL statement_timeout = {max(1, int(stmt.timeout_s * 1000))}"))
 
 
+def _json_bytes(value: Any) -> int:
+    """About the bytes of ``value`` in the output's JSON (never fewer for text and bytes)."""
+    if isinstance(value, str):
+        return len(value) + 2
+    if isinstance(value, bytes | bytearray | memoryview):
+        return (len(value) + 2) // 3 * 4 + 2
+    if isinstance(value, dict | list):
+        return len(json.dumps(value, default=str))
+    return 24
+
+
+def _fetch(conn: Connection, stmt: Statement) -> dict[str, Any]:
+    """Run ``stmt`` and read its rows within the budgets (on SQLAlchemy's greenlet, through
+    ``AsyncConnection.run_sync``: the sync ``Result`` API over the async drivers)."""
+    # A server-side cursor cannot run a statement per parameter set, and asyncpg's does not
+    # report the rows a write changed: PostgreSQL writes keep the plain cursor (see above).
+    if isinstance(stmt.parameters, list) or (conn.dialect.name == "postgresql" and not stmt.read_only):
+        result = conn.execute(text(stmt.sql), stmt.parameters)
+    else:
+        result = conn.execution_options(stream_results=True, max_row_buffer=50).execute(
+            text(stmt.sql), stmt.parameters)
+    with result:
+        if not result.returns_rows:
+            # rowcount: rows the statement changed; null when the driver cannot tell
+            # (asyncpg with a list of parameter sets, or through a server-side cursor).
+            rowcount = result.rowcount if result.rowcount >= 0 else None
+            return {"rows": [], "columns": [], "count": 0, "truncated": False, "rowcount": rowcount}
+        columns = list(result.keys())
+        rows: list[dict[str, Any]] = []
+        size = 0
+        for row in result:
+            if len(rows) == stmt.max_rows:
+                return {"rows": rows, "columns": columns, "count": len(rows), "truncated": True,
+                        "rowcount": len(rows)}
+            size += sum(_json_bytes(v) + len(c) + 4 for c, v in zip(columns, row, strict=True))
+            if size > stmt.max_bytes:
+                raise NodeExecutionError(
+                    f"the result is larger than {BUDGET_NAME} ({stmt.max_bytes} bytes) after {len(rows)} "
+                    "rows: select fewer rows (max_rows, LIMIT) or smaller columns")
+            rows.append({c: to_json(v) for c, v in zip(columns, row, strict=True)})
+    return {"rows": rows, "columns": columns, "count": len(rows), "truncated": False, "rowcount": len(rows)}
+
+
 async def _execute(conn: AsyncConnection, stmt: Statement) -> dict[str, Any]:
-    result = await conn.execute(text(stmt.sql), stmt.parameters)
-    if not result.returns_rows:
-        # rowcount: rows the statement changed; null when the driver cannot tell (asyncpg
-        # with a list of parameter sets).
-        rowcount = result.rowcount if result.rowcount >= 0 else None
-        return {"rows": [], "columns": [], "count": 0, "truncated": False, "rowcount": rowcount}
-    columns = list(result.keys())
-    fetched = result.fetchmany(stmt.max_rows + 1)
-    rows = [{c: to_json(v) for c, v in zip(columns, row, strict=True)} for row in fetched[:stmt.max_rows]]
-    return {"rows": rows, "columns": columns, "count": len(rows), "truncated": len(fetched) > stmt.max_rows,
-            "rowcount": len(rows)}
+    return await conn.run_sync(_fetch, stmt)
+
+
+# The drivers' own errors: SQLAlchemy wraps them as DBAPIError when a statement starts, but
+# not when a server-side cursor fetches its rows (asyncpg's and aiosqlite's adapters).
+DRIVER_ERRORS = (sqlite3.Error, asyncpg.PostgresError)
+
+
+def _refusal(orig: BaseException | None, stmt: Statement, guard: SqliteGuard) -> OrchestratorError:
+    """The node's error for a driver's error ``orig``."""
+    message = str(orig)
+    if "statement timeout" in message or "canceling statement" in message:
+        return NodeTimeoutError(f"the statement ran past its timeout of {stmt.timeout_s}s")
+    if getattr(orig, "sqlite_errorcode", None) == sqlite3.SQLITE_TOOBIG or "string or blob too big" in message:
+        return NodeExecutionError(f"the statement built a value larger than {BUDGET_NAME} ({stmt.max_bytes} "
+                                  "bytes; SQLite's SQLITE_LIMIT_LENGTH)")
+    if guard.refused is not None:  # "not authorized" / "authorization denied": say what and why
+        return NodeExecutionError(f"the statement was refused: {guard.refused}")
+    first_line = message.splitlines()[0][:300] if message else ""
+    return NodeExecutionError(f"the database refused the statement: {type(orig).__name__}: {first_line}")
 
 
 async def run_statement(url: str, stmt: Statement) -> dict[str, Any]:
     """Run ``stmt`` on the database at ``url`` (see the module docstring)."""
     path = sqlite_path(url)
+    sql_max_bytes = min(SQL_MAX_BYTES, stmt.max_bytes)
+    if len(stmt.sql.encode()) > sql_max_bytes:
+        raise ParameterError(f"the statement is longer than {sql_max_bytes} bytes (SQLITE_LIMIT_SQL_LENGTH); "
+                             "values go in parameters", parameter="query")
     guard = SqliteGuard()
-    engine = (_sqlite_engine(path, stmt.read_only, guard) if path is not None
+    engine = (_sqlite_engine(path, stmt, guard) if path is not None
               else create_async_engine(async_url(url), poolclass=NullPool))
     dialect = engine.dialect.name
     try:
@@ -223,7 +319,7 @@ async def run_statement(url: str, stmt: Statement) -> dict[str, Any]:
                         await driver.interrupt()
                     try:
                         await work
-                    except SQLAlchemyError:
+                    except (SQLAlchemyError, *DRIVER_ERRORS):
                         pass
                 else:
                     work.cancel()
@@ -232,12 +328,9 @@ async def run_statement(url: str, stmt: Statement) -> dict[str, Any]:
                 await conn.commit()
             return out
     except DBAPIError as exc:
-        if "statement timeout" in str(exc.orig) or "canceling statement" in str(exc.orig):
-            raise NodeTimeoutError(f"the statement ran past its timeout of {stmt.timeout_s}s") from None
-        if guard.refused is not None:  # "not authorized" / "authorization denied": say what and why
-            raise NodeExecutionError(f"the statement was refused: {guard.refused}") from None
-        raise NodeExecutionError(f"the database refused the statement: {type(exc.orig).__name__}: "
-                                 f"{str(exc.orig).splitlines()[0][:300]}") from None
+        raise _refusal(exc.orig, stmt, guard) from None
+    except DRIVER_ERRORS as exc:
+        raise _refusal(exc, stmt, guard) from None
     except (SQLAlchemyError, OSError) as exc:
         raise NodeExecutionError(f"database error: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}") from None
     finally:

@@ -2,10 +2,22 @@
 
 A graph author chooses URLs; the operator chooses where the workers may connect. The
 policy refuses any address that is not globally routable (loopback, RFC 1918 private,
-link-local, CGNAT shared space, reserved, multicast, unspecified; IPv4-mapped IPv6 is
-unwrapped first) unless ``ORCH_EGRESS_ALLOW_PRIVATE`` is set, and refuses cloud-metadata
-addresses always, unless one is listed by exact address in ``ORCH_EGRESS_ALLOW``.
-``ORCH_EGRESS_ALLOW`` lists hosts, addresses or CIDR networks allowed despite the rule.
+link-local, CGNAT shared space, reserved, multicast, unspecified) unless
+``ORCH_EGRESS_ALLOW_PRIVATE`` is set, and refuses cloud-metadata addresses always, unless
+one is listed by exact address in ``ORCH_EGRESS_ALLOW``. ``ORCH_EGRESS_ALLOW`` lists hosts,
+addresses or CIDR networks allowed despite the rule.
+
+An IPv6 address that carries an IPv4 address is judged by the IPv4 rules on the carried
+address (:func:`embedded_ipv4`): IPv4-mapped ``::ffff:a.b.c.d``, IPv4-compatible
+``::a.b.c.d``, SIIT ``::ffff:0:a.b.c.d``, NAT64 ``64:ff9b::/96`` and the local-use
+``64:ff9b:1::/48`` (RFC 8215), 6to4 ``2002::/16``, Teredo ``2001::/32`` (server and
+de-obfuscated client) and ISATAP interface identifiers (``...:0:5efe:a.b.c.d``). A
+translator or relay delivers such a packet to the carried address, so
+``64:ff9b::7f00:1`` is loopback. For the forms that only carry an address (mapped,
+compatible, SIIT, NAT64, 6to4) the carried address decides alone; Teredo and ISATAP
+addresses must pass both the IPv6 rules and the IPv4 rules. In ``64:ff9b:1::/48`` the
+prefix length (48, 56, 64 or 96; RFC 6052) is the operator's choice and cannot be read
+from the address, so the address is read at each length and refused if any reading is.
 
 The check runs *after* DNS resolution, at connect time, on the address actually
 connected to: :func:`egress_client` gives an ``httpx.AsyncClient`` whose transport
@@ -66,10 +78,45 @@ METADATA_ADDRESSES = frozenset(ipaddress.ip_address(a) for a in (
 ))
 
 
-def _unwrap(address: IPAddress) -> IPAddress:
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    return address
+_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")  # RFC 4291 (deprecated), not :: and ::1
+_IPV4_TRANSLATED = ipaddress.ip_network("::ffff:0:0:0/96")  # SIIT, RFC 2765
+_NAT64_WELL_KNOWN = ipaddress.ip_network("64:ff9b::/96")  # RFC 6052
+_NAT64_LOCAL_USE = ipaddress.ip_network("64:ff9b:1::/48")  # RFC 8215
+_NAT64_LOCAL_USE_LENGTHS = (48, 56, 64, 96)  # RFC 6052 prefix lengths inside a /48
+_ISATAP_INTERFACE = 0x00005EFE  # RFC 5214; the u/g bits of the top octet may be set
+
+
+def _rfc6052(value: int, prefix_length: int) -> ipaddress.IPv4Address:
+    """The IPv4 address at ``prefix_length`` in ``value`` (RFC 6052, 2.2): it starts right
+    after the prefix and skips bits 64-71 (the "u" octet)."""
+    if prefix_length == 96:
+        return ipaddress.IPv4Address(value & 0xFFFFFFFF)
+    high_bits = 64 - prefix_length
+    low_bits = 32 - high_bits
+    high = (value >> 64) & ((1 << high_bits) - 1)
+    low = (value >> (128 - 72 - low_bits)) & ((1 << low_bits) - 1)
+    return ipaddress.IPv4Address((high << low_bits) | low)
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> tuple[bool, tuple[ipaddress.IPv4Address, ...]]:
+    """The IPv4 addresses ``address`` carries, and whether they alone decide (the IPv6
+    address only carries them) or the IPv6 rules apply too (Teredo, ISATAP)."""
+    value = int(address)
+    if address.ipv4_mapped is not None:
+        return True, (address.ipv4_mapped,)
+    if address in _IPV4_TRANSLATED or address in _NAT64_WELL_KNOWN or (
+            address in _IPV4_COMPATIBLE and value > 1):
+        return True, (ipaddress.IPv4Address(value & 0xFFFFFFFF),)
+    if address in _NAT64_LOCAL_USE:
+        readings = dict.fromkeys(_rfc6052(value, n) for n in _NAT64_LOCAL_USE_LENGTHS)
+        return True, tuple(readings)
+    if address.sixtofour is not None:
+        return True, (address.sixtofour,)
+    if address.teredo is not None:
+        return False, address.teredo
+    if (value >> 32) & 0xFCFFFFFF == _ISATAP_INTERFACE:
+        return False, (ipaddress.IPv4Address(value & 0xFFFFFFFF),)
+    return False, ()
 
 
 @dataclass(frozen=True)
@@ -101,9 +148,16 @@ class EgressPolicy:
 
     def refusal(self, address: IPAddress) -> str | None:
         """Why ``address`` is refused, or None when a connection to it is allowed."""
-        address = _unwrap(address)
         if any(address in net for net in self.allow_networks):
             return None
+        if isinstance(address, ipaddress.IPv6Address):
+            decides, carried = embedded_ipv4(address)
+            for inner in carried:
+                reason = self.refusal(inner)
+                if reason is not None:
+                    return f"an IPv6 form of {inner}, {reason}"
+            if decides:
+                return None
         if address in METADATA_ADDRESSES:
             return "a cloud metadata address"
         if address.is_global and not address.is_multicast:

@@ -2,11 +2,12 @@
 
 ``run_python(code, value, timeout_s=..., memory_mb=...)`` starts the worker's interpreter
 (``python -I -B -c <sandbox_child.py>``) inside the OS-level boundary of
-``sandbox_bwrap.confine`` (namespaces, uid 65534, read-only interpreter, tmpfs scratch,
-no network) with the seccomp program of ``sandbox_seccomp.confinement_bpf``; sends the
-code and input as JSON on stdin and reads one result line back. The child adds the
-no-exec seccomp program, resource limits and the audit hook (second layer) before the
-user's code runs; SANDBOX.md beside the Code node says which layer stops what.
+``sandbox_bwrap.confine`` (namespaces, uid 65534, read-only interpreter, a tmpfs scratch of
+at most ``memory_mb`` and nothing else writable, no network) with the seccomp program of
+``sandbox_seccomp.confinement_bpf``; sends the code and input as JSON on stdin and reads
+one result line back. The child adds the no-exec seccomp program, resource limits and the
+audit hook (second layer) before the user's code runs; SANDBOX.md beside the Code node
+says which layer stops what.
 
 When the boundary cannot be set up (no bubblewrap, no libseccomp, ...) the call raises
 :class:`SandboxError` of kind ``unavailable`` naming what is missing, unless the operator
@@ -130,7 +131,10 @@ async def _run_python(code: str, value: Any, *, timeout_s: float, memory_mb: int
     seccomp_fd: int | None = None
     if boundary:
         seccomp_fd = program_fd(confinement_bpf())
-        how = Confinement(scratch_mb=get_settings().sandbox_scratch_mb, seccomp_fd=seccomp_fd)
+        # Tmpfs pages are memory that RLIMIT_AS does not count: the scratch holds at most the
+        # node's own memory budget, and /dev/shm nothing (read-only).
+        scratch_mb = min(get_settings().sandbox_scratch_mb, memory_mb)
+        how = Confinement(scratch_mb=scratch_mb, shm_mb=0, seccomp_fd=seccomp_fd)
         argv = confine(argv, how)
     try:
         proc = await asyncio.create_subprocess_exec(

@@ -8,7 +8,12 @@
   symlinks), the interpreter's real prefix (``sys.base_prefix``, not a venv) and
   ``Confinement.ro_paths`` (minus ``Confinement.covered``, hidden behind ``/dev/null``);
   a fresh ``/proc`` of its own PID namespace, a minimal ``/dev``
-  and a size-limited tmpfs at ``/tmp`` (the scratch folder, the only writable place);
+  and a size-limited tmpfs at ``/tmp`` (the scratch folder), plus, when
+  ``Confinement.shm_mb`` is set, a size-limited tmpfs at ``/dev/shm``: the only writable
+  places. bubblewrap's own tmpfs (the root that holds the mount points, and ``/dev``) have
+  no size limit and, in a user namespace, belong to the sandbox's uid; both are remounted
+  read-only, so no write reaches memory outside the sizes given (bubblewrap 0.8's
+  ``--remount-ro`` does not recurse: the mounts on them stay as they are);
 - an unprivileged uid/gid 65534 (``nobody``) with no capabilities and ``no_new_privs``.
   When the worker is not root the sandbox runs in a user namespace as the worker's own
   uid on the host. When the worker is root, bubblewrap runs without a user namespace (as
@@ -33,6 +38,8 @@ from orchestrator.settings import get_settings
 
 NOBODY = 65534
 SCRATCH = "/tmp"  # noqa: S108 -- a path inside the sandbox: its own tmpfs
+SHM = "/dev/shm"  # noqa: S108 -- a path inside the sandbox: its own tmpfs, or read-only
+MIB = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,7 @@ class Confinement:
     ro_paths: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     scratch_mb: int = 64
+    shm_mb: int = 0  # a writable /dev/shm of this size; 0 = read-only /dev/shm, holding nothing
     seccomp_fd: int | None = None
     chdir: str = SCRATCH
     covered: tuple[str, ...] = ()  # paths inside ro_paths hidden behind /dev/null (sockets)
@@ -120,14 +128,17 @@ def confine(argv: list[str], how: Confinement) -> list[str]:
     args += ["--cap-drop", "ALL"] if not root else []
     # The scratch tmpfs first: a read-only bind of a path under /tmp (a checkout or venv
     # that lives there) is then mounted on top of it instead of being hidden by it.
-    args += ["--perms", "1777", "--size", str(how.scratch_mb * 1024 * 1024), "--tmpfs", SCRATCH]
+    args += ["--perms", "1777", "--size", str(how.scratch_mb * MIB), "--tmpfs", SCRATCH]
     args += _root_filesystem(how.ro_paths)
     for path in how.covered:
         args += ["--ro-bind", "/dev/null", path]
     if how.network:
         args += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf",
                  "--ro-bind-try", "/etc/ssl", "/etc/ssl", "--ro-bind-try", "/etc/hosts", "/etc/hosts"]
-    args += ["--proc", "/proc", "--dev", "/dev", "--chdir", how.chdir, "--clearenv"]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    if how.shm_mb:
+        args += ["--perms", "1777", "--size", str(how.shm_mb * MIB), "--tmpfs", SHM]
+    args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", how.chdir, "--clearenv"]
     for name, value in how.env.items():
         args += ["--setenv", name, value]
     if how.seccomp_fd is not None:

@@ -7,7 +7,10 @@ Reads one JSON request on stdin: ``{"code", "input", "scratch", "memory_mb", "cp
 ``MARKER + json`` on the real stdout: ``{"ok": true, "value": ..., "logs": ...}`` or
 ``{"ok": false, "kind": "exception"|"memory"|"output"|"syntax", "error": ..., "logs": ...}``.
 Order matters: everything this script needs is imported and the user code is compiled
-before the limits and the hook are installed; the hook cannot be removed afterwards.
+before the limits and the hook are installed. An audit hook cannot be unregistered, but
+code in the same interpreter can neutralise it (``gc`` finds the hook's closure and its
+``deny`` cell can be replaced): it is a tripwire with clear messages, and nothing the OS
+layers promise depends on it (SANDBOX.md).
 """
 
 import ast

@@ -5,7 +5,8 @@ A graph names a command line; the operator decides which programs may run
 checks the program against that list and returns the argv that starts it inside the
 same bubblewrap boundary as the Code node (``sandbox_bwrap.confine``: own mount, PID, IPC
 and network namespaces, a user namespace when the worker is not root, uid 65534,
-read-only ``/usr`` and Python prefixes, tmpfs ``/tmp``, death with the worker), with only
+read-only ``/usr`` and Python prefixes, tmpfs ``/tmp`` and ``/dev/shm`` of
+``ORCH_SANDBOX_SCRATCH_MB`` each, death with the worker), with only
 the environment the node names (plus a fixed ``PATH`` and ``HOME=/tmp``). Network is off
 unless ``ORCH_MCP_STDIO_NETWORK`` is set. Inside the boundary:
 
@@ -31,9 +32,11 @@ launcher that installs the filter itself costs an interpreter start (docs/securi
 that need the host); the allow-list and the environment rule still apply.
 
 Read-only binds besides ``/usr``: the Python prefixes (the venv too, so a Python server's
-dependencies import), the program's folder when it lives outside ``/usr``, and every
-argument that names an existing file or folder (made absolute, so it resolves inside),
-with the unix sockets in them hidden (``sandbox_binds``).
+dependencies import), the program's folder when it lives outside ``/usr``, and an
+argument that names a file or folder under a root the operator listed
+(``ORCH_MCP_STDIO_ARG_ROOTS``; none by default) that holds nothing protected and that any
+user may read (made absolute, so it resolves inside; ``sandbox_binds`` has the rules). Every
+other argument is passed on as text.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ import shutil
 import sys
 from dataclasses import dataclass
 
-from nodes._shared.sandbox_binds import argument_binds, known_sockets
+from nodes._shared.sandbox_binds import ArgumentRoots, argument_binds, known_sockets
 from nodes._shared.sandbox_bwrap import Confinement, confine, prefixes, unavailable
 from nodes._shared.sandbox_seccomp import SeccompUnavailable, command_bpf, program_path
 from orchestrator.settings import Settings, get_settings
@@ -141,7 +144,7 @@ def confined_command(command: str, env: dict[str, str],
                                  "to run allowed commands unconfined")
         return ConfinedCommand(program, argv[1:], inner_env)
     try:
-        args, binds, covered = argument_binds(argv[1:])
+        args, binds, covered = argument_binds(argv[1:], ArgumentRoots.from_settings(settings))
     except ValueError as exc:
         raise CommandRefused(str(exc)) from exc
     binds.insert(0, os.path.realpath(sys.prefix))
@@ -149,8 +152,11 @@ def confined_command(command: str, env: dict[str, str],
         if not path.startswith("/usr/"):
             binds.append(os.path.dirname(path))
     covered += known_sockets([*binds, *prefixes(), "/usr"], settings.redis_url)
+    # /tmp and /dev/shm (Chromium-based servers need it): tmpfs pages are memory outside
+    # RLIMIT_AS, so each is sized within one process's memory budget.
+    tmpfs_mb = min(settings.sandbox_scratch_mb, settings.mcp_stdio_memory_mb)
     how = Confinement(network=settings.mcp_stdio_network, ro_paths=tuple(dict.fromkeys(binds)),
-                      env=inner_env, scratch_mb=settings.sandbox_scratch_mb,
+                      env=inner_env, scratch_mb=tmpfs_mb, shm_mb=tmpfs_mb,
                       seccomp_fd=SECCOMP_FD, covered=tuple(dict.fromkeys(covered)))
     full = confine([*limits(settings), program, *args], how)
     return ConfinedCommand(SHELL, ["-c", OPEN_SECCOMP, program_path(command_bpf()), *full],

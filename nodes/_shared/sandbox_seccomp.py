@@ -7,24 +7,30 @@ removes the kernel interfaces that cross it or attack the kernel). One list,
 ``unshare``, ``setns``, ``mount`` and the new mount API, ``pivot_root``, ``chroot``,
 ``bpf``, ``perf_event_open``, the key ring, ``userfaultfd``, ``io_uring_*``, module
 loading, ``kexec``, ``reboot``, ``swapon/off``, file handles, ``acct``, ``quotactl``,
-``syslog``, ``personality``, ...); every program refuses all of it, and refuses creating
+``syslog``, ``personality``, ``move_pages``, ``kcmp``, ``io_setup``, ``memfd_secret``,
+``modify_ldt``, ``mbind``, ...); every program refuses all of it, and refuses creating
 namespaces through ``clone`` (``clone3`` answers ENOSYS so libc and language runtimes
 fall back to ``clone``, whose flags a filter can read).
 
 - :func:`confinement_bpf` (the Code node, given to bubblewrap with ``--seccomp FD``)
   adds :data:`CODE_ONLY`: no process creation (``fork``, ``vfork``, ``clone`` without
-  ``CLONE_THREAD``), no signals or pidfds, no sockets at all.
+  ``CLONE_THREAD``), no signals (``kill``, ``tkill``, ``tgkill``, ``rt_*sigqueueinfo``) or
+  pidfds, no sockets at all, no memory outside ``RLIMIT_AS`` (memfds, System V shared
+  memory and message queues), no ``vmsplice``.
 - :func:`command_bpf` (commands such as stdio MCP servers) keeps process creation and
   ``execve`` working, since servers start helpers (``npx``, ``uvx``), and adds
   :data:`COMMAND_ONLY` plus a socket rule: ``socket``/``socketpair`` of any family other
   than ``AF_UNIX``, ``AF_INET`` and ``AF_INET6`` (netlink, packet, vsock, ...) answers
   EAFNOSUPPORT, the answer of a kernel built without that family, which libc handles
   (glibc's address-configuration check falls back when netlink is missing).
-  ``kill``, ``tgkill``, ``pidfd_open`` and ``pidfd_send_signal`` stay allowed: the PID
-  namespace shows a command only its own processes (and bubblewrap's init, which dies
-  with it), and servers signal and wait for their helpers with them (Python's asyncio
-  uses pidfds, Node and npm send signals). ``pidfd_getfd`` is refused: it copies a
-  descriptor out of another process, the access ``ptrace`` gives, and no server needs it.
+  ``kill``, ``tkill``, ``tgkill``, ``pidfd_open`` and ``pidfd_send_signal`` stay allowed:
+  the PID namespace shows a command only its own processes (and bubblewrap's init, which
+  dies with it), and servers signal and wait for their helpers with them (Python's asyncio
+  uses pidfds, Node and npm send signals, Go's runtime preempts its threads with
+  ``tgkill``). ``memfd_create`` (Chromium), System V IPC and ``vmsplice`` stay allowed too
+  (Docker's default profile allows them; a server's memory is bounded per process only).
+  ``pidfd_getfd`` is refused: it copies a descriptor out of another process, the access
+  ``ptrace`` gives, and no server needs it.
 - :func:`no_exec_bpf` refuses ``execve``/``execveat``; the Code node's child installs it
   itself (after the interpreter has started) before the user's code.
 
@@ -60,7 +66,12 @@ CLONE_NEW_FLAGS = (
     0x40000000,  # CLONE_NEWNET
 )
 
-# Kernel interfaces that cross the sandbox's boundary or attack the kernel.
+# Kernel interfaces that cross the sandbox's boundary or attack the kernel. The second
+# block: other processes' pages (move_pages, migrate_pages) and kernel objects (kcmp, an
+# ordering oracle used against KASLR), the host-wide AIO context count (io_setup: a
+# sandbox could take all of fs.aio-max-nr from the host's databases), secret memory,
+# x86 LDT entries and NUMA policy; Docker's default profile refuses all but io_setup and
+# memfd_secret, and neither CPython, a fastmcp server nor Node calls any of them (strace).
 BOUNDARY = (
     "ptrace", "process_vm_readv", "process_vm_writev", "unshare", "setns",
     "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "open_tree_attr",
@@ -70,11 +81,20 @@ BOUNDARY = (
     "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load",
     "reboot", "swapon", "swapoff", "open_by_handle_at", "name_to_handle_at", "acct",
     "quotactl", "quotactl_fd", "syslog", "lookup_dcookie", "personality",
+    "move_pages", "migrate_pages", "kcmp", "io_setup", "io_submit", "memfd_secret",
+    "modify_ldt", "mbind",
 )
-# The Code node's additions: its code may not start processes, signal or connect.
+# The Code node's additions: its code may not start processes, signal (``tkill``,
+# ``tgkill`` and ``rt_*sigqueueinfo`` are ``kill`` by thread id) or connect, nor hold
+# memory that ``RLIMIT_AS`` does not count: a memfd's pages, System V shared memory
+# segments and message queues outlive their mappings (a fresh IPC namespace allows
+# ~ULONG_MAX bytes of segments), so with the audit hook removed they would hold host
+# memory past ``memory_mb``. ``vmsplice`` hands user pages to pipes (the Dirty Pipe class
+# of bugs); nothing in CPython calls it.
 CODE_ONLY = (
     "fork", "vfork", "pidfd_open", "pidfd_send_signal", "pidfd_getfd", "kill", "socket",
-    "socketpair",
+    "socketpair", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo",
+    "memfd_create", "shmget", "msgget", "vmsplice",
 )
 # The additions for commands (process creation, signals and sockets stay allowed).
 COMMAND_ONLY = ("pidfd_getfd",)

@@ -1,7 +1,9 @@
 """The FastAPI application: ``create_app(settings=None) -> FastAPI`` (OpenAPI at ``/docs``).
 
 Routers (one concern each): ``graphs``, ``runs``, ``events`` (SSE), ``triggers``
-(webhooks, chat), ``nodes``, ``health``, ``docs``. Bearer-key auth guards everything
+(webhooks, chat), ``nodes``, ``health``, ``docs``; for the console: ``drafts``,
+``previews`` (expression previews), ``single_step`` (test one node), ``gallery`` (the
+shipped examples), ``credential_usage``. Bearer-key auth guards everything
 except ``/health``, ``/ready``, ``/hooks/*`` (signed instead), ``/auth/session`` (browser
 sign-in), the console's static files at ``/ui/`` and, when ``ORCH_METRICS_PUBLIC`` /
 ``ORCH_PUBLIC_DOCS`` are set, ``/metrics`` / the docs. Keys belong to workspaces and
@@ -34,16 +36,21 @@ from . import (
     browser_auth,
     console_ui,
     cors,
+    credential_usage,
     credentials,
     docs,
+    drafts,
     errors,
     events,
     files,
+    gallery,
     graphs,
     health,
     nodes,
+    previews,
     run_list,
     runs,
+    single_step,
     triggers,
 )
 from .auth import check_metrics_token, key_ring, require_key
@@ -113,7 +120,7 @@ def create_app(
     app.state.event_hub = hub
     errors.install(app)
     app.add_middleware(BodyLimit, max_body_bytes=settings.max_body_bytes,
-                       path_limits={"/files": settings.files_max_bytes + 64 * 1024})  # + multipart framing
+                       path_limits={"/files": files.upload_body_limit(settings)})  # checked as bytes arrive
     cors.install(app, settings)  # outermost: preflights are answered before auth
     browser_auth.mask_access_log()
     guarded = [Depends(require_key)]
@@ -124,6 +131,7 @@ def create_app(
     console_ui.mount(app)
     app.include_router(triggers.hooks)
     for router in (graphs.router, runs.router, run_list.router, events.router, nodes.router, triggers.chats,
-                   credentials.router, files.router):
+                   credentials.router, files.router, drafts.router, previews.router, single_step.router,
+                   gallery.router, credential_usage.router):
         app.include_router(router, dependencies=guarded)
     return app

@@ -20,9 +20,17 @@ never visible: the stores answer 404 for them (see ``graph_store`` and ``launch`
 
 ``require_key`` resolves the :class:`Principal` from the bearer header; a request
 without one may carry a browser credential instead (a session cookie or a stream token,
-``browser_auth.py``), which names its key by digest and is accepted only while that key
-is still configured.
+``browser_auth.py``), which is accepted only while its key is still configured.
 Placeholder keys (``change-me`` and the like) are refused when the app starts.
+
+The keys file is read again when it changes: :func:`key_ring` looks at its ``stat``
+(modification time, size, inode) at most every ``KEYS_FILE_CHECK_S`` and rebuilds the ring
+when it differs, so a key removed from the file stops working (as a bearer key, and every
+session and stream token of it) within about a second, without a restart; a key added
+starts working as fast. A file that cannot be read or parsed after the start accepts no
+key until it is fixed (logged as an error naming the file): a half-written file never
+leaves a removed key working, nor turns auth off. With a keys file configured, auth stays
+on even when the file lists no key.
 """
 
 from __future__ import annotations
@@ -30,10 +38,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
+import os
 import re
+import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from functools import lru_cache
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -45,7 +55,10 @@ from orchestrator.settings import Settings
 
 from .services import Services, get_services
 
+logger = logging.getLogger(__name__)
+
 Role = Literal["viewer", "runner", "editor", "admin"]
+KEYS_FILE_CHECK_S = 1.0  # how often the keys file's stat is compared (per API process)
 ROLES: tuple[Role, ...] = ("viewer", "runner", "editor", "admin")
 DEFAULT_WORKSPACE = "default"
 # Values shipped in examples and manifests: a deployment that kept one is open to anyone.
@@ -60,6 +73,9 @@ class Principal:
     workspace: str
     role: Role
     key_id: str  # the first 8 hex digits of the key's SHA-256: names the key in logs
+    # The key's SHA-256 (server side only: checking later that the key is still
+    # configured, e.g. for a long event stream); empty for the open principal.
+    digest: bytes = field(default=b"", repr=False, compare=False)
 
     def can(self, role: Role) -> bool:
         return ROLES.index(self.role) >= ROLES.index(role)
@@ -75,10 +91,11 @@ class _Entry:
 @dataclass(frozen=True)
 class KeyRing:
     entries: tuple[_Entry, ...]
+    required: bool = False  # a keys file is configured: auth is on even with no entry
 
     @property
     def enabled(self) -> bool:
-        return bool(self.entries)
+        return self.required or bool(self.entries)
 
     def authenticate(self, token: str) -> Principal | None:
         return self.by_digest(hashlib.sha256(token.encode()).digest())
@@ -91,7 +108,11 @@ class KeyRing:
                 found = entry
         if found is None:
             return None
-        return Principal(found.workspace, found.role, digest.hex()[:8])
+        return Principal(found.workspace, found.role, digest.hex()[:8], digest)
+
+    def knows(self, principal: Principal) -> bool:
+        """Whether ``principal``'s key is (still) configured; always for the open one."""
+        return not self.enabled or (bool(principal.digest) and self.by_digest(principal.digest) is not None)
 
 
 def _entry(raw: object, where: str) -> _Entry:
@@ -124,7 +145,6 @@ def _refuse_placeholder(key: str, where: str) -> None:
             "(e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`)")
 
 
-@lru_cache(maxsize=8)
 def _ring(api_keys: str, keys_file: str | None) -> KeyRing:
     entries = []
     for key in (k.strip() for k in api_keys.split(",")):
@@ -140,7 +160,48 @@ def _ring(api_keys: str, keys_file: str | None) -> KeyRing:
             raise ConfigurationError(f"ORCH_API_KEYS_FILE {keys_file}: must hold a JSON list of keys")
         entries += [_entry(item, f"ORCH_API_KEYS_FILE {keys_file} item {i}") for i, item in enumerate(raw)]
         _refuse_case_twins(entries, f"ORCH_API_KEYS_FILE {keys_file}")
-    return KeyRing(tuple(entries))
+    return KeyRing(tuple(entries), required=bool(keys_file))
+
+
+def _stamp(keys_file: str | None) -> tuple[int, ...] | None:
+    """What changes when the file is written or replaced (None: no file, or unreadable)."""
+    if not keys_file:
+        return None
+    try:
+        info = os.stat(keys_file)
+    except OSError:
+        return None
+    return (info.st_mtime_ns, info.st_ctime_ns, info.st_size, info.st_ino, info.st_dev)
+
+
+class _Watched:
+    """The ring of one (ORCH_API_KEYS, ORCH_API_KEYS_FILE) pair, rebuilt when the file changes."""
+
+    def __init__(self, api_keys: str, keys_file: str | None) -> None:
+        self.api_keys, self.keys_file = api_keys, keys_file
+        self.ring = _ring(api_keys, keys_file)  # at start an error stops the app
+        self.stamp = _stamp(keys_file)
+        self.checked_at = time.monotonic()
+
+    def current(self) -> KeyRing:
+        now = time.monotonic()
+        if not self.keys_file or now - self.checked_at < KEYS_FILE_CHECK_S:
+            return self.ring
+        self.checked_at = now
+        stamp = _stamp(self.keys_file)
+        if stamp == self.stamp:
+            return self.ring
+        self.stamp = stamp
+        try:
+            self.ring = _ring(self.api_keys, self.keys_file)
+            logger.info("ORCH_API_KEYS_FILE %s changed: %d keys", self.keys_file, len(self.ring.entries))
+        except ConfigurationError as exc:
+            logger.error("%s; no key is accepted until the file is fixed", exc.message)
+            self.ring = KeyRing((), required=True)
+        return self.ring
+
+
+_watched: dict[tuple[str, str | None], _Watched] = {}
 
 
 def _refuse_case_twins(entries: list[_Entry], where: str) -> None:
@@ -161,9 +222,14 @@ def check_metrics_token(settings: Settings) -> None:
 
 
 def key_ring(settings: Settings) -> KeyRing:
-    """The configured keys (parsed once per distinct setting); raises
-    :class:`ConfigurationError` for a placeholder or malformed key."""
-    return _ring(settings.api_keys, settings.api_keys_file)
+    """The configured keys, as the keys file reads now (see the module docstring); the
+    first call for a setting raises :class:`ConfigurationError` for a placeholder or
+    malformed key."""
+    pair = (settings.api_keys, settings.api_keys_file)
+    watched = _watched.get(pair)
+    if watched is None:
+        watched = _watched[pair] = _Watched(*pair)
+    return watched.current()
 
 
 def bearer(header: str | None) -> str:
@@ -191,7 +257,7 @@ async def require_key(request: Request, services: Services = Depends(get_service
     if not ring.enabled:
         return OPEN
     if request.headers.get("authorization") is None:
-        browser = browser_principal(request, services.settings, ring)
+        browser = await browser_principal(request, services, ring)
         if browser is not None:
             request.state.principal = browser
             return browser

@@ -10,15 +10,22 @@ Contract (see docs/console.md):
   a browser that already holds the cookie (``{auth: true, signed_in: false}`` without one);
   ``DELETE /auth/session`` clears it.
 * The cookie holds a signed (itsdangerous, HMAC-SHA256 with ``Settings.session_secret``)
-  SHA-256 digest of the key, never the key. It is accepted only while that key is still
-  configured (``ORCH_API_KEYS`` or ``ORCH_API_KEYS_FILE``), and acts with that key's
-  workspace and role: removing a key ends its sessions.
+  random session id and nothing derived from the key. The session itself lives in Redis
+  (``{p}:session:{id}``, TTL ``Settings.session_ttl_s``): the key's SHA-256 and the CSRF
+  token. It is accepted only while that key is still configured (``ORCH_API_KEYS`` or
+  ``ORCH_API_KEYS_FILE``, re-read when the file changes, ``auth.py``), and acts with that
+  key's workspace and role: removing a key ends its sessions; signing out deletes the
+  session, so a copy of the cookie is dead too.
 * CSRF: a request authenticated by the cookie with a state-changing method (anything but
   GET, HEAD, OPTIONS) must carry ``X-CSRF-Token`` equal to the session's token. A custom
   header also forces a CORS preflight, which unlisted origins fail.
 * ``POST /auth/stream-token`` ``{run_id}`` (any credential; a run of the caller's
   workspace) answers a token valid for ``Settings.stream_token_ttl_s`` on
-  ``GET /runs/{run_id}/events?token=...`` only.
+  ``GET /runs/{run_id}/events?token=...`` only. The token is signed and names the run
+  and a random grant id; the grant (``{p}:streamgrant:{id}``, same TTL) holds the key's
+  SHA-256, so a URL, a proxy log or a browser history holds nothing derived from the key,
+  and the token dies with its key. A stream open when its key is removed ends within
+  ``STREAM_KEY_CHECK_S`` (``events.py``).
 * Without ``Settings.session_secret`` a random secret is drawn once per process: sessions
   end at a restart and are not shared between processes (set it when there are several).
 * Credentials are never logged: ``token=`` query values are masked in uvicorn's access log.
@@ -28,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import logging
 import re
 import secrets
@@ -68,6 +76,9 @@ def key_digest(key: bytes) -> str:
     return hashlib.sha256(key).hexdigest()
 
 
+ID_CHARS = 32  # random bytes of a session id or a stream grant id (url-safe base64)
+
+
 def signer(settings: Settings, purpose: str) -> URLSafeTimedSerializer:
     return URLSafeTimedSerializer(settings.session_secret or _PROCESS_SECRET, salt=f"orchestrator.{purpose}")
 
@@ -91,24 +102,38 @@ def load(settings: Settings, purpose: str, token: str, max_age_s: int) -> dict[s
     return value if isinstance(value, dict) else None
 
 
-def read_session(request: Request, settings: Settings, ring: KeyRing) -> tuple[dict[str, Any], Principal] | None:
-    """The valid session of the request's cookie and its key's principal, or None."""
+def _session_id(request: Request, settings: Settings) -> str | None:
+    """The session id of the request's cookie, when its signature holds and it is fresh."""
     raw = request.cookies.get(COOKIE)
-    if not raw:
+    session = load(settings, "session", raw, settings.session_ttl_s) if raw else None
+    sid = session.get("s") if session is not None else None
+    return sid if isinstance(sid, str) and sid else None
+
+
+async def read_session(request: Request, services: Services,
+                       ring: KeyRing) -> tuple[dict[str, Any], Principal] | None:
+    """The valid session of the request's cookie (``{k: key digest, c: CSRF token}``) and
+    its key's principal, or None."""
+    sid = _session_id(request, services.settings)
+    if sid is None:
         return None
-    session = load(settings, "session", raw, settings.session_ttl_s)
-    principal = known_digest(session.get("k"), ring) if session is not None else None
-    if session is None or principal is None:
+    stored = await services.redis.get(services.keys.session(sid))
+    try:
+        session = json.loads(stored) if stored else None
+    except ValueError:
+        session = None
+    principal = known_digest(session.get("k"), ring) if isinstance(session, dict) else None
+    if not isinstance(session, dict) or principal is None:
         return None
     return session, principal
 
 
-def browser_principal(request: Request, settings: Settings, ring: KeyRing) -> Principal | None:
+async def browser_principal(request: Request, services: Services, ring: KeyRing) -> Principal | None:
     """The auth hook for requests without an ``Authorization`` header: the principal of a
     valid session cookie (with the CSRF header on state-changing methods) or of a valid
     stream token for this very events URL; None when neither is present; ``AuthError``
     for a session request missing its CSRF token."""
-    found = read_session(request, settings, ring)
+    found = await read_session(request, services, ring)
     if found is not None:
         session, principal = found
         if request.method not in SAFE_METHODS:
@@ -119,9 +144,10 @@ def browser_principal(request: Request, settings: Settings, ring: KeyRing) -> Pr
     token = request.query_params.get("token")
     match = EVENTS_PATH.match(request.url.path)
     if token and match and request.method == "GET":
-        grant = load(settings, "stream", token, settings.stream_token_ttl_s)
-        if grant is not None and grant.get("r") == match.group(1):
-            return known_digest(grant.get("k"), ring)
+        grant = load(services.settings, "stream", token, services.settings.stream_token_ttl_s)
+        gid = grant.get("g") if grant is not None and grant.get("r") == match.group(1) else None
+        if isinstance(gid, str) and gid:
+            return known_digest(await services.redis.get(services.keys.stream_grant(gid)), ring)
     return None
 
 
@@ -141,7 +167,7 @@ async def session_info(request: Request, services: Services = SERVICES) -> dict[
     ring = key_ring(services.settings)
     if not ring.enabled:
         return {"auth": False, "signed_in": True, "csrf_token": ""}
-    found = read_session(request, services.settings, ring)
+    found = await read_session(request, services, ring)
     if found is None:
         return {"auth": True, "signed_in": False}
     session, principal = found
@@ -158,7 +184,10 @@ async def sign_in(body: SignIn, request: Request, response: Response, services: 
     if ring.authenticate(body.api_key.strip()) is None:
         raise AuthError("invalid API key")
     csrf = secrets.token_urlsafe(24)
-    cookie = signer(settings, "session").dumps({"k": key_digest(body.api_key.strip().encode()), "c": csrf})
+    sid = secrets.token_urlsafe(ID_CHARS)
+    session = {"k": key_digest(body.api_key.strip().encode()), "c": csrf}
+    await services.redis.set(services.keys.session(sid), json.dumps(session), ex=max(1, settings.session_ttl_s))
+    cookie = signer(settings, "session").dumps({"s": sid})
     response.set_cookie(
         COOKIE,
         cookie,
@@ -173,18 +202,21 @@ async def sign_in(body: SignIn, request: Request, response: Response, services: 
 
 @router.delete("/session", status_code=204)
 async def sign_out(request: Request, services: Services = SERVICES) -> Response:
-    """Clear the cookie (a signed cookie cannot be revoked earlier: remove the key for that)."""
+    """End the session (deleted in Redis: a copy of the cookie is dead too) and clear the cookie."""
+    sid = _session_id(request, services.settings)
+    if sid is not None:
+        await services.redis.delete(services.keys.session(sid))
     response = Response(status_code=204)
     response.delete_cookie(COOKIE, path="/", httponly=True, samesite="lax")
     return response
 
 
-def stream_grant(request: Request, services: Services) -> str:
+async def stream_grant(request: Request, services: Services) -> str:
     """The digest of the key behind this (already authenticated) request."""
     header = request.headers.get("authorization")
     if header:
         return key_digest(bearer(header).encode())
-    found = read_session(request, services.settings, key_ring(services.settings))
+    found = await read_session(request, services, key_ring(services.settings))
     return str(found[0]["k"]) if found else ""
 
 
@@ -196,7 +228,10 @@ async def issue_stream_token(
     """A token for ``GET /runs/{run_id}/events?token=``, valid ``stream_token_ttl_s``."""
     await owned_run(services, body.run_id, who.workspace)  # 404 for an unknown or foreign run
     settings = services.settings
-    token = signer(settings, "stream").dumps({"r": body.run_id, "k": stream_grant(request, services)})
+    gid = secrets.token_urlsafe(ID_CHARS)
+    await services.redis.set(services.keys.stream_grant(gid), await stream_grant(request, services),
+                             px=max(1, int(settings.stream_token_ttl_s * 1000)))
+    token = signer(settings, "stream").dumps({"r": body.run_id, "g": gid})
     return {
         "token": token,
         "expires_in_s": settings.stream_token_ttl_s,

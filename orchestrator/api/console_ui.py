@@ -1,7 +1,7 @@
 """The web console: static files under ``orchestrator/api/ui/`` served at ``/ui/``.
 
 Everything the console needs ships in the package (``vendor/`` holds the canvas library,
-built from ``ui/`` by ``ui/build.sh``); nothing is fetched from elsewhere at run time, and
+built by ``ui-tools/build.sh`` from its lock file); nothing is fetched from elsewhere at run time, and
 a Content-Security-Policy keeps it that way. The pages call the same API as everyone
 else, signed in with a session cookie (``browser_auth.py``); the files themselves hold no
 data and need no credential.

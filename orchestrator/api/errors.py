@@ -11,6 +11,9 @@ error                                           status
 ``ForbiddenError`` (a key's role is too low)    403
 ``PayloadTooLargeError`` (body limit)           413
 ``OverloadedError`` (queued work over a bound)   429 + ``Retry-After``
+``StorageBudgetError`` (a workspace's bytes)     429
+``StoreFullError``, Redis's OOM error (Redis   507
+at its ``maxmemory``)
 ``RunStateError`` (e.g. rerun of a live run)    409
 other ``RunError`` (e.g. nothing to approve)     409
 request body not JSON                           400
@@ -33,6 +36,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError as RedisResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -49,7 +53,10 @@ from orchestrator.kernel.errors import (
     RunError,
     RunNotFoundError,
     RunStateError,
+    StorageBudgetError,
+    StoreFullError,
 )
+from orchestrator.storage_budget import store_full
 
 STATUS: list[tuple[type[OrchestratorError], int]] = [
     (GraphError, 422),
@@ -61,6 +68,8 @@ STATUS: list[tuple[type[OrchestratorError], int]] = [
     (ForbiddenError, 403),
     (PayloadTooLargeError, 413),
     (OverloadedError, 429),
+    (StorageBudgetError, 429),
+    (StoreFullError, 507),
     (RunStateError, 409),
     (RunError, 409),
 ]
@@ -138,9 +147,21 @@ async def _store_unavailable(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"error": body}, status_code=503, headers={"Retry-After": str(STORE_RETRY_AFTER_S)})
 
 
+async def _store_error(request: Request, exc: Exception) -> JSONResponse:
+    """A Redis error reply: OOM (Redis at its maxmemory) is a 507
+    naming it; any other is a 500 that names nothing of the store's internals."""
+    assert isinstance(exc, RedisResponseError)
+    full = store_full(exc)
+    if full is not None:
+        return error_response(full)
+    body = {"type": "StoreError", "code": "store_error", "message": "the state store (Redis) refused the request"}
+    return JSONResponse({"error": body}, status_code=500)
+
+
 def install(app: FastAPI) -> None:
     app.add_exception_handler(OrchestratorError, _orchestrator_error)
     app.add_exception_handler(RedisConnectionError, _store_unavailable)
     app.add_exception_handler(RedisTimeoutError, _store_unavailable)
+    app.add_exception_handler(RedisResponseError, _store_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)

@@ -15,17 +15,20 @@ Contract:
   is left to read (e.g. a reconnect after the terminal event);
 * a disconnect only stops this client's stream; the run goes on. A client too slow to
   keep up is cut off (the stream ends without a terminal event) and resumes with
-  ``Last-Event-ID``, losing nothing.
+  ``Last-Event-ID``, losing nothing;
+* a stream whose key is removed from the configuration ends within
+  ``STREAM_KEY_CHECK_S`` (``while_allowed``), like every other request of that key.
 
 ``follow`` is the same sequence for in-process callers that need no fan-out.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
-from collections.abc import AsyncIterator
-from typing import Any, Literal
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Any, Literal, TypeVar
 
 from fastapi import APIRouter, Depends, Query, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -35,7 +38,7 @@ from orchestrator.kernel.errors import ParameterError, RunNotFoundError
 from orchestrator.kernel.protocol import NodeEvent
 from orchestrator.kernel.store import RunStatus
 
-from .auth import Principal, role
+from .auth import Principal, key_ring, role
 from .event_hub import Delivery, EventHub
 from .launch import owned_run
 from .services import Services, get_services
@@ -43,6 +46,8 @@ from .services import Services, get_services
 router = APIRouter(tags=["events"])
 
 STREAM_ID = re.compile(r"^\d{1,20}(-\d{1,20})?$")
+STREAM_KEY_CHECK_S = 2.0  # an open stream of a removed key ends within this long
+Item = TypeVar("Item")
 
 
 def start_id(header: str | None, after: str | None) -> str:
@@ -75,7 +80,7 @@ def make_hub(services: Services) -> EventHub:
     return EventHub(services.redis, services.keys, run_over)
 
 
-async def frames(hub: EventHub, run_id: str, after: str, fmt: str) -> AsyncIterator[ServerSentEvent]:
+async def frames(hub: EventHub, run_id: str, after: str, fmt: str) -> AsyncGenerator[ServerSentEvent, None]:
     metrics.SSE_STREAMS.inc()
     try:
         async for delivery in hub.subscribe(run_id, after):
@@ -86,6 +91,32 @@ async def frames(hub: EventHub, run_id: str, after: str, fmt: str) -> AsyncItera
                 yield ServerSentEvent(data=delivery.json, event=delivery.event.event_type, id=delivery.stream_id)
     finally:
         metrics.SSE_STREAMS.dec()  # synchronous: an await here would be cancelled on disconnect
+
+
+async def while_allowed(source: AsyncGenerator[Item, None], allowed: Callable[[], bool],
+                        every_s: float = STREAM_KEY_CHECK_S) -> AsyncIterator[Item]:
+    """``source``'s items while ``allowed()`` holds: checked before each item and every
+    ``every_s`` while ``source`` is idle. Each step of ``source`` runs in a task of its own,
+    so stopping while it waits cancels that task (``source`` runs its own cleanup there)."""
+    step: asyncio.Future[Item] | None = None
+    try:
+        while True:
+            step = asyncio.ensure_future(anext(source))
+            while not step.done():
+                await asyncio.wait([step], timeout=every_s)
+                if not step.done() and not allowed():
+                    return  # the finally cancels the step: the source cleans up in its task
+            try:
+                item = step.result()
+            except StopAsyncIteration:
+                return
+            if not allowed():
+                await source.aclose()  # suspended at its yield: its cleanup runs now
+                return
+            yield item
+    finally:
+        if step is not None and not step.done():
+            step.cancel()  # synchronous: an await here would be cancelled on disconnect
 
 
 def chat_frames(delivery: Delivery) -> list[ServerSentEvent]:
@@ -113,8 +144,10 @@ async def run_events(
     """The run's events as SSE (see the module docstring for the contract)."""
     cursor = start_id(request.headers.get("last-event-id"), after)
     await owned_run(services, run_id, who.workspace)  # 404 before the stream starts
+    settings = services.settings
     return EventSourceResponse(
-        frames(request.app.state.event_hub, run_id, cursor, format),
+        while_allowed(frames(request.app.state.event_hub, run_id, cursor, format),
+                      lambda: key_ring(settings).knows(who)),
         ping=services.settings.sse_ping_s,
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

@@ -1,8 +1,15 @@
 """``/files``: upload binary content once, read it from any process by its reference.
 
-``POST /files`` (multipart, field ``file``) stores the upload (``Settings.files_max_bytes``,
-413 above it; the part's content type is kept) and answers ``{"$binary": {ref, mime,
-size}}``, the JSON form of a ``BinaryRef`` that a run input may carry.
+``POST /files`` (multipart, field ``file``) stores the upload and answers ``{"$binary":
+{ref, mime, size}}``, the JSON form of a ``BinaryRef`` that a run input may carry (the
+part's content type is kept). Its size is checked as the bytes arrive: the body limit of
+``/files`` is the largest file the store takes (``blobs.max_file_bytes``:
+``ORCH_FILES_MAX_BYTES``, and ``ORCH_BLOB_REDIS_MAX_BYTES`` without S3) plus the multipart
+framing, so a larger upload gets 413 naming them once that much has arrived (at once when
+its ``Content-Length`` says so), not after it was read whole. The multipart parser keeps a
+part in memory up to 1 MiB and spools the rest to a temporary file; the handler streams
+that to the store chunk by chunk. An upload that would pass its workspace's storage budget
+gets 429 naming ``ORCH_WORKSPACE_MAX_BYTES``.
 ``GET /files/{ref}`` answers the bytes as a download; ``DELETE`` removes them.
 Storage: ``orchestrator/blobs.py`` (Redis by default, S3-compatible for large files).
 
@@ -26,14 +33,15 @@ from urllib.parse import quote
 from fastapi import APIRouter, Depends, File, Response, UploadFile
 from redis.asyncio import ConnectionPool, Redis
 
-from orchestrator.blobs import DEFAULT_WORKSPACE, Blobs
+from orchestrator.blobs import DEFAULT_WORKSPACE, Blobs, max_file_bytes
 from orchestrator.kernel.errors import PayloadTooLargeError
+from orchestrator.settings import Settings
 
 from .auth import Principal, role
 from .services import Services, get_services
 
 router = APIRouter(tags=["files"])
-READ_CHUNK_BYTES = 1 << 20
+MULTIPART_FRAMING_BYTES = 64 * 1024  # a part's headers and boundaries, on top of the file
 OCTET_STREAM = "application/octet-stream"
 DOWNLOAD_CSP = "sandbox; default-src 'none'"
 _MIME = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]{0,126}/[a-z0-9][a-z0-9!#$&^_.+-]{0,126}")
@@ -86,18 +94,26 @@ async def blobs_of(services: Services, workspace: str = DEFAULT_WORKSPACE) -> As
 async def upload_file(file: UploadFile = File(...),  # noqa: B008
                       services: Services = Depends(get_services),  # noqa: B008
                       who: Principal = Depends(role("runner"))) -> dict[str, Any]:  # noqa: B008
-    limit = services.settings.files_max_bytes
-    parts: list[bytes] = []
-    size = 0
-    while chunk := await file.read(READ_CHUNK_BYTES):
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLargeError(f"file exceeds the limit of {limit} bytes", parameter="file")
-        parts.append(chunk)
+    limit = max_file_bytes(services.settings)
+    size = file.size if file.size is not None else file.file.seek(0, 2)
+    if size > limit:  # the body limit let it in only if the multipart framing was small
+        raise PayloadTooLargeError(file_limit_message(limit), parameter="file")
+    await file.seek(0)
     mime = file.content_type or "application/octet-stream"
     async with blobs_of(services, who.workspace) as blobs:
-        ref = await blobs.put(b"".join(parts), mime=mime, name=file.filename or "")
+        ref = await blobs.put_stream(file.read, file.file, size, mime=mime, name=file.filename or "")
     return ref.to_json()
+
+
+def file_limit_message(limit_bytes: int) -> str:
+    return (f"a file is at most {limit_bytes} bytes (ORCH_FILES_MAX_BYTES; without an S3 store also "
+            "ORCH_BLOB_REDIS_MAX_BYTES)")
+
+
+def upload_body_limit(settings: Settings) -> tuple[int, str]:
+    """The body limit of ``POST /files`` and what its 413 says (see the module docstring)."""
+    limit = max_file_bytes(settings)
+    return limit + MULTIPART_FRAMING_BYTES, file_limit_message(limit)
 
 
 @router.get("/files/{ref}")

@@ -23,22 +23,27 @@ class _TooLarge(HTTPException):
 
 
 class BodyLimit:
-    """``path_limits`` maps a path prefix (e.g. ``/files``) to its own limit."""
+    """``path_limits`` maps a path prefix (e.g. ``/files``) to its own limit, and the
+    message its 413 gives (what the limit is made of)."""
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int, path_limits: dict[str, int] | None = None) -> None:
+    def __init__(self, app: ASGIApp, max_body_bytes: int,
+                 path_limits: dict[str, tuple[int, str]] | None = None) -> None:
         self.app = app
         self.default_bytes = max_body_bytes
         self.path_limits = path_limits or {}
 
-    def _error(self, limit_bytes: int) -> PayloadTooLargeError:
-        return PayloadTooLargeError(f"request body exceeds the limit of {limit_bytes} bytes", parameter="body")
+    def _error(self, limit_bytes: int, message: str = "") -> PayloadTooLargeError:
+        return PayloadTooLargeError(
+            message or f"request body exceeds the limit of {limit_bytes} bytes (ORCH_MAX_BODY_BYTES)",
+            parameter="body")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         path = str(scope.get("path", ""))
-        limit = next((n for prefix, n in self.path_limits.items() if path.startswith(prefix)), self.default_bytes)
+        limit, what = next((found for prefix, found in self.path_limits.items() if path.startswith(prefix)),
+                              (self.default_bytes, ""))
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
@@ -46,7 +51,7 @@ class BodyLimit:
                 except ValueError:
                     declared = 0
                 if declared > limit:
-                    await error_response(self._error(limit))(scope, receive, send)
+                    await error_response(self._error(limit, what))(scope, receive, send)
                     return
         seen = 0
         started = False
@@ -57,7 +62,7 @@ class BodyLimit:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > limit:
-                    raise _TooLarge(self._error(limit).message)
+                    raise _TooLarge(self._error(limit, what).message)
             return message
 
         async def tracking_send(message: Message) -> None:
@@ -71,4 +76,4 @@ class BodyLimit:
         except _TooLarge:
             if started:
                 raise
-            await error_response(self._error(limit))(scope, receive, send)
+            await error_response(self._error(limit, what))(scope, receive, send)

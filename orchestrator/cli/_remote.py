@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from orchestrator.client import Client
+from orchestrator.console import printable
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -57,5 +58,5 @@ def emit(value: Any) -> None:
 
 
 def fail(message: str, code: int = 1) -> int:
-    print(f"error: {message}", file=sys.stderr)
+    print(f"error: {printable(message)}", file=sys.stderr)  # an API error may quote graph text
     return code

@@ -26,13 +26,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from rich.console import Console, RenderableType
-from rich.json import JSON
-from rich.markup import escape
-from rich.panel import Panel
+from rich.highlighter import JSONHighlighter
 from rich.text import Text
 
 from orchestrator import redis_client
-from orchestrator.console import JsonConsole, RunConsole
+from orchestrator.console import JsonConsole, RunConsole, data_text, json_line, print_whole, printable
 from orchestrator.kernel.errors import GraphError, OrchestratorError
 from orchestrator.kernel.protocol import BinaryRef, EventType, NodeEvent
 from orchestrator.kernel.registry import Registry
@@ -144,17 +142,18 @@ def trigger_node(raw: dict[str, Any], name: str | None) -> list[str] | None:
 
 def print_error(console: Console, exc: OrchestratorError) -> None:
     where = exc.where()
-    console.print(f"[bold red]{type(exc).__name__}[/]: {escape(exc.message)}", highlight=False)
+    console.print(Text.assemble((type(exc).__name__, "bold red"), ": ", printable(exc.message)), highlight=False)
     if where:
-        console.print(f"  at {escape(where)}", highlight=False)
+        console.print(Text("  at " + printable(where)), highlight=False)
 
 
 def as_json_view(value: Any) -> RenderableType:
     """A value as the user sees it: a string as its text, anything else as indented JSON
-    (never a Python repr: ``true``/``null``/double quotes, pasteable elsewhere)."""
+    (never a Python repr: ``true``/``null``/double quotes, pasteable elsewhere). Both are
+    literal text (never markup) with control characters escaped (``orchestrator.console``)."""
     if isinstance(value, str):
-        return Text(value)
-    return JSON(json.dumps(value, default=str, ensure_ascii=False), indent=2)
+        return data_text(value)
+    return JSONHighlighter()(Text(json_line(value, indent=2)))
 
 
 def _plain(value: Any) -> Any:
@@ -200,7 +199,7 @@ def _ask(console: Console, event: NodeEvent) -> Decision | None:
         return None
     payload = (event.data or {}).get("payload") or {}
     calls = payload.get("tool_calls") or payload
-    console.print(Panel(as_json_view(calls), title="the run waits for an approval"))
+    print_whole(console, "the run waits for an approval", as_json_view(calls))
     answer = console.input("approve? [y/N] ").strip().lower()
     return "approve" if answer in ("y", "yes") else "reject"
 
@@ -229,7 +228,7 @@ def run_command(args: argparse.Namespace) -> int:
         raw = load_graph(args.graph)
         run_input = load_input(args.input, args.input_file)
     except InputError as exc:
-        err.print(f"[bold red]error[/]: {escape(str(exc))}", soft_wrap=True)
+        err.print(Text.assemble(("error", "bold red"), ": ", printable(str(exc))), soft_wrap=True)
         return 2
     try:
         with terminate_as_interrupt():
@@ -340,15 +339,15 @@ async def _run(url: str, registry: Registry, raw: dict[str, Any], run_input: Any
         if as_json:
             summary = {"run_id": run_id, "status": record.status, "outputs": outputs,
                        "error": record.error}
-            console.out(json.dumps(summary, default=str, ensure_ascii=False), highlight=False)
+            console.out(json_line(summary), highlight=False)
         else:
             for name, ports in outputs.items():
                 shown = next(iter(ports.values())) if len(ports) == 1 else ports
-                console.print(Panel(as_json_view(shown), title=f"output of {name}"))
+                print_whole(console, f"output of {name}", as_json_view(shown))
             style = "green" if record.status == RunStatus.SUCCEEDED else "red"
-            console.print(f"run {run_id}: [bold {style}]{record.status}[/]")
+            console.print(Text.assemble(f"run {run_id}: ", (str(record.status), f"bold {style}")))
             if record.error:
-                console.print(as_json_view(record.error))
+                console.print(as_json_view(record.error), soft_wrap=True)
         return 0 if record.status == RunStatus.SUCCEEDED else 1
     finally:
         await stack.aclose()

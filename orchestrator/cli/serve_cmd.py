@@ -25,6 +25,7 @@ from orchestrator.settings import Settings, get_settings
 from ._signals import interrupted_exit_code, terminate_as_interrupt
 
 LOOPBACK_NAMES = ("localhost",)
+KEEP_ALIVE_S = 5  # an idle keep-alive connection is closed after this (uvicorn's default)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -117,9 +118,13 @@ def _serve(args: argparse.Namespace) -> int:
                 print(f"starting {args.local_workers} Celery worker(s)…",
                       file=sys.stderr, flush=True)
                 workers.start()
+        from orchestrator.api.connections import PROTOCOL
+
         uvicorn.run(
             "orchestrator.api:create_app",
             factory=True,
+            http=PROTOCOL,  # header and body read deadlines, connections per client
+            timeout_keep_alive=KEEP_ALIVE_S,
             host=args.host,
             port=args.port,
             workers=args.workers,

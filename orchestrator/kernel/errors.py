@@ -33,7 +33,9 @@
     │   ├── AuthError                  missing/wrong API key, bad webhook signature
     │   ├── ForbiddenError             the key's role does not allow the request
     │   ├── PayloadTooLargeError       a request body over the configured limit
-    │   └── OverloadedError            queued work above a configured bound: retry later
+    │   ├── OverloadedError            queued work above a configured bound: retry later
+    │   ├── StorageBudgetError         a run's or a workspace's stored bytes would pass its budget
+    │   └── StoreFullError             the state store refuses writes: it is full
     ├── ConfigurationError             a setting is unusable (e.g. a placeholder API key)
     └── ControlSignal                  not failures: they steer a run
         ├── RetryRequested             an executor asks to be retried (optionally after a delay)
@@ -270,6 +272,31 @@ class OverloadedError(RequestError):
     def to_dict(self) -> dict[str, Any]:
         return {**super().to_dict(), "limit": self.limit, "queued": self.queued, "bound": self.bound,
                 "retry_after_s": self.retry_after_s}
+
+
+class StorageBudgetError(RequestError):
+    """Storing ``requested`` more bytes would take a run or a workspace past its budget
+    (``limit`` names the setting); nothing was stored."""
+
+    code = "storage_budget"
+
+    def __init__(self, message: str, *, limit: str, used: int, requested: int, bound: int,
+                 **context: Any) -> None:
+        super().__init__(message, **context)
+        self.limit = limit
+        self.used = used
+        self.requested = requested
+        self.bound = bound
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "limit": self.limit, "used": self.used, "requested": self.requested,
+                "bound": self.bound}
+
+
+class StoreFullError(RequestError):
+    """The state store refused a write because it is full (its memory limit)."""
+
+    code = "store_full"
 
 
 # --- control signals: not failures ---------------------------------------------------

@@ -49,9 +49,7 @@ _DEFAULT_ARTIFACTS = ArtifactCache()
 class StepOutcome:
     ready: list[str]  # successors to dispatch now
     ran: bool  # the executor was called
-    # node status; "done" / "busy" / "early" / "closed" when it did not run; "stale" when it
-    # ran but a later claim had superseded it (its completion was refused)
-    status: str
+    status: str  # node status, or done / busy / early / closed (it did not run), stale (superseded)
     node_type: str = ""
     duration_s: float = 0.0  # claim to completion, when it ran
     retry_in_s: float | None = None  # a retry is scheduled (or not due yet): run the node again after this long
@@ -248,11 +246,9 @@ async def run_step(
                 ev.data["duration_ms"] = round((time.monotonic() - started_at) * 1000, 3)
     ready = await store.complete_node(run_id, node_id, completion, take=None if take is None else take(),
                                       token=claim.token)
-    if ready.stale:
-        log.warning("run %s node %s: completion refused, a later claim superseded this one (token %d)",
-                    run_id, node_id, claim.token)
-        return StepOutcome(ready=[], ran=True, status="stale", node_type=node.type,
-                           duration_s=time.monotonic() - started_at)
+    if ready.stale:  # a later claim superseded this one: nothing was applied
+        log.warning("run %s node %s: completion refused (token %d superseded)", run_id, node_id, claim.token)
+        return StepOutcome(ready=[], ran=True, status="stale", node_type=node.type)
     return StepOutcome(ready=ready.nodes, ran=True, status=completion.status, node_type=node.type,
                        duration_s=time.monotonic() - started_at, retry_in_s=retry_in_s, queued=ready.queued)
 
@@ -304,12 +300,9 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch) -> tuple[
     except SuspendRequested as exc:
         log.info("run %s node %s suspended", plan.run_id, node.id)
         return NodeCompletion(status=NodeStatus.WAITING, payload=exc.payload), None
-    except NodeSuperseded as exc:  # what it would complete is refused: nothing to build
+    except (RunCancelled, NodeSuperseded) as exc:
+        # the store ended the node with its run, or a later claim has it: this is refused
         return NodeCompletion(status=NodeStatus.FAILED, error=_error_info(exc, node)), None
-    except RunCancelled as exc:
-        return NodeCompletion(status=NodeStatus.FAILED, error=_error_info(exc, node),
-                              events=[step.event(EventType.ERROR, {"error": _error_info(exc, node),
-                                                                   "cancelled": True}, attempt)]), None
     except Exception as exc:  # an executor may raise anything: it becomes node data
         if attempt < policy.max_attempts and is_retryable(policy, exc):
             delay = exc.delay_s if isinstance(exc, RetryRequested) and exc.delay_s is not None \
@@ -327,12 +320,32 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch) -> tuple[
                 ev.data["parameters"] = resolved
         return failure, None
     extra = list(result.events)
-    completed = step.event(EventType.COMPLETED, {"outputs": {k: v.to_json() for k, v in result.outputs.items()},
+    preview, cut = output_preview(result.outputs)
+    completed = step.event(EventType.COMPLETED, {"outputs": preview, "outputs_truncated": cut,
                                                  "parameters": resolved}, attempt)
     return NodeCompletion(status=NodeStatus.SUCCEEDED, outputs=result.outputs, events=[*extra, completed]), None
 
 
 PREVIEW_CHARS = 2000  # a resolved parameter's JSON in completed/error events is cut here
+OUTPUT_PREVIEW_CHARS = 16 * 1024  # the outputs a completed event carries, all ports together
+
+
+def output_preview(outputs: dict[str, DataValue]) -> tuple[dict[str, Any], bool]:
+    """The outputs as the completed event carries them, and whether any was cut. Outputs
+    are stored once, by the store; the event carries each port's ``{type, value}`` while
+    their JSON stays within ``OUTPUT_PREVIEW_CHARS``, and past that ``{type, preview,
+    chars}``: the value's JSON cut short, and its full length. Readers that need the
+    whole value read the stored outputs."""
+    out: dict[str, Any] = {}
+    left = OUTPUT_PREVIEW_CHARS
+    for port, value in outputs.items():
+        whole = value.to_json()
+        text = json.dumps(whole["value"], default=str)
+        if len(text) <= left:
+            out[port], left = whole, left - len(text)
+        else:
+            out[port], left = {"type": whole["type"], "preview": text[:left] + "…", "chars": len(text)}, 0
+    return out, any("preview" in v for v in out.values())
 
 
 def parameter_preview(data: dict[str, Any]) -> dict[str, Any]:

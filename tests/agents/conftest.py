@@ -16,6 +16,7 @@ from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext
 from orchestrator.settings import get_settings
 
 ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -95,8 +96,10 @@ def executors() -> Callable[[str], Any]:
 
 @pytest.fixture
 def allow_python(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The operator allows this interpreter as a stdio MCP command."""
+    """The operator allows this interpreter as a stdio MCP command, and arguments naming
+    files in this folder (the test servers) are shown to it."""
     monkeypatch.setenv("ORCH_MCP_STDIO_COMMANDS", sys.executable)
+    monkeypatch.setenv("ORCH_MCP_STDIO_ARG_ROOTS", str(HERE))
     get_settings.cache_clear()
     yield
     get_settings.cache_clear()

@@ -194,9 +194,42 @@ def status(_arg: str) -> dict[str, Any]:
             "limits": {n: resource.getrlimit(getattr(resource, f"RLIMIT_{n}"))[0] for n in names}}
 
 
+def tmpfs(_arg: str) -> dict[str, Any]:
+    """Every tmpfs mount ([read-only, size option]) and whether /, /dev, /dev/shm take a file."""
+    mounts: dict[str, Any] = {}
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            at = fields.index("-")
+            if fields[at + 1] == "tmpfs":
+                size = [o[5:] for o in fields[-1].split(",") if o.startswith("size=")]
+                mounts[fields[4]] = ["ro" in fields[5].split(","), size[0] if size else None]
+    out: dict[str, Any] = {"mounts": mounts}
+    for folder in ("/", "/dev", "/dev/shm"):
+        path = os.path.join(folder, "written-by-mcp-server")
+        try:
+            with open(path, "w") as written:
+                written.write("x")
+            os.unlink(path)
+            out[folder] = "written"
+        except OSError as exc:
+            out[folder] = f"refused: {errno.errorcode.get(exc.errno or 0, exc)}"
+    return out
+
+
+def syscalls(arg: str) -> dict[str, Any]:
+    """Call each ``name=number`` of ``arg`` (comma-separated) with zero arguments."""
+    out: dict[str, Any] = {}
+    for item in arg.split(","):
+        name, number = item.split("=")
+        got = libc.syscall(int(number), 0, 0, 0, 0, 0, 0)
+        out[name] = _failed(name) if got == -1 else "allowed"
+    return out
+
+
 ATTACKS: dict[str, Callable[[str], dict[str, Any]]] = {
     f.__name__: f for f in (ptrace, namespaces, unshare_mount, fork_bomb, memory_bomb, sockets, environ,
-                            write, unix_socket, helper, status)
+                            write, unix_socket, helper, status, tmpfs, syscalls)
 }
 
 

@@ -55,13 +55,17 @@ def without_command_filter(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def host_folder() -> Iterator[Path]:
-    """A folder on the host that the sandbox's uid could enter if it were bound."""
+def host_folder(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A folder on the host that the sandbox's uid could enter, listed as a root under
+    which arguments are bound (beside the test servers' folder)."""
     folder = Path(tempfile.mkdtemp(prefix="mcp-host-"))
     folder.chmod(0o755)
+    monkeypatch.setenv("ORCH_MCP_STDIO_ARG_ROOTS", os.pathsep.join([str(ATTACK.parent), str(folder)]))
+    get_settings.cache_clear()
     try:
         yield folder
     finally:
+        get_settings.cache_clear()
         subprocess.run(["rm", "-rf", str(folder)], check=False)
 
 
@@ -138,8 +142,9 @@ async def test_a_fork_bomb_stops_at_the_process_limit_and_the_worker_stays_healt
 ) -> None:
     configure(monkeypatch, mcp_stdio_processes="64")
     seen = await attempt("fork_bomb")
-    # The count covers every task of uid 65534 on the host (a root worker): at most 63.
-    assert 0 < seen["forked"] < 64 and seen["error"] == "EAGAIN"
+    # The count covers every task of uid 65534 on the host (a root worker): at most 63, and
+    # none at all when other sandboxes (other runs, other workers on the host) hold 64.
+    assert seen["forked"] < 64 and seen["error"] == "EAGAIN", seen
     assert subprocess.run(["true"], timeout=10).returncode == 0  # the worker still forks
 
 
@@ -166,6 +171,30 @@ async def test_only_the_sandboxes_own_tmp_is_writable(allow_python: None, host_f
     assert seen[str(host_folder)] == "refused: EROFS"  # bound, read-only
     assert all(outcome.startswith("refused") for outcome in seen.values()), seen
     assert list(host_folder.iterdir()) == []
+
+
+async def test_a_servers_only_writable_tmpfs_are_its_tmp_and_dev_shm_each_sized(
+    allow_python: None,
+) -> None:
+    """Tmpfs pages are memory outside RLIMIT_AS: bubblewrap's own root and /dev are read-only."""
+    seen = await attempt("tmpfs")
+    assert {point: size for point, (read_only, size) in seen["mounts"].items() if not read_only} == {
+        "/tmp": "65536k", "/dev/shm": "65536k"}
+    assert (seen["/"], seen["/dev"], seen["/dev/shm"]) == ("refused: EROFS", "refused: EROFS", "written")
+
+
+BOUNDARY_CALLS = ("memfd_secret", "io_setup", "modify_ldt", "move_pages", "migrate_pages", "mbind", "kcmp")
+
+
+def numbered(names: tuple[str, ...]) -> str:
+    import pyseccomp
+
+    return ",".join(f"{n}={pyseccomp.resolve_syscall(pyseccomp.Arch.NATIVE, n)}" for n in names)
+
+
+async def test_kernel_interfaces_no_server_needs_are_refused(allow_python: None) -> None:
+    seen = await attempt("syscalls", numbered(BOUNDARY_CALLS))
+    assert seen == {name: f"refused: {name}: EPERM" for name in BOUNDARY_CALLS}
 
 
 async def test_host_sockets_in_a_folder_named_as_an_argument_are_hidden(
@@ -197,9 +226,12 @@ async def test_a_read_only_bind_alone_lets_connect_through(
     assert json.loads(answer)["connect"] == "connected"
 
 
-@pytest.mark.parametrize("name", ["/run", "/proc/self", "/var/run"])
-async def test_runtime_and_kernel_folders_are_never_bound(allow_python: None, name: str) -> None:
-    with pytest.raises(ParameterError, match="never shown to a sandbox"):
+@pytest.mark.parametrize("name", ["/run", "/proc/self", "/var/run", "/dev", "/"])
+async def test_runtime_and_kernel_folders_are_never_roots(
+    allow_python: None, monkeypatch: pytest.MonkeyPatch, name: str,
+) -> None:
+    configure(monkeypatch, mcp_stdio_arg_roots=name)
+    with pytest.raises(ParameterError, match=r"ORCH_MCP_STDIO_ARG_ROOTS.*sockets and kernel state"):
         await mcp_server.materialize(
             {"transport": "stdio", "command": f"{sys.executable} {ATTACK} {name}"},
             "tools", make_ctx("m1", node_type="mcp_server"))
@@ -219,6 +251,7 @@ async def test_a_socket_named_as_an_argument_is_refused(allow_python: None, host
 def test_the_redis_socket_is_covered_inside_any_bind(host_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     server = listening_socket(host_folder / "redis.sock")
     monkeypatch.setenv("ORCH_MCP_STDIO_COMMANDS", sys.executable)
+    monkeypatch.setenv("ORCH_MCP_STDIO_ARG_ROOTS", "")  # the folder is no root here
     monkeypatch.setenv("REDIS_URL", f"unix://{host_folder}/redis.sock?db=0")
     monkeypatch.setattr(sys, "prefix", str(host_folder))  # as if the venv held the socket
     get_settings.cache_clear()
@@ -314,29 +347,64 @@ done = subprocess.run([confined.program, *confined.args], env=confined.env, clos
                       capture_output=True, text=True, timeout=60)
 print(done.stdout or done.stderr)
 """
+SYSTEM_PYTHON = f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"
+# A process of 71 tasks (70 threads that sleep): more than the sandbox's process limit.
+HOLDER = """
+import threading, time
+for _ in range(70):
+    threading.Thread(target=time.sleep, args=(120,), daemon=True).start()
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.fixture
+def busy_host() -> Iterator[None]:
+    """Tasks of the sandbox's host uid (the worker's) and of uid 65534 running elsewhere
+    on the host, more of each than the sandbox's process limit, as other sandboxes, other
+    test runs or other services may hold them."""
+    holders = [subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--",
+                                 SYSTEM_PYTHON, "-c", HOLDER], stdout=subprocess.PIPE, cwd="/")
+               for uid in (NON_ROOT_UID, 65534)]
+    try:
+        for holder in holders:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == b"ready"
+        yield
+    finally:
+        for holder in holders:
+            holder.kill()
+            holder.wait(timeout=10)
+            if holder.stdout is not None:
+                holder.stdout.close()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switches to a non-root uid")
-@pytest.mark.skipif(not os.path.exists(f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"),
+@pytest.mark.skipif(not os.path.exists(SYSTEM_PYTHON),
                     reason="needs the system's interpreter of the same version as this one")
-def test_as_a_non_root_worker_the_same_boundary_holds() -> None:
+def test_as_a_non_root_worker_the_same_boundary_holds(busy_host: None) -> None:
     """The worker runs as an ordinary uid: bubblewrap makes a user namespace, no setpriv.
     The spawn closes inherited descriptors as the MCP SDK does (close_fds)."""
-    python = f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"
     site = next(p for p in sys.path if p.endswith("site-packages"))
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{ROOT}:{site}",
-           "ORCH_MCP_STDIO_COMMANDS": python, "ORCH_MCP_STDIO_PROCESSES": "64"}
+           "ORCH_MCP_STDIO_COMMANDS": SYSTEM_PYTHON, "ORCH_MCP_STDIO_PROCESSES": "64",
+           "ORCH_MCP_STDIO_ARG_ROOTS": str(ATTACK.parent)}
     done = subprocess.run(
         ["setpriv", f"--reuid={NON_ROOT_UID}", f"--regid={NON_ROOT_UID}", "--clear-groups", "--",
-         python, "-c", NON_ROOT_WORKER,
-         f"{python} {ATTACK} --once status,helper,ptrace,namespaces,fork_bomb,environ"],
+         SYSTEM_PYTHON, "-c", NON_ROOT_WORKER,
+         f"{SYSTEM_PYTHON} {ATTACK} --once status,helper,ptrace,namespaces,fork_bomb,environ,tmpfs"],
         cwd="/", env=env, capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0 and done.stdout.startswith("{"), (done.stdout, done.stderr)
     seen = json.loads(done.stdout)
-    assert seen["status"]["seccomp"] == "2" and seen["status"]["limits"]["NPROC"] == 64
-    assert seen["helper"]["python"] == "helper ok"
-    assert seen["ptrace"]["ptrace"] == "refused: ptrace: EPERM"
-    assert seen["namespaces"]["unshare"] == "refused: unshare: EPERM"
+    assert seen["status"]["seccomp"] == "2" and seen["status"]["limits"]["NPROC"] == 64, seen
+    assert seen["helper"]["python"] == "helper ok", seen
+    assert seen["ptrace"]["ptrace"] == "refused: ptrace: EPERM", seen
+    assert seen["namespaces"]["unshare"] == "refused: unshare: EPERM", seen
     # In its own user namespace the count is the sandbox's own tasks only (bubblewrap's
-    # init and the program are two of the 64), whatever else runs on the host.
-    assert (seen["fork_bomb"]["forked"], seen["fork_bomb"]["error"]) == (62, "EAGAIN")
-    assert set(seen["environ"]) - {"elapsed_s"} <= {"", "1", "2", "3", "4"}
+    # init and the program are two of the 64), whatever else runs on the host: busy_host
+    # holds 71 tasks of the worker's uid and 71 of uid 65534 meanwhile.
+    assert (seen["fork_bomb"]["forked"], seen["fork_bomb"]["error"]) == (62, "EAGAIN"), seen
+    assert set(seen["environ"]) - {"elapsed_s"} <= {"", "1", "2", "3", "4"}, seen
+    # The sandbox owns bubblewrap's root and /dev tmpfs here: they must be read-only.
+    assert (seen["tmpfs"]["/"], seen["tmpfs"]["/dev"]) == ("refused: EROFS", "refused: EROFS")
+    assert {point: size for point, (read_only, size) in seen["tmpfs"]["mounts"].items()
+            if not read_only} == {"/tmp": "65536k", "/dev/shm": "65536k"}

@@ -132,9 +132,9 @@ def test_the_download_name_is_always_an_attachment_with_a_safe_fallback(name: st
 
 def console_link_pattern() -> re.Pattern[str]:
     """The regular expression the console uses to decide that a file ref is already a link."""
-    source = (Path(__file__).parents[2] / "orchestrator" / "api" / "ui" / "app.js").read_text()
-    found = re.search(r"const href = /(.+)/i\.test\(b\.ref", source)
-    assert found, "app.js no longer decides links with one regular expression"
+    source = (Path(__file__).parents[2] / "orchestrator" / "api" / "ui" / "js" / "dom.js").read_text()
+    found = re.search(r"const LINK = /(.+)/i;", source)
+    assert found, "js/dom.js no longer decides links with one regular expression"
     return re.compile(found[1], re.IGNORECASE)
 
 

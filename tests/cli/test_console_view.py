@@ -7,8 +7,9 @@ import json
 
 from rich.console import Console
 
-from orchestrator.cli.run_cmd import as_json_view
+from orchestrator.cli.run_cmd import as_json_view, print_error
 from orchestrator.console import RunConsole, event_label
+from orchestrator.kernel.errors import NodeExecutionError
 from orchestrator.kernel.protocol import EventType, NodeEvent
 
 
@@ -77,3 +78,67 @@ def test_agent_run_start_names_the_model_that_ran() -> None:
             "event": "TeamRunStarted", "agent": "Team", "model": "gpt-4o-mini",
             "model_provider": "dryrun"}, "agent"))
     assert "model dryrun:gpt-4o-mini" in out.getvalue()
+
+
+# -- text from a model, a user or a node is data: never markup, never terminal control --
+
+
+def _stream(view: RunConsole, node_id: str, name: str, text: str) -> None:
+    view.handle("1-0", _event(EventType.STARTED, node_id, name, node_type="agent"))
+    view.handle("2-0", _event(EventType.PROGRESS, node_id, name, {"delta": text}, "agent"))
+    view.handle("3-0", _event(EventType.COMPLETED, node_id, name, {"outputs": {}}, "agent"))
+
+
+def test_bracketed_model_text_prints_verbatim_and_never_as_markup() -> None:
+    view, out = _view()
+    with view:
+        _stream(view, "t", "Team", "see [/x] and [b]note[/b] from [handbook.md, chunk 2]")
+    assert "see [/x] and [b]note[/b] from [handbook.md, chunk 2]" in out.getvalue()
+
+
+def test_ansi_escapes_and_control_characters_of_node_text_are_shown_not_obeyed() -> None:
+    view, out = _view()
+    with view:
+        _stream(view, "t", "Team", "\x1b[2J\x1b[31mred\x1b[0m\x9b31m\rover\x07")
+    text = out.getvalue()
+    assert not any(c in text for c in "\x1b\x9b\r\x07")
+    assert "\\x1b[2J\\x1b[31mred\\x1b[0m\\x9b31m\\x0dover\\x07" in text
+
+
+def test_a_node_name_with_markup_and_escapes_is_shown_literally() -> None:
+    out = io.StringIO()
+    console = Console(file=out, width=160, force_terminal=False, color_system=None)
+    with RunConsole(console, [("n", "[red]Boom[/] \x1b]0;title\x07", "set_fields")]) as view:
+        view.handle("1-0", _event(EventType.STARTED, "n", "[red]Boom[/] \x1b]0;title\x07", node_type="set_fields"))
+    assert "[red]Boom[/] \\x1b]0;title\\x07" in out.getvalue() and "\x1b" not in out.getvalue()
+
+
+def test_very_long_streaming_text_keeps_the_live_view_short() -> None:
+    view, _ = _view()
+    with view:
+        view.handle("1-0", _event(EventType.STARTED, "t", "Team", node_type="agent"))
+        view.handle("2-0", _event(EventType.PROGRESS, "t", "Team", {"delta": "word " * 100_000}, "agent"))
+        shown = io.StringIO()
+        Console(file=shown, width=100, color_system=None).print(view._render())
+    assert len(shown.getvalue().splitlines()) < 60
+
+
+def test_a_finished_long_text_is_printed_whole() -> None:
+    view, out = _view()
+    long_text = "".join(f"[line {i}] " for i in range(20_000))
+    with view:
+        _stream(view, "t", "Team", long_text)
+    assert long_text in out.getvalue().replace("\n", "")
+
+
+def test_an_output_with_terminal_controls_prints_as_escaped_json() -> None:
+    shown = _render({"text": "[b]x[/b]\x1b[31m\x9b"})
+    assert "\x1b" not in shown and "\x9b" not in shown
+    assert json.loads(shown) == {"text": "[b]x[/b]\x1b[31m\x9b"}  # the same value, escaped
+
+
+def test_an_error_message_with_brackets_prints_verbatim() -> None:
+    out = io.StringIO()
+    print_error(Console(file=out, width=200, color_system=None),
+                NodeExecutionError("closing tag '[/x]' at [b]", node_id="n1"))
+    assert "NodeExecutionError: closing tag '[/x]' at [b]" in out.getvalue()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -48,6 +49,14 @@ def test_redis_keeps_an_append_only_file_on_a_named_volume(compose: dict[str, An
 
 def test_redis_never_evicts_queued_tasks(compose: dict[str, Any]) -> None:
     command = command_of(compose["services"]["redis"])
+    assert command[command.index("--maxmemory-policy") + 1] == "noeviction"
+
+
+def test_redis_has_a_memory_limit_and_refuses_writes_past_it_rather_than_evict(compose: dict[str, Any]) -> None:
+    command = command_of(compose["services"]["redis"])
+    assert "--maxmemory" in command, "without maxmemory Redis grows until the host kills it"
+    limit = command[command.index("--maxmemory") + 1]
+    assert limit == "2gb"  # ORCH_REDIS_MAXMEMORY unset: the shipped default
     assert command[command.index("--maxmemory-policy") + 1] == "noeviction"
 
 
@@ -172,3 +181,13 @@ def test_api_is_published_on_loopback_unless_the_operator_says_otherwise(compose
     assert ports == ["127.0.0.1:8000:8000"]
     exposed = load_compose({"ORCH_API_KEYS": API_KEY, "ORCH_PUBLISH_HOST": "0.0.0.0"})
     assert [str(p) for p in exposed["services"]["api"]["ports"]] == ["0.0.0.0:8000:8000"]
+
+
+def test_the_image_runs_every_role_under_an_init_that_reaps_orphans() -> None:
+    """Each sandbox's bubblewrap init exits as an orphan (nodes/flow/code/SANDBOX.md): a
+    worker that were PID 1 of its container would keep one zombie per Code node."""
+    dockerfile = (Path(__file__).parents[2] / "Dockerfile").read_text()
+    runtime = dockerfile.rsplit("\nFROM ", 1)[1]
+    assert "tini" in runtime.split("ENTRYPOINT", 1)[0], "the runtime stage installs tini"
+    entrypoint = [line for line in runtime.splitlines() if line.startswith("ENTRYPOINT")]
+    assert entrypoint == ['ENTRYPOINT ["/usr/bin/tini", "--"]']

@@ -83,6 +83,15 @@ def test_redis_keeps_an_append_only_file_on_a_persistent_volume() -> None:
     assert any(m["name"] == claim and m["mountPath"] == "/data" for m in container["volumeMounts"])
 
 
+def test_redis_refuses_writes_below_its_container_memory_limit_rather_than_evict_or_die() -> None:
+    (container,) = containers(by_kind("StatefulSet")["redis"])
+    args = container["args"]
+    maxmemory = args[args.index("--maxmemory") + 1]
+    assert maxmemory.endswith("mb") and args[args.index("--maxmemory-policy") + 1] == "noeviction"
+    limit = container["resources"]["limits"]["memory"]
+    assert limit.endswith("Gi") and int(maxmemory[:-2]) < int(limit[:-2]) * 1024
+
+
 def test_settings_point_every_role_at_the_redis_service() -> None:
     config = by_kind("ConfigMap")["orchestrator-config"]["data"]
     assert config["REDIS_URL"] == "redis://redis:6379/0"

@@ -109,3 +109,22 @@ def test_run_view_names_loop_inner_nodes_and_prints_outputs_as_json() -> None:
     assert "For each[1] > Mark" in done.stdout  # the inner node, not only the loop's name
     assert '"processed": true' in done.stdout  # JSON, not the Python repr 'processed': True
     assert "True" not in done.stdout
+
+
+@pytest.mark.timeout(300)
+def test_run_view_prints_bracketed_and_escaped_model_text_verbatim_and_exits_0() -> None:
+    message = "see [/x] and [b]note[/b] \x1b[31mred\x1b[0m " + "long " * 2000
+    done = run_cli("run", "examples/agent_chat_tools.json", "--offline", "--workers", "1",
+                   "--input", json.dumps({"message": message}))
+    assert done.returncode == 0, done.stderr[-3000:]
+    shown = message.replace("\x1b", "\\x1b").strip()
+    assert shown in done.stdout.replace("\n", "")  # the finished stream, whole
+    assert "\x1b" not in done.stdout
+
+
+@pytest.mark.timeout(300)
+def test_the_rag_example_prints_its_citations_verbatim() -> None:
+    done = run_cli("run", "examples/rag.json", "--offline", "--workers", "1",
+                   "--input", '{"question": "How long are finished runs kept?"}')
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "\n[handbook.md, chunk 2]\n" in done.stdout

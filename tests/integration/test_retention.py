@@ -14,6 +14,7 @@ from orchestrator.embedded_redis import EmbeddedRedis
 from orchestrator.embedded_workers import WorkerProcesses
 from orchestrator.runs import RunRequest, start_run
 from orchestrator.settings import Settings
+from orchestrator.storage_budget import DAY_S
 from tests.fake_nodes import graph
 from tests.integration.conftest import wait_for_terminal
 from workers.store import RedisRunStore
@@ -27,10 +28,16 @@ RUNS = 50
 MEMORY_MARGIN_BYTES = 256 * 1024
 
 
+def run_keys(sync: redis.Redis) -> list[str]:
+    """The product's keys but the storage budgets' day counters (one per workspace and day,
+    kept until the day's data has expired: checked on their own)."""
+    return [k for k in sync.keys(f"{SETTINGS.key_prefix}:*") if ":wsbytes:" not in k]
+
+
 async def expired(sync: redis.Redis, timeout_s: float) -> None:
     """Wait until no product key is left (Redis expires keys lazily and by sampling)."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and sync.keys(f"{SETTINGS.key_prefix}:*"):
+    while time.monotonic() < deadline and run_keys(sync):
         await asyncio.sleep(0.25)
 
 
@@ -64,7 +71,10 @@ async def test_finished_runs_expire_and_redis_returns_to_its_baseline() -> None:
                 await wait_for_terminal(store, run_id)
             assert {(await store.get_run(r)).status for r in run_ids} == {"succeeded"}
 
-            product = [k for k in sync.keys(f"{SETTINGS.key_prefix}:*")]
+            counters = sync.keys(f"{SETTINGS.key_prefix}:wsbytes:*")
+            assert len(counters) <= 2  # today's of workspace default (and yesterday's, near midnight)
+            assert all(0 < sync.ttl(k) <= DAY_S + RETENTION_S + SETTINGS.active_ttl_s for k in counters)
+            product = run_keys(sync)
             assert len(product) >= RUNS * 5
             without_ttl = [k for k in product if sync.ttl(k) < 0]
             assert without_ttl == []
@@ -72,9 +82,9 @@ async def test_finished_runs_expire_and_redis_returns_to_its_baseline() -> None:
 
             await expired(sync, RETENTION_S + 10)
             assert sync.keys(f"{SETTINGS.key_prefix}:run:*") == []
-            assert sync.keys(f"{SETTINGS.key_prefix}:*") == []
+            assert run_keys(sync) == []
             # whatever Celery keeps (queue bindings) was there before the runs too
-            assert set(sync.keys("*")) - base_keys == set()
+            assert set(sync.keys("*")) - base_keys - set(counters) == set()
             await store.redis.connection_pool.disconnect()  # measure data, not our clients
             memory = sync.info("memory")
             assert int(memory["used_memory"]) <= base_memory + MEMORY_MARGIN_BYTES, \

@@ -281,3 +281,20 @@ async def test_an_output_nested_deeper_than_the_limit_fails_the_node_naming_it()
     assert result.status == "failed" and result.node_states["a"] == "failed"
     error = next(e for e in result.events if e.event_type == EventType.ERROR).data or {}
     assert "128 levels" in str(error) and "ORCH_MAX_OUTPUT_DEPTH" in str(error)
+
+
+async def test_a_large_output_is_stored_whole_and_its_completed_event_carries_a_bounded_preview() -> None:
+    from orchestrator.kernel.step import OUTPUT_PREVIEW_CHARS
+
+    big = {"text": "x" * 200_000, "n": 1}
+    g = graph([("a", "emit", "A", {"value": big}), ("b", "relay", "B", {"value": "small"})],
+              [("a", "out", "b", "in")])
+    result = await run_graph_local(g, REG, None)
+    assert result.output("a", "out") == big  # the stored output is whole
+    completed = {e.node_id: e.data for e in events_of(result, EventType.COMPLETED)}
+    cut = completed["a"]["outputs"]["out"]
+    assert completed["a"]["outputs_truncated"] is True and "value" not in cut
+    assert cut["chars"] > 200_000 and len(cut["preview"]) <= OUTPUT_PREVIEW_CHARS + 1
+    assert cut["preview"].startswith('{"text": "xxx')
+    assert completed["b"]["outputs_truncated"] is False
+    assert completed["b"]["outputs"]["out"] == {"type": "data", "value": "small"}

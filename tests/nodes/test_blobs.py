@@ -113,3 +113,40 @@ async def test_nodes_read_credentials_and_files_of_the_runs_workspace(node_redis
 
     with pytest.raises(ParameterError, match="workspace 'team-a'"):
         await run_with("database_query", {"query": "SELECT 1", "credential": "db"}, services=team)
+
+
+async def _stream(blobs: Blobs, data: bytes, name: str) -> Any:
+    import io
+
+    file = io.BytesIO(data)
+
+    async def read(n: int) -> bytes:
+        return file.read(n)
+
+    return await blobs.put_stream(read, file, len(data), mime="application/x-thing", name=name)
+
+
+async def test_an_upload_streams_into_redis_chunk_by_chunk_and_reads_back_whole(node_redis: Any) -> None:
+    services = redis_services(node_redis)
+    blobs = Blobs.from_settings(services["settings"], services["redis_url"])
+    data = bytes(range(256)) * (3 * 4096 + 7)  # three 1 MiB chunks and a bit
+    try:
+        ref = await _stream(blobs, data, "three.bin")
+        assert ref.ref.startswith("redis:") and ref.size == len(data)
+        blob = await blobs.get(ref)
+        assert (blob.data, blob.mime, blob.name) == (data, "application/x-thing", "three.bin")
+        assert await blobs.redis.keys("*:part") == []  # the part key was moved into the file
+    finally:
+        await blobs.aclose()
+
+
+async def test_an_upload_streams_to_s3(node_redis: Any, s3_url: str) -> None:
+    services = s3_settings(s3_url, node_redis)
+    blobs = Blobs.from_settings(services["settings"])
+    data = b"\x00s3\xff" * 300_000
+    try:
+        ref = await _stream(blobs, data, "s3.bin")
+        assert ref.ref.startswith("s3:default:")
+        assert (await blobs.get(ref.ref)).data == data
+    finally:
+        await blobs.aclose()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import os
 import signal
 import socket
@@ -357,3 +358,108 @@ async def test_no_pipe_of_a_killed_sandbox_outlives_the_call() -> None:
             assert failed.value.kind == kind
         gc.collect()
     assert not [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+
+
+# Removes the audit hook from inside, as an attacker can: gc finds the hook's closure and
+# its ``deny`` cell is replaced. Then writes 1 MiB chunks, 16 MiB per file, up to 256 MiB,
+# into each folder, and reports [MiB written, the error that stopped it].
+FILL_WITHOUT_HOOK = textwrap.dedent("""\
+    import gc, os
+    for obj in gc.get_objects():
+        if getattr(obj, '__name__', '') == 'hook' and getattr(obj, '__closure__', None):
+            for cell in obj.__closure__:
+                if getattr(cell.cell_contents, '__name__', '') == 'deny':
+                    cell.cell_contents = lambda *args, **kwargs: None
+    chunk = b'x' * (1 << 20)
+    out = {}
+    for folder in ('/dev/shm', '/dev', '/', '/tmp'):
+        written, error = 0, ''
+        try:
+            for n in range(16):
+                with open(f'{folder}/fill-{n}', 'wb') as f:
+                    for _ in range(16):
+                        f.write(chunk)
+                        written += 1
+        except OSError as exc:
+            error = os.strerror(exc.errno)
+        out[folder] = [written, error]
+        for n in range(16):
+            try:
+                os.unlink(f'{folder}/fill-{n}')
+            except OSError:
+                pass
+    return out
+    """)
+NON_ROOT_UID = 4242
+NON_ROOT_WORKER = textwrap.dedent("""\
+    import asyncio, json, sys
+    from nodes._shared.sandbox import run_python
+    ran = asyncio.run(run_python(sys.argv[1], None, timeout_s=30, memory_mb=int(sys.argv[2])))
+    print(json.dumps(ran.value))
+    """)
+SYSTEM_PYTHON = f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def as_non_root_worker(code: str, memory_mb: int) -> object:
+    """The value of ``code`` run by a Code sandbox of a worker that is an ordinary uid
+    (bubblewrap then makes a user namespace and the sandbox is that uid on the host)."""
+    site = next(p for p in sys.path if p.endswith("site-packages"))
+    done = subprocess.run(
+        ["setpriv", f"--reuid={NON_ROOT_UID}", f"--regid={NON_ROOT_UID}", "--clear-groups", "--",
+         SYSTEM_PYTHON, "-c", NON_ROOT_WORKER, code, str(memory_mb)],
+        cwd="/", env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{HERE.parents[1]}:{site}"},
+        capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switches to a non-root uid")
+@pytest.mark.skipif(not os.path.exists(SYSTEM_PYTHON),
+                    reason="needs the system's interpreter of the same version as this one")
+def test_with_the_hook_removed_a_non_root_workers_sandbox_writes_only_its_sized_scratch() -> None:
+    """The sandbox owns bubblewrap's root and /dev tmpfs in its user namespace: before, it
+    wrote 256 MiB to each of /dev/shm, /dev and / (half the host's RAM was the bound)."""
+    seen = as_non_root_worker(FILL_WITHOUT_HOOK, memory_mb=48)
+    assert isinstance(seen, dict)
+    for folder in ("/dev/shm", "/dev", "/"):
+        assert seen[folder] == [0, "Read-only file system"], seen
+    assert seen["/tmp"] == [48, "No space left on device"]  # the scratch: min(64, memory_mb)
+
+
+READ_TMPFS = textwrap.dedent("""\
+    mounts = []
+    for line in open('/proc/self/mountinfo'):
+        fields = line.split()
+        at = fields.index('-')
+        if fields[at + 1] == 'tmpfs':
+            size = [o[5:] for o in fields[-1].split(',') if o.startswith('size=')]
+            mounts.append([fields[4], 'ro' in fields[5].split(','), size[0] if size else None])
+    return mounts
+    """)
+
+
+@pytest.mark.parametrize("memory_mb", [40, 256])
+async def test_every_tmpfs_is_read_only_or_sized_within_the_memory_budget(memory_mb: int) -> None:
+    """Tmpfs pages are memory that RLIMIT_AS does not count."""
+    mounts = await bare(READ_TMPFS, memory_mb=memory_mb)
+    assert isinstance(mounts, list)
+    writable = {point: size for point, read_only, size in mounts if not read_only}
+    assert writable == {"/tmp": f"{min(64, memory_mb) * 1024}k"}, mounts
+    assert {point for point, read_only, _size in mounts if read_only} == {"/", "/dev"}
+
+
+# Calls the OS layer refuses, with why, whatever their arguments (zeros here).
+REFUSED_CALLS = ["tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "memfd_secret", "io_setup",
+                 "io_submit", "modify_ldt", "move_pages", "migrate_pages", "mbind", "kcmp", "vmsplice",
+                 "memfd_create", "shmget", "msgget", "kill", "ptrace"]
+
+
+@pytest.mark.parametrize("name", REFUSED_CALLS)
+async def test_a_refused_system_call_answers_eperm_with_the_hook_off(name: str) -> None:
+    import pyseccomp
+
+    number = pyseccomp.resolve_syscall(pyseccomp.Arch.NATIVE, name)
+    code = (f"import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            f"got = libc.syscall({number}, 0, 0, 0, 0, 0, 0)\n"
+            f"return [got, os.strerror(ctypes.get_errno()) if got == -1 else '']")
+    assert await bare(code) == [-1, "Operation not permitted"]

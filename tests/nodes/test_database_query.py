@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import secrets
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +68,60 @@ async def test_statement_timeout_interrupts_a_long_query(db: dict[str, Any]) -> 
 async def test_two_statements_are_refused(db: dict[str, Any]) -> None:
     with pytest.raises(NodeExecutionError, match="one statement"):
         await run_with("database_query", {"query": "SELECT 1; SELECT 2"}, services=db)
+
+
+# -- the node's budget (ORCH_MAX_OUTPUT_BYTES) bounds what a statement builds and returns --
+
+
+OVER_BUDGET = r"result is larger than the node's output budget ORCH_MAX_OUTPUT_BYTES"
+
+
+def _budget(tmp_path: Path, max_bytes: int) -> dict[str, Any]:
+    return {"settings": settings(database_sqlite_path=str(tmp_path / "db.sqlite3"), max_output_bytes=max_bytes)}
+
+
+async def test_a_value_larger_than_the_budget_fails_the_node_naming_the_limit(tmp_path: Path) -> None:
+    with pytest.raises(NodeExecutionError, match=r"ORCH_MAX_OUTPUT_BYTES \(1048576 bytes; .*SQLITE_LIMIT_LENGTH"):
+        await run_with("database_query", {"query": "SELECT randomblob(2000000) AS b"},
+                       services=_budget(tmp_path, 1024 * 1024))
+    out = await run_with("database_query", {"query": "SELECT length(randomblob(500000)) AS n"},
+                         services=_budget(tmp_path, 1024 * 1024))
+    assert out["rows"] == [{"n": 500000}]
+
+
+async def test_rows_past_the_budget_fail_the_node_naming_it(tmp_path: Path) -> None:
+    sql = ("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000) "
+           "SELECT hex(randomblob(50000)) AS h FROM n")
+    with pytest.raises(NodeExecutionError, match=OVER_BUDGET):
+        await run_with("database_query", {"query": sql}, services=_budget(tmp_path, 1024 * 1024))
+
+
+async def test_the_row_limit_stops_the_reading_not_only_the_output(db: dict[str, Any]) -> None:
+    # Ten million rows: the plain cursor read all of them before the first was kept.
+    sql = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 10000000) SELECT i FROM n"
+    out = await run_with("database_query", {"query": sql, "max_rows": 5, "timeout_s": 5}, services=db)
+    assert out["rows"] == [{"i": i} for i in range(1, 6)] and out["truncated"] is True
+
+
+def test_a_400_mb_blob_is_refused_before_the_worker_allocates_it(tmp_path: Path) -> None:
+    # In a fresh process, so its peak resident memory is this statement's alone.
+    script = f"""
+import asyncio, resource
+from nodes._shared.database import Statement, run_statement
+from orchestrator.kernel.errors import NodeExecutionError
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    asyncio.run(run_statement("sqlite:///{tmp_path}/db.sqlite3", Statement(sql="SELECT randomblob(400000000)")))
+    print("ran")
+except NodeExecutionError as exc:
+    print(exc.message)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024, "MB")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).parents[2])
+    message, grown = done.stdout.strip().splitlines()
+    assert "SQLITE_LIMIT_LENGTH" in message, done.stdout + done.stderr
+    assert int(grown.split()[0]) < 64, grown
 
 
 async def test_database_url_credential_selects_the_database_and_its_type_is_checked(
@@ -191,6 +247,13 @@ async def test_postgres_is_read_only_by_default_and_writes_when_asked(pg: dict[s
     out = await run_with("database_query", {"query": f"SELECT v FROM {table} ORDER BY v", "credential": "pg",
                                             "max_rows": 2}, services=pg)
     assert out["rows"] == [{"v": 1}, {"v": 2}] and out["truncated"] is True
+
+
+async def test_postgres_rows_past_the_budget_fail_the_node_naming_it(pg: dict[str, Any]) -> None:
+    services = {**pg, "settings": pg["settings"].model_copy(update={"max_output_bytes": 1024 * 1024})}
+    with pytest.raises(NodeExecutionError, match=OVER_BUDGET):
+        await run_with("database_query", {"query": "SELECT repeat('x', 50000) AS v FROM generate_series(1, 1000)",
+                                          "credential": "pg"}, services=services)
 
 
 async def test_postgres_statement_timeout(pg: dict[str, Any]) -> None:

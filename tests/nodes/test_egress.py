@@ -61,6 +61,77 @@ def test_public_addresses_pass() -> None:
     assert EgressPolicy().refusal(ipaddress.ip_address("2606:4700:4700::1111")) is None
 
 
+def _v4(text: str) -> int:
+    return int(ipaddress.IPv4Address(text))
+
+
+def _v6(value: int) -> ipaddress.IPv6Address:
+    return ipaddress.IPv6Address(value)
+
+
+# Each IPv6 form that carries an IPv4 address, built from the address by its RFC's layout.
+EMBEDDINGS = {
+    "mapped ::ffff:a.b.c.d": lambda v4: _v6(0xFFFF << 32 | v4),
+    "compatible ::a.b.c.d": lambda v4: _v6(v4),
+    "SIIT ::ffff:0:a.b.c.d": lambda v4: _v6(0xFFFF << 48 | v4),
+    "NAT64 64:ff9b::/96": lambda v4: _v6(0x64FF9B << 96 | v4),
+    "NAT64 64:ff9b:1::/48 at /96": lambda v4: _v6(0x64FF9B0001 << 80 | v4),
+    "NAT64 64:ff9b:1::/48 at /48": lambda v4: _v6(
+        0x64FF9B0001 << 80 | (v4 >> 16) << 64 | (v4 & 0xFFFF) << 40),
+    "NAT64 64:ff9b:1::/48 at /64": lambda v4: _v6(0x64FF9B0001 << 80 | v4 << 24),
+    "6to4 2002::/16": lambda v4: _v6(0x2002 << 112 | v4 << 80 | 1),
+    "ISATAP ...:0:5efe:a.b.c.d": lambda v4: _v6(0x2606_4700 << 96 | 0x5EFE << 32 | v4),
+}
+
+
+@pytest.mark.parametrize("form", sorted(EMBEDDINGS))
+@pytest.mark.parametrize("inner", ["127.0.0.1", "10.1.2.3", "192.168.0.7", "169.254.169.254", "0.0.0.0"])
+def test_an_ipv6_form_carrying_a_non_public_ipv4_address_is_refused(form: str, inner: str) -> None:
+    address = EMBEDDINGS[form](_v4(inner))
+    reason = EgressPolicy().refusal(address)
+    assert reason is not None, str(address)
+    # The local-use prefix is read at every length (the error names the first refused
+    # reading); "::" is the unspecified IPv6 address before it is a compatible 0.0.0.0.
+    assert inner in reason or "64:ff9b:1::/48" in form or str(address) == "::", reason
+
+
+@pytest.mark.parametrize("form", sorted(EMBEDDINGS))
+def test_an_ipv6_form_carrying_a_metadata_address_is_refused_when_private_ones_are_allowed(form: str) -> None:
+    address = EMBEDDINGS[form](_v4("169.254.169.254"))
+    assert EgressPolicy(allow_private=True).refusal(address) is not None, str(address)
+
+
+@pytest.mark.parametrize("form", sorted(set(EMBEDDINGS) - {
+    "NAT64 64:ff9b:1::/48 at /96", "NAT64 64:ff9b:1::/48 at /48", "NAT64 64:ff9b:1::/48 at /64"}))
+def test_an_ipv6_form_carrying_a_public_ipv4_address_stays_allowed(form: str) -> None:
+    assert EgressPolicy().refusal(EMBEDDINGS[form](_v4("8.8.8.8"))) is None
+
+
+def test_a_local_use_nat64_address_is_read_at_every_prefix_length() -> None:
+    # Its prefix length is the operator's choice: an address reading as a public address at
+    # every length passes; one reading as loopback at any length is refused.
+    assert EgressPolicy().refusal(ipaddress.ip_address("64:ff9b:1:808:8:808:808:808")) is None
+    reason = EgressPolicy().refusal(ipaddress.ip_address("64:ff9b:1:808:8:808:7f00:1"))
+    assert reason is not None and "127.0.0.1" in reason
+
+
+def test_a_teredo_address_is_judged_on_its_server_and_its_obfuscated_client() -> None:
+    def teredo(server: str, client: str) -> ipaddress.IPv6Address:
+        return _v6(0x2001 << 112 | _v4(server) << 64 | 0x8000_63BF << 32 | (_v4(client) ^ 0xFFFFFFFF))
+
+    allow_private = EgressPolicy(allow_private=True)
+    assert allow_private.refusal(teredo("65.54.227.120", "169.254.169.254")) is not None
+    assert allow_private.refusal(teredo("169.254.169.254", "8.8.8.8")) is not None
+    assert allow_private.refusal(teredo("65.54.227.120", "8.8.8.8")) is None
+    assert EgressPolicy().refusal(teredo("65.54.227.120", "127.0.0.1")) is not None
+
+
+async def test_a_client_refuses_nat64_loopback_before_connecting() -> None:
+    async with egress_client(EgressPolicy()) as client:
+        with pytest.raises(EgressDeniedError, match=r"64:ff9b::7f00:1 is an IPv6 form of 127\.0\.0\.1"):
+            await client.get("http://[64:ff9b::7f00:1]:9/")
+
+
 async def test_client_refuses_loopback_by_name_and_by_address(local_server: int) -> None:
     async with egress_client(EgressPolicy()) as client:
         for host in ("127.0.0.1", "localhost"):

@@ -108,6 +108,18 @@ async def test_loader_refuses_paths_outside_the_readable_folders(path: str) -> N
         await run_with("document_loader", {"source": "path", "path": path})
 
 
+async def test_loader_errors_name_the_path_as_the_graph_gave_it_never_a_host_folder(tmp_path: Path) -> None:
+    allowed = tmp_path / "operator-docs"
+    allowed.mkdir()
+    services = {"settings": settings(loader_paths=str(allowed))}
+    checkout = str(Path(__file__).resolve().parents[2])
+    for given in ("examples/docs/missing.md", "notes/missing.md", "/etc/passwd"):
+        with pytest.raises(ParameterError) as caught:
+            await run_with("document_loader", {"source": "path", "path": given}, services=services)
+        assert repr(given) in caught.value.message and "ORCH_LOADER_PATHS" in caught.value.message
+        assert checkout not in caught.value.message and str(tmp_path) not in caught.value.message
+
+
 def test_pdf_parser_gives_one_document_per_page() -> None:
     from nodes._rag.documents import parse
 

@@ -129,13 +129,15 @@ def serve_thread(server: Any) -> threading.Thread:
 
 @pytest.fixture(scope="module")
 def stack(redis_server: EmbeddedRedis, workers: WorkerProcesses) -> Iterator[Stack]:
+    from cryptography.fernet import Fernet
+
     from orchestrator.settings import Settings
 
     page_port = free_port()
     other = f"http://127.0.0.1:{page_port}"
     settings = Settings(
         redis_url=redis_server.url, api_keys=KEY, cors_origins=other, sse_ping_s=1.0,
-        node_paths=NODE_PATHS, key_prefix="orc",
+        node_paths=NODE_PATHS, key_prefix="orc", credentials_key=Fernet.generate_key().decode(),
     )
     port = free_port()
     api = serve_api(settings, port)
@@ -184,7 +186,7 @@ def browser() -> Iterator[Any]:
     with playwright_sync.sync_playwright() as p:
         context = p.chromium.launch_persistent_context(
             profile, executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
-            viewport={"width": 1280, "height": 800},
+            viewport={"width": 1280, "height": 720},
         )
         try:
             yield context
@@ -204,9 +206,27 @@ class Console:
         self.page.goto("about:blank")
         self.page.goto(f"{self.api_url}/ui/#/{route}")
 
-    def shot(self, name: str) -> None:
+    def shot(self, name: str, sizes: tuple[tuple[int, int], ...] = ()) -> None:
+        """A screenshot of the page as it is (artifacts/screenshots/NAME.png), and one at
+        each of ``sizes`` (NAME-WxH.png; the viewport is put back after)."""
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        self.page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+        self.page.screenshot(path=str(SCREENSHOTS / f"{name}.png"))
+        if not sizes:
+            return
+        before = self.page.viewport_size
+        for width, height in sizes:
+            self.page.set_viewport_size({"width": width, "height": height})
+            self.frames()
+            self.page.screenshot(path=str(SCREENSHOTS / f"{name}-{width}x{height}.png"))
+        self.page.set_viewport_size(before)
+
+    def frames(self, count: int = 2) -> None:
+        """Wait until the page has drawn ``count`` frames (resize observers run before)."""
+        self.page.evaluate(
+            "n => new Promise(done => {"
+            " const step = k => k ? requestAnimationFrame(() => step(k - 1)) : done(); step(n); })",
+            count,
+        )
 
     def api(self, method: str, path: str, body: Any = None) -> Any:
         """A direct API call with the key (test set-up, not through the console)."""
@@ -232,6 +252,7 @@ def console(stack: Stack, browser: Any) -> Iterator[Console]:
             page.fill("#api-key", KEY)
             page.click("#signin button[type=submit]")
             page.wait_for_selector("h1:has-text('Graphs')")
+    page.set_viewport_size({"width": 1280, "height": 720})
     try:
         yield ui
     finally:
@@ -243,3 +264,16 @@ def example(name: str, graph_id: str) -> dict[str, Any]:
     raw: dict[str, Any] = json.loads((EXAMPLES / f"{name}.json").read_text())
     raw["id"] = graph_id
     return raw
+
+
+# How much of the graph the canvas shows: nodes wholly inside it, the scale, the wires kept.
+FITS = """() => {
+    const gv = document.querySelector('#canvas').graphView;
+    const r = gv.canvas.getBoundingClientRect();
+    const inside = gv.nodes().filter(n => {
+        const a = gv.screenPoint([n.pos[0], n.pos[1] - LiteGraph.NODE_TITLE_HEIGHT]);
+        const b = gv.screenPoint([n.pos[0] + n.size[0], n.pos[1] + n.size[1]]);
+        return a.x >= r.left && a.y >= r.top && b.x <= r.right && b.y <= r.bottom;
+    });
+    return {nodes: gv.nodes().length, inside: inside.length, scale: gv.view.ds.scale, wires: gv.toJSON().edges.length};
+}"""

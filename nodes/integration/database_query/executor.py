@@ -63,9 +63,9 @@ def confined_url(url: str, settings: Settings, workspace: str) -> str:
     file = (folder / Path(path).expanduser()).resolve()
     if not file.is_relative_to(folder) or file == folder:
         raise ParameterError(f"a sqlite database of workspace {workspace!r} must be a file in its folder "
-                             f"{folder} (a relative path is taken from there)", parameter="credential")
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return sqlite_url(file)
+                             "(<ORCH_WORKSPACE_DATA_DIR>/<workspace>; a relative path is taken from there)",
+                             parameter="credential")
+    return sqlite_url(workspace_file(settings, workspace, str(file.relative_to(folder))))
 
 
 class DatabaseQuery:
@@ -87,7 +87,8 @@ class DatabaseQuery:
         timeout = data.get("timeout_s")
         stmt = Statement(sql=sql, parameters=_parameters(data.get("parameters")),
                          read_only=bool(data.get("read_only", True)), max_rows=int(data.get("max_rows") or 1000),
-                         timeout_s=float(timeout) if timeout else settings.database_statement_timeout_s)
+                         timeout_s=float(timeout) if timeout else settings.database_statement_timeout_s,
+                         max_bytes=settings.max_output_bytes)
         try:
             out = await run_statement(url, stmt)
         except OrchestratorError as exc:

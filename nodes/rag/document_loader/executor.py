@@ -61,8 +61,14 @@ class DocumentLoader:
             docs = parse(response.content, fmt, source=url, mime=response.headers.get("content-type", ""),
                          text_field=text_field)
         elif source == "path":
-            path = readable_path(ctx, as_text(data.get("path")))
-            docs = parse(path.read_bytes(), fmt, source=path.name, text_field=text_field)
+            raw_path = as_text(data.get("path"))
+            path = readable_path(ctx, raw_path)
+            try:
+                content = path.read_bytes()
+            except OSError as exc:  # its message holds the resolved host path: name the graph's
+                raise ParameterError(f"parameter 'path': cannot read {raw_path!r} ({exc.strerror})",
+                                     parameter="path") from None
+            docs = parse(content, fmt, source=path.name, text_field=text_field)
         elif source == "text":
             text = as_text(data.get("text"))
             if not text:

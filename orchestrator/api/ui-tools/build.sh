@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Rebuild the console's vendored canvas library from the lock file (needs Node.js + npm;
-# a fresh clone runs the console without them: the output is committed in the package).
-#   ui/build.sh            npm ci (exact versions and integrity hashes of package-lock.json)
-#                          and copy LiteGraph's build into orchestrator/api/ui/vendor/, plus a
-#                          sprite of the Lucide icons the repo's node definitions name
+# Rebuild the console's vendored libraries from the lock file (needs Node.js + npm; a
+# fresh clone runs the console without them: the output is committed in the package).
+#   orchestrator/api/ui-tools/build.sh   npm ci (exact versions and integrity hashes of
+#                          package-lock.json), copy LiteGraph's build into ../ui/vendor/,
+#                          write a sprite of the Lucide icons the repo's node definitions
+#                          and the console name, and SHA256SUMS of what it wrote
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-out="$here/../orchestrator/api/ui/vendor"
+out="$here/../ui/vendor"
 cd "$here"
 npm ci --no-audit --no-fund --ignore-scripts
 mkdir -p "$out"

@@ -1,0 +1,180 @@
+"""Storage budgets: the bytes one run and one workspace keep in Redis, which every
+workspace shares.
+
+What counts (the JSON or the bytes as stored):
+
+* a run: its nodes' outputs, the events its nodes append (``completed``, ``error``,
+  ``progress``, agent events, ...) and the files its nodes store in Redis;
+* a workspace: all of that for each of its runs, and the files uploaded to it
+  (``POST /files``) that are kept in Redis.
+
+Not counted: a run's record and plan, and the store's own lifecycle events (``started``,
+``skipped``, run-level events; a few hundred bytes each, bounded by the graph's size);
+files in S3 (the bucket's own quota and lifecycle bound them).
+
+``ORCH_RUN_MAX_BYTES`` and ``ORCH_WORKSPACE_MAX_BYTES`` (0: no budget) bound them. A write
+that would take a run or its workspace past its budget is refused before anything is
+stored, with a :class:`StorageBudgetError` naming the setting: the node that wrote it
+fails and its run stops (``workers/store.py``), an upload gets 429 (``api/files.py``).
+The check and the count are one Lua script, so concurrent writers never pass a budget
+together.
+
+How bytes leave the count: a run's count is a field of its record (``bytes``), gone when
+the record expires. A workspace's is one counter per UTC day of the bytes written that
+day (``{p}:wsbytes:{ws}:{day}``), which expires at the end of that day plus
+``retention_s`` plus ``active_ttl_s``: by then everything written that day has expired
+(run state expires ``retention_s`` after the run ends, and an active run's keys live at
+most ``active_ttl_s`` past its last progress; a file ``retention_s`` after its upload).
+The workspace's usage is the sum of its live counters. Why day counters rather than
+decrementing at expiry: the count follows expiry by itself, with no sweeper pass, no
+keyspace notifications and nothing to repair after a crash. The price: bytes stay counted
+up to a day (and ``active_ttl_s``) longer than they are kept, never shorter, except for a
+run active longer than ``active_ttl_s`` without progress, whose earliest bytes may leave
+the count before they expire. Deleting a file gives its bytes back to its day's counter.
+
+The budgets keep any workspace from filling Redis; what still fills it (many workspaces,
+graphs and sessions, a Redis shared with something else) meets its ``maxmemory``: the
+shipped configurations set one with ``noeviction`` (nothing is dropped silently), and a
+write Redis refuses for memory becomes :func:`store_full`'s :class:`StoreFullError` (the
+API answers 507 naming it; a node step fails with it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
+from redis.exceptions import OutOfMemoryError, ResponseError
+
+from orchestrator.kernel.errors import StorageBudgetError, StoreFullError
+from orchestrator.keys import Keys
+from orchestrator.settings import Settings
+
+DAY_S = 86400
+
+# KEYS: the workspace's day counters, today's first, then (ARGV[5] == '1') the run record.
+# ARGV: bytes, workspace budget, run budget, today's counter expires at (epoch s), has run.
+# Returns {verdict, used}: 'ok' (counted), 'run' / 'workspace' (refused: that budget's use
+# before this write) or 'gone' (the run record expired: nothing is counted or stored).
+RESERVE_LUA = """
+local n, ws_max, run_max = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local counters, run = #KEYS, nil
+if ARGV[5] == '1' then run, counters = KEYS[#KEYS], #KEYS - 1 end
+if run then
+  if redis.call('EXISTS', run) == 0 then return {'gone', 0} end
+  local used = tonumber(redis.call('HGET', run, 'bytes') or '0')
+  if run_max > 0 and used + n > run_max then return {'run', used} end
+end
+local total = 0
+for i = 1, counters do total = total + tonumber(redis.call('GET', KEYS[i]) or '0') end
+if ws_max > 0 and total + n > ws_max then return {'workspace', total} end
+if run then redis.call('HINCRBY', run, 'bytes', n) end
+redis.call('INCRBY', KEYS[1], n)
+redis.call('EXPIREAT', KEYS[1], ARGV[4])
+return {'ok', total + n}
+"""
+# KEYS[1] a day counter; ARGV[1] bytes to give back (a counter that expired stays gone).
+RELEASE_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local left = redis.call('DECRBY', KEYS[1], ARGV[1])
+if left <= 0 then redis.call('DEL', KEYS[1]) end
+return left
+"""
+
+def store_full(exc: Exception) -> StoreFullError | None:
+    """The StoreFullError of a Redis error that refused a write for memory, else None
+    (redis-py's OutOfMemoryError, or the same error raised inside a script)."""
+    if not isinstance(exc, OutOfMemoryError) and "used memory > 'maxmemory'" not in str(exc):
+        return None
+    return StoreFullError("the state store (Redis) is full: it refuses writes past its maxmemory (noeviction); "
+                          "free space (lower ORCH_RETENTION_S, the storage budgets ORCH_RUN_MAX_BYTES and "
+                          "ORCH_WORKSPACE_MAX_BYTES) or raise maxmemory")
+
+
+@contextlib.contextmanager
+def store_full_errors() -> Iterator[None]:
+    """Redis errors that refused a write for memory, raised as StoreFullError."""
+    try:
+        yield
+    except ResponseError as exc:
+        full = store_full(exc)
+        if full is None:
+            raise
+        raise full from None
+
+
+ScriptCall = Callable[[AsyncScript, list[Any], list[Any]], Awaitable[Any]]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class StorageBudget:
+    """The budgets of the module docstring on one Redis (any ``decode_responses``).
+    ``call`` runs a script (``workers.batching.CommandBatcher.script`` shares round trips);
+    by default each call is its own."""
+
+    def __init__(self, redis: Redis, settings: Settings, call: ScriptCall | None = None) -> None:
+        self.redis = redis
+        self.keys = Keys(settings.key_prefix)
+        self.run_max_bytes = settings.run_max_bytes
+        self.workspace_max_bytes = settings.workspace_max_bytes
+        self.counted_s = settings.retention_s + settings.active_ttl_s  # past the end of a counter's day
+        self._reserve = redis.register_script(RESERVE_LUA)
+        self._release = redis.register_script(RELEASE_LUA)
+        self._call: ScriptCall = call or (lambda script, keys, args: script(keys=keys, args=args))
+
+    @property
+    def enabled(self) -> bool:
+        return self.run_max_bytes > 0 or self.workspace_max_bytes > 0
+
+    def _days(self, now_s: float) -> list[int]:
+        """Today, then every earlier day whose counter may still be alive."""
+        today = int(now_s // DAY_S)
+        return [today - i for i in range(math.ceil(self.counted_s / DAY_S) + 2)]
+
+    async def reserve(self, nbytes: int, *, workspace: str, run_id: str | None = None) -> int | None:
+        """Count ``nbytes`` for ``workspace`` (and ``run_id``) if they fit in the budgets;
+        the day they are counted in (for :meth:`release`), or None when nothing was counted
+        (budgets off, nothing to count, or the run is gone). Raises
+        :class:`StorageBudgetError` naming the budget they would pass."""
+        if nbytes <= 0 or not self.enabled:
+            return None
+        days = self._days(time.time())
+        keys: list[Any] = [self.keys.workspace_bytes(workspace, day) for day in days]
+        if run_id is not None:
+            keys.append(self.keys.run(run_id))
+        expire_at = (days[0] + 1) * DAY_S + self.counted_s
+        verdict, used = await self._call(self._reserve, keys, [
+            nbytes, self.workspace_max_bytes, self.run_max_bytes, expire_at, "1" if run_id is not None else "0"])
+        kind, used = _text(verdict), int(used)
+        if kind == "run":
+            raise StorageBudgetError(
+                f"run {run_id} would keep {used + nbytes} bytes of outputs, events and files in the store, "
+                f"above its budget ORCH_RUN_MAX_BYTES ({self.run_max_bytes} bytes)",
+                limit="ORCH_RUN_MAX_BYTES", used=used, requested=nbytes, bound=self.run_max_bytes, run_id=run_id)
+        if kind == "workspace":
+            raise StorageBudgetError(
+                f"workspace {workspace!r} would keep {used + nbytes} bytes of outputs, events and files in the store, "
+                f"above its budget ORCH_WORKSPACE_MAX_BYTES ({self.workspace_max_bytes} bytes); they count until "
+                "they expire (ORCH_RETENTION_S)",
+                limit="ORCH_WORKSPACE_MAX_BYTES", used=used, requested=nbytes, bound=self.workspace_max_bytes,
+                run_id=run_id)
+        return days[0] if kind == "ok" else None
+
+    async def release(self, nbytes: int, *, workspace: str, day: int) -> None:
+        """Give back ``nbytes`` counted on ``day`` (a file deleted before it expired)."""
+        if nbytes > 0 and self.enabled:
+            await self._call(self._release, [self.keys.workspace_bytes(workspace, day)], [nbytes])
+
+    async def used(self, workspace: str) -> int:
+        """The bytes ``workspace`` keeps now, as counted."""
+        keys = [self.keys.workspace_bytes(workspace, day) for day in self._days(time.time())]
+        values = await self.redis.mget(keys)
+        return sum(int(v) for v in values if v is not None)
