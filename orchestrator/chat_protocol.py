@@ -7,7 +7,8 @@ event also carries ``run_id``, ``node_id`` and ``node_name`` so a client can gro
 ==============================================  =========================================
 node event                                      chat event(s)
 ==============================================  =========================================
-``started`` / ``completed`` / ``skipped``       ``flow_step`` {status}
+``started`` / ``completed`` / ``skipped`` /     ``flow_step`` {status}
+``cancelled`` (running when its run ended)
 ``error``                                       ``flow_step`` {status: "error", error}
 ``progress`` with ``token``                     ``content`` {delta}
 ``progress`` with ``reasoning``                 ``reasoning`` {delta}
@@ -45,6 +46,7 @@ _FLOW_STATUS = {
     EventType.STARTED: "started",
     EventType.COMPLETED: "completed",
     EventType.SKIPPED: "skipped",
+    EventType.CANCELLED: "cancelled",
     EventType.ERROR: "error",
 }
 _REASONING = frozenset({"ReasoningContentDelta", "ReasoningStep", "ReasoningDelta"})

@@ -35,10 +35,12 @@ from orchestrator.kernel.protocol import EventType, NodeEvent
 STATUS_STYLE = {
     "pending": "dim", "running": "yellow", "retrying": "magenta", "succeeded": "green",
     "failed": "red", "skipped": "dim italic", "waiting": "cyan", "not_run": "dim strike",
+    "cancelled": "yellow strike",
 }
 EVENT_STATUS = {
     EventType.STARTED: "running", EventType.RETRY: "retrying", EventType.COMPLETED: "succeeded",
     EventType.ERROR: "failed", EventType.SKIPPED: "skipped", EventType.NOT_RUN: "not_run",
+    EventType.CANCELLED: "cancelled",
 }
 TOKEN_KEYS = ("delta", "token", "text")  # where a progress event's text chunk may sit
 CONTENT_EVENT_SUFFIX = "RunContent"  # agent_event kinds whose "content" is a text delta

@@ -12,17 +12,25 @@ key                                        type        what, TTL
 {p}:run:{id}:pending                       hash        node id -> flow in-edges not yet resolved; retention
 {p}:run:{id}:live                          hash        "node|port" -> live in-edges; retention
 {p}:run:{id}:out                           hash        node id -> outputs JSON {port: DataValue}; retention
-{p}:run:{id}:claims                        hash        node id -> times claimed; retention
-{p}:run:{id}:lease:{node}                  string      worker id holding the node; node_lease_s
+{p}:run:{id}:claims                        hash        node id -> times claimed; "token:<node>" -> fencing
+                                                       token of its latest claim; "attempt:<node>",
+                                                       "retry_at:<node>" (Redis clock); ":stale" ->
+                                                       refused stale completions/renewals/appends;
+                                                       retention
+{p}:run:{id}:lease:{node}                  string      fencing token of the claim running the node;
+                                                       node_lease_s
 {p}:run:{id}:ready                         set         nodes that became ready; retention
 {p}:run:{id}:dispatched                    set         nodes whose task was sent, queued or claimed; retention
 {p}:run:{id}:queue                         list        ready nodes waiting for a free slot (FIFO); retention
+{p}:run:{id}:sent                          hash        node id -> when its task was sent (Redis clock),
+                                                       until claimed (the sweeper re-sends lost ones);
+                                                       retention
 {p}:run:{id}:adj                           hash        node id -> adjacency JSON for the Lua barrier; retention
 {p}:run:{id}:suspend                       hash        node id -> suspend payload of a waiting node; retention
 {p}:run:{id}:resume                        hash        node id -> {payload, input} of a resumed node; retention
 {p}:run:{id}:events                        stream      the run's event log (SSE ids); capped; retention
 {p}:run:{id}:notify                        pub/sub     wake-up hint after an XADD (no payload guarantee)
-{p}:runs:active                            zset        run id -> deadline (epoch s), for the sweeper
+{p}:runs:active                            zset        run id -> deadline (epoch s, Redis clock), for the sweeper
 {p}:runs:queued                            string      nodes on every run's queue (back-pressure); kept
                                                        exact by the scripts, re-counted by the sweeper;
                                                        active TTL, deleted at 0
@@ -103,6 +111,9 @@ class Keys:
     def queue(self, run_id: str) -> str:
         return f"{self.prefix}:run:{run_id}:queue"
 
+    def sent(self, run_id: str) -> str:
+        return f"{self.prefix}:run:{run_id}:sent"
+
     def adj(self, run_id: str) -> str:
         return f"{self.prefix}:run:{run_id}:adj"
 
@@ -172,7 +183,7 @@ class Keys:
             self.run(run_id), self.plan(run_id), self.nodes(run_id), self.pending(run_id),
             self.live(run_id), self.outputs(run_id), self.claims(run_id), self.ready(run_id),
             self.dispatched(run_id), self.events(run_id), self.adj(run_id), self.suspend(run_id),
-            self.resume(run_id), self.queue(run_id),
+            self.resume(run_id), self.queue(run_id), self.sent(run_id),
         ]
 
     def draft(self, graph_id: str) -> str:

@@ -21,6 +21,8 @@ orchestrator_sse_streams            gauge      (open SSE connections in this pro
 orchestrator_nodes_in_flight        gauge      worker (node steps running in that worker process)
 orchestrator_admission_rejected_total counter  limit (starts refused, by the limit hit: 429s, skipped schedules)
 orchestrator_schedule_skipped_total counter    reason (scheduled fires that started no run: overloaded)
+orchestrator_stale_refused_total    counter    action (complete, renew: refused because a later claim
+                                               of the node superseded the sender's fencing token)
 ==================================  =========  =======================================
 """
 
@@ -72,6 +74,12 @@ EVENTS_PUBLISHED = Counter(
     "orchestrator_events_published",
     "Run events appended to streams, by event type.",
     ["event_type"],
+    registry=REGISTRY,
+)
+STALE_REFUSED = Counter(
+    "orchestrator_stale_refused",
+    "Completions and lease renewals refused: a later claim of the node superseded their token.",
+    ["action"],
     registry=REGISTRY,
 )
 SSE_STREAMS = Gauge(

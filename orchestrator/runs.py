@@ -144,10 +144,11 @@ async def start_run(
     await store.create_run(plan, record, deadline_s=_deadline_s(vg, request.deadline_s))
     if request.seed_outputs:
         await store.seed_outputs(run_id, request.seed_outputs)
+    # create_run marked the start nodes sent (Redis's clock): a message lost on the way,
+    # or a send that fails, is sent again by the sweeper after its grace.
     sent = dispatch(run_id, list(plan.start))
     if inspect.isawaitable(sent):
         await sent
-    await store.mark_dispatched(run_id, list(plan.start))
     return run_id
 
 

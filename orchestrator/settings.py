@@ -39,7 +39,11 @@ class Settings(BaseSettings):
 
     # -- execution -------------------------------------------------------------------
     node_lease_s: float = 60.0  # a running node's lease; renewed by a heartbeat while it runs
-    visibility_timeout_s: int = 3600  # broker redelivery of unacked messages; above the longest node
+    # kombu's redelivery of unacked messages, counted on each worker's own clock. The
+    # sweeper is the redelivery path (lost leases, lost messages, overdue retries): keep
+    # this far above any node, retry delay and clock skew so kombu never sends a healthy
+    # node again (a copy it sends anyway is refused by the claim). docs/architecture.md.
+    visibility_timeout_s: int = 24 * 3600
     unacked_restore_interval_s: float = 5.0  # how often kombu sweeps stale unacked messages
     run_deadline_s: float = 3600.0  # a run still active after this is ended timed_out (per-graph override)
     cancel_poll_s: float = 0.2  # how often a running node checks whether its run was cancelled
@@ -57,7 +61,9 @@ class Settings(BaseSettings):
     drain_batch: int = 25
     sweep_period_s: float = 5.0  # how often the sweeper looks for timed-out runs and lost nodes
     max_node_reclaims: int = 3  # a node whose worker died more often than this fails the run
-    undispatched_grace_s: float = 10.0  # a ready node not dispatched for this long is dispatched by the sweeper
+    # A node sent and not claimed for this long (its message was lost), or ready and never
+    # sent, or a retry overdue by this long, is sent (again) by the sweeper.
+    undispatched_grace_s: float = 10.0
     max_output_bytes: int = 8 * 1024 * 1024  # a node output larger than this fails the node
     # A node output nested deeper than this (lists and objects) fails the node: the API
     # could not serialize the run (its JSON encoder stops at 255 levels).

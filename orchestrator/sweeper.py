@@ -1,22 +1,36 @@
 """The sweeper: every run reaches a terminal state, whatever dies.
 
-One pass (:meth:`Sweeper.sweep_once`) does three things for the runs in
+One pass (:meth:`Sweeper.sweep_once`) reads Redis's clock once (``TIME``: the clock every
+script stamps with, never this host's) and does these things for the runs in
 ``{p}:runs:active`` (scored by deadline):
 
 * a run past its deadline is ended ``timed_out`` (``store.finish_run``: it appends
   ``run_timed_out`` and gives the run's keys the retention TTL);
 * a node marked ``running`` whose lease key is gone lost its worker (the heartbeat that
   renews the lease stopped): its task is sent again, and the next claim takes the free
-  lease and appends ``started`` with ``reclaimed: true``. A node claimed more than
+  lease (under a new fencing token, which makes the lost worker's completion stale) and
+  appends ``started`` with ``reclaimed: true``. A node claimed more than
   ``max_node_reclaims`` extra times fails (``worker_lost``) and stops the run, so a node
   that kills every worker it runs on cannot loop forever;
 * a node ``retrying`` whose retry was due more than ``undispatched_grace_s`` ago is sent
-  again: its delayed message died with the worker that scheduled it;
+  again: its delayed message died with the worker that held it;
+* a node whose task was sent (``{p}:run:{id}:sent``, stamped before the send) and not
+  claimed within ``undispatched_grace_s`` is sent again: its message was lost in transit
+  (kombu's Redis transport pops a message with BRPOP and records it as unacked in a
+  second round trip, so a worker that dies or loses the reply in between loses it). A
+  message still waiting on the broker queue behind a backlog is not lost: the queue is
+  FIFO, so only nodes sent before the oldest node message still queued count;
 * a node in the run's ready set that was never marked dispatched (a crash between the
   barrier script and the dispatch) is dispatched once it has waited ``undispatched_grace_s``;
 * a run whose queue holds nodes while none of its nodes runs (the drain messages were
   lost with their worker) gets its oldest queued node sent after ``undispatched_grace_s``:
   that node's completion takes the next ones.
+
+Every re-send is stamped in ``sent`` first, so it is not repeated before a worker had
+``undispatched_grace_s`` to claim it, whichever sweeper made it. This sweeper is the only
+path that sends lost work again: kombu's visibility timeout is set far above any node
+(``Settings.visibility_timeout_s``), and a copy it redelivers anyway is refused by the
+claim (a live lease is busy, a finished node done).
 
 Several sweepers may run at once (the API, ``orchestrator run``, ``orchestrator
 sweeper``): each pass first takes a short ``SET NX PX`` lock, and a pass that does not get
@@ -29,8 +43,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import json
 import logging
-import time
+import math
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -55,6 +70,9 @@ DEFAULT_UNDISPATCHED_GRACE_S = 10.0
 LOCK_TTL_S = 30.0  # a pass that crashes holds the lock at most this long
 BATCH = 500  # active runs read per ZRANGE
 QUEUE_MARK = "\x00queue"  # stands for a run's queue among the node ids the sweeper tracks
+BROKER_QUEUE = "orchestrator"  # workers.app.NODE_QUEUE (literal: this module must not import celery)
+NODE_TASK = "orchestrator.node"  # workers.app.NODE_TASK
+WATERMARK_SCAN = 64  # oldest broker messages read per pass to find the oldest node message
 
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -85,6 +103,7 @@ class SweepReport:
     requeued: list[tuple[str, str]] = field(default_factory=list)  # (run, node) re-sent
     lost: list[tuple[str, str]] = field(default_factory=list)  # (run, node) failed: worker lost
     dispatched: list[tuple[str, str]] = field(default_factory=list)  # ready, never sent before
+    resent: list[tuple[str, str]] = field(default_factory=list)  # sent, never claimed: sent again
 
 
 class Sweeper:
@@ -93,6 +112,7 @@ class Sweeper:
     ``dispatch(run_id, node_ids)`` sends node tasks (sync or async), as for
     ``orchestrator.runs.start_run``. Limits default to the settings (``sweep_period_s``,
     ``max_node_reclaims``, ``undispatched_grace_s``) and can be overridden per instance.
+    ``broker_queue`` is the Redis list the node tasks travel on (same Redis database).
     """
 
     def __init__(
@@ -103,7 +123,7 @@ class Sweeper:
         *,
         max_node_reclaims: int | None = None,
         undispatched_grace_s: float | None = None,
-        requeue_grace_s: float | None = None,
+        broker_queue: str = BROKER_QUEUE,
     ) -> None:
         self.store = store
         self.redis = store.redis
@@ -114,20 +134,18 @@ class Sweeper:
                                           DEFAULT_MAX_NODE_RECLAIMS)
         self.undispatched_grace_s = _setting(self.settings, "undispatched_grace_s",
                                              undispatched_grace_s, DEFAULT_UNDISPATCHED_GRACE_S)
-        # A node re-sent by this sweeper is not re-sent again before a worker had time to
-        # claim it (a lease's worth), so an idle cluster is not flooded with copies.
-        self.requeue_grace_s = requeue_grace_s if requeue_grace_s is not None \
-            else self.settings.node_lease_s
+        self.broker_queue = broker_queue
         self._release = self.redis.register_script(_RELEASE)
         self._correct = self.redis.register_script(_CORRECT)
         self._first_seen: dict[tuple[str, str], float] = {}  # undispatched ready node -> when seen
-        self._requeued_at: dict[tuple[str, str], float] = {}
+        self._watermark = math.inf  # of this pass: see _queue_watermark
 
     # -- one pass -----------------------------------------------------------------------
 
     async def sweep_once(self, now: float | None = None) -> SweepReport:
-        """One pass over every active run; ``now`` (epoch s) defaults to the clock."""
-        now = time.time() if now is None else now
+        """One pass over every active run; ``now`` (epoch s) defaults to Redis's clock, the
+        one the scripts stamp deadlines, retry due times and sent times with."""
+        now = await self.redis_now() if now is None else now
         token = uuid.uuid4().hex
         key = lock_key(self.keys)
         if not await self.redis.set(key, token, nx=True, px=int(LOCK_TTL_S * 1000)):
@@ -139,6 +157,11 @@ class Sweeper:
         finally:
             await self._release(keys=[key], args=[token])
         return report
+
+    async def redis_now(self) -> float:
+        """Redis's clock (``TIME``), epoch seconds."""
+        seconds, micros = await self.redis.time()
+        return int(seconds) + int(micros) / 1e6
 
     async def _time_out(self, now: float, report: SweepReport) -> None:
         expired = await self.redis.zrangebyscore(self.keys.active_runs(), "-inf", now)
@@ -154,6 +177,7 @@ class Sweeper:
         start = 0
         queued = 0
         counted_before = int(await self.redis.get(self.keys.queued_nodes()) or 0)
+        self._watermark = await self._queue_watermark()
         while True:
             runs = await self.redis.zrangebyscore(self.keys.active_runs(), f"({now}", "+inf",
                                                   start=start, num=BATCH)
@@ -169,7 +193,30 @@ class Sweeper:
                                 args=[queued - counted_before, int(self.settings.active_ttl_s)])
         # forget runs and nodes that are no longer candidates
         self._first_seen = {k: v for k, v in self._first_seen.items() if k in seen}
-        self._requeued_at = {k: v for k, v in self._requeued_at.items() if k in seen}
+
+    async def _queue_watermark(self) -> float:
+        """When the oldest node message still on the broker queue was sent (Redis clock).
+
+        kombu's Redis queue is FIFO (LPUSH, BRPOP from the other end), so a node sent
+        before that time has left the queue: if nobody claimed it, a worker holds it or it
+        is lost. A node sent later may still be waiting behind a backlog and is not sent
+        again. ``inf`` for an empty queue; ``-inf`` when none of the oldest messages names a
+        node with a sent time (then nothing counts as lost in transit this pass)."""
+        raw = await self.redis.lrange(self.broker_queue, -WATERMARK_SCAN, -1)
+        if not raw:
+            return math.inf
+        for message in reversed(cast(list[str], raw)):  # the oldest is at the end
+            named = _node_of(message)
+            if named is None:
+                continue
+            sent_at = await self.redis.hget(self.keys.sent(named[0]), named[1])
+            if sent_at is not None:
+                return float(sent_at)
+        return -math.inf
+
+    def _lost_in_transit(self, sent_at: float, now: float) -> bool:
+        """A node sent at ``sent_at`` and not claimed by ``now``: is its message lost?"""
+        return now - sent_at >= self.undispatched_grace_s and sent_at < self._watermark
 
     async def _check_run(self, run_id: str, now: float, report: SweepReport,
                          seen: set[tuple[str, str]]) -> int:
@@ -180,10 +227,12 @@ class Sweeper:
             pipe.hgetall(k.nodes(run_id))
             pipe.sdiff([k.ready(run_id), k.dispatched(run_id)])
             pipe.llen(k.queue(run_id))
-            status, states, undispatched, queued = await pipe.execute()
+            pipe.hgetall(k.sent(run_id))
+            status, states, undispatched, queued, sent_raw = await pipe.execute()
         if status not in RunStatus.ACTIVE:
             return 0
         states = cast(dict[str, str], states)
+        sent = {n: float(t) for n, t in cast(dict[str, str], sent_raw).items()}
         running = [n for n, s in states.items() if s == NodeStatus.RUNNING]
         if running:
             # Lease and status read together (one MULTI): a node that completed between
@@ -192,15 +241,23 @@ class Sweeper:
                 for node_id in running:
                     pipe.exists(k.lease(run_id, node_id))
                 pipe.hmget(k.claims(run_id), running)
+                pipe.hmget(k.claims(run_id), [f"token:{n}" for n in running])
                 pipe.hmget(k.nodes(run_id), running)
-                *held, claims, now_states = await pipe.execute()
-            for node_id, has_lease, claimed, state in zip(running, held, claims, now_states, strict=True):
+                *held, claims, tokens, now_states = await pipe.execute()
+            for node_id, has_lease, claimed, token, state in zip(running, held, claims, tokens, now_states,
+                                                                  strict=True):
                 if not has_lease and state == NodeStatus.RUNNING:
-                    seen.add((run_id, node_id))
-                    await self._lost_lease(run_id, node_id, int(claimed or 0), now, report)
+                    await self._lost_lease(run_id, node_id, _Lost(int(claimed or 0), int(token or 0),
+                                                                  sent.get(node_id)), now, report)
         retrying = [n for n, s in states.items() if s == NodeStatus.RETRYING]
         if retrying:
-            await self._overdue_retries(run_id, retrying, now, report, seen)
+            await self._overdue_retries(run_id, retrying, sent, now, report)
+        lost = [n for n, t in sent.items() if states.get(n) == NodeStatus.PENDING and self._lost_in_transit(t, now)]
+        if lost:
+            log.warning("run %s: nodes %s were sent and never claimed (message lost?); sending them again",
+                        run_id, lost)
+            await self._resend(run_id, lost)
+            report.resent += [(run_id, n) for n in lost]
         late = [n for n in undispatched if states.get(n) == NodeStatus.PENDING]
         due: list[str] = []
         for node_id in late:
@@ -218,52 +275,48 @@ class Sweeper:
                 self._first_seen.pop(stalled, None)
         if due:
             log.warning("run %s: ready nodes %s were never dispatched; dispatching", run_id, due)
-            await self._send(run_id, due)
-            await self.store.mark_dispatched(run_id, due)
+            await self._resend(run_id, due)
             report.dispatched += [(run_id, n) for n in due]
             for node_id in due:
                 self._first_seen.pop((run_id, node_id), None)
         return int(queued)
 
-    async def _overdue_retries(self, run_id: str, retrying: list[str], now: float, report: SweepReport,
-                               seen: set[tuple[str, str]]) -> None:
-        """A retry's delayed message lives in the worker that scheduled it until it is due;
-        if that worker died, the broker gives it back only after the visibility timeout.
-        A retry still not claimed ``undispatched_grace_s`` after it was due is sent again
+    async def _overdue_retries(self, run_id: str, retrying: list[str], sent: dict[str, float], now: float,
+                               report: SweepReport) -> None:
+        """A retry's delayed message lives in the worker that holds it until it is due
+        (by that worker's clock); if that worker died, or its clock is behind, the retry
+        would wait. A retry still not claimed ``undispatched_grace_s`` after it was due
+        (Redis's clock) is sent again, and again after each grace while nobody claims it
         (a second delivery is harmless: the claim runs the attempt once)."""
         due_at = await self.redis.hmget(self.keys.claims(run_id), [f"retry_at:{n}" for n in retrying])
         overdue = []
         for node_id, raw in zip(retrying, due_at, strict=True):
-            seen.add((run_id, node_id))
             if raw is None or now - float(raw) < self.undispatched_grace_s:
                 continue
-            last = self._requeued_at.get((run_id, node_id))
-            if last is not None and now - last < self.requeue_grace_s:
-                continue
-            self._requeued_at[(run_id, node_id)] = now
+            sent_at = sent.get(node_id)
+            if sent_at is not None and not self._lost_in_transit(sent_at, now):
+                continue  # sent again already; a worker has not claimed it yet
             overdue.append(node_id)
         if overdue:
             log.warning("run %s: retries of %s are overdue (their worker died?); sending them again",
                         run_id, overdue)
-            await self._send(run_id, overdue)
+            await self._resend(run_id, overdue)
             report.requeued += [(run_id, n) for n in overdue]
 
-    async def _lost_lease(self, run_id: str, node_id: str, claims: int, now: float,
-                          report: SweepReport) -> None:
-        if claims > self.max_node_reclaims:
-            await self._fail_lost(run_id, node_id, claims)
+    async def _lost_lease(self, run_id: str, node_id: str, lost: _Lost, now: float, report: SweepReport) -> None:
+        if lost.claims > self.max_node_reclaims:
+            await self._fail_lost(run_id, node_id, lost)
             report.lost.append((run_id, node_id))
             return
-        last = self._requeued_at.get((run_id, node_id))
-        if last is not None and now - last < self.requeue_grace_s:
-            return  # sent already; a worker has not claimed it yet
+        if lost.sent_at is not None and not self._lost_in_transit(lost.sent_at, now):
+            return  # sent again already; a worker has not claimed it yet
         log.warning("run %s node %s lost its worker (lease expired, claim %d); requeueing",
-                    run_id, node_id, claims)
-        self._requeued_at[(run_id, node_id)] = now
-        await self._send(run_id, [node_id])
+                    run_id, node_id, lost.claims)
+        await self._resend(run_id, [node_id])
         report.requeued.append((run_id, node_id))
 
-    async def _fail_lost(self, run_id: str, node_id: str, claims: int) -> None:
+    async def _fail_lost(self, run_id: str, node_id: str, lost: _Lost) -> None:
+        claims = lost.claims
         plan = await self.store.load_plan(run_id)
         node = plan.nodes.get(node_id)
         name = node.name if node else node_id
@@ -279,8 +332,16 @@ class Sweeper:
                           data={"error": error, "recoverable": False, "mode": "stop"},
                           attempt=claims)
         log.error("run %s node %s: %s", run_id, node_id, error["message"])
+        # Under the token of the claim whose worker was lost: refused if a worker claimed
+        # the node since (it is not lost any more).
         await self.store.complete_node(run_id, node_id, NodeCompletion(
-            status=NodeStatus.FAILED, error=error, stop_run=True, events=[event]))
+            status=NodeStatus.FAILED, error=error, stop_run=True, events=[event]), token=lost.token)
+
+    async def _resend(self, run_id: str, node_ids: list[str]) -> None:
+        """Stamp the nodes sent (Redis's clock), then send them: a send that fails or is
+        lost is sent again after the grace, whichever sweeper looks next."""
+        await self.store.mark_dispatched(run_id, node_ids)
+        await self._send(run_id, node_ids)
 
     async def _send(self, run_id: str, node_ids: list[str]) -> None:
         sent = self.dispatch(run_id, node_ids)
@@ -306,6 +367,28 @@ class Sweeper:
                 log.exception("sweep failed; retrying in %.1fs", period)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), period)
+
+
+@dataclass
+class _Lost:
+    """A running node found without a lease."""
+
+    claims: int  # times claimed
+    token: int  # the fencing token of its latest claim
+    sent_at: float | None  # when it was sent again, if it was and nobody claimed it since
+
+
+def _node_of(message: str) -> tuple[str, str] | None:
+    """(run id, node id) of a node task message on the broker queue (kombu's JSON envelope,
+    Celery's protocol 2 headers; task id ``"{run_id}:{node_id}"``), else None."""
+    try:
+        headers = json.loads(message).get("headers") or {}
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(headers, dict) or headers.get("task") != NODE_TASK:
+        return None
+    run_id, sep, node_id = str(headers.get("id", "")).partition(":")
+    return (run_id, node_id) if sep and run_id and node_id else None
 
 
 @dataclass

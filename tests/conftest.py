@@ -28,6 +28,7 @@ os.environ["ORCH_DATABASE_SQLITE_PATH"] = os.path.join(_STATE_DIR, "database.sql
 # `./dev test` run them all.
 SLOW_MODULES = frozenset({
     "tests/integration/test_faults.py",
+    "tests/integration/test_host_faults.py",
     "tests/integration/test_retention.py",
     "tests/integration/test_cli_run.py",
     "tests/cli/test_shutdown.py",

@@ -9,7 +9,7 @@ relay        ``in`` -> ``out``; params value, label (hybrid, flow string socket)
 gate         ``in`` -> ``yes`` if ``open`` (hybrid, link boolean socket) else ``no``
 join         optional ``left``/``right`` -> ``out`` = {"left": .., "right": ..}
 collect      ``in`` (multiple, optional) -> ``out`` = the list
-flaky        raises ConnectionError while ``ctx.attempt <= fail_times``
+flaky        raises ConnectionError while ``ctx.attempt <= fail_times`` (naming ``ctx.execution_key``)
 boom         always raises ValueError("boom: " + message)
 ticker       async generator: ``count`` progress events, then passes ``in`` through
 part         link only: materializes {"name", "parts": <its own linked parts>}
@@ -120,7 +120,7 @@ class Flaky:
     async def execute(self, data: dict[str, Any], inputs: dict[str, DataValue],
                       ctx: FlowContext) -> ExecutionResult:
         if ctx.attempt <= int(data.get("fail_times") or 0):
-            raise ConnectionError(f"flaky: attempt {ctx.attempt} fails")
+            raise ConnectionError(f"flaky: attempt {ctx.attempt} fails (key {ctx.execution_key})")
         return _out("out", _value(inputs, "in"))
 
 

@@ -3,10 +3,13 @@
 Every state change that must be atomic is one Lua script (``workers/lua/``), so any
 number of workers can complete nodes of the same run concurrently:
 
-* ``claim.lua``    the node's lease, its claim count and attempt, its ``started`` event;
+* ``claim.lua``    the node's lease and fencing token, its claim count and attempt, its
+  ``started`` event (a retry not due yet is answered ``early``);
 * ``complete.lua`` ``scheduling.complete`` in Lua (countdown, live ports, skip
-  propagation, remaining counter) + outputs, events, and the run's terminal state;
-* ``finish.lua``   a forced terminal status (cancel, timeout, sweeper);
+  propagation, remaining counter) + outputs, events, and the run's terminal state; a
+  completion under a superseded token is refused;
+* ``finish.lua``   a forced terminal status (cancel, timeout, sweeper), closing the nodes
+  that had not started (``not_run``) or were running (``cancelled``);
 * ``resume.lua``   a waiting (suspended) node back to pending.
 
 Per-node adjacency is stored at ``create_run`` in a hash (node -> JSON ``{out, required,
@@ -14,6 +17,11 @@ in_ports, type, name, rank}``) so the scripts never parse the plan. Each event i
 stream entry with a single field ``e`` (the NodeEvent JSON), followed by a ``PUBLISH``
 of its id on the run's notify channel (a wake-up hint only). Every key carries a TTL:
 ``active_ttl_s`` while the run is active, ``retention_s`` once it ended.
+
+One clock: every time the scripts store or compare (deadlines, retry due times, sent
+times, event timestamps, ``created_at``/``finished_at``) is Redis's ``TIME``, read inside
+the script; a host's clock never enters the run state. Event JSON is written with its
+``timestamp`` first, so a script restamps it without decoding the event.
 
 Storage budgets (``orchestrator/storage_budget.py``): the bytes a completion stores (its
 outputs and events) and the events a node appends are counted against the run's and its
@@ -33,7 +41,7 @@ import json
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any, cast
@@ -87,7 +95,9 @@ def _dumps(value: Any) -> str:
 
 
 def _event_json(event: NodeEvent) -> str:
-    return _dumps(event.to_json())
+    """The event's JSON with ``timestamp`` first (lua/prelude.lua ``stamped`` needs it there)."""
+    raw = event.to_json()
+    return _dumps({"timestamp": raw.pop("timestamp"), **raw})
 
 
 def over_budget(run_id: str, node_id: str, completion: NodeCompletion, exc: StorageBudgetError) -> NodeCompletion:
@@ -163,10 +173,8 @@ class RedisRunStore(RunStore):
         if node_id:
             keys.append(self.keys.lease(run_id, node_id))
         s = self.settings
-        head: list[Any] = [
-            s.events_maxlen, self.keys.notify(run_id), s.active_ttl_s, s.retention_s,
-            repr(time.time()),
-        ]
+        # ARGV[5] is unused: the scripts read the time from Redis (one clock for all hosts).
+        head: list[Any] = [s.events_maxlen, self.keys.notify(run_id), s.active_ttl_s, s.retention_s, ""]
         with store_full_errors():
             return await self._batch.script(self._scripts[script], keys, head + args)
 
@@ -216,25 +224,24 @@ class RedisRunStore(RunStore):
     async def create_run(
         self, plan: RunPlan, record: RunRecord, *, deadline_s: float | None = None
     ) -> None:
-        """Store plan and record, mark start nodes ready, append ``run_started``. Idempotent.
+        """Store plan and record, mark start nodes ready and sent, append ``run_started``.
+        Idempotent.
 
-        ``deadline_s`` (default ``Settings.run_deadline_s``) sets the run's score in
-        ``runs:active``, which the sweeper reads to time runs out.
+        ``deadline_s`` (default ``Settings.run_deadline_s``) from now by Redis's clock is
+        the run's score in ``runs:active``, which the sweeper compares with the same clock
+        to time runs out. ``created_at`` is Redis's time too (``record.created_at`` is not
+        used: the caller's clock may be off).
         """
         run_id = plan.run_id
-        created_at = record.created_at or time.time()
         if deadline_s is None:
             deadline_s = self.settings.run_deadline_s
-        deadline = created_at + deadline_s
         fields = {
             "status": RunStatus.RUNNING,
             "graph_id": record.graph_id,
             "graph_version": "" if record.graph_version is None else str(record.graph_version),
-            "created_at": repr(created_at),
             "run_input": _dumps(record.run_input),
             "session_id": record.session_id or "",
             "meta": _dumps(record.meta),
-            "deadline": repr(deadline),
             "remaining": str(len(plan.order)),
             "workspace": str(record.meta.get("workspace") or DEFAULT_WORKSPACE),
         }
@@ -244,7 +251,7 @@ class RedisRunStore(RunStore):
         await self._call("create", run_id, [
             _dumps(fields), _dumps(plan.to_json()), _dumps(plan.order),
             _dumps({n: p.pending for n, p in plan.nodes.items()}), _dumps(adj),
-            _dumps(plan.start), repr(deadline), run_id, started,
+            _dumps(plan.start), repr(float(deadline_s)), run_id, started,
         ])
         self._remember(plan)
         self._know_workspace(run_id, fields["workspace"])
@@ -306,28 +313,34 @@ class RedisRunStore(RunStore):
         self, run_id: str, node_id: str, *, worker_id: str, lease_s: float, started: NodeEvent,
         read: Sequence[str] = (),
     ) -> Claim:
-        args = {"node": node_id, "worker": worker_id, "lease_ms": max(1, int(lease_s * 1000)),
+        args = {"node": node_id, "lease_ms": max(1, int(lease_s * 1000)),
                 "started": _event_json(started), "read": list(read)}
         reply = await self._call("claim", run_id, [_dumps(args)], node_id)
         kind, claims, *rest = reply
         if kind == "run":
-            run_input, session_id, resume, attempt, *stored = rest
+            run_input, session_id, resume, attempt, token, *stored = rest
             outputs = {
                 stored[i]: {port: DataValue.from_json(v) for port, v in json.loads(stored[i + 1]).items()}
                 for i in range(0, len(stored), 2)
             }
             return Claim(kind="run", claims=int(claims), run_input=json.loads(run_input),
                          session_id=session_id or None, resume=json.loads(resume) if resume else None,
-                         outputs=outputs, attempt=int(attempt))
+                         outputs=outputs, attempt=int(attempt), token=int(token))
+        if kind == "early":
+            return Claim(kind="early", claims=int(claims), retry_in_s=int(rest[0]) / 1000)
         return Claim(kind=kind, claims=int(claims), pending_dispatch=list(rest))
 
-    async def renew_leases(self, run_id: str, node_ids: Sequence[str], *, worker_id: str,
-                           lease_s: float) -> int:
-        if not node_ids:
-            return 0
-        lease_ms = max(1, int(lease_s * 1000))
-        keys = [self.keys.lease(run_id, node_id) for node_id in node_ids]
-        return int(await self._batch.script(self._scripts["renew"], keys, [worker_id, lease_ms]))
+    async def renew_leases(self, run_id: str, tokens: Mapping[str, int], *, lease_s: float) -> list[str]:
+        if not tokens:
+            return []
+        keys = [self.keys.claims(run_id), *(self.keys.lease(run_id, node_id) for node_id in tokens)]
+        args: list[Any] = [max(1, int(lease_s * 1000))]
+        for node_id, token in tokens.items():
+            args += [node_id, str(token)]
+        superseded = list(await self._batch.script(self._scripts["renew"], keys, args))
+        if superseded:
+            metrics.STALE_REFUSED.labels(action="renew").inc(len(superseded))
+        return superseded
 
     async def read_outputs(
         self, run_id: str, node_ids: list[str]
@@ -341,8 +354,9 @@ class RedisRunStore(RunStore):
             if blob is not None
         }
 
-    async def append_event(self, event: NodeEvent) -> str:
-        """Append to an existing run's log; returns the stream id ("" if the run is gone).
+    async def append_event(self, event: NodeEvent, *, token: int | None = None) -> str:
+        """Append to an existing run's log; returns the stream id ("" if the run is gone,
+        or the fenced append was refused: see ``RunStore.append_event``).
         Raises StorageBudgetError when the run's events pass a storage budget."""
         event_json = _event_json(event)
         run_id = event.run_id
@@ -353,27 +367,33 @@ class RedisRunStore(RunStore):
             self._event_bytes[run_id] = pending
             while len(self._event_bytes) > PLAN_CACHE_SIZE:
                 self._event_bytes.popitem(last=False)
-        stream_id = str(await self._call("append", run_id, [event_json]))
-        metrics.EVENTS_PUBLISHED.labels(event_type=event.event_type).inc()
+        fence = "" if token is None else str(token)
+        stream_id = str(await self._call("append", run_id, [event_json, event.node_id, fence]))
+        if stream_id:
+            metrics.EVENTS_PUBLISHED.labels(event_type=event.event_type).inc()
         return stream_id
 
     async def complete_node(
-        self, run_id: str, node_id: str, completion: NodeCompletion, *, take: int | None = None
+        self, run_id: str, node_id: str, completion: NodeCompletion, *, take: int | None = None,
+        token: int | None = None,
     ) -> Ready:
-        args = self._completion_args(run_id, node_id, completion, take)
+        args = self._completion_args(run_id, node_id, completion, take, token)
         stored = len(args["outputs"]) + len(args["payload"]) + sum(len(e) for e in args["events"])
         try:
             await self.count_bytes(run_id, stored + self._event_bytes.pop(run_id, 0))
         except StorageBudgetError as exc:
             completion = over_budget(run_id, node_id, completion, exc)
-            args = self._completion_args(run_id, node_id, completion, take)
+            args = self._completion_args(run_id, node_id, completion, take, token)
         queued, backlog, *nodes = await self._call("complete", run_id, [_dumps(args)], node_id)
+        if queued == "stale":
+            metrics.STALE_REFUSED.labels(action="complete").inc()
+            return Ready(stale=True)
         for event in completion.events:
             metrics.EVENTS_PUBLISHED.labels(event_type=event.event_type).inc()
         return Ready(list(nodes), queued=int(queued), backlog=int(backlog))
 
     def _completion_args(self, run_id: str, node_id: str, completion: NodeCompletion,
-                         take: int | None) -> dict[str, Any]:
+                         take: int | None, token: int | None) -> dict[str, Any]:
         """complete.lua's named arguments for ``completion``."""
         waiting = completion.status == NodeStatus.WAITING
         run_completed, node_template = self._templates(run_id)
@@ -396,8 +416,9 @@ class RedisRunStore(RunStore):
             "node_template": node_template,
             "events": [_event_json(e) for e in completion.events],
             "next_attempt": completion.next_attempt,
-            "retry_at": completion.retry_at,
+            "retry_delay_s": completion.retry_delay_s,
             "take": take,
+            "token": token,
         }
         return args
 
@@ -461,6 +482,10 @@ class RedisRunStore(RunStore):
 
     async def node_states(self, run_id: str) -> dict[str, str]:
         return cast(dict[str, str], await self.redis.hgetall(self.keys.nodes(run_id)))
+
+    async def stale_refusals(self, run_id: str) -> int:
+        """Completions, renewals and event appends refused for a superseded token."""
+        return int(await self.redis.hget(self.keys.claims(run_id), ":stale") or 0)
 
     async def suspended_payload(self, run_id: str, node_id: str) -> dict[str, Any] | None:
         raw = await self.redis.hget(self.keys.suspend(run_id), node_id)

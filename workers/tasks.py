@@ -12,13 +12,17 @@ At most ``ORCH_NODE_CONCURRENCY`` node steps start from a process's free slots; 
 message (a start node, a retry, a requeue) always runs.
 
 Redelivery is harmless: the store's claim tells the step function the node already
-finished, and the step returns only the successors nobody answers for (taken from the
-queue but never claimed), which run again. A node taken from the queue is marked
-dispatched by its own claim; if this worker dies after completing the previous node and
-before that claim, the redelivered message of the previous node finds it done and runs
-the taken node (still undispatched); if it dies while the node runs, its lease expires and
-the sweeper requeues it; nodes still queued wait in Redis for the next completion or drain
-of their run (or, with no node of the run running, the sweeper).
+finished (or that a live lease holds it), and the step returns only the successors nobody
+answers for (taken from the queue but never claimed), which run again. A node taken from
+the queue is marked dispatched by its own claim; if this worker dies after completing the
+previous node and before that claim, the sweeper sends the taken node (ready, never
+dispatched) after its grace; if it dies while the node runs, its lease expires and the
+sweeper requeues it, and the new claim's fencing token makes anything the old execution
+still sends stale; nodes still queued wait in Redis for the next completion or drain of
+their run (or, with no node of the run running, the sweeper). A node message lost between
+the broker's pop and its unacked record is sent again by the sweeper (its sent time is in
+Redis until the claim). A retry that reaches a worker before it is due by Redis's clock
+is sent again with the time left.
 
 A Redis outage while the step runs is retried by Celery a few times (the message is not
 lost); every other failure of a node is the step function's business and ends as node

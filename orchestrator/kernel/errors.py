@@ -40,7 +40,9 @@
     └── ControlSignal                  not failures: they steer a run
         ├── RetryRequested             an executor asks to be retried (optionally after a delay)
         ├── SuspendRequested           an executor pauses its node until the run is resumed
-        └── RunCancelled               the run was cancelled while the node ran
+        ├── RunCancelled               the run was cancelled while the node ran
+        └── NodeSuperseded             a later claim of the node took over (its lease had
+                                       lapsed): this execution stops, its completion is refused
 
 Each error carries its context as fields (``graph_id``, ``node_id``, ``node_name``,
 ``edge_id``, ``handle``, ``run_id``) so callers (the API, the CLI, logs) can render it
@@ -337,3 +339,10 @@ class SuspendRequested(ControlSignal):
 
 class RunCancelled(ControlSignal):
     code = "cancelled"
+
+
+class NodeSuperseded(ControlSignal):
+    """This execution of a node lost it: its lease lapsed (the worker was cut off or stalled)
+    and a later claim runs the node now. Whatever it would complete is refused (fenced)."""
+
+    code = "superseded"

@@ -1,7 +1,8 @@
 """MemoryStore: the in-process RunStore (unit tests, local runs, nested sub-graphs).
 
 It applies the same transition function as the Redis barrier (``scheduling.complete``)
-and passes the same conformance suite (tests/conformance/).
+and passes the same conformance suite (tests/conformance/): the same fencing tokens, lease
+rules and node states. Its one clock is this process's.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import asyncio
 import copy
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +32,10 @@ class _Run:
     outputs: dict[str, dict[str, DataValue]] = field(default_factory=dict)
     events: list[tuple[str, NodeEvent]] = field(default_factory=list)
     claims: dict[str, int] = field(default_factory=dict)
-    leases: dict[str, tuple[str, float]] = field(default_factory=dict)  # node -> (worker, expires)
+    tokens: dict[str, int] = field(default_factory=dict)  # node -> fencing token of its latest claim
+    leases: dict[str, tuple[int, float]] = field(default_factory=dict)  # node -> (token, monotonic expiry)
+    retry_at: dict[str, float] = field(default_factory=dict)  # node -> when its scheduled retry is due
+    stale: int = 0  # completions, renewals and appends refused for a superseded token
     suspended: dict[str, dict[str, Any]] = field(default_factory=dict)
     resumes: dict[str, dict[str, Any]] = field(default_factory=dict)
     attempts: dict[str, int] = field(default_factory=dict)  # node -> attempt its next claim runs
@@ -78,16 +82,20 @@ class MemoryStore(RunStore):
         return NodeEvent(run_id=run.record.run_id, node_id=node_id, node_type=pn.node_type,
                          node_name=pn.name, event_type=event_type, data=data)
 
-    async def _close_unstarted(self, run: _Run) -> None:
-        """Nodes that never started in a run that ends now become ``not_run``."""
+    async def _close_open(self, run: _Run, status: str) -> None:
+        """In a run that ends now with ``status``, nodes that never started become
+        ``not_run`` and nodes running become ``cancelled``, each with its event."""
         for node_id in run.plan.order:
             if run.state.status[node_id] in _UNSTARTED:
                 run.state.status[node_id] = NodeStatus.NOT_RUN
                 await self._append(run, self._node_event(run, node_id, EventType.NOT_RUN))
+            elif run.state.status[node_id] == NodeStatus.RUNNING:
+                run.state.status[node_id] = NodeStatus.CANCELLED
+                await self._append(run, self._node_event(run, node_id, EventType.CANCELLED, {"reason": status}))
 
     async def _finish(self, run: _Run, status: str, error: dict[str, Any] | None) -> None:
         if status != RunStatus.SUCCEEDED:
-            await self._close_unstarted(run)
+            await self._close_open(run, status)
         run.queue.clear()  # nothing queued runs any more
         run.record.status = status
         run.record.finished_at = time.time()
@@ -107,6 +115,7 @@ class MemoryStore(RunStore):
         record.status = RunStatus.RUNNING
         record.created_at = record.created_at or time.time()
         run = _Run(plan=plan, record=record, state=BarrierState.initial(plan))
+        run.state.dispatched.update(plan.start)  # the caller sends them next
         self._runs[plan.run_id] = run
         await self._append(run, self._run_event(run, EventType.RUN_STARTED, {
             "graph_id": record.graph_id, "start": plan.start}))
@@ -136,9 +145,14 @@ class MemoryStore(RunStore):
             return Claim(kind="busy", claims=run.claims.get(node_id, 0))  # resumed only by resume_node
         lease = run.leases.get(node_id)
         now = time.monotonic()
-        if lease is not None and lease[0] != worker_id and lease[1] > now:
+        if lease is not None and lease[1] > now:
             return Claim(kind="busy", claims=run.claims.get(node_id, 0))
-        run.leases[node_id] = (worker_id, now + lease_s)
+        if status == NodeStatus.RETRYING:
+            left_s = run.retry_at.get(node_id, 0.0) - time.time()
+            if left_s > 0:
+                return Claim(kind="early", claims=run.claims.get(node_id, 0), retry_in_s=left_s)
+        token = run.tokens[node_id] = run.tokens.get(node_id, 0) + 1
+        run.leases[node_id] = (token, now + lease_s)
         run.state.dispatched.add(node_id)
         run.claims[node_id] = run.claims.get(node_id, 0) + 1
         attempt = run.attempts.get(node_id, 1)
@@ -151,32 +165,43 @@ class MemoryStore(RunStore):
         await self._append(run, started)
         return Claim(kind="run", claims=run.claims[node_id], run_input=run.record.run_input,
                      session_id=run.record.session_id, resume=run.resumes.get(node_id),
-                     outputs={n: run.outputs[n] for n in read if n in run.outputs}, attempt=attempt)
+                     outputs={n: run.outputs[n] for n in read if n in run.outputs}, attempt=attempt,
+                     token=token)
 
-    async def renew_leases(self, run_id: str, node_ids: Sequence[str], *, worker_id: str,
-                           lease_s: float) -> int:
+    async def renew_leases(self, run_id: str, tokens: Mapping[str, int], *, lease_s: float) -> list[str]:
         run = self._run(run_id)
-        held = 0
-        for node_id in node_ids:
-            lease = run.leases.get(node_id)
-            if lease is not None and lease[0] == worker_id:
-                run.leases[node_id] = (worker_id, time.monotonic() + lease_s)
-                held += 1
-        return held
+        superseded = []
+        for node_id, token in tokens.items():
+            if run.tokens.get(node_id) == token:
+                run.leases[node_id] = (token, time.monotonic() + lease_s)
+            else:
+                run.stale += 1
+                superseded.append(node_id)
+        return superseded
 
     async def read_outputs(self, run_id: str, node_ids: list[str]) -> dict[str, dict[str, DataValue]]:
         run = self._run(run_id)
         return {n: run.outputs[n] for n in node_ids if n in run.outputs}
 
-    async def append_event(self, event: NodeEvent) -> str:
-        return await self._append(self._run(event.run_id), event)
+    async def append_event(self, event: NodeEvent, *, token: int | None = None) -> str:
+        run = self._run(event.run_id)
+        if token is not None:
+            if run.tokens.get(event.node_id) != token:
+                run.stale += 1
+                return ""
+            if run.state.status.get(event.node_id) != NodeStatus.RUNNING:
+                return ""  # the node is over (cancelled with its run): nothing more of it
+        return await self._append(run, event)
 
     def _undispatched(self, run: _Run) -> list[str]:
         return sorted(run.state.ready - run.state.dispatched, key=run.plan.rank().__getitem__)
 
     async def complete_node(self, run_id: str, node_id: str, completion: NodeCompletion, *,
-                            take: int | None = None) -> Ready:
+                            take: int | None = None, token: int | None = None) -> Ready:
         run = self._run(run_id)
+        if token is not None and run.tokens.get(node_id) != token:
+            run.stale += 1
+            return Ready(stale=True)
         status = run.state.status.get(node_id)
         if status in NodeStatus.FINISHED:
             return Ready([] if run.record.status in RunStatus.TERMINAL else self._undispatched(run))
@@ -188,6 +213,7 @@ class MemoryStore(RunStore):
             run.leases.pop(node_id, None)
             run.state.status[node_id] = NodeStatus.RETRYING
             run.attempts[node_id] = completion.next_attempt
+            run.retry_at[node_id] = time.time() + (completion.retry_delay_s or 0.0)
             run.claims[node_id] = max(0, run.claims.get(node_id, 1) - 1)  # claims count worker losses
             for ev in completion.events:
                 await self._append(run, ev)
@@ -278,3 +304,7 @@ class MemoryStore(RunStore):
 
     def node_states(self, run_id: str) -> dict[str, str]:
         return dict(self._run(run_id).state.status)
+
+    def stale_refusals(self, run_id: str) -> int:
+        """Completions, renewals and event appends refused for a superseded token."""
+        return self._run(run_id).stale

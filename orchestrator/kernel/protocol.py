@@ -78,6 +78,7 @@ class EventType:
     RETRY = "retry"
     SKIPPED = "skipped"
     NOT_RUN = "not_run"  # the run ended before this node ran
+    CANCELLED = "cancelled"  # the run ended while this node ran (data.reason: the run's status)
     # Nodes may emit their own domain events under this one generic type; the kernel
     # forwards them untouched. (The name comes from the seeds' event protocol.)
     AGENT_EVENT = "agent_event"
@@ -237,6 +238,16 @@ class FlowContext:
     # the host's limits, and the tally shared with every expression of this node execution.
     expression_limits: ExpressionLimits = DEFAULT_LIMITS
     expression_spending: Spending = field(default_factory=Spending)
+
+    @property
+    def execution_key(self) -> str:
+        """``"{run_id}:{node_id}:{attempt}"``: the same for every execution of this attempt.
+
+        Execution is at least once: a worker that dies (or is cut off) mid-node has the
+        node run again elsewhere under the same attempt, so the same key. Send it with an
+        external side effect (e.g. an ``Idempotency-Key`` header) so that the receiver can
+        apply it once. A scheduled retry is a new attempt and gets a new key."""
+        return f"{self.run_id}:{self.node_id}:{self.attempt}"
 
     def event(self, event_type: str, data: dict[str, Any] | None = None) -> NodeEvent:
         """Build a NodeEvent for this node (to ``yield`` from a streaming execute)."""

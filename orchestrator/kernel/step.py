@@ -20,6 +20,7 @@ from typing import Any
 
 from .definition import NodeDefinition
 from .errors import (
+    NodeSuperseded,
     OrchestratorError,
     RetryRequested,
     RunCancelled,
@@ -48,10 +49,10 @@ _DEFAULT_ARTIFACTS = ArtifactCache()
 class StepOutcome:
     ready: list[str]  # successors to dispatch now
     ran: bool  # the executor was called
-    status: str  # node status, or "done" / "busy" / "closed" when it did not run
+    status: str  # node status, or done / busy / early / closed (it did not run), stale (superseded)
     node_type: str = ""
     duration_s: float = 0.0  # claim to completion, when it ran
-    retry_in_s: float | None = None  # a retry was scheduled: run the node again after this long
+    retry_in_s: float | None = None  # a retry is scheduled (or not due yet): run the node again after this long
     queued: int = 0  # ready successors this completion left on the run's queue (``take`` given)
 
 
@@ -228,11 +229,12 @@ async def run_step(
     claim = await store.claim_node(run_id, node_id, worker_id=worker_id, lease_s=opts.lease_s,
                                    started=step.event(EventType.STARTED), read=needed)
     if claim.kind != "run":
-        return StepOutcome(ready=claim.pending_dispatch, ran=False, status=claim.kind)
+        return StepOutcome(ready=claim.pending_dispatch, ran=False, status=claim.kind,
+                           retry_in_s=claim.retry_in_s)
 
     started_at = time.monotonic()
     # From the claim on, the process's supervisor renews the lease and watches the run.
-    watch = supervisor_for(store).hold(run_id, node_id, worker_id=worker_id, lease_s=opts.lease_s,
+    watch = supervisor_for(store).hold(run_id, node_id, token=claim.token, lease_s=opts.lease_s,
                                        poll_s=opts.cancel_poll_s)
     try:
         completion, retry_in_s = await _execute_node(step, claim, watch)
@@ -242,7 +244,11 @@ async def run_step(
         for ev in completion.events:
             if ev.event_type == EventType.COMPLETED and ev.data is not None:
                 ev.data["duration_ms"] = round((time.monotonic() - started_at) * 1000, 3)
-    ready = await store.complete_node(run_id, node_id, completion, take=None if take is None else take())
+    ready = await store.complete_node(run_id, node_id, completion, take=None if take is None else take(),
+                                      token=claim.token)
+    if ready.stale:  # a later claim superseded this one: nothing was applied
+        log.warning("run %s node %s: completion refused (token %d superseded)", run_id, node_id, claim.token)
+        return StepOutcome(ready=[], ran=True, status="stale", node_type=node.type)
     return StepOutcome(ready=ready.nodes, ran=True, status=completion.status, node_type=node.type,
                        duration_s=time.monotonic() - started_at, retry_in_s=retry_in_s, queued=ready.queued)
 
@@ -264,7 +270,7 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch) -> tuple[
                   limits=step.options.expression_limits)
 
     async def sink(ev: NodeEvent) -> None:
-        await step.store.append_event(ev)
+        await step.store.append_event(ev, token=claim.token)
 
     runtime = GraphRuntime(graph=graph, registry=registry, run_id=plan.run_id, node_id=node.id,
                            artifacts=step.artifacts, scope=scope, sink=sink, run_input=claim.run_input,
@@ -294,10 +300,9 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch) -> tuple[
     except SuspendRequested as exc:
         log.info("run %s node %s suspended", plan.run_id, node.id)
         return NodeCompletion(status=NodeStatus.WAITING, payload=exc.payload), None
-    except RunCancelled as exc:
-        return NodeCompletion(status=NodeStatus.FAILED, error=_error_info(exc, node),
-                              events=[step.event(EventType.ERROR, {"error": _error_info(exc, node),
-                                                                   "cancelled": True}, attempt)]), None
+    except (RunCancelled, NodeSuperseded) as exc:
+        # the store ended the node with its run, or a later claim has it: this is refused
+        return NodeCompletion(status=NodeStatus.FAILED, error=_error_info(exc, node)), None
     except Exception as exc:  # an executor may raise anything: it becomes node data
         if attempt < policy.max_attempts and is_retryable(policy, exc):
             delay = exc.delay_s if isinstance(exc, RetryRequested) and exc.delay_s is not None \
@@ -308,7 +313,7 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch) -> tuple[
                 "attempt": attempt, "next_attempt": attempt + 1, "delay_s": round(delay, 3),
                 "error": _error_info(exc, node)}, attempt)
             return NodeCompletion(status=NodeStatus.RETRYING, events=[retry], next_attempt=attempt + 1,
-                                  retry_at=time.time() + delay), delay
+                                  retry_delay_s=delay), delay
         failure = _failure(node, definition, exc, gathered, step, attempt)
         for ev in failure.events:
             if ev.data is not None:

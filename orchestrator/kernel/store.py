@@ -10,7 +10,7 @@ and one conformance suite runs against both.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -40,8 +40,11 @@ class NodeStatus:
     WAITING = "waiting"
     RETRYING = "retrying"  # failed an attempt; the next one is scheduled (no worker holds it)
     NOT_RUN = "not_run"  # the run ended (failed, cancelled, timed out) before the node ran
+    # The run ended (failed, cancelled, timed out) while the node ran: it is over at once,
+    # and the completion its worker sends later changes nothing.
+    CANCELLED = "cancelled"
 
-    FINISHED = frozenset({SUCCEEDED, FAILED, SKIPPED, NOT_RUN})
+    FINISHED = frozenset({SUCCEEDED, FAILED, SKIPPED, NOT_RUN, CANCELLED})
 
 
 @dataclass
@@ -62,13 +65,15 @@ class RunRecord:
 class Claim:
     """The answer to "may I run this node now?".
 
-    ``run``    you hold the node's lease: execute it.
+    ``run``    you hold the node's lease under fencing ``token``: execute it.
     ``done``   it already finished (a redelivery): dispatch ``pending_dispatch`` and stop.
-    ``busy``   another live worker holds the lease: stop without running.
+    ``busy``   a live lease is held (by any worker, this one too): stop without running.
+    ``early``  its scheduled retry is not due yet by the store's clock: send it again
+               after ``retry_in_s`` (nothing was claimed).
     ``closed`` the run is terminal or the node is not part of it: stop.
     """
 
-    kind: Literal["run", "done", "busy", "closed"]
+    kind: Literal["run", "done", "busy", "early", "closed"]
     claims: int = 0  # how many times this node was claimed (> 1 after a worker died)
     pending_dispatch: list[str] = field(default_factory=list)
     # With kind "run": the run's fixed context, so the step reads no run record.
@@ -77,6 +82,10 @@ class Claim:
     resume: dict[str, Any] | None = None  # {"payload", "input"} when the node was resumed
     outputs: dict[str, dict[str, DataValue]] = field(default_factory=dict)  # of the ``read`` nodes
     attempt: int = 1  # which attempt this claim runs (> 1 after a scheduled retry)
+    # With kind "run": the claim's fencing token, larger than every earlier claim's of the
+    # node. Completions, renewals and event appends carry it; a later claim makes it stale.
+    token: int = 0
+    retry_in_s: float | None = None  # with kind "early": how long until the retry is due
 
 
 @dataclass
@@ -93,9 +102,11 @@ class NodeCompletion:
     # For RETRYING: the attempt the next claim runs. The store releases the lease and
     # keeps the node claimable; the host sends the node again after the retry's delay.
     next_attempt: int = 0
-    # For RETRYING: when that attempt is due (epoch seconds). A sweeper sends a node whose
-    # retry is long overdue again (the delayed message died with its worker).
-    retry_at: float | None = None
+    # For RETRYING: how long after this completion that attempt is due. The store turns it
+    # into a due time on its own clock: a claim before it is answered ``early``, and a
+    # sweeper sends a node whose retry is long overdue again (the delayed message died
+    # with its worker).
+    retry_delay_s: float | None = None
 
 
 @dataclass
@@ -107,6 +118,7 @@ class Ready:
     nodes: list[str] = field(default_factory=list)
     queued: int = 0
     backlog: int = 0
+    stale: bool = False  # refused: the completion's token was superseded by a later claim
 
 
 class RunStore(ABC):
@@ -114,7 +126,9 @@ class RunStore(ABC):
 
     @abstractmethod
     async def create_run(self, plan: RunPlan, record: RunRecord, *, deadline_s: float | None = None) -> None:
-        """Store the plan and record, set status running, append ``run_started``.
+        """Store the plan and record, set status running, append ``run_started``, and mark
+        the start nodes dispatched: the caller sends them next (a host sweeper sends
+        again one whose message is lost on the way).
 
         ``deadline_s`` (default: the host's setting) bounds the run's wall time; a host
         sweeper ends runs past it ``timed_out``."""
@@ -136,29 +150,43 @@ class RunStore(ABC):
         self, run_id: str, node_id: str, *, worker_id: str, lease_s: float, started: NodeEvent,
         read: Sequence[str] = (),
     ) -> Claim:
-        """Atomically take the node's lease and mark it dispatched; append ``started``
-        (``data.reclaimed`` / ``data.resumed`` on a reclaim or a resume, ``attempt`` set
-        after a scheduled retry). A granted claim carries the stored outputs of ``read``."""
+        """Atomically take the node's lease under a new fencing token and mark it
+        dispatched; append ``started`` (``data.reclaimed`` / ``data.resumed`` on a reclaim or
+        a resume, ``attempt`` set after a scheduled retry). A granted claim carries the
+        stored outputs of ``read``.
+
+        A live lease makes the claim ``busy``, whoever holds it; a retry not yet due by the
+        store's clock makes it ``early`` (nothing changes)."""
 
     @abstractmethod
-    async def renew_leases(self, run_id: str, node_ids: Sequence[str], *, worker_id: str,
-                           lease_s: float) -> int:
-        """Extend by ``lease_s`` the leases ``worker_id`` still holds on ``node_ids`` (one
-        round trip); returns how many it held."""
+    async def renew_leases(self, run_id: str, tokens: Mapping[str, int], *, lease_s: float) -> list[str]:
+        """Extend by ``lease_s`` the leases of ``tokens`` (node -> the fencing token of its
+        claim), in one round trip. A lease that lapsed is taken again while its token is
+        still the node's latest (nobody claimed it since). Returns the nodes whose token a
+        later claim superseded: refused and counted; their execution should stop."""
 
     @abstractmethod
     async def read_outputs(self, run_id: str, node_ids: list[str]) -> dict[str, dict[str, DataValue]]:
         """Stored outputs of finished nodes (absent ids have none)."""
 
     @abstractmethod
-    async def append_event(self, event: NodeEvent) -> str:
-        """Append to the run's event log; returns the event id (ordered)."""
+    async def append_event(self, event: NodeEvent, *, token: int | None = None) -> str:
+        """Append to the run's event log; returns the event id (ordered).
+
+        With ``token`` (a running node's own events) the event is refused, returning "",
+        unless ``token`` is the node's latest claim and the node is still running; a
+        superseded token is counted as stale."""
 
     @abstractmethod
     async def complete_node(self, run_id: str, node_id: str, completion: NodeCompletion, *,
-                            take: int | None = None) -> Ready:
+                            take: int | None = None, token: int | None = None) -> Ready:
         """Apply a completion once: store outputs, count down successors, propagate
         skips, append events, finish the run when nothing remains.
+
+        ``token`` is the fencing token of the claim that ran the node: when a later claim
+        superseded it, nothing is applied, no event is appended, the refusal is counted,
+        and ``Ready.stale`` is set. A claim whose lease merely lapsed, with nobody claiming
+        since, still completes. ``None`` (a host acting on the node itself) is not fenced.
 
         ``take=None``: ``Ready.nodes`` are all the nodes that became ready and are not yet
         dispatched. ``take=n``: those nodes join the tail of the run's queue (which counts as
@@ -176,15 +204,21 @@ class RunStore(ABC):
     async def queue_length(self, run_id: str) -> int: ...
 
     @abstractmethod
-    async def mark_dispatched(self, run_id: str, node_ids: list[str]) -> None: ...
+    async def mark_dispatched(self, run_id: str, node_ids: list[str]) -> None:
+        """The nodes' tasks are (about to be) sent: their sent time is kept until each is
+        claimed, so a host sweeper can send a message lost on the way again. Call it
+        before sending."""
 
     @abstractmethod
     async def finish_run(self, run_id: str, status: str, error: dict[str, Any] | None = None) -> bool:
         """Force a terminal status (cancel, timeout, sweeper). False if already terminal.
 
         Nodes that had not started (pending, retrying, waiting) become ``not_run``, each
-        with a ``not_run`` event, so a finished run shows no pending node. A failure that
-        stops the run (``complete_node`` with ``stop_run``) does the same."""
+        with a ``not_run`` event, and nodes still running become ``cancelled``, each with a
+        ``cancelled`` event (``data.reason``: the run's status), in plan order: a finished
+        run shows no pending or running node, and the completion a running node's worker
+        sends later changes nothing. A failure that stops the run (``complete_node`` with
+        ``stop_run``) does the same."""
 
     @abstractmethod
     async def resume_node(self, run_id: str, node_id: str, resume_input: Any) -> bool:

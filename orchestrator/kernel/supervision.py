@@ -4,7 +4,8 @@ One :class:`Supervisor` per store and event loop watches every node step running
 loop, whatever their number: a single task wakes every ``poll_s``, reads the status of
 each run that has nodes here (``RunStore.run_status``, which a store may share between
 callers) and ends the nodes of a run that ended; and it renews, in one call per run
-(``RunStore.renew_leases``), the leases that are a third of their length old. A node
+(``RunStore.renew_leases``, under each claim's fencing token), the leases that are a
+third of their length old; a node whose token a later claim superseded is stopped. A node
 step costs a registration, not a task and a timer of its own: hundreds of nodes awaiting
 a model or the network wake the loop a few times a second in all, not hundreds.
 
@@ -22,7 +23,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import NodeTimeoutError, RunCancelled
+from .errors import NodeSuperseded, NodeTimeoutError, RunCancelled
 from .graph import Node
 from .protocol import ExecutionResult
 from .store import RunStatus, RunStore
@@ -34,14 +35,16 @@ RENEW_RETRY_S = 1.0  # after a failed renewal, the next try
 
 @dataclass(eq=False)
 class Watch:
-    """One running node under a :class:`Supervisor`; ``ended`` resolves when its run ends."""
+    """One running node under a :class:`Supervisor`; ``ended`` resolves when its run ends,
+    ``superseded`` when a later claim of the node took over."""
 
     run_id: str
     node_id: str
-    worker_id: str
+    token: int  # the fencing token of the claim this execution runs under
     lease_s: float
     renew_at: float  # monotonic time of the next renewal
     ended: asyncio.Future[None]
+    superseded: asyncio.Future[None]
     _supervisor: Supervisor | None = field(default=None, repr=False)
 
     def release(self) -> None:
@@ -65,13 +68,15 @@ class Supervisor:
         self._ended: dict[str, asyncio.Future[None]] = {}
         self._task: asyncio.Task[None] | None = None
 
-    def hold(self, run_id: str, node_id: str, *, worker_id: str, lease_s: float,
+    def hold(self, run_id: str, node_id: str, *, token: int, lease_s: float,
              poll_s: float) -> Watch:
-        """Watch a node from its claim on: renew its lease and end it with its run."""
+        """Watch a node from its claim (fencing ``token``) on: renew its lease, end it with
+        its run, stop it when a later claim supersedes it."""
         ended = self._ended.get(run_id)
         if ended is None:
             ended = self._ended[run_id] = self.loop.create_future()
-        watch = Watch(run_id, node_id, worker_id, lease_s, time.monotonic() + lease_s / 3, ended, self)
+        watch = Watch(run_id, node_id, token, lease_s, time.monotonic() + lease_s / 3, ended,
+                      self.loop.create_future(), self)
         self._runs.setdefault(run_id, set()).add(watch)
         self.poll_s = max(0.01, min(self.poll_s, poll_s))
         if self._task is None or self._task.done():
@@ -120,20 +125,24 @@ class Supervisor:
             ended.set_result(None)
         now = time.monotonic()
         due = [w for w in self._runs.get(run_id, ()) if w.renew_at <= now]
-        by_holder: dict[tuple[str, float], list[Watch]] = {}
+        by_length: dict[float, list[Watch]] = {}
         for watch in due:
-            by_holder.setdefault((watch.worker_id, watch.lease_s), []).append(watch)
-        for (worker_id, lease_s), watches in by_holder.items():
+            by_length.setdefault(watch.lease_s, []).append(watch)
+        for lease_s, watches in by_length.items():
             try:
-                await store.renew_leases(run_id, [w.node_id for w in watches],
-                                         worker_id=worker_id, lease_s=lease_s)
+                lost = set(await store.renew_leases(run_id, {w.node_id: w.token for w in watches},
+                                                    lease_s=lease_s))
                 self._fine("lease renewal")
                 next_at = time.monotonic() + lease_s / 3
             except Exception:  # retried soon; the lease outlives two misses
                 self._trouble("lease renewal", run_id)
-                next_at = time.monotonic() + RENEW_RETRY_S
+                lost, next_at = set(), time.monotonic() + RENEW_RETRY_S
             for watch in watches:
                 watch.renew_at = next_at
+                if watch.node_id in lost and not watch.superseded.done():
+                    log.warning("run %s node %s: a later claim took the node over (token %d "
+                                "superseded); stopping this execution", run_id, watch.node_id, watch.token)
+                    watch.superseded.set_result(None)
 
 
 _SUPERVISORS: weakref.WeakKeyDictionary[RunStore, Supervisor] = weakref.WeakKeyDictionary()
@@ -149,13 +158,17 @@ def supervisor_for(store: RunStore) -> Supervisor:
 
 
 async def supervise(watch: Watch, work: asyncio.Task[ExecutionResult]) -> ExecutionResult:
-    """Await ``work``; cancel it and raise :class:`RunCancelled` if its run ends first."""
-    waits: set[asyncio.Future[Any]] = {work, watch.ended}
+    """Await ``work``; cancel it and raise :class:`RunCancelled` if its run ends first, or
+    :class:`NodeSuperseded` if a later claim of the node took it over."""
+    waits: set[asyncio.Future[Any]] = {work, watch.ended, watch.superseded}
     await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     if work.done():
         return work.result()
     work.cancel()
     await asyncio.gather(work, return_exceptions=True)
+    if watch.superseded.done():
+        raise NodeSuperseded("a later claim of the node took it over", run_id=watch.run_id,
+                             node_id=watch.node_id)
     raise RunCancelled("the run ended while the node was running", run_id=watch.run_id,
                        node_id=watch.node_id)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from orchestrator.kernel.protocol import NodeEvent
 from orchestrator.kernel.store import NodeCompletion, NodeStatus, RunStore
 from tests.support import Driver, claim, completed, events_of, make_plan, node_states
@@ -111,9 +113,8 @@ async def test_claim_while_another_worker_holds_the_lease_is_busy(store: RunStor
     second = await claim(store, run_id, "a", worker_id="w2")
     assert (first.kind, first.claims) == ("run", 1)
     assert second.kind == "busy"
-    assert await store.renew_leases(run_id, ["a", "b"], worker_id="w1", lease_s=30) == 1
-    assert await store.renew_leases(run_id, ["a"], worker_id="w2", lease_s=30) == 0
-    assert await store.renew_leases(run_id, [], worker_id="w1", lease_s=30) == 0
+    assert await store.renew_leases(run_id, {"a": first.token}, lease_s=30) == []
+    assert await store.renew_leases(run_id, {}, lease_s=30) == []
 
 
 async def test_reclaim_after_the_lease_expired_says_so_in_its_started_event(
@@ -169,7 +170,8 @@ async def test_cancelled_run_closes_claims_and_dispatches_nothing(store: RunStor
     assert not await store.finish_run(run_id, "timed_out")
     ready = await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]))
     assert ready.nodes == []
-    assert (await store.read_outputs(run_id, ["a"]))["a"]["out"].value == "a.out"
+    assert await store.read_outputs(run_id, ["a"]) == {}  # "a" ended cancelled with its run
+    assert (await claim(store, run_id, "b")).kind == "closed"
     assert (await store.get_run(run_id)).status == "cancelled"
     kinds = [e.event_type for e in await events_of(store, run_id)]
     assert kinds.count("run_cancelled") == 1 and "run_timed_out" not in kinds
@@ -225,16 +227,43 @@ async def test_a_failure_that_stops_the_run_marks_what_did_not_run_not_run(store
     assert kinds.index("not_run") < kinds.index("run_failed")
 
 
-async def test_a_completion_after_the_run_ended_propagates_nothing(store: RunStore) -> None:
+@pytest.mark.parametrize("ending", ["cancelled", "timed_out"])
+async def test_a_cancelled_run_ends_its_running_node_cancelled_with_an_event_at_once(
+    store: RunStore, ending: str,
+) -> None:
     plan = make_plan("abc", [("a", "out", "b", "in"), ("b", "out", "c", "in")])
     await Driver(store, plan).start()
     run_id = plan.run_id
-    await claim(store, run_id, "a")
-    assert await store.finish_run(run_id, "cancelled")
-    assert (await store.complete_node(run_id, "a", completed(run_id, "a", []))).nodes == []
+    running = await claim(store, run_id, "a")
+    assert await store.finish_run(run_id, ending)
     states = await node_states(store, run_id)
-    assert states["a"] == NodeStatus.SUCCEEDED  # it was running when the run ended
-    assert (states["b"], states["c"]) == (NodeStatus.NOT_RUN, NodeStatus.NOT_RUN)
+    assert states == {"a": NodeStatus.CANCELLED, "b": NodeStatus.NOT_RUN, "c": NodeStatus.NOT_RUN}
+    events = await events_of(store, run_id)
+    assert [(e.node_id, e.event_type, e.data) for e in events[-4:]] == [
+        ("a", "cancelled", {"reason": ending}), ("b", "not_run", None), ("c", "not_run", None),
+        ("", f"run_{ending}", {"status": ending, "error": None}),
+    ]
+    assert (events[-4].node_name, events[-4].node_type) == ("a", "fake")
+    # the worker of "a" sees the run ended later: its completion and events change nothing
+    failed = completed(run_id, "a", [], status="failed", error={"message": "cancelled"})
+    assert await store.append_event(failed.events[0], token=running.token) == ""
+    assert (await store.complete_node(run_id, "a", failed, token=running.token)).nodes == []
+    assert (await node_states(store, run_id))["a"] == NodeStatus.CANCELLED
+    assert len(await events_of(store, run_id)) == len(events)
+
+
+async def test_a_failure_that_stops_the_run_cancels_the_nodes_still_running(store: RunStore) -> None:
+    plan = make_plan("abc", [("a", "out", "b", "in"), ("a", "out", "c", "in")])
+    await Driver(store, plan).start()
+    run_id = plan.run_id
+    await claim(store, run_id, "a")
+    await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]))
+    await claim(store, run_id, "b")
+    await claim(store, run_id, "c")
+    await store.complete_node(run_id, "b", completed(run_id, "b", [], status="failed", stop_run=True))
+    assert (await node_states(store, run_id))["c"] == NodeStatus.CANCELLED
+    kinds = [(e.node_id, e.event_type) for e in await events_of(store, run_id)]
+    assert kinds[-2:] == [("c", "cancelled"), ("", "run_failed")]
 
 
 async def test_run_events_carry_the_time_they_happened(store: RunStore) -> None:

@@ -23,7 +23,7 @@ from tests.integration.conftest import RUN_TIMEOUT_S, read_until
 
 WORDS = 200
 DELAY_S = 0.05  # per streamed word: the whole answer would take WORDS * DELAY_S
-LATE_S = 1.0  # no content may be streamed later than this after the cancel
+LATE_S = 1.0  # the agent must be stopped this long after the cancel
 LONG_ANSWER = " ".join(f"w{i}" for i in range(WORDS))
 ECHO_SERVER = Path(__file__).resolve().parents[1] / "agents" / "mcp_echo_server.py"
 AGENT = load_executor("agents/agent")
@@ -66,24 +66,32 @@ async def test_a_cancelled_run_stops_its_streaming_agent_within_a_second(
                              dispatch=make_dispatch(celery))
     await events_until(store, run_id, is_content)
     assert await store.finish_run(run_id, RunStatus.CANCELLED)
-    # the worker notices, stops the agent and records the node as cancelled
+    # the node ends with the run, at once, with its event
+    assert (await store.node_states(run_id))["talker"] == NodeStatus.CANCELLED
     events = await events_until(
-        store, run_id, lambda e: e.node_id == "talker" and e.event_type == EventType.ERROR)
-    stopped = events[-1].data or {}
-    assert stopped.get("cancelled") is True
-    cancelled_at = next(e.timestamp for e in events
-                        if e.event_type == EventType.RUN_CANCELLED and not e.node_id)
+        store, run_id, lambda e: e.event_type == EventType.RUN_CANCELLED and not e.node_id)
+    ended = [e.data for e in events if e.node_id == "talker" and e.event_type == EventType.CANCELLED]
+    assert ended == [{"reason": "cancelled"}]
+    # the worker notices and stops the agent: Agno's stored run (the session history) says
+    # cancelled, within a poll and a second
+    key = f"orc:agno:runs:{run_id}:talker"
+    stored: dict[str, Any] = {}
+    deadline = asyncio.get_running_loop().time() + LATE_S + 1.0
+    while asyncio.get_running_loop().time() < deadline:
+        raw = sync_redis.get(key)
+        stored = json.loads(raw) if raw else {}
+        if str(stored.get("status", "")).lower() == "cancelled":
+            break
+        await asyncio.sleep(0.05)
+    assert str(stored.get("status", "")).lower() == "cancelled", stored
     content = [e for e in events if is_content(e)]
-    late = [e.timestamp - cancelled_at for e in content if e.timestamp > cancelled_at + LATE_S]
-    assert late == [], f"content streamed {late} s after the cancel"
     streamed = "".join(str((e.data or {})["content"]) for e in content)
     assert 0 < len(streamed) < len(LONG_ANSWER)
-    record = await store.get_run(run_id)
-    assert record.status == RunStatus.CANCELLED
-    assert (await store.node_states(run_id))["talker"] == NodeStatus.FAILED
-    # Agno was told: its stored run (the session history) says cancelled
-    stored = sync_redis.get(f"orc:agno:runs:{run_id}:talker")
-    assert stored is not None and json.loads(stored)["status"].lower() == "cancelled"
+    # nothing of the node lands after its end: no second terminal event, no late content
+    after = [e for _, e in await store.read_events(run_id)][len(events):]
+    assert after == []
+    assert (await store.get_run(run_id)).status == RunStatus.CANCELLED
+    assert (await store.node_states(run_id))["talker"] == NodeStatus.CANCELLED
 
 
 def server_pids(script: Path) -> list[int]:

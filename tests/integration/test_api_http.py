@@ -110,6 +110,25 @@ def test_cancel_stops_a_running_run_and_its_stream(client: Client) -> None:
     assert client.get_run(run_id)["status"] == "cancelled"
 
 
+def test_a_cancelled_run_ends_its_running_node_cancelled_at_once_and_for_good(client: Client) -> None:
+    """A client drawing node states from events sees the running node end with the run; the
+    worker that stops it a moment later changes neither its state nor its events."""
+    client.create_graph(slow_chain("it-cancel-node", delay_s=3.0))
+    run_id = client.start_run("it-cancel-node", None)
+    seen: list[tuple[str, str]] = []
+    for _, event in client.iter_events(run_id):
+        seen.append((event["node_id"], event["event_type"]))
+        if event["event_type"] == "started" and event["node_id"] == "p1":
+            assert client.cancel(run_id)["cancelled"] is True
+            assert client.get_run(run_id)["nodes"]["p1"]["status"] == "cancelled"
+    assert seen[-3:] == [("p1", "cancelled"), ("p2", "not_run"), ("", "run_cancelled")]
+    deadline = time.monotonic() + 1.5  # the worker notices within a poll (0.2 s) and stops p1
+    while time.monotonic() < deadline:
+        assert client.get_run(run_id)["nodes"]["p1"]["status"] == "cancelled"
+        time.sleep(0.1)
+    assert [(e["node_id"], e["event_type"]) for _, e in client.iter_events(run_id)][-3:] == seen[-3:]
+
+
 def test_rerun_from_a_failed_node_reuses_the_outputs_before_it(client: Client) -> None:
     failing = graph(
         [

@@ -1,8 +1,9 @@
 """Workers die mid-run (SIGKILL): every run still ends, and each completion counts once.
 
 Each module starts its own redis-server and Celery workers (so a test may kill them)
-with a 2 s node lease, a 1 s unacked-message sweep, and a sweeper running every 0.5 s in
-the test's event loop. Nodes come from ``fault_pack/`` (plus ``fake_pack/``), loaded
+with a 2 s node lease and a sweeper running every 0.5 s in the test's event loop. The
+broker's visibility timeout is left at its default (a day): the sweeper alone sends
+again what a killed worker held. Nodes come from ``fault_pack/`` (plus ``fake_pack/``), loaded
 through ``ORCH_NODE_PATHS`` like any external pack.
 """
 
@@ -41,7 +42,6 @@ SETTINGS = Settings(node_lease_s=LEASE_S, node_paths=NODE_PATHS)
 def worker_env(kill_dir: Path) -> dict[str, str]:
     return {
         "ORCH_NODE_PATHS": NODE_PATHS, "ORCH_NODE_LEASE_S": str(LEASE_S),
-        "ORCH_UNACKED_RESTORE_INTERVAL_S": "1", "ORCH_VISIBILITY_TIMEOUT_S": "60",
         "ORCH_FAULT_KILL_DIR": str(kill_dir),
     }
 

@@ -135,6 +135,15 @@ async def test_retry_emits_retry_events_then_succeeds() -> None:
     assert result.output("f", "out") == "ok"
 
 
+async def test_each_attempt_of_a_node_execution_has_its_own_execution_key() -> None:
+    g = with_settings(graph([("a", "emit", "A"), ("f", "flaky", "F", {"fail_times": 2})],
+                            [("a", "out", "f", "in")]),
+                      "f", retry={"max_attempts": 3, "initial_interval_s": 0.01, "jitter": False})
+    result = await run_graph_local(g, REG, "ok", run_id="r-keys")
+    assert [e.data["error"]["message"] for e in events_of(result, EventType.RETRY)] == [
+        "flaky: attempt 1 fails (key r-keys:f:1)", "flaky: attempt 2 fails (key r-keys:f:2)"]
+
+
 async def test_retries_exhausted_route_to_the_error_port() -> None:
     g = with_settings(graph([("a", "emit", "A"), ("f", "flaky", "F", {"fail_times": 5}),
                              ("h", "relay", "Handler"), ("n", "relay", "Normal")],
@@ -230,7 +239,9 @@ async def test_cancelled_run_interrupts_a_running_node() -> None:
     result = await asyncio.wait_for(task, timeout=5)
     assert result.status == "cancelled"
     assert result.node_states["c"] == "not_run"  # the run ended before it ran
-    assert any(e.event_type == "error" and (e.data or {}).get("cancelled") for e in result.events)
+    assert result.node_states["s"] == "cancelled"  # it was running
+    assert [(e.event_type, e.data) for e in result.events if e.node_id == "s"] == [
+        ("started", {"worker_id": "local"}), ("cancelled", {"reason": "cancelled"})]
 
 
 async def test_redelivered_node_after_completion_runs_nothing_and_emits_nothing() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping
 
 import pytest
 
@@ -13,7 +13,7 @@ from orchestrator.kernel.local import LocalRunner
 from orchestrator.kernel.memory import MemoryStore
 from orchestrator.kernel.step import StepOptions
 from tests.fake_nodes import graph, make_registry
-from tests.support import claim
+from tests.support import claim, completed
 
 REG = make_registry()
 LEASE_S = 0.15  # the slow node below runs four leases long
@@ -61,8 +61,30 @@ async def test_ending_a_run_ends_all_its_running_nodes_within_a_poll() -> None:
     assert await runner.store.finish_run("r-end", "cancelled")
     result = await asyncio.wait_for(task, 5)
     assert result.status == "cancelled"
-    cancelled = {e.node_id for e in result.events if e.event_type == "error" and (e.data or {}).get("cancelled")}
-    assert cancelled == {f"s{i}" for i in range(50)}
+    cancelled = [e.node_id for e in result.events if e.event_type == "cancelled"]
+    assert sorted(cancelled) == sorted(f"s{i}" for i in range(50))  # one each, at the cancel
+    assert [e for e in result.events if e.event_type == "error"] == []  # and no second end
+
+
+async def test_a_node_whose_claim_was_superseded_stops_and_its_completion_is_refused() -> None:
+    """Its lease lapsed (say the worker was cut off) and another claim took the node: at its
+    next renewal the first execution learns it and stops (a 30 s node, here), its completion
+    is refused, and the node's result is the later claim's."""
+    runner = LocalRunner(REG, options=StepOptions(lease_s=LEASE_S, cancel_poll_s=0.02))
+    task = asyncio.ensure_future(runner.run(slow_graph(1, 30), 1, run_id="r-taken"))
+    await asyncio.wait_for(started(runner.store, "r-taken", 1), 5)
+    run = runner.store._runs["r-taken"]
+    run.leases["s0"] = (run.leases["s0"][0], 0.0)  # lapsed: the heartbeat did not arrive in time
+    other = await claim(runner.store, "r-taken", "s0", worker_id="other")
+    assert other.kind == "run"
+    first = await asyncio.wait_for(task, 5)  # stopped at its next renewal, not after 30 s
+    assert first.node_states["s0"] == "running"  # the later claim runs it
+    assert [e.event_type for e in first.events if e.node_id == "s0"] == ["started", "started"]
+    assert runner.store.stale_refusals("r-taken") == 2  # its renewal and its completion
+    done = await runner.store.complete_node("r-taken", "s0", completed("r-taken", "s0", ["output"]),
+                                            token=other.token)
+    assert not done.stale
+    assert (await runner.store.get_run("r-taken")).status == "succeeded"
 
 
 class FlakyRenewals(MemoryStore):
@@ -72,12 +94,11 @@ class FlakyRenewals(MemoryStore):
         super().__init__()
         self.failures = 2
 
-    async def renew_leases(self, run_id: str, node_ids: Sequence[str], *, worker_id: str,
-                           lease_s: float) -> int:
+    async def renew_leases(self, run_id: str, tokens: Mapping[str, int], *, lease_s: float) -> list[str]:
         if self.failures:
             self.failures -= 1
             raise ConnectionError("store unavailable")
-        return await super().renew_leases(run_id, node_ids, worker_id=worker_id, lease_s=lease_s)
+        return await super().renew_leases(run_id, tokens, lease_s=lease_s)
 
 
 async def test_a_failed_renewal_is_tried_again_and_the_run_goes_on() -> None:

@@ -73,7 +73,7 @@ async def test_requeued_node_is_not_sent_again_before_a_worker_could_claim_it(
     run_id = await start(store)
     await claim(store, run_id, "a", lease_s=0.05)
     await asyncio.sleep(0.1)
-    s = sweeper(store, sent, requeue_grace_s=30)
+    s = sweeper(store, sent, undispatched_grace_s=30)
     now = time.time()
     await s.sweep_once(now=now)
     await s.sweep_once(now=now + 1)
@@ -86,7 +86,7 @@ async def test_node_that_loses_its_worker_too_often_fails_the_run_naming_the_nod
     store: RedisRunStore, sent: Any,
 ) -> None:
     run_id = await start(store)
-    s = sweeper(store, sent, max_node_reclaims=1, requeue_grace_s=0)
+    s = sweeper(store, sent, max_node_reclaims=1)
     for worker in ("w1", "w2"):
         assert (await claim(store, run_id, "a", worker_id=worker, lease_s=0.05)).kind == "run"
         await asyncio.sleep(0.1)
@@ -214,11 +214,12 @@ async def test_a_retry_long_overdue_is_sent_again_and_a_pending_one_is_left_alon
     assert (await claim(store, run_id, "a")).kind == "run"
     now = time.time()
     await store.complete_node(run_id, "a", NodeCompletion(status=NodeStatus.RETRYING, next_attempt=2,
-                                                          retry_at=now + 1.0))
+                                                          retry_delay_s=0.2))
     sweep = sweeper(store, sent, undispatched_grace_s=5)
     assert (await sweep.sweep_once(now=now + 2)).requeued == []  # due, but not overdue yet
     report = await sweep.sweep_once(now=now + 30)
     assert report.requeued == [(run_id, "a")] and sent.sent == [(run_id, "a")]
+    await asyncio.sleep(0.3)  # due by Redis's clock now
     again = await claim(store, run_id, "a", worker_id="w2")
     assert again.kind == "run" and again.attempt == 2
 

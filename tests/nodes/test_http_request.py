@@ -300,3 +300,23 @@ async def test_an_api_key_credential_goes_to_the_origin_of_its_own_base_url(
     with pytest.raises(ParameterError, match="'llm' may be sent only to"):
         await run_with("http_request", {"url": f"{other.url}/echo", "credential": "llm"}, services=services)
     assert other.requests == []
+
+
+async def test_an_idempotency_key_names_the_node_execution_only_when_asked(
+    server: LocalHttp, allow_loopback: None,
+) -> None:
+    await run_with("http_request", {"method": "POST", "url": f"{server.url}/echo", "body_type": "json",
+                                    "body": {"a": 1}})
+    await run_with("http_request", {"method": "POST", "url": f"{server.url}/echo", "body_type": "json",
+                                    "body": {"a": 1}, "idempotency_key": True})
+    await run_with("http_request", {"method": "POST", "url": f"{server.url}/echo", "idempotency_key": True,
+                                    "headers": {"idempotency-key": "mine"}})
+    keys = [r["headers"].get("idempotency-key") for r in server.requests]
+    assert keys == [None, "run-test:n1:1", "mine"]  # off by default; the caller's own header wins
+
+
+async def test_each_page_of_a_keyed_read_gets_a_key_of_its_own(server: LocalHttp, allow_loopback: None) -> None:
+    await run_with("http_request", {"url": f"{server.url}/pages", "pagination": "next_url",
+                                    "items_field": "results", "idempotency_key": True})
+    keys = [r["headers"].get("idempotency-key") for r in server.requests]
+    assert keys == ["run-test:n1:1", "run-test:n1:1:page-2", "run-test:n1:1:page-3"]

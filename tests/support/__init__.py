@@ -96,6 +96,14 @@ async def node_states(store: RunStore, run_id: str) -> dict[str, str]:
     return dict(states)
 
 
+async def stale_refusals(store: RunStore, run_id: str) -> int:
+    """How many completions, renewals and appends the store refused as stale (either store)."""
+    count = store.stale_refusals(run_id)  # type: ignore[attr-defined]
+    if inspect.isawaitable(count):
+        count = await count
+    return int(count)
+
+
 @dataclass
 class Driver:
     """Runs one plan to the end: FIFO over ready nodes, each claimed then completed.

@@ -7,9 +7,12 @@
 --   run-level events get the time NOW), payload (suspend payload JSON string or ''),
 --   node_template (node event JSON, for skipped and not_run events, stamped NOW),
 --   events [the completion's own event JSON strings, in order], next_attempt (retrying),
---   take (null, or how many queued nodes the caller takes: see hand_over in the prelude)
+--   retry_delay_s (retrying: the next attempt is due this long from NOW),
+--   take (null, or how many queued nodes the caller takes: see hand_over in the prelude),
+--   token (null, or the fencing token of the claim that ran the node)
 -- Returns {queued, backlog, nodes...}: with take null the nodes that became ready and are
 -- not yet dispatched, in plan order; with take, the oldest of the run's queue.
+-- Returns {'stale', 0} when a later claim superseded token: nothing applied, counted.
 local args = cjson.decode(ARGV[6])
 local node, status = args.node, args.status
 local take = args.take
@@ -19,10 +22,14 @@ local run_status = redis.call('HGET', K_RUN, 'status')
 if not run_status then
   return NOTHING
 end
+-- Fencing: the completion of an execution a later claim superseded changes nothing.
+if args.token ~= nil and args.token ~= cjson.null and superseded(node, args.token) then
+  return {'stale', 0}
+end
 local node_status = redis.call('HGET', K_NODES, node)
 
 local function append_own_events()
-  for _, event_json in ipairs(args.events) do append(event_json) end
+  for _, event_json in ipairs(args.events) do append(stamped(event_json)) end
 end
 
 -- A run that already ended (cancelled, failed, timed out) records the node but
@@ -51,8 +58,8 @@ if status == 'retrying' then
   if node_status ~= 'running' or terminal then return NOTHING end
   redis.call('HSET', K_NODES, node, 'retrying')
   redis.call('HSET', K_CLAIMS, 'attempt:' .. node, args.next_attempt)
-  if args.retry_at and args.retry_at ~= cjson.null then
-    redis.call('HSET', K_CLAIMS, 'retry_at:' .. node, tostring(args.retry_at))
+  if args.retry_delay_s and args.retry_delay_s ~= cjson.null then
+    redis.call('HSET', K_CLAIMS, 'retry_at:' .. node, string.format('%.6f', NOW_S + args.retry_delay_s))
   end
   redis.call('HINCRBY', K_CLAIMS, node, -1)
   append_own_events()
@@ -82,7 +89,7 @@ if terminal or stop then
   append_own_events()
   redis.call('DEL', K_LEASE)
   if stop and not terminal then
-    close_unstarted(args.node_template)
+    close_open_nodes(args.node_template, 'failed')
     redis.call('HSET', K_RUN, 'status', 'failed', 'finished_at', NOW)
     if args.error ~= '' then redis.call('HSET', K_RUN, 'error', args.error) end
     append_stamped(args.run_failed)

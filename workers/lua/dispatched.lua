@@ -1,6 +1,9 @@
--- Record that tasks were sent for ARGV[6..] (node ids).
+-- Record that tasks are sent for ARGV[6..] (node ids), and when (Redis's clock): the
+-- claim clears that time, so the sweeper can tell a message lost in transit.
 for i = 6, #ARGV do
   redis.call('SADD', K_DISPATCHED, ARGV[i])
+  redis.call('HSET', K_SENT, ARGV[i], NOW)
 end
 ensure_ttl(K_DISPATCHED)
+ensure_ttl(K_SENT)
 return 1

@@ -1,21 +1,37 @@
 -- Shared by every script (workers/store.py prepends it). Keys and the first ARGVs have
 -- one fixed layout so each script reads the run's keys by name:
---   KEYS[1..14]  the run's keys (Keys.run_keys order, ending adj, suspend, resume, queue)
---   KEYS[15]     {p}:runs:active          KEYS[16]  {p}:runs:queued
---   KEYS[17]     the node's lease key (if any)
+--   KEYS[1..15]  the run's keys (Keys.run_keys order, ending adj, suspend, resume, queue, sent)
+--   KEYS[16]     {p}:runs:active          KEYS[17]  {p}:runs:queued
+--   KEYS[18]     the node's lease key (if any)
 --   ARGV[1] events maxlen   ARGV[2] notify channel   ARGV[3] active TTL s
---   ARGV[4] retention TTL s ARGV[5] now (epoch s)     ARGV[6..] script-specific
+--   ARGV[4] retention TTL s ARGV[5] unused (it was the caller's clock)   ARGV[6..] script-specific
 local K_RUN, K_PLAN, K_NODES, K_PENDING, K_LIVE, K_OUT, K_CLAIMS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local K_READY, K_DISPATCHED, K_EVENTS, K_ADJ, K_SUSPEND, K_RESUME = KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
-local K_QUEUE = KEYS[14]
-local K_ACTIVE, K_QUEUED, K_LEASE = KEYS[15], KEYS[16], KEYS[17]
-local RUN_KEY_COUNT = 14
+local K_QUEUE, K_SENT = KEYS[14], KEYS[15]
+local K_ACTIVE, K_QUEUED, K_LEASE = KEYS[16], KEYS[17], KEYS[18]
+local RUN_KEY_COUNT = 15
 local MAXLEN, CHANNEL, ACTIVE_TTL, RETENTION = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local NOW = ARGV[5]
+
+-- One clock for every host: Redis's. Deadlines, retry due times, sent times, event
+-- timestamps and finished_at all come from here, never from the caller, whose clock may
+-- be off by seconds or minutes. NOW is epoch seconds as text (microseconds), NOW_S a number.
+local CLOCK = redis.call('TIME')
+local NOW = CLOCK[1] .. '.' .. string.format('%06d', tonumber(CLOCK[2]))
+local NOW_S = tonumber(NOW)
 
 local ACTIVE = {queued = true, running = true, waiting = true}
-local FINISHED = {succeeded = true, failed = true, skipped = true, not_run = true}
+local FINISHED = {succeeded = true, failed = true, skipped = true, not_run = true, cancelled = true}
 local UNSTARTED = {pending = true, retrying = true, waiting = true}
+
+-- An event JSON from workers/store.py starts {"timestamp":<number>,...}: give it the time
+-- NOW without decoding it (decoding and encoding a large completed event would cost its
+-- parse and could change the numbers in its outputs).
+local function stamped(event_json)
+  local head = '{"timestamp":'
+  local comma = string.find(event_json, ',', #head + 1, true)
+  if string.sub(event_json, 1, #head) ~= head or not comma then return event_json end
+  return head .. NOW .. string.sub(event_json, comma)
+end
 
 -- Append one event (already JSON) and wake subscribers; pub/sub is only a hint.
 local function append(event_json)
@@ -66,26 +82,44 @@ local function undispatched()
 end
 
 -- A node event from a JSON template (run id filled in), stamped with the time NOW.
-local function node_event(template_json, node, event_type)
+local function node_event(template_json, node, event_type, data)
   local event = cjson.decode(template_json)
   local adj = adjacency(node)
-  event.node_id, event.event_type, event.timestamp = node, event_type, tonumber(NOW)
+  event.node_id, event.event_type, event.timestamp = node, event_type, NOW_S
+  if data then event.data = data end
   if adj then event.node_type, event.node_name = adj.type, adj.name end
   return cjson.encode(event)
 end
 
--- The run ends now (not succeeded): nodes that never started become not_run, each with
--- a not_run event, in plan order.
-local function close_unstarted(template_json)
+-- The run ends now with run_status (not succeeded): nodes that never started become
+-- not_run, nodes still running become cancelled (their worker's later completion changes
+-- nothing), each with its event, in plan order.
+local function close_open_nodes(template_json, run_status)
   local states = redis.call('HGETALL', K_NODES)
-  local unstarted = {}
+  local open, was = {}, {}
   for i = 1, #states, 2 do
-    if UNSTARTED[states[i + 1]] then table.insert(unstarted, states[i]) end
+    if UNSTARTED[states[i + 1]] or states[i + 1] == 'running' then
+      table.insert(open, states[i])
+      was[states[i]] = states[i + 1]
+    end
   end
-  for _, n in ipairs(plan_sorted(unstarted)) do
-    redis.call('HSET', K_NODES, n, 'not_run')
-    append(node_event(template_json, n, 'not_run'))
+  for _, n in ipairs(plan_sorted(open)) do
+    if was[n] == 'running' then
+      redis.call('HSET', K_NODES, n, 'cancelled')
+      append(node_event(template_json, n, 'cancelled', {reason = run_status}))
+    else
+      redis.call('HSET', K_NODES, n, 'not_run')
+      append(node_event(template_json, n, 'not_run'))
+    end
   end
+end
+
+-- Fencing: false while token (a claim's, as text or number) is the node's latest claim;
+-- true, and counted in the run's `:stale` tally, when a later claim superseded it.
+local function superseded(node, token)
+  if tostring(redis.call('HGET', K_CLAIMS, 'token:' .. node)) == tostring(token) then return false end
+  redis.call('HINCRBY', K_CLAIMS, ':stale', 1)  -- ':' begins no node id
+  return true
 end
 
 -- Nodes on every run's queue, for back-pressure (the sweeper re-counts it now and then).

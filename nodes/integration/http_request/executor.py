@@ -16,6 +16,11 @@ the API the credential is for, and a page link elsewhere is a server steering th
 (an unauthenticated page would fail anyway, or mix another server's items in). Redirects
 are different: a cross-origin hop is followed without the credential
 (``nodes/_shared/http.py``).
+
+``idempotency_key`` (off by default: the key names the run and the node to the server)
+sends ``Idempotency-Key: <ctx.execution_key>``, the same for every execution of one
+attempt, so a request sent again because its worker was lost is applied once by a server
+that deduplicates on it; page N > 1 of a paginated read sends ``<key>:page-N``.
 """
 
 from __future__ import annotations
@@ -139,6 +144,9 @@ class HttpRequest:
             fail_on_status=bool(data.get("fail_on_status", True)),
             retry_statuses=bool(data.get("retry_on_status", True)))
         await _body(call, data, ctx)
+        keyed = bool(data.get("idempotency_key")) and not any(k.lower() == "idempotency-key" for k in call.headers)
+        if keyed:
+            call.headers["Idempotency-Key"] = ctx.execution_key
         response = await fetch(ctx, call)
         inline = _int(data, "inline_max_bytes", 1 << 20)
         fmt = as_text(data.get("response_format")) or "auto"
@@ -152,6 +160,8 @@ class HttpRequest:
                     raise NodeExecutionError(f"page {pages + 1} is on another origin and is not fetched: "
                                              f"{mask(refusal, response.secrets)}")
                 call.url, call.query = next_url, {}  # the next URL carries its own query
+                if keyed:
+                    call.headers["Idempotency-Key"] = f"{ctx.execution_key}:page-{pages + 1}"
                 response = await fetch(ctx, call)
                 body = await _decode(response, "json", inline, ctx)
                 pages += 1

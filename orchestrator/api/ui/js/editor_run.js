@@ -14,6 +14,7 @@ const TYPES = [
   "retry",
   "skipped",
   "not_run",
+  "cancelled",
   "agent_event",
   "run_completed",
   "run_failed",

@@ -16,6 +16,7 @@ export const STATE_COLOURS = {
   not_run: "#52525b",
   retrying: "#f59e0b",
   waiting: "#d946ef",
+  cancelled: "#b45309",
 };
 export const NODE_W = 220;
 export const SLOT_H = 20;

@@ -14,6 +14,7 @@ export const NODE_STATE = {
   retry: "retrying",
   skipped: "skipped",
   not_run: "not_run",
+  cancelled: "cancelled", // it was running when its run ended
 };
 const INHERITED = { running: "running", succeeded: "succeeded", failed: "failed", waiting: "running" };
 const MEMBER = { RunStarted: "running", RunCompleted: "succeeded", RunError: "failed" };
@@ -92,6 +93,7 @@ export class RunState {
     if (type === "started") Object.assign(s, { started: s.started || e.timestamp, ended: null });
     if (type === "completed")
       Object.assign(s, { ended: e.timestamp, outputs: (e.data && e.data.outputs) || s.outputs });
+    if (type === "cancelled") s.ended = e.timestamp;
     if (type === "error") {
       s.ended = e.timestamp;
       s.errors.push((e.data && e.data.error) || e.data);

@@ -21,7 +21,17 @@ const RUN_TYPES = [
   "run_waiting",
   "run_resumed",
 ];
-const NODE_TYPES = ["started", "progress", "completed", "error", "retry", "skipped", "not_run", "agent_event"];
+const NODE_TYPES = [
+  "started",
+  "progress",
+  "completed",
+  "error",
+  "retry",
+  "skipped",
+  "not_run",
+  "cancelled",
+  "agent_event",
+];
 const ACTIVE = new Set(["queued", "running", "waiting"]);
 const ENDED = {
   run_completed: "succeeded",

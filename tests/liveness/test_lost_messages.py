@@ -1,0 +1,136 @@
+"""The sweeper sends again what was sent and never claimed, and judges every time by
+Redis's clock (real Redis; node messages published by a real Celery app, no worker)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from orchestrator.embedded_redis import EmbeddedRedis
+from orchestrator.kernel.protocol import EventType, NodeEvent
+from orchestrator.kernel.store import NodeCompletion, NodeStatus, RunStatus
+from orchestrator.runs import RunRequest, start_run
+from orchestrator.sweeper import Sweeper
+from tests.fake_nodes import graph, make_registry
+from tests.support import claim, events_of, make_plan, record_for
+from workers.store import RedisRunStore
+
+GRACE_S = 0.3
+CHAIN = graph([("t", "emit", "Start"), ("r", "relay", "Relay")], [("t", "out", "r", "in")])
+HOUR_S = 3600.0
+
+
+def lost(run_id: str, node_ids: list[str]) -> None:
+    """A dispatch whose message vanishes (as between kombu's BRPOP and its unacked record)."""
+
+
+@pytest.fixture
+def celery(redis_server: EmbeddedRedis) -> Iterator[Any]:
+    from workers.app import make_celery
+
+    app = make_celery(redis_server.url)
+    yield app
+    app.close()
+
+
+def queued(celery: Any) -> Any:
+    """A dispatch that leaves real node messages on the broker queue (no worker takes them)."""
+    from workers.dispatch import make_dispatch
+
+    return make_dispatch(celery)
+
+
+async def start(store: RedisRunStore, dispatch: Any) -> str:
+    return await start_run(store, make_registry(), CHAIN, RunRequest({"x": 1}), dispatch=dispatch)
+
+
+def sweeper(store: RedisRunStore, sent: Any) -> Sweeper:
+    return Sweeper(store, sent, store.settings, undispatched_grace_s=GRACE_S)
+
+
+async def test_a_start_node_sent_and_never_claimed_is_sent_again_after_the_grace(
+    store: RedisRunStore, sent: Any,
+) -> None:
+    run_id = await start(store, lost)
+    s = sweeper(store, sent)
+    assert (await s.sweep_once()).resent == []  # it may still be on its way
+    await asyncio.sleep(GRACE_S + 0.05)
+    assert (await s.sweep_once()).resent == [(run_id, "t")]
+    assert (await s.sweep_once()).resent == []  # sent again just now: a worker gets a grace
+    assert sent.sent == [(run_id, "t")]
+    assert (await claim(store, run_id, "t")).kind == "run"  # it arrived this time
+    await asyncio.sleep(GRACE_S + 0.05)
+    assert (await s.sweep_once()).resent == [] and sent.sent == [(run_id, "t")]
+
+
+async def test_a_node_whose_message_waits_behind_a_backlog_is_not_sent_again(
+    store: RedisRunStore, sent: Any, celery: Any,
+) -> None:
+    before = await start(store, lost)  # sent first, and lost
+    waiting = await start(store, queued(celery))  # its message is still on the broker queue
+    s = sweeper(store, sent)
+    await asyncio.sleep(GRACE_S + 0.05)
+    # the queue is FIFO: what was sent before its oldest message has left it
+    assert (await s.sweep_once()).resent == [(before, "t")]
+    assert await store.redis.rpop("orchestrator")  # a worker took it ... and lost it
+    await asyncio.sleep(GRACE_S + 0.05)
+    assert (await s.sweep_once()).resent == [(before, "t"), (waiting, "t")]
+
+
+async def test_a_node_whose_lease_lapsed_is_sent_again_only_after_each_grace(
+    store: RedisRunStore, sent: Any,
+) -> None:
+    plan = make_plan(["a", "b"], [("a", "out", "b", "in")])
+    await store.create_run(plan, record_for(plan), deadline_s=600)
+    await store.mark_dispatched(plan.run_id, ["a"])
+    await claim(store, plan.run_id, "a", lease_s=0.05)
+    await asyncio.sleep(0.1)  # its worker died
+    s = sweeper(store, sent)
+    assert (await s.sweep_once()).requeued == [(plan.run_id, "a")]
+    assert (await s.sweep_once()).requeued == []  # a worker may be claiming it
+    await asyncio.sleep(GRACE_S + 0.05)  # nobody did: that message was lost too
+    assert (await s.sweep_once()).requeued == [(plan.run_id, "a")]
+    assert sent.sent == [(plan.run_id, "a"), (plan.run_id, "a")]
+
+
+@pytest.mark.parametrize("skew_s", [HOUR_S, -HOUR_S])
+async def test_the_sweeper_judges_deadlines_by_redis_clock_not_its_hosts(
+    store: RedisRunStore, sent: Any, monkeypatch: pytest.MonkeyPatch, skew_s: float,
+) -> None:
+    healthy = await start(store, lost)  # deadline 3600 s from now (the default)
+    plan = make_plan(["a"], [])
+    await store.create_run(plan, record_for(plan), deadline_s=0.2)
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + skew_s)  # this host's clock is off by an hour
+    s = sweeper(store, sent)
+    assert (await s.sweep_once()).timed_out == []
+    await asyncio.sleep(0.25)
+    assert (await s.sweep_once()).timed_out == [plan.run_id]
+    assert (await store.get_run(healthy)).status == RunStatus.RUNNING
+
+
+async def test_the_run_store_stamps_deadlines_retries_and_events_with_redis_clock(
+    store: RedisRunStore, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + HOUR_S)  # a host an hour ahead
+    plan = make_plan(["a", "b"], [("a", "out", "b", "in")])
+    await store.create_run(plan, record_for(plan), deadline_s=60)
+    seconds, micros = await store.redis.time()
+    redis_now = int(seconds) + int(micros) / 1e6
+    deadline = await store.redis.zscore(store.keys.active_runs(), plan.run_id)
+    assert deadline is not None and abs(deadline - (redis_now + 60)) < 5
+    assert abs((await store.get_run(plan.run_id)).created_at - redis_now) < 5
+    await claim(store, plan.run_id, "a")  # its started event was made on this host
+    retry = NodeEvent(run_id=plan.run_id, node_id="a", node_type="fake", event_type=EventType.RETRY)
+    await store.complete_node(plan.run_id, "a", NodeCompletion(
+        status=NodeStatus.RETRYING, next_attempt=2, retry_delay_s=30, events=[retry]))
+    due = await store.redis.hget(store.keys.claims(plan.run_id), "retry_at:a")
+    assert due is not None and abs(float(due) - (redis_now + 30)) < 5
+    events = await events_of(store, plan.run_id)
+    assert [e.event_type for e in events] == ["run_started", "started", "retry"]
+    assert all(abs(e.timestamp - redis_now) < 5 for e in events)
