@@ -18,6 +18,7 @@ import pytest
 
 from orchestrator.embedded_redis import EmbeddedRedis, free_port
 from orchestrator.embedded_workers import descendant_pids
+from tests.support.foreground import as_foreground_job
 
 pytestmark = pytest.mark.integration
 
@@ -126,7 +127,7 @@ def test_run_stops_redis_workers_pool_and_sandbox_on_signal(
     graph.write_text(json.dumps(SLOW_GRAPH))
     proc = subprocess.Popen([*CLI, "run", str(graph), "--json", "--workers", "1"], cwd=ROOT,
                             env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=group)
+                            text=True, start_new_session=group, preexec_fn=as_foreground_job)
     started.append(proc)
     assert proc.stdout is not None
     for line in proc.stdout:  # until the code node runs (its sandbox is up right after)
@@ -149,7 +150,7 @@ def test_embedded_serve_stops_redis_and_workers_on_signal(
     port = free_port()
     proc = subprocess.Popen([*CLI, "serve", "--port", str(port), "--log-level", "warning"],
                             cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=as_foreground_job)
     started.append(proc)
     assert proc.stderr is not None
     first = proc.stderr.readline()
@@ -175,7 +176,7 @@ def test_worker_stops_its_pool_on_signal(
     with EmbeddedRedis(unix_socket=False) as redis_server:
         proc = subprocess.Popen([*CLI, "worker", "-P", "prefork", "-c", "2", "--loglevel", "INFO"], cwd=ROOT,
                                 env=_env(REDIS_URL=redis_server.url), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True)
+                                stderr=subprocess.PIPE, text=True, preexec_fn=as_foreground_job)
         started.append(proc)
         assert proc.stderr is not None
         for line in proc.stderr:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.foreground import as_foreground_job
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,7 +24,7 @@ def run_cli(*args: str, timeout_s: float = 240) -> subprocess.CompletedProcess[s
     workers it started) before failing, so a stuck run leaves no processes behind."""
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "ORCH_REDIS_URL")}
     proc = subprocess.Popen([*CLI, *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=as_foreground_job)
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
