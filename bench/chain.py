@@ -69,10 +69,10 @@ async def bench(url: str, runs: int, warmup: int) -> dict[str, Any]:
     import redis.asyncio as aioredis
 
     from orchestrator.plugins import get_registry
+    from orchestrator.queue.app import NOOP_TASK, make_celery
+    from orchestrator.queue.dispatch import make_dispatch
     from orchestrator.runs import RunRequest, start_run
-    from workers.app import NOOP_TASK, make_celery
-    from workers.dispatch import make_dispatch
-    from workers.store import RedisRunStore
+    from orchestrator.store.redis_store import RedisRunStore
 
     registry = get_registry()
     store = RedisRunStore.from_url(url)

@@ -68,11 +68,11 @@ def span(intervals: list[tuple[float, float]], delay_s: float) -> dict[str, Any]
 
 async def engine_once(url: str, width: int, delay_s: float) -> dict[str, Any]:
     from orchestrator.plugins import load_registry
+    from orchestrator.queue.app import make_celery
+    from orchestrator.queue.dispatch import make_dispatch
     from orchestrator.runs import RunRequest, start_run
     from orchestrator.settings import Settings
-    from workers.app import make_celery
-    from workers.dispatch import make_dispatch
-    from workers.store import RedisRunStore
+    from orchestrator.store.redis_store import RedisRunStore
 
     settings = Settings(node_paths=str(PACK))
     registry = load_registry(settings)

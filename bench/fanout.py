@@ -61,11 +61,11 @@ async def bench(url: str, runs: int, warmup: int, width: int) -> dict[str, Any]:
     from bench.celery_baseline import DONE_TASK, NOOP_TASK, QUEUE
     from bench.celery_baseline import app as raw_app
     from orchestrator.plugins import load_registry
+    from orchestrator.queue.app import make_celery
+    from orchestrator.queue.dispatch import make_dispatch
     from orchestrator.runs import RunRequest, start_run
     from orchestrator.settings import Settings
-    from workers.app import make_celery
-    from workers.dispatch import make_dispatch
-    from workers.store import RedisRunStore
+    from orchestrator.store.redis_store import RedisRunStore
 
     registry = load_registry(Settings(node_paths=str(PACK)))
     store = RedisRunStore.from_url(url)

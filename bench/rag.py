@@ -89,10 +89,10 @@ async def bench(url: str, args: argparse.Namespace, pg_url: str | None) -> dict[
     from nodes._rag.embedders import HashEmbedder
     from nodes._rag.vectors import Record, SqliteVectorStore, VectorStore
     from orchestrator.plugins import get_registry
+    from orchestrator.queue.app import make_celery
+    from orchestrator.queue.dispatch import make_dispatch
     from orchestrator.runs import RunRequest, start_run
-    from workers.app import make_celery
-    from workers.dispatch import make_dispatch
-    from workers.store import RedisRunStore
+    from orchestrator.store.redis_store import RedisRunStore
 
     registry = get_registry()
     store = RedisRunStore.from_url(url)

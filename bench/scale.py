@@ -60,10 +60,10 @@ def planning_us_per_node(graph: dict[str, Any], registry: Any) -> float:
 
 
 async def distributed_ms_per_node(url: str, graph: dict[str, Any], registry: Any) -> float:
+    from orchestrator.queue.app import make_celery
+    from orchestrator.queue.dispatch import make_dispatch
     from orchestrator.runs import RunRequest, start_run
-    from workers.app import make_celery
-    from workers.dispatch import make_dispatch
-    from workers.store import RedisRunStore
+    from orchestrator.store.redis_store import RedisRunStore
 
     store = RedisRunStore.from_url(url)
     app = make_celery(url)

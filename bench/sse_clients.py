@@ -106,11 +106,11 @@ async def start_run_directly(redis_url: str, pack: Path, g: dict[str, Any]) -> s
     """Start a run the way the API does (``runs.start_run`` + Celery dispatch), in this
     process: the API under test then only serves the event stream."""
     from orchestrator.plugins import load_registry
+    from orchestrator.queue.app import make_celery
+    from orchestrator.queue.dispatch import make_dispatch
     from orchestrator.runs import RunRequest, start_run
     from orchestrator.settings import Settings
-    from workers.app import make_celery
-    from workers.dispatch import make_dispatch
-    from workers.store import RedisRunStore
+    from orchestrator.store.redis_store import RedisRunStore
 
     store, app = RedisRunStore.from_url(redis_url), make_celery(redis_url)
     try:

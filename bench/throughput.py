@@ -85,10 +85,10 @@ async def run_batch(store: Any, registry: Any, dispatch: Any, g: dict[str, Any],
 
 async def measure(url: str, pack: Path, env: dict[str, str], runs_per_worker: int, delay_s: float) -> dict[str, Any]:
     from orchestrator.plugins import load_registry
+    from orchestrator.queue.app import make_celery
+    from orchestrator.queue.dispatch import make_dispatch
     from orchestrator.settings import Settings
-    from workers.app import make_celery
-    from workers.dispatch import make_dispatch
-    from workers.store import RedisRunStore
+    from orchestrator.store.redis_store import RedisRunStore
 
     registry = load_registry(Settings(node_paths=str(pack)))
     store = RedisRunStore.from_url(url)

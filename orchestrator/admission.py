@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
-from orchestrator import metrics
 from orchestrator.kernel.errors import OverloadedError
-from orchestrator.keys import Keys
 from orchestrator.settings import Settings
+from orchestrator.store.keys import Keys
+from orchestrator.telemetry import metrics
 
-NODE_QUEUE = "orchestrator"  # workers.app.NODE_QUEUE (the Celery queue is a Redis list of this name)
+NODE_QUEUE = "orchestrator"  # orchestrator.queue.app.NODE_QUEUE (the Celery queue is a Redis list of this name)
 RUN_QUEUES = "runs"  # the metric's label for the nodes on runs' queues (as metrics.refresh_from_redis)
 LIMIT = "ORCH_MAX_QUEUED_NODES"
 

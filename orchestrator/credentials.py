@@ -47,9 +47,9 @@ from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from redis.asyncio import Redis
 
 from orchestrator.kernel.errors import RequestError, ResourceNotFoundError
-from orchestrator.keys import Keys
 from orchestrator.origins import Origin, OriginPattern, parse_patterns
 from orchestrator.settings import Settings
+from orchestrator.store.keys import Keys
 
 TYPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "api_key": (("key",), ("base_url",)),

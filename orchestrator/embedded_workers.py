@@ -32,8 +32,8 @@ from types import TracebackType
 
 from orchestrator.settings import get_settings
 
-QUEUE = "orchestrator"  # workers.app.NODE_QUEUE (kept literal: this module must not import celery)
-READY_FILE_ENV = "ORCH_WORKER_READY_FILE"  # workers.app.READY_FILE_ENV
+QUEUE = "orchestrator"  # orchestrator.queue.app.NODE_QUEUE (kept literal: this module must not import celery)
+READY_FILE_ENV = "ORCH_WORKER_READY_FILE"  # orchestrator.queue.app.READY_FILE_ENV
 START_TIMEOUT_S = 60.0
 STOP_GRACE_S = 10.0
 PROJECT_ROOT = Path(__file__).resolve().parent.parent

@@ -1,6 +1,6 @@
 """Stored graphs in Redis: versioned, validated at save and at load.
 
-Keys (``orchestrator/keys.py``): ``{p}:graph:{gid}`` (hash: latest version, name,
+Keys (``orchestrator/store/keys.py``): ``{p}:graph:{gid}`` (hash: latest version, name,
 times, webhook secret), ``{p}:graph:{gid}:v:{n}`` (graph JSON of version n),
 ``{p}:graphs`` (zset gid -> updated_at), ``{p}:graph:{gid}:runs`` (zset run id ->
 created_at) and ``{p}:hooks`` (hash webhook path -> gid).
@@ -31,8 +31,8 @@ from redis.asyncio import Redis
 from orchestrator.kernel.errors import GraphConflictError, GraphNotFoundError, GraphSchemaError, ParameterError
 from orchestrator.kernel.graph import ID_PATTERN, parse_graph
 from orchestrator.kernel.registry import Registry
-from orchestrator.keys import Keys
 from orchestrator.settings import Settings
+from orchestrator.store.keys import Keys
 
 WEBHOOK_NODE_TYPE = "webhook_trigger"  # the trigger type whose data.path routes POST /hooks/{path}
 HOOK_PATH_PATTERN = r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+){0,15}"  # at most 16 segments

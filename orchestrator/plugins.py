@@ -39,10 +39,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .kernel.definition import NodeDefinition
-from .kernel.errors import OrchestratorError
-from .kernel.registry import Registry
-from .settings import Settings, get_settings
+from orchestrator.kernel.definition import NodeDefinition
+from orchestrator.kernel.errors import OrchestratorError
+from orchestrator.kernel.registry import Registry
+from orchestrator.settings import Settings, get_settings
 
 __all__ = ["PluginError", "discover_folder", "get_registry", "load_registry"]
 

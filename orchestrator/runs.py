@@ -3,7 +3,7 @@
 The API, the CLI and tests call :func:`start_run` with a :class:`RunRequest` (the run's
 input and options); from then on workers drive the run through the store's barrier. The
 caller provides ``dispatch(run_id, node_ids)`` (for the Celery deployment
-``workers.dispatch.make_dispatch(app)``), sync or async.
+``orchestrator.queue.dispatch.make_dispatch(app)``), sync or async.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import json
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
 from dataclasses import KW_ONLY, dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -24,6 +23,7 @@ from orchestrator.kernel.protocol import DataValue
 from orchestrator.kernel.registry import Registry
 from orchestrator.kernel.store import RunRecord, RunStatus, RunStore
 from orchestrator.kernel.validation import ValidatedGraph, validate_graph
+from orchestrator.queue.dispatch import Dispatcher
 from orchestrator.settings import Settings, get_settings
 
 if TYPE_CHECKING:
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 
     from orchestrator.graph_store import GraphStore
 
-Dispatch = Callable[[str, list[str]], Awaitable[None]] | Callable[[str, list[str]], None]
 VALIDATED_CACHE_SIZE = 128  # graphs (by content) whose validation this process remembers
 
 _validated: OrderedDict[str, tuple[Registry, ValidatedGraph]] = OrderedDict()
@@ -113,7 +112,7 @@ async def start_run(
     graph: dict[str, Any],
     request: RunRequest,
     *,
-    dispatch: Dispatch,
+    dispatch: Dispatcher,
 ) -> str:
     """Validate ``graph``, compile the run ``request`` asks for, store it, dispatch its
     start nodes.
@@ -167,7 +166,7 @@ class Starter(Protocol):
     @property
     def run_store(self) -> RunStore: ...
     @property
-    def dispatch(self) -> Dispatch: ...
+    def dispatch(self) -> Dispatcher: ...
 
 
 async def admit_and_start(services: Starter, graph: dict[str, Any], request: RunRequest, *, trigger: str) -> str:
@@ -177,7 +176,8 @@ async def admit_and_start(services: Starter, graph: dict[str, Any], request: Run
     else the new run's id (queued, not finished), listed under its graph and counted.
     ``request.meta`` carries ``workspace`` and ``graph_version``; ``meta.trigger`` is
     ``trigger``."""
-    from orchestrator import admission, metrics
+    from orchestrator import admission
+    from orchestrator.telemetry import metrics
 
     await admission.check(services.redis, services.settings)
     run_id = await start_run(services.run_store, services.registry, graph,

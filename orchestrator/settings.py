@@ -26,7 +26,7 @@ class Settings(BaseSettings):
     retention_s: int = 7 * 24 * 3600  # run state, outputs and events expire this long after the run ends
     active_ttl_s: int = 2 * 24 * 3600  # TTL on keys of runs still active (refreshed as they progress)
     events_maxlen: int = 100_000  # a run's event stream is capped (XADD MAXLEN ~)
-    # Storage budgets (orchestrator/storage_budget.py): bytes of node outputs, node events
+    # Storage budgets (orchestrator/store/storage_budget.py): bytes of node outputs, node events
     # and files that one run, and one workspace (all its runs and uploads), keep in Redis
     # until they expire. A write past one fails its node (the run stops) or answers 429,
     # naming the budget; 0 = no budget.

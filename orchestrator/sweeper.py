@@ -47,22 +47,19 @@ import json
 import logging
 import math
 import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
-from orchestrator import redis_client
 from orchestrator.kernel.protocol import EventType, NodeEvent
 from orchestrator.kernel.store import NodeCompletion, NodeStatus, RunStatus
-from orchestrator.keys import Keys
+from orchestrator.queue.dispatch import Dispatcher
 from orchestrator.settings import Settings, get_settings
-
-if TYPE_CHECKING:  # importing workers at run time would pull Celery into every importer
-    from workers.store import RedisRunStore
+from orchestrator.store import redis_client
+from orchestrator.store.keys import Keys
+from orchestrator.store.redis_store import RedisRunStore
 
 log = logging.getLogger("orchestrator.sweeper")
 
-Dispatch = Callable[[str, list[str]], Awaitable[None]] | Callable[[str, list[str]], None]
 
 DEFAULT_PERIOD_S = 5.0
 DEFAULT_MAX_NODE_RECLAIMS = 3
@@ -70,8 +67,8 @@ DEFAULT_UNDISPATCHED_GRACE_S = 10.0
 LOCK_TTL_S = 30.0  # a pass that crashes holds the lock at most this long
 BATCH = 500  # active runs read per ZRANGE
 QUEUE_MARK = "\x00queue"  # stands for a run's queue among the node ids the sweeper tracks
-BROKER_QUEUE = "orchestrator"  # workers.app.NODE_QUEUE (literal: this module must not import celery)
-NODE_TASK = "orchestrator.node"  # workers.app.NODE_TASK
+BROKER_QUEUE = "orchestrator"  # orchestrator.queue.app.NODE_QUEUE (literal: this module must not import celery)
+NODE_TASK = "orchestrator.node"  # orchestrator.queue.app.NODE_TASK
 WATERMARK_SCAN = 64  # oldest broker messages read per pass to find the oldest node message
 
 _RELEASE = """
@@ -118,7 +115,7 @@ class Sweeper:
     def __init__(
         self,
         store: RedisRunStore,
-        dispatch: Dispatch,
+        dispatch: Dispatcher,
         settings: Settings | None = None,
         *,
         max_node_reclaims: int | None = None,
@@ -437,7 +434,7 @@ def start_background_sweeper(app_state: Any, period_s: float | None = None) -> R
     """
     services = app_state.services
 
-    from workers.store import RedisRunStore
+    from orchestrator.store.redis_store import RedisRunStore
 
     store = cast("RedisRunStore", services.run_store)
     owned = None

@@ -1,4 +1,4 @@
-"""Redis clients made by ``orchestrator.redis_client``: a task cancelled in the middle of
+"""Redis clients made by ``orchestrator.store.redis_client``: a task cancelled in the middle of
 a command stops there (redis-py's own connections lose such cancellations on 3.11)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from orchestrator import redis_client
 from orchestrator.embedded_redis import EmbeddedRedis
+from orchestrator.store import redis_client
 from tests.support import redis_server
 
 TRIES = 300

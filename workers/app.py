@@ -1,24 +1,10 @@
-"""The Celery application: broker settings that survive a worker dying mid-node.
+"""The worker process's Celery application: ``celery -A workers.app worker`` (the CLI's
+``orchestrator worker``, the embedded workers, docker-compose and the k8s manifests).
 
-``celery_app`` is configured from :mod:`orchestrator.settings` at import (``REDIS_URL`` /
-``ORCH_REDIS_URL`` is the broker; there is no result backend: node outputs live in the
-run store, never in Celery results). ``make_celery(url)`` builds another instance for a
-process that talks to a different Redis (the CLI's embedded server, the bench).
-
-Settings and why (measured in notes/celery-redis.md §2):
-
-* ``task_acks_late`` + ``task_reject_on_worker_lost``: a pool child killed mid-node puts
-  the message back instead of failing it; execution is at-least-once and the run store
-  makes completion exactly-once in effect.
-* ``worker_prefetch_multiplier=1``: a busy worker does not sit on messages another could
-  run (and reserved messages are not redelivered by the visibility sweep).
-* ``visibility_timeout`` (``Settings.visibility_timeout_s``, 24 h) far above any node,
-  retry delay and clock skew: kombu compares it with each worker's own clock, so a worker
-  whose clock runs ahead would redeliver early a message another worker still runs. The
-  sweeper (``orchestrator/sweeper.py``), on Redis's clock, is the path that sends lost work
-  again; what kombu redelivers anyway is refused by the claim (a live lease answers busy).
-  Its sweep runs every ``unacked_restore_interval_s`` instead of kombu's ~100 s (interval
-  10 x throttle 10), for the rare message it does restore.
+``celery_app`` is built from the process settings (``orchestrator.queue.app.make_celery``)
+and made current, so the node tasks (``workers.tasks``) and beat's tasks (``workers.beat``)
+register on it. A worker imports ``workers.tasks`` at start (``include``); other processes
+send tasks by name and never import this module.
 """
 
 from __future__ import annotations
@@ -26,68 +12,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 # Agno phones home unless told not to; set before any node imports it.
 os.environ.setdefault("AGNO_TELEMETRY", "false")
 
-from celery import Celery
 from celery.signals import worker_ready
 
-from orchestrator.settings import Settings, get_settings
+from orchestrator.queue.app import READY_FILE_ENV, make_celery
 
-NODE_QUEUE = "orchestrator"  # the one queue node tasks travel on
-NODE_TASK = "orchestrator.node"  # task name: (run_id, node_id)
-DRAIN_TASK = "orchestrator.drain"  # task name: (run_id,): run queued nodes of the run in free slots
-NOOP_TASK = "orchestrator.noop"  # a no-op for the raw-Celery baseline in bench/
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
-READY_FILE_ENV = "ORCH_WORKER_READY_FILE"  # a worker touches this file once it consumes
-
-
-def broker_url(redis_url: str) -> str:
-    """The Celery broker URL for a redis-py URL (``unix://`` becomes ``redis+socket://``)."""
-    parts = urlsplit(redis_url)
-    if parts.scheme != "unix":
-        return redis_url
-    db = parse_qs(parts.query).get("db", ["0"])[0]
-    return f"redis+socket://{parts.path}?virtual_host={db}"
-
-
-def configure(app: Celery, redis_url: str, settings: Settings) -> None:
-    """Apply the project's broker and worker settings to ``app``."""
-    app.conf.update(
-        broker_url=broker_url(redis_url),
-        result_backend=None,
-        task_ignore_result=True,
-        task_serializer="json",
-        accept_content=["json"],
-        task_default_queue=NODE_QUEUE,
-        task_acks_late=True,
-        task_reject_on_worker_lost=True,
-        worker_prefetch_multiplier=1,
-        worker_hijack_root_logger=False,
-        worker_redirect_stdouts=False,
-        broker_connection_retry_on_startup=True,
-        broker_transport_options={
-            "visibility_timeout": settings.visibility_timeout_s,
-            "unacked_restore_interval": max(1, round(settings.unacked_restore_interval_s)),
-            # 1: every tick scans (kombu's default 10 makes the sweep ~10x the interval)
-            "unacked_restore_throttle": 1,
-        },
-        task_routes={name: {"queue": NODE_QUEUE} for name in (NODE_TASK, DRAIN_TASK, NOOP_TASK)},
-    )
-
-
-def make_celery(redis_url: str | None = None, settings: Settings | None = None) -> Celery:
-    """A configured Celery app for ``redis_url`` (default: the process settings)."""
-    settings = settings or get_settings()
-    # Workers import the task module at start; other processes only send by name.
-    app = Celery("orchestrator", set_as_current=False, include=["workers.tasks"])
-    configure(app, redis_url or settings.redis_url or DEFAULT_REDIS_URL, settings)
-    return app
-
-
-celery_app = make_celery()
+celery_app = make_celery(include=["workers.tasks"])
 celery_app.set_current()
 
 

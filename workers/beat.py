@@ -29,12 +29,13 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from orchestrator import metrics
 from orchestrator.graph_store import GraphStore
 from orchestrator.kernel.errors import GraphNotFoundError, OrchestratorError, OverloadedError
 from orchestrator.kernel.registry import Registry
 from orchestrator.kernel.store import RunStore
-from orchestrator.runs import Dispatch, RunRequest, admit_and_start
+from orchestrator.queue.app import DEFAULT_REDIS_URL
+from orchestrator.queue.dispatch import Dispatcher, make_dispatch
+from orchestrator.runs import RunRequest, admit_and_start
 from orchestrator.schedules import (
     FIRE_TASK,
     SCHEDULE_NODE_TYPE,
@@ -43,10 +44,9 @@ from orchestrator.schedules import (
     sync_schedules,
 )
 from orchestrator.settings import Settings, get_settings
-
-from .app import DEFAULT_REDIS_URL, celery_app
-from .dispatch import make_dispatch
-from .process_state import process_state
+from orchestrator.telemetry import metrics
+from workers.app import celery_app
+from workers.process_state import process_state
 
 log = logging.getLogger("workers.beat")
 
@@ -62,7 +62,7 @@ class ScheduleServices:
     settings: Settings
     run_store: RunStore
     registry: Registry
-    dispatch: Dispatch
+    dispatch: Dispatcher
 
     @cached_property
     def graphs(self) -> GraphStore:

@@ -30,15 +30,14 @@ from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 
-from orchestrator import redis_client
 from orchestrator.kernel.registry import Registry
 from orchestrator.kernel.runtime import ArtifactCache
 from orchestrator.kernel.step import StepOptions
 from orchestrator.plugins import get_registry
+from orchestrator.queue.app import DEFAULT_REDIS_URL
 from orchestrator.settings import Settings, get_settings
-
-from .app import DEFAULT_REDIS_URL
-from .store import RedisRunStore
+from orchestrator.store import redis_client
+from orchestrator.store.redis_store import RedisRunStore
 
 MAX_CACHED_RUNS = 32  # runs whose artifacts a process keeps (least recently used dropped first)
 LOOP_THREAD_NAME = "orchestrator-loop"

@@ -44,15 +44,17 @@ from celery.signals import worker_init, worker_process_shutdown, worker_shutdown
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from orchestrator import metrics
 from orchestrator.kernel.errors import StoreFullError
 from orchestrator.kernel.step import StepOutcome, run_step
 from orchestrator.plugins import get_registry
-
-from . import metrics_server  # noqa: F401 - connects the worker's metrics signals
-from .app import DRAIN_TASK, NODE_TASK, NOOP_TASK, celery_app
-from .dispatch import send_drains, send_nodes
-from .process_state import Handover, process_state, reset, set_capacity
+from orchestrator.queue.app import DRAIN_TASK, NODE_TASK, NOOP_TASK
+from orchestrator.queue.dispatch import send_drains, send_nodes
+from orchestrator.telemetry import (
+    metrics,
+    metrics_server,  # noqa: F401 - connects the worker's metrics signals
+)
+from workers.app import celery_app
+from workers.process_state import Handover, process_state, reset, set_capacity
 
 log = logging.getLogger("workers.tasks")
 

@@ -40,13 +40,13 @@ from pathlib import Path
 
 from redis.asyncio import Redis
 
-from orchestrator import redis_client
 from orchestrator.credentials import DEFAULT_WORKSPACE
 from orchestrator.kernel.errors import ConfigurationError, RequestError
 from orchestrator.kernel.graph import ID_PATTERN
 from orchestrator.kernel.protocol import FlowContext
-from orchestrator.keys import Keys
 from orchestrator.settings import Settings, get_settings
+from orchestrator.store import redis_client
+from orchestrator.store.keys import Keys
 
 logger = logging.getLogger(__name__)
 

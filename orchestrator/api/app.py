@@ -28,9 +28,11 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI
 from redis.asyncio import Redis
 
-from orchestrator import redis_client
 from orchestrator.kernel.registry import Registry
+from orchestrator.kernel.store import RunStore
+from orchestrator.queue.dispatch import Dispatcher
 from orchestrator.settings import Settings, get_settings
+from orchestrator.store import redis_client
 
 from . import (
     browser_auth,
@@ -55,7 +57,7 @@ from . import (
 )
 from .auth import check_metrics_token, key_ring, require_key
 from .limits import BodyLimit
-from .services import Dispatch, RunStoreApi, Services
+from .services import Services
 
 POOL_WAIT_S = 10.0  # a request waits this long for a pooled Redis connection, then 503
 
@@ -72,8 +74,8 @@ def create_app(
     *,
     registry: Registry | None = None,
     redis: Redis | None = None,
-    run_store: RunStoreApi | None = None,
-    dispatch: Dispatch | None = None,
+    run_store: RunStore | None = None,
+    dispatch: Dispatcher | None = None,
 ) -> FastAPI:
     """Build the app. Without arguments: settings from the environment, the node registry
     from ``orchestrator.plugins``, a Redis client on ``Settings.redis_url``."""

@@ -10,7 +10,7 @@ if any (``problem``, the error a save would answer 422 with), so the console can
 Saving a valid version does not touch the draft; the console deletes it after a version
 is saved. Drafts belong to the caller's workspace; a graph id of another workspace is
 unknown (404), as for versions. Keys: ``{p}:draft:{gid}``, ``{p}:ws:{ws}:drafts``
-(``orchestrator/keys.py``), kept ``Settings.graph_ttl_s`` like graphs.
+(``orchestrator/store/keys.py``), kept ``Settings.graph_ttl_s`` like graphs.
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ from orchestrator.kernel.errors import (
     StorageBudgetError,
     StoreFullError,
 )
-from orchestrator.storage_budget import store_full
+from orchestrator.store.storage_budget import store_full
 
 STATUS: list[tuple[type[OrchestratorError], int]] = [
     (GraphError, 422),

@@ -34,8 +34,8 @@ from redis.asyncio import ConnectionPool, Redis
 from redis.exceptions import RedisError
 
 from orchestrator.kernel.protocol import EventType, NodeEvent
-from orchestrator.keys import Keys
-from orchestrator.redis_client import fixed
+from orchestrator.store.keys import Keys
+from orchestrator.store.redis_client import fixed
 
 log = logging.getLogger(__name__)
 

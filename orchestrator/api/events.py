@@ -33,10 +33,10 @@ from typing import Any, Literal, TypeVar
 from fastapi import APIRouter, Depends, Query, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from orchestrator import metrics
 from orchestrator.kernel.errors import ParameterError, RunNotFoundError
 from orchestrator.kernel.protocol import NodeEvent
 from orchestrator.kernel.store import RunStatus
+from orchestrator.telemetry import metrics
 
 from .auth import Principal, key_ring, role
 from .event_hub import Delivery, EventHub

@@ -11,7 +11,7 @@ part in memory up to 1 MiB and spools the rest to a temporary file; the handler 
 that to the store chunk by chunk. An upload that would pass its workspace's storage budget
 gets 429 naming ``ORCH_WORKSPACE_MAX_BYTES``.
 ``GET /files/{ref}`` answers the bytes as a download; ``DELETE`` removes them.
-Storage: ``orchestrator/blobs.py`` (Redis by default, S3-compatible for large files).
+Storage: ``orchestrator/store/blobs.py`` (Redis by default, S3-compatible for large files).
 
 A file's bytes and type come from whoever uploaded it (a runner) or from a remote server
 (a node that stored a response). Served on the API's origin, an HTML or SVG file would run
@@ -33,9 +33,9 @@ from urllib.parse import quote
 from fastapi import APIRouter, Depends, File, Response, UploadFile
 from redis.asyncio import ConnectionPool, Redis
 
-from orchestrator.blobs import DEFAULT_WORKSPACE, Blobs, max_file_bytes
 from orchestrator.kernel.errors import PayloadTooLargeError
 from orchestrator.settings import Settings
+from orchestrator.store.blobs import DEFAULT_WORKSPACE, Blobs, max_file_bytes
 
 from .auth import Principal, role
 from .services import Services, get_services

@@ -17,9 +17,9 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 
-from orchestrator import metrics
 from orchestrator.kernel.errors import AuthError, ForbiddenError
 from orchestrator.settings import Settings
+from orchestrator.telemetry import metrics
 
 from .auth import DEFAULT_WORKSPACE, credential, key_ring
 from .services import Services, get_services
@@ -68,7 +68,7 @@ async def prometheus(request: Request, services: Services = SERVICES) -> Respons
     docstring)."""
     authorize_metrics(request, services.settings)
     try:
-        from workers.app import NODE_QUEUE
+        from orchestrator.queue.app import NODE_QUEUE
 
         queues = [NODE_QUEUE]
     except ImportError:  # an API-only install samples no queue

@@ -30,7 +30,7 @@ import time
 from redis.asyncio import Redis
 
 from orchestrator.kernel.errors import AuthError
-from orchestrator.keys import Keys
+from orchestrator.store.keys import Keys
 
 SIGNATURE_HEADER = "x-signature-256"
 

@@ -17,9 +17,9 @@ import asyncio
 import sys
 from typing import Any
 
-from orchestrator import redis_client
 from orchestrator.credentials import TYPES, generate_key
 from orchestrator.kernel.errors import OrchestratorError
+from orchestrator.store import redis_client
 
 from ._remote import add_connection_args, client, emit, fail
 

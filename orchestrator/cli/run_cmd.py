@@ -29,7 +29,6 @@ from rich.console import Console, RenderableType
 from rich.highlighter import JSONHighlighter
 from rich.text import Text
 
-from orchestrator import redis_client
 from orchestrator.console import JsonConsole, RunConsole, data_text, json_line, print_whole, printable
 from orchestrator.kernel.errors import GraphError, OrchestratorError
 from orchestrator.kernel.protocol import BinaryRef, EventType, NodeEvent
@@ -37,11 +36,12 @@ from orchestrator.kernel.registry import Registry
 from orchestrator.kernel.scheduling import RunPlan
 from orchestrator.kernel.store import NodeStatus, RunStatus
 from orchestrator.settings import get_settings
+from orchestrator.store import redis_client
 
 from ._signals import Terminated, interrupted_exit_code, terminate_as_interrupt
 
 if TYPE_CHECKING:
-    from workers.store import RedisRunStore
+    from orchestrator.store.redis_store import RedisRunStore
 
 Decision = Literal["approve", "reject"]
 OFFLINE_ENV = "ORCH_OFFLINE_MODELS"  # agent nodes use a deterministic dry-run model
@@ -290,10 +290,10 @@ async def _run(url: str, registry: Registry, raw: dict[str, Any], run_input: Any
     """Start the run and follow it; exit code 3 when it waits for an approval nobody gives
     (``keep_waiting``: the run stays waiting in a Redis that outlives this command)."""
 
+    from orchestrator.queue.app import make_celery
+    from orchestrator.queue.dispatch import make_dispatch
     from orchestrator.runs import RunRequest, start_run
-    from workers.app import make_celery
-    from workers.dispatch import make_dispatch
-    from workers.store import RedisRunStore
+    from orchestrator.store.redis_store import RedisRunStore
 
     settings = get_settings()
     client = redis_client.client(url, decode_responses=True)

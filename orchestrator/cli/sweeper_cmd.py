@@ -22,8 +22,8 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
-from orchestrator import redis_client
 from orchestrator.settings import get_settings
+from orchestrator.store import redis_client
 
 
 def add_parser(subparsers: Any) -> None:
@@ -46,10 +46,10 @@ def _need_redis() -> str | None:
 
 
 async def _sweep(url: str, period_s: float | None, once: bool) -> int:
+    from orchestrator.queue.app import make_celery
+    from orchestrator.queue.dispatch import make_dispatch
+    from orchestrator.store.redis_store import RedisRunStore
     from orchestrator.sweeper import Sweeper
-    from workers.app import make_celery
-    from workers.dispatch import make_dispatch
-    from workers.store import RedisRunStore
 
     settings = get_settings()
     store = RedisRunStore.from_url(url, settings)
@@ -78,13 +78,14 @@ def sweeper_command(args: argparse.Namespace) -> int:
 
 
 async def _sync(url: str) -> None:
-
     from orchestrator.graph_store import GraphStore
     from orchestrator.plugins import get_registry
-    from orchestrator.schedules import sync_schedules
-    from workers.beat import app
+    from orchestrator.queue.app import make_celery
+    from orchestrator.schedules import configure_beat, sync_schedules
 
     settings = get_settings()
+    app = make_celery(url, settings)  # beat's app (workers.beat): redbeat configured alike
+    configure_beat(app, url, settings)
     client = redis_client.client(url, decode_responses=True)
     try:
         report = await sync_schedules(app, GraphStore(client, get_registry(), settings))

@@ -14,7 +14,7 @@ from typing import Any
 
 from orchestrator.settings import get_settings
 
-QUEUE = "orchestrator"  # workers.app.NODE_QUEUE
+QUEUE = "orchestrator"  # orchestrator.queue.app.NODE_QUEUE
 
 
 def add_parser(subparsers: Any) -> None:

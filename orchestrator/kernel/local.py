@@ -124,7 +124,7 @@ class LocalRunner:
     async def result(self, run_id: str) -> LocalRunResult:
         record = await self.store.get_run(run_id)
         outputs = self.store.outputs(run_id)
-        states = self.store.node_states(run_id)
+        states = await self.store.node_states(run_id)
         vg = self._graphs[run_id]
         sinks = []
         for node in vg.graph.nodes:

@@ -24,6 +24,12 @@ EventCallback = Callable[[NodeEvent], Awaitable[None] | None]
 _UNSTARTED = frozenset({NodeStatus.PENDING, NodeStatus.RETRYING, NodeStatus.WAITING})
 
 
+def _event_order(event_id: str) -> tuple[int, int]:
+    """Event ids are ``"<ms>-<seq>"`` as in a Redis stream; they sort as number pairs."""
+    ms, _, seq = event_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
 @dataclass
 class _Run:
     plan: RunPlan
@@ -183,6 +189,24 @@ class MemoryStore(RunStore):
         run = self._run(run_id)
         return {n: run.outputs[n] for n in node_ids if n in run.outputs}
 
+    async def node_states(self, run_id: str) -> dict[str, str]:
+        return dict(self._run(run_id).state.status)
+
+    async def read_events(
+        self, run_id: str, after: str = "0-0", count: int = 1000, block_ms: int | None = None
+    ) -> list[tuple[str, NodeEvent]]:
+        run = self._run(run_id)
+        deadline = time.monotonic() + (block_ms or 0) / 1000
+        while True:
+            out = [(eid, ev) for eid, ev in run.events if _event_order(eid) > _event_order(after)][:count]
+            if out or block_ms is None or time.monotonic() >= deadline:
+                return out
+            self.changed.clear()
+            try:
+                await asyncio.wait_for(self.changed.wait(), max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                pass
+
     async def append_event(self, event: NodeEvent, *, token: int | None = None) -> str:
         run = self._run(event.run_id)
         if token is not None:
@@ -301,9 +325,6 @@ class MemoryStore(RunStore):
 
     def outputs(self, run_id: str) -> dict[str, dict[str, DataValue]]:
         return dict(self._run(run_id).outputs)
-
-    def node_states(self, run_id: str) -> dict[str, str]:
-        return dict(self._run(run_id).state.status)
 
     def stale_refusals(self, run_id: str) -> int:
         """Completions, renewals and event appends refused for a superseded token."""

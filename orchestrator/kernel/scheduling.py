@@ -173,7 +173,7 @@ def plan_run(
 
 
 # ---------------------------------------------------------------------------------------
-# The barrier's transition function (mirrored by workers/lua/complete.lua)
+# The barrier's transition function (mirrored by orchestrator/store/lua/complete.lua)
 
 
 @dataclass

@@ -121,8 +121,39 @@ class Ready:
     stale: bool = False  # refused: the completion's token was superseded by a later claim
 
 
-class RunStore(ABC):
-    """Per-run state. Every method is safe to call twice (at-least-once delivery)."""
+class RunQuery(ABC):
+    """What the API and the CLI read of a run: its record, plan, outputs, node states and
+    events. Implemented by every run store (the Redis store, ``MemoryStore``)."""
+
+    @abstractmethod
+    async def load_plan(self, run_id: str) -> RunPlan: ...
+
+    @abstractmethod
+    async def get_run(self, run_id: str) -> RunRecord:
+        """Raises ``RunNotFoundError`` for an unknown id."""
+
+    @abstractmethod
+    async def read_outputs(self, run_id: str, node_ids: list[str]) -> dict[str, dict[str, DataValue]]:
+        """Outputs of the given nodes that have completed (missing ids are absent)."""
+
+    @abstractmethod
+    async def node_states(self, run_id: str) -> dict[str, str]:
+        """Every node's status (``NodeStatus``) by node id."""
+
+    @abstractmethod
+    async def read_events(
+        self, run_id: str, after: str = "0-0", count: int = 1000, block_ms: int | None = None
+    ) -> list[tuple[str, NodeEvent]]:
+        """Events after event id ``after``, oldest first, at most ``count``; waits up to
+        ``block_ms`` for one when there is none yet (None: does not wait)."""
+
+    async def run_status(self, run_id: str) -> str:
+        return (await self.get_run(run_id)).status
+
+
+class RunStore(RunQuery):
+    """Per-run state as a step and the run's starter change it (extends the read side,
+    ``RunQuery``). Every method is safe to call twice (at-least-once delivery)."""
 
     @abstractmethod
     async def create_run(self, plan: RunPlan, record: RunRecord, *, deadline_s: float | None = None) -> None:
@@ -137,13 +168,6 @@ class RunStore(ABC):
     async def seed_outputs(self, run_id: str, outputs: dict[str, dict[str, DataValue]]) -> None:
         """Store outputs of nodes that will not run in this run (a re-run reusing an
         earlier run's results), so inputs and expressions can read them."""
-
-    @abstractmethod
-    async def load_plan(self, run_id: str) -> RunPlan: ...
-
-    @abstractmethod
-    async def get_run(self, run_id: str) -> RunRecord:
-        """Raises ``RunNotFoundError`` for an unknown id."""
 
     @abstractmethod
     async def claim_node(
@@ -164,10 +188,6 @@ class RunStore(ABC):
         claim), in one round trip. A lease that lapsed is taken again while its token is
         still the node's latest (nobody claimed it since). Returns the nodes whose token a
         later claim superseded: refused and counted; their execution should stop."""
-
-    @abstractmethod
-    async def read_outputs(self, run_id: str, node_ids: list[str]) -> dict[str, dict[str, DataValue]]:
-        """Stored outputs of finished nodes (absent ids have none)."""
 
     @abstractmethod
     async def append_event(self, event: NodeEvent, *, token: int | None = None) -> str:
@@ -229,6 +249,3 @@ class RunStore(ABC):
     @abstractmethod
     async def get_resume(self, run_id: str, node_id: str) -> dict[str, Any] | None:
         """``{"payload": <suspend payload>, "input": <resume input>}`` for a resumed node."""
-
-    async def run_status(self, run_id: str) -> str:
-        return (await self.get_run(run_id)).status

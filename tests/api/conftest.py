@@ -22,8 +22,8 @@ from orchestrator.embedded_redis import EmbeddedRedis
 from orchestrator.kernel.definition import NodeDefinition
 from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext
 from orchestrator.kernel.registry import Registry
-from orchestrator.redis_client import client
 from orchestrator.settings import Settings
+from orchestrator.store.redis_client import client
 from tests.fake_nodes import make_registry
 
 
@@ -105,7 +105,7 @@ def make_settings(server: EmbeddedRedis, **overrides: Any) -> Settings:
 async def open_api(server: EmbeddedRedis, registry: Registry | None = None, **overrides: Any) -> Api:
     """The app on ``server`` with its own key prefix; ``registry`` defaults to the fake
     node types plus stand-in triggers (:func:`api_registry`)."""
-    from workers.store import RedisRunStore
+    from orchestrator.store.redis_store import RedisRunStore
 
     settings = make_settings(server, **overrides)
     redis = client(server.url, decode_responses=True)  # as the app makes its own

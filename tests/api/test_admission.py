@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator import metrics
 from orchestrator.admission import NODE_QUEUE
 from orchestrator.embedded_redis import EmbeddedRedis
+from orchestrator.telemetry import metrics
 from tests.api.conftest import Api, chain, open_api
 from tests.support.inline_worker import repo_registry
 

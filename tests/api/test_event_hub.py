@@ -18,7 +18,7 @@ from orchestrator.api.event_hub import EventHub
 from orchestrator.embedded_redis import EmbeddedRedis
 from orchestrator.kernel.errors import RunNotFoundError
 from orchestrator.kernel.store import RunStatus
-from orchestrator.keys import Keys
+from orchestrator.store.keys import Keys
 from tests.api.conftest import Api, api_registry, make_settings
 from tests.api.test_events import add_progress, make_run, parse_sse
 

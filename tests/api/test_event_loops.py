@@ -17,7 +17,7 @@ from tests.api.conftest import api_registry, chain, make_settings
 def test_lifespan_on_another_loop_does_not_break_requests_on_this_one(redis_server: EmbeddedRedis) -> None:
     """Starlette's TestClient runs the lifespan on a loop of its own thread while a test
     serves requests on another loop: the sweeper must not borrow the requests' client."""
-    from workers.store import RedisRunStore
+    from orchestrator.store.redis_store import RedisRunStore
 
     settings = make_settings(redis_server, sweep_period_s=0.05)
     runner = asyncio.Runner()

@@ -30,7 +30,7 @@ MAX_EXAMPLES = 150
 def fuzz_target(
     redis_server: EmbeddedRedis,
 ) -> Iterator[tuple[Any, asyncio.Runner, httpx.AsyncClient]]:
-    from workers.store import RedisRunStore
+    from orchestrator.store.redis_store import RedisRunStore
 
     runner = asyncio.Runner()
     app_settings = make_settings(redis_server)

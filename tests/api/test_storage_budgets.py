@@ -16,7 +16,7 @@ import pytest
 
 from orchestrator.embedded_redis import EmbeddedRedis
 from orchestrator.kernel.errors import StoreFullError
-from orchestrator.redis_client import client
+from orchestrator.store.redis_client import client
 from tests.api.conftest import Api, api_registry, open_api
 from tests.fake_nodes import graph
 from tests.support.inline_worker import drain

@@ -11,8 +11,8 @@ from orchestrator.embedded_redis import EmbeddedRedis
 from orchestrator.kernel.memory import MemoryStore
 from orchestrator.kernel.store import RunStore
 from orchestrator.settings import Settings
+from orchestrator.store.redis_store import RedisRunStore
 from tests.support import redis_server as start_redis
-from workers.store import RedisRunStore
 
 # Distinct TTLs so a test can tell "active" from "retention" by the TTL alone.
 SETTINGS = Settings(active_ttl_s=1000, retention_s=5000, events_maxlen=10_000)

@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from orchestrator.embedded_redis import EmbeddedRedis
-from workers.batching import CommandBatcher
+from orchestrator.store.batching import CommandBatcher
 
 
 @pytest.fixture

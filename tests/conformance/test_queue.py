@@ -4,8 +4,8 @@ queues what became ready and hands back the oldest n; the rest wait for a free s
 from __future__ import annotations
 
 from orchestrator.kernel.store import NodeCompletion, NodeStatus, RunStore
+from orchestrator.store.redis_store import RedisRunStore
 from tests.support import Driver, claim, completed, make_plan, node_states
-from workers.store import RedisRunStore
 
 
 def fan(width: int, *, join: bool = False) -> list[tuple[str, str, str, str]]:

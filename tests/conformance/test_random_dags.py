@@ -13,9 +13,9 @@ from orchestrator.embedded_redis import EmbeddedRedis
 from orchestrator.kernel.memory import MemoryStore
 from orchestrator.kernel.scheduling import BarrierState, RunPlan, complete
 from orchestrator.kernel.store import RunStore
+from orchestrator.store.redis_store import RedisRunStore
 from tests.conformance.conftest import SETTINGS
 from tests.support import Driver, make_plan, new_run_id, node_states
-from workers.store import RedisRunStore
 
 OUT_PORTS = ("a", "b")
 IN_PORTS = ("x", "y")

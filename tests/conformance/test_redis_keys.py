@@ -8,9 +8,9 @@ import pytest
 
 from orchestrator.kernel.errors import OrchestratorError, RunNotFoundError
 from orchestrator.kernel.protocol import EventType, NodeEvent
+from orchestrator.store.redis_store import RedisRunStore
 from tests.conformance.conftest import SETTINGS
 from tests.support import Driver, completed, make_plan, record_for, started_event
-from workers.store import RedisRunStore
 
 
 async def run_key_ttls(store: RedisRunStore, run_id: str) -> dict[str, int]:

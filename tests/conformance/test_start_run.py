@@ -7,9 +7,9 @@ import pytest
 from orchestrator.kernel.errors import GraphError
 from orchestrator.kernel.protocol import DataValue
 from orchestrator.runs import RunRequest, start_run
+from orchestrator.store.redis_store import RedisRunStore
 from tests.fake_nodes import graph, make_registry
 from tests.support import started_event
-from workers.store import RedisRunStore
 
 CHAIN = graph([("t", "emit", "Start"), ("r", "relay", "Relay")], [("t", "out", "r", "in")])
 

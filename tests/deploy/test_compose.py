@@ -127,7 +127,7 @@ def test_api_answers_health_and_requires_the_compose_api_key(
 
 
 def test_worker_answers_a_celery_ping(compose: dict[str, Any], launcher: Launcher) -> None:
-    from workers.app import make_celery
+    from orchestrator.queue.app import make_celery
 
     service = compose["services"]["worker"]
     worker = launcher.start("worker", service, argv_of(service["command"]))

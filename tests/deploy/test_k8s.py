@@ -100,7 +100,7 @@ def test_settings_point_every_role_at_the_redis_service() -> None:
 
 
 def test_workers_scale_on_the_length_of_the_node_queue() -> None:
-    from workers.app import NODE_QUEUE
+    from orchestrator.queue.app import NODE_QUEUE
 
     scaled = by_kind("ScaledObject")["worker"]
     assert scaled["spec"]["scaleTargetRef"]["name"] in by_kind("Deployment")

@@ -83,7 +83,7 @@ def registry() -> Registry:
 
 @pytest.fixture(scope="session")
 def celery(redis_server: EmbeddedRedis) -> Iterator[Any]:
-    from workers.app import make_celery
+    from orchestrator.queue.app import make_celery
 
     app = make_celery(redis_server.url)
     yield app
@@ -92,7 +92,7 @@ def celery(redis_server: EmbeddedRedis) -> Iterator[Any]:
 
 @pytest.fixture
 async def store(redis_server: EmbeddedRedis) -> AsyncIterator[Any]:
-    from workers.store import RedisRunStore
+    from orchestrator.store.redis_store import RedisRunStore
 
     s = RedisRunStore.from_url(redis_server.url)
     yield s
@@ -159,8 +159,8 @@ def wait_terminal(store: Any) -> Any:
 @pytest.fixture
 def run_graph(workers: WorkerProcesses, store: Any, registry: Registry, celery: Any) -> Any:
     """``await run_graph(graph, run_input)`` -> :class:`RunResult` once the run ended."""
+    from orchestrator.queue.dispatch import make_dispatch
     from orchestrator.runs import RunRequest, start_run
-    from workers.dispatch import make_dispatch
 
     dispatch = make_dispatch(celery)
 

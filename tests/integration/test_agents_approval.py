@@ -75,7 +75,7 @@ def agno_events(events: list[NodeEvent], node_id: str) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def dispatch(celery: Any) -> Callable[[str, str], None]:
-    from workers.dispatch import make_dispatch
+    from orchestrator.queue.dispatch import make_dispatch
 
     send = make_dispatch(celery)
     return lambda run_id, node_id: send(run_id, [node_id])
@@ -84,7 +84,7 @@ def dispatch(celery: Any) -> Callable[[str, str], None]:
 @pytest.fixture
 def paused_run(workers: Any, store: Any, registry: Registry, celery: Any) -> Any:
     """``await paused_run(**start_run_kw)`` -> the id of a run waiting for an approval."""
-    from workers.dispatch import make_dispatch
+    from orchestrator.queue.dispatch import make_dispatch
 
     async def start(**kw: Any) -> str:
         run_id = await start_run(store, registry, approval_graph(),

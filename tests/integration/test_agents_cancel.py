@@ -59,7 +59,7 @@ async def events_until(store: Any, run_id: str, done: Any) -> list[NodeEvent]:
 async def test_a_cancelled_run_stops_its_streaming_agent_within_a_second(
         workers: Any, store: Any, registry: Registry, celery: Any,
         sync_redis: redis.Redis) -> None:
-    from workers.dispatch import make_dispatch
+    from orchestrator.queue.dispatch import make_dispatch
 
     run_id = await start_run(store, registry, slow_agent_graph(),
                              RunRequest({"message": "talk"}, session_id=f"cancel-{uuid.uuid4().hex[:8]}"),

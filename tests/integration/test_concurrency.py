@@ -26,11 +26,11 @@ from orchestrator.embedded_workers import WorkerProcesses
 from orchestrator.kernel.registry import Registry
 from orchestrator.runs import RunRequest, start_run
 from orchestrator.settings import Settings
+from orchestrator.store.redis_store import RedisRunStore
 from orchestrator.sweeper import Sweeper
 from tests.agents.openai_stub import StubServer
 from tests.fake_nodes import graph
 from tests.integration.conftest import RunResult, collect, read_until, wait_for_terminal
-from workers.store import RedisRunStore
 
 pytestmark = pytest.mark.integration
 
@@ -52,7 +52,7 @@ class Cluster:
     registry: Registry
 
     async def start(self, g: dict[str, Any], run_input: Any = None) -> str:
-        from workers.dispatch import make_dispatch
+        from orchestrator.queue.dispatch import make_dispatch
 
         return await start_run(self.store, self.registry, g, RunRequest(run_input), dispatch=make_dispatch(self.celery))
 
@@ -86,7 +86,7 @@ def wide(model_stub: StubServer) -> Iterator[tuple[EmbeddedRedis, WorkerProcesse
 
 
 async def cluster_on(server: EmbeddedRedis, procs: WorkerProcesses, registry: Registry) -> Cluster:
-    from workers.app import make_celery
+    from orchestrator.queue.app import make_celery
 
     return Cluster(server, procs, RedisRunStore.from_url(server.url, SETTINGS),
                    make_celery(server.url, SETTINGS), registry)
@@ -96,7 +96,7 @@ async def cluster_on(server: EmbeddedRedis, procs: WorkerProcesses, registry: Re
 async def swept(server: EmbeddedRedis, registry: Registry, *procs: WorkerProcesses) -> AsyncIterator[Cluster]:
     """A cluster on ``procs[0]`` with a sweeper running every 0.5 s; on exit the sweeper
     ends and every one of ``procs`` is stopped."""
-    from workers.dispatch import make_dispatch
+    from orchestrator.queue.dispatch import make_dispatch
 
     c = await cluster_on(server, procs[0], registry)
     sweeping = asyncio.create_task(Sweeper(c.store, make_dispatch(c.celery), SETTINGS).run_forever(0.5))
@@ -344,7 +344,7 @@ async def test_a_hundred_concurrent_chat_turns_stream_in_order_on_one_process(cl
     g = chat_graph(token_delay_s=0.12)  # about 1 s of streaming per turn
 
     async def turn(chat: str, n: int) -> RunResult:
-        from workers.dispatch import make_dispatch
+        from orchestrator.queue.dispatch import make_dispatch
 
         run_id = await start_run(cluster.store, cluster.registry, g,
                                  RunRequest({"message": f"m{n} of {chat}"}, session_id=chat),
@@ -379,7 +379,7 @@ async def test_a_hundred_concurrent_chat_turns_against_an_openai_compatible_serv
               [("chat", "output", "assistant", "input")], id="chat-at-scale-stub")
 
     async def turn(chat: str, n: int) -> RunResult:
-        from workers.dispatch import make_dispatch
+        from orchestrator.queue.dispatch import make_dispatch
 
         run_id = await start_run(cluster.store, cluster.registry, g,
                                  RunRequest({"message": f"m{n} of {chat}"}, session_id=chat),

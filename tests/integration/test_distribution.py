@@ -63,7 +63,7 @@ async def test_wide_fan_out_runs_in_parallel_on_several_worker_processes(run_gra
 async def test_redelivered_tasks_after_the_run_ended_change_nothing(
     run_graph: Any, store: Any, celery: Any, sync_redis: redis.Redis,
 ) -> None:
-    from workers.dispatch import send_nodes
+    from orchestrator.queue.dispatch import send_nodes
 
     g = graph(
         [("t", "manual_trigger", "Start"), ("a", "probe", "A"), ("b", "probe", "B")],
@@ -82,8 +82,8 @@ async def test_task_delivered_twice_while_its_node_runs_completes_once(
     workers: Any, store: Any, registry: Any, celery: Any, sync_redis: redis.Redis,
     wait_terminal: Any,
 ) -> None:
+    from orchestrator.queue.dispatch import make_dispatch, send_nodes
     from orchestrator.runs import RunRequest, start_run
-    from workers.dispatch import make_dispatch, send_nodes
 
     g = graph(
         [("t", "manual_trigger", "Start"), ("slow", "probe", "Slow", {"delay_s": 1.5}),

@@ -25,10 +25,10 @@ from orchestrator.embedded_workers import WorkerProcesses
 from orchestrator.kernel.registry import Registry
 from orchestrator.runs import RunRequest, start_run
 from orchestrator.settings import Settings
+from orchestrator.store.redis_store import RedisRunStore
 from orchestrator.sweeper import Sweeper
 from tests.fake_nodes import graph
 from tests.integration.conftest import RunResult, collect, wait_for_terminal
-from workers.store import RedisRunStore
 
 pytestmark = pytest.mark.integration
 
@@ -76,7 +76,7 @@ def registry() -> Registry:
 
 @pytest.fixture(scope="module")
 def celery(server: EmbeddedRedis) -> Iterator[Any]:
-    from workers.app import make_celery
+    from orchestrator.queue.app import make_celery
 
     app = make_celery(server.url, SETTINGS)
     yield app
@@ -93,7 +93,7 @@ async def store(server: EmbeddedRedis) -> AsyncIterator[RedisRunStore]:
 @pytest.fixture
 async def sweeping(store: RedisRunStore, celery: Any) -> AsyncIterator[Sweeper]:
     """A sweeper running every SWEEP_PERIOD_S for the test's duration."""
-    from workers.dispatch import make_dispatch
+    from orchestrator.queue.dispatch import make_dispatch
 
     sweeper = Sweeper(store, make_dispatch(celery), SETTINGS, max_node_reclaims=1)
     task = asyncio.create_task(sweeper.run_forever(SWEEP_PERIOD_S))
@@ -104,7 +104,7 @@ async def sweeping(store: RedisRunStore, celery: Any) -> AsyncIterator[Sweeper]:
 
 async def start(store: RedisRunStore, registry: Registry, celery: Any, g: dict[str, Any],
                 **kw: Any) -> str:
-    from workers.dispatch import make_dispatch
+    from orchestrator.queue.dispatch import make_dispatch
 
     return await start_run(store, registry, g, RunRequest({"x": 1}, **kw), dispatch=make_dispatch(celery))
 
@@ -186,8 +186,8 @@ async def test_run_ends_by_its_deadline_when_every_worker_is_killed(
     registry: Registry, tmp_path: Path,
 ) -> None:
     """On a Redis of its own, so no other test's worker can pick the node up."""
-    from workers.app import make_celery
-    from workers.dispatch import make_dispatch
+    from orchestrator.queue.app import make_celery
+    from orchestrator.queue.dispatch import make_dispatch
 
     deadline_s = 4.0
     g = chain(tmp_path, ("s", "stall", "Stall", {"pid_dir": str(tmp_path), "delay_s": 30}))

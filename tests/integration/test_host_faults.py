@@ -45,10 +45,10 @@ from orchestrator.kernel.protocol import EventType
 from orchestrator.kernel.registry import Registry
 from orchestrator.runs import RunRequest, start_run
 from orchestrator.settings import Settings
+from orchestrator.store.redis_store import RedisRunStore
 from tests.fake_nodes import graph
 from tests.integration.conftest import RunResult, collect, wait_for_terminal
 from tests.support import netns
-from workers.store import RedisRunStore
 
 pytestmark = pytest.mark.integration
 
@@ -237,7 +237,7 @@ class Client:
     registry: Registry
 
     async def start(self, g: dict[str, Any], dispatch: Any = None) -> str:
-        from workers.dispatch import make_dispatch
+        from orchestrator.queue.dispatch import make_dispatch
 
         return await start_run(self.store, self.registry, g, RunRequest({"n": 1}, deadline_s=DEADLINE_S),
                                dispatch=dispatch or make_dispatch(self.celery))
@@ -246,7 +246,7 @@ class Client:
 @contextlib.asynccontextmanager
 async def client_side(cluster: Cluster, registry: Registry) -> AsyncIterator[Client]:
     """Everything this block connects to, it connects to from host ``client``."""
-    from workers.app import make_celery
+    from orchestrator.queue.app import make_celery
 
     with netns.inside(cluster.hosts.ns("client")):
         store = RedisRunStore.from_url(cluster.redis_url, SETTINGS)
@@ -389,8 +389,8 @@ async def test_a_start_message_lost_on_its_way_is_sent_again_within_the_grace(
 ) -> None:
     """Its message vanishes after the start recorded it sent (as when a worker dies, or
     loses Redis's reply, between kombu's BRPOP and its unacked record)."""
-    from workers.app import NODE_TASK
-    from workers.dispatch import task_id
+    from orchestrator.queue.app import NODE_TASK
+    from orchestrator.queue.dispatch import task_id
 
     async with client_side(cluster, registry) as client:
         void = redis.Redis.from_url(cluster.redis_url)
@@ -449,6 +449,6 @@ async def test_a_worker_and_the_sweeper_with_skewed_clocks_time_out_nothing_earl
 
 
 def _dispatch(client: Client) -> Any:
-    from workers.dispatch import make_dispatch
+    from orchestrator.queue.dispatch import make_dispatch
 
     return make_dispatch(client.celery)

@@ -14,10 +14,10 @@ from orchestrator.embedded_redis import EmbeddedRedis
 from orchestrator.embedded_workers import WorkerProcesses
 from orchestrator.runs import RunRequest, start_run
 from orchestrator.settings import Settings
-from orchestrator.storage_budget import DAY_S
+from orchestrator.store.redis_store import RedisRunStore
+from orchestrator.store.storage_budget import DAY_S
 from tests.fake_nodes import graph
 from tests.integration.conftest import wait_for_terminal
-from workers.store import RedisRunStore
 
 pytestmark = pytest.mark.integration
 
@@ -43,8 +43,8 @@ async def expired(sync: redis.Redis, timeout_s: float) -> None:
 
 async def test_finished_runs_expire_and_redis_returns_to_its_baseline() -> None:
     from orchestrator.plugins import load_registry
-    from workers.app import make_celery
-    from workers.dispatch import make_dispatch
+    from orchestrator.queue.app import make_celery
+    from orchestrator.queue.dispatch import make_dispatch
 
     env = {"ORCH_NODE_PATHS": FAKE_PACK, "ORCH_RETENTION_S": str(RETENTION_S),
            "ORCH_ACTIVE_TTL_S": "60"}

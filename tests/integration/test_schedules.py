@@ -86,7 +86,7 @@ async def test_interval_schedule_starts_runs_once_per_interval_with_two_beats(
             run_ids = await graphs.runs("every-second", limit=1000)
             fired = len(run_ids) - before
             assert WINDOW_S - 1 <= fired <= WINDOW_S + 1, fired
-            from workers.store import RedisRunStore
+            from orchestrator.store.redis_store import RedisRunStore
 
             store = RedisRunStore(client, SETTINGS)
             record = await store.get_run(run_ids[-1])

@@ -73,9 +73,9 @@ async def test_worker_metrics_count_node_runs_and_latency_by_node_type(
     metrics_worker: tuple[EmbeddedRedis, int],
 ) -> None:
     from orchestrator.plugins import get_registry
-    from workers.app import make_celery
-    from workers.dispatch import make_dispatch
-    from workers.store import RedisRunStore
+    from orchestrator.queue.app import make_celery
+    from orchestrator.queue.dispatch import make_dispatch
+    from orchestrator.store.redis_store import RedisRunStore
 
     server, port = metrics_worker
     scrape(port)  # the worker is up and serving

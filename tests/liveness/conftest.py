@@ -8,8 +8,8 @@ import pytest
 
 from orchestrator.embedded_redis import EmbeddedRedis
 from orchestrator.settings import Settings
+from orchestrator.store.redis_store import RedisRunStore
 from tests.support import redis_server as start_redis
-from workers.store import RedisRunStore
 
 # Distinct TTLs so a test can tell "active" from "retention" by the TTL alone.
 SETTINGS = Settings(active_ttl_s=1000, retention_s=5000, node_lease_s=30)

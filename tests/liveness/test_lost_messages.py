@@ -14,10 +14,10 @@ from orchestrator.embedded_redis import EmbeddedRedis
 from orchestrator.kernel.protocol import EventType, NodeEvent
 from orchestrator.kernel.store import NodeCompletion, NodeStatus, RunStatus
 from orchestrator.runs import RunRequest, start_run
+from orchestrator.store.redis_store import RedisRunStore
 from orchestrator.sweeper import Sweeper
 from tests.fake_nodes import graph, make_registry
 from tests.support import claim, events_of, make_plan, record_for
-from workers.store import RedisRunStore
 
 GRACE_S = 0.3
 CHAIN = graph([("t", "emit", "Start"), ("r", "relay", "Relay")], [("t", "out", "r", "in")])
@@ -30,7 +30,7 @@ def lost(run_id: str, node_ids: list[str]) -> None:
 
 @pytest.fixture
 def celery(redis_server: EmbeddedRedis) -> Iterator[Any]:
-    from workers.app import make_celery
+    from orchestrator.queue.app import make_celery
 
     app = make_celery(redis_server.url)
     yield app
@@ -39,7 +39,7 @@ def celery(redis_server: EmbeddedRedis) -> Iterator[Any]:
 
 def queued(celery: Any) -> Any:
     """A dispatch that leaves real node messages on the broker queue (no worker takes them)."""
-    from workers.dispatch import make_dispatch
+    from orchestrator.queue.dispatch import make_dispatch
 
     return make_dispatch(celery)
 

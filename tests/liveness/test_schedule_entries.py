@@ -9,9 +9,9 @@ import pytest
 from celery import Celery
 
 from orchestrator.embedded_redis import EmbeddedRedis
+from orchestrator.queue.app import make_celery
 from orchestrator.schedules import FIRE_TASK, ScheduleSpec, configure_beat, schedules_in, sync_entries
 from orchestrator.settings import Settings
-from workers.app import make_celery
 
 SETTINGS = Settings(key_prefix="sched")
 

@@ -7,9 +7,9 @@ import time
 from typing import Any
 
 from orchestrator.kernel.store import RunStatus
+from orchestrator.store.redis_store import RedisRunStore
 from orchestrator.sweeper import Sweeper, lock_key
 from tests.support import claim, completed, events_of, make_plan, node_states, record_for
-from workers.store import RedisRunStore
 
 CHAIN = [("a", "out", "b", "in"), ("b", "out", "c", "in")]
 

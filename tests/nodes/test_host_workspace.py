@@ -6,8 +6,8 @@ import json
 from typing import Any
 
 from nodes._shared.host import run_workspace, workspace_of
-from orchestrator.keys import Keys
 from orchestrator.settings import Settings
+from orchestrator.store.keys import Keys
 from tests.agents.conftest import make_ctx
 
 

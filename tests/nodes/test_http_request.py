@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from orchestrator.blobs import Blobs
 from orchestrator.kernel.errors import (
     EgressDeniedError,
     NodeExecutionError,
@@ -16,6 +15,7 @@ from orchestrator.kernel.errors import (
     RetryRequested,
 )
 from orchestrator.kernel.local import run_graph_local
+from orchestrator.store.blobs import Blobs
 from tests.nodes.local_http import LocalHttp
 from tests.nodes.node_harness import registry
 from tests.nodes.rag_support import (
@@ -178,7 +178,7 @@ async def test_a_run_of_another_workspace_cannot_use_the_credential(server: Loca
 
     from redis.asyncio import Redis
 
-    from orchestrator.keys import Keys
+    from orchestrator.store.keys import Keys
 
     await store_credential(services, "svc", "bearer", {"token": "tok-SECRET-123"})  # workspace default
     redis = Redis.from_url(services["redis_url"], decode_responses=True)

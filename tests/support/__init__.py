@@ -82,18 +82,12 @@ async def claim(store: RunStore, run_id: str, node_id: str, *, worker_id: str = 
 
 
 async def events_of(store: RunStore, run_id: str) -> list[NodeEvent]:
-    """Every event of the run, in order, from either store."""
-    read = getattr(store, "read_events", None)
-    if read is not None:
-        return [e for _, e in await read(run_id)]
-    return list(store.events(run_id))  # type: ignore[attr-defined]
+    """Every event of the run, in order (the ``RunQuery`` side of either store)."""
+    return [e for _, e in await store.read_events(run_id, count=1_000_000)]
 
 
 async def node_states(store: RunStore, run_id: str) -> dict[str, str]:
-    states = store.node_states(run_id)  # type: ignore[attr-defined]
-    if inspect.isawaitable(states):
-        states = await states
-    return dict(states)
+    return await store.node_states(run_id)
 
 
 async def stale_refusals(store: RunStore, run_id: str) -> int:

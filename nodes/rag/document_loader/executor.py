@@ -1,7 +1,7 @@
 """Document Loader: a file, a URL, a path or text -> ``{"documents": [...], "count": n}``.
 
 Sources: ``file`` reads a ``BinaryRef`` through the file store (any worker can, see
-``orchestrator/blobs.py``); ``url`` downloads through the HTTP Request node's client
+``orchestrator/store/blobs.py``); ``url`` downloads through the HTTP Request node's client
 (``nodes/_shared/http.py``: the egress policy, a size limit, a credential); ``path`` reads
 a file inside the shipped ``examples/`` folder or a folder in ``ORCH_LOADER_PATHS`` (never
 elsewhere); ``text`` is the ``text`` parameter, or the input's text.
@@ -15,9 +15,9 @@ from nodes._rag.documents import parse
 from nodes._rag.services import as_text, open_blobs, readable_path
 from nodes._shared.http import HttpCall, fetch
 from nodes._shared.values import input_value, result
-from orchestrator.blobs import as_binary_ref
 from orchestrator.kernel.errors import ParameterError
 from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext
+from orchestrator.store.blobs import as_binary_ref
 
 
 def _choose(data: dict[str, Any], value: Any) -> str:

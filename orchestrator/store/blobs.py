@@ -25,7 +25,7 @@ goes to S3 when it is configured, else the put fails naming the limit
 refs raise :class:`ResourceNotFoundError`.
 
 Files kept in Redis count against the storage budgets of their workspace and, when a
-node stores them (``run_id``), of its run (``orchestrator/storage_budget.py``); a put
+node stores them (``run_id``), of its run (``orchestrator/store/storage_budget.py``); a put
 past one raises :class:`StorageBudgetError` before anything is stored, and deleting a
 file gives its bytes back.
 """
@@ -41,12 +41,12 @@ from typing import IO, Any
 
 from redis.asyncio import Redis
 
-from orchestrator import redis_client
 from orchestrator.kernel.errors import PayloadTooLargeError, RequestError, ResourceNotFoundError
 from orchestrator.kernel.protocol import BinaryRef
-from orchestrator.keys import Keys
 from orchestrator.settings import Settings
-from orchestrator.storage_budget import StorageBudget, store_full_errors
+from orchestrator.store import redis_client
+from orchestrator.store.keys import Keys
+from orchestrator.store.storage_budget import StorageBudget, store_full_errors
 
 PART_TTL_S = 3600  # an upload's part key outlives any upload still arriving
 CHUNK_BYTES = 1 << 20

@@ -38,7 +38,7 @@ from prometheus_client import (
 )
 from redis.asyncio import Redis
 
-from orchestrator.keys import Keys
+from orchestrator.store.keys import Keys
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 

@@ -15,7 +15,7 @@ files in S3 (the bucket's own quota and lifecycle bound them).
 ``ORCH_RUN_MAX_BYTES`` and ``ORCH_WORKSPACE_MAX_BYTES`` (0: no budget) bound them. A write
 that would take a run or its workspace past its budget is refused before anything is
 stored, with a :class:`StorageBudgetError` naming the setting: the node that wrote it
-fails and its run stops (``workers/store.py``), an upload gets 429 (``api/files.py``).
+fails and its run stops (``orchestrator/store/redis_store.py``), an upload gets 429 (``api/files.py``).
 The check and the count are one Lua script, so concurrent writers never pass a budget
 together.
 
@@ -52,8 +52,8 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import OutOfMemoryError, ResponseError
 
 from orchestrator.kernel.errors import StorageBudgetError, StoreFullError
-from orchestrator.keys import Keys
 from orchestrator.settings import Settings
+from orchestrator.store.keys import Keys
 
 DAY_S = 86400
 
@@ -117,7 +117,7 @@ def _text(value: Any) -> str:
 
 class StorageBudget:
     """The budgets of the module docstring on one Redis (any ``decode_responses``).
-    ``call`` runs a script (``workers.batching.CommandBatcher.script`` shares round trips);
+    ``call`` runs a script (``orchestrator.store.batching.CommandBatcher.script`` shares round trips);
     by default each call is its own."""
 
     def __init__(self, redis: Redis, settings: Settings, call: ScriptCall | None = None) -> None:

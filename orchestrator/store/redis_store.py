@@ -1,6 +1,6 @@
 """The Redis run store: the distributed barrier behind the kernel's ``RunStore``.
 
-Every state change that must be atomic is one Lua script (``workers/lua/``), so any
+Every state change that must be atomic is one Lua script (``orchestrator/store/lua/``), so any
 number of workers can complete nodes of the same run concurrently:
 
 * ``claim.lua``    the node's lease and fencing token, its claim count and attempt, its
@@ -23,7 +23,7 @@ times, event timestamps, ``created_at``/``finished_at``) is Redis's ``TIME``, re
 the script; a host's clock never enters the run state. Event JSON is written with its
 ``timestamp`` first, so a script restamps it without decoding the event.
 
-Storage budgets (``orchestrator/storage_budget.py``): the bytes a completion stores (its
+Storage budgets (``orchestrator/store/storage_budget.py``): the bytes a completion stores (its
 outputs and events) and the events a node appends are counted against the run's and its
 workspace's budgets before they are stored; a completion that would pass one is stored
 as the node's failure naming the budget instead, and its run stops. Appended events are
@@ -48,16 +48,16 @@ from typing import Any, cast
 
 from redis.asyncio import Redis
 
-from orchestrator import metrics, redis_client
 from orchestrator.kernel.errors import OrchestratorError, RunNotFoundError, StorageBudgetError
 from orchestrator.kernel.protocol import DataValue, EventType, NodeEvent
 from orchestrator.kernel.scheduling import RunPlan
 from orchestrator.kernel.store import Claim, NodeCompletion, NodeStatus, Ready, RunRecord, RunStatus, RunStore
-from orchestrator.keys import Keys
 from orchestrator.settings import Settings, get_settings
-from orchestrator.storage_budget import StorageBudget, store_full_errors
-
-from .batching import CommandBatcher
+from orchestrator.store import redis_client
+from orchestrator.store.batching import CommandBatcher
+from orchestrator.store.keys import Keys
+from orchestrator.store.storage_budget import StorageBudget, store_full_errors
+from orchestrator.telemetry import metrics
 
 LUA_DIR = Path(__file__).parent / "lua"
 SCRIPTS = (
@@ -145,7 +145,7 @@ class RedisRunStore(RunStore):
         self.settings = settings or get_settings()
         self.keys = Keys(self.settings.key_prefix)
         self._scripts = {name: redis.register_script(_lua_source(name)) for name in SCRIPTS}
-        # Commands of concurrent node steps share round trips (workers/batching.py).
+        # Commands of concurrent node steps share round trips (orchestrator/store/batching.py).
         self._batch = CommandBatcher(redis)
         self._plans: OrderedDict[str, RunPlan] = OrderedDict()
         self._event_templates: OrderedDict[str, tuple[str, str]] = OrderedDict()

@@ -1,7 +1,7 @@
 """Prometheus metrics of a worker: every pool process's, served by the main process.
 
 A prefork worker is several processes; each child updates the shared metric objects in
-``orchestrator.metrics``. With ``ORCH_WORKER_METRICS_PORT`` set, ``orchestrator worker``
+``orchestrator.telemetry.metrics``. With ``ORCH_WORKER_METRICS_PORT`` set, ``orchestrator worker``
 points ``PROMETHEUS_MULTIPROC_DIR`` at a fresh folder before Celery starts (so every child
 writes its samples there) and the main process serves them all on that port.
 """

@@ -10,13 +10,20 @@ id, makes a second delivery harmless.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Sequence
+from typing import Protocol
 
 from celery import Celery
 
-from .app import DRAIN_TASK, NODE_QUEUE, NODE_TASK
+from orchestrator.queue.app import DRAIN_TASK, NODE_QUEUE, NODE_TASK
 
-Dispatch = Callable[[str, list[str]], None]
+
+class Dispatcher(Protocol):
+    """Sends the node tasks of ``node_ids`` of run ``run_id`` (sync or async): what starting
+    a run, the sweeper, beat and the API take. ``make_dispatch(app)`` is the Celery one;
+    tests pass fakes."""
+
+    def __call__(self, run_id: str, node_ids: list[str], /) -> Awaitable[None] | None: ...
 
 
 def task_id(run_id: str, node_id: str) -> str:
@@ -52,7 +59,7 @@ def send_drains(app: Celery, run_id: str, count: int) -> None:
             app.send_task(DRAIN_TASK, args=(run_id,), queue=NODE_QUEUE, producer=producer)
 
 
-def make_dispatch(app: Celery) -> Dispatch:
+def make_dispatch(app: Celery) -> Dispatcher:
     """A ``dispatch(run_id, node_ids)`` bound to ``app``'s broker."""
 
     def dispatch(run_id: str, node_ids: list[str]) -> None:
