@@ -40,8 +40,8 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.embedded_redis import EmbeddedRedis, free_port  # noqa: E402
-from orchestrator.embedded_workers import WorkerProcesses  # noqa: E402
+from orchestrator.local.embedded_redis import EmbeddedRedis, free_port  # noqa: E402
+from orchestrator.local.embedded_workers import WorkerProcesses  # noqa: E402
 
 BIN = Path(sys.executable).parent
 API_START_TIMEOUT_S = 90.0

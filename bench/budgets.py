@@ -32,7 +32,7 @@ from orchestrator.kernel.expressions import Scope
 from orchestrator.kernel.graph import Node
 from orchestrator.kernel.local import LocalRunner
 from orchestrator.kernel.parameters import resolve_parameters, resolve_parameters_off_loop
-from orchestrator.plugins import load_registry
+from orchestrator.service.plugins import load_registry
 
 EXPRESSION = '{"who": customer, "total": $sum(items.(price * qty)), "skus": items.sku}'
 SMALL = {"customer": "Ada", "items": [{"sku": "a", "price": 2.5, "qty": 2}, {"sku": "b", "price": 4.0, "qty": 1}]}

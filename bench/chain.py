@@ -33,9 +33,9 @@ sys.path.insert(0, str(ROOT))
 
 from celery import chain  # noqa: E402
 
-from orchestrator.embedded_redis import EmbeddedRedis  # noqa: E402
-from orchestrator.embedded_workers import WorkerProcesses  # noqa: E402
 from orchestrator.kernel.protocol import EventType  # noqa: E402
+from orchestrator.local.embedded_redis import EmbeddedRedis  # noqa: E402
+from orchestrator.local.embedded_workers import WorkerProcesses  # noqa: E402
 
 CHAIN_LENGTH = 10
 RESULTS = ROOT / "bench" / "results"
@@ -68,10 +68,10 @@ def summary(samples_s: list[float]) -> dict[str, float]:
 async def bench(url: str, runs: int, warmup: int) -> dict[str, Any]:
     import redis.asyncio as aioredis
 
-    from orchestrator.plugins import get_registry
     from orchestrator.queue.app import NOOP_TASK, make_celery
     from orchestrator.queue.dispatch import make_dispatch
-    from orchestrator.runs import RunRequest, start_run
+    from orchestrator.service.plugins import get_registry
+    from orchestrator.service.runs import RunRequest, start_run
     from orchestrator.store.redis_store import RedisRunStore
 
     registry = get_registry()

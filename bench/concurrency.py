@@ -33,9 +33,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.embedded_redis import EmbeddedRedis  # noqa: E402
-from orchestrator.embedded_workers import WorkerProcesses  # noqa: E402
 from orchestrator.kernel.protocol import EventType  # noqa: E402
+from orchestrator.local.embedded_redis import EmbeddedRedis  # noqa: E402
+from orchestrator.local.embedded_workers import WorkerProcesses  # noqa: E402
 
 PACK = ROOT / "bench" / "pack"
 RESULTS = ROOT / "bench" / "results"
@@ -67,10 +67,10 @@ def span(intervals: list[tuple[float, float]], delay_s: float) -> dict[str, Any]
 
 
 async def engine_once(url: str, width: int, delay_s: float) -> dict[str, Any]:
-    from orchestrator.plugins import load_registry
     from orchestrator.queue.app import make_celery
     from orchestrator.queue.dispatch import make_dispatch
-    from orchestrator.runs import RunRequest, start_run
+    from orchestrator.service.plugins import load_registry
+    from orchestrator.service.runs import RunRequest, start_run
     from orchestrator.settings import Settings
     from orchestrator.store.redis_store import RedisRunStore
 

@@ -32,9 +32,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench.chain import summary  # noqa: E402
 from bench.concurrency import start_baseline_worker  # noqa: E402
-from orchestrator.embedded_redis import EmbeddedRedis  # noqa: E402
-from orchestrator.embedded_workers import WorkerProcesses  # noqa: E402
 from orchestrator.kernel.protocol import EventType  # noqa: E402
+from orchestrator.local.embedded_redis import EmbeddedRedis  # noqa: E402
+from orchestrator.local.embedded_workers import WorkerProcesses  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 PACK = ROOT / "bench" / "pack"
@@ -60,10 +60,10 @@ async def bench(url: str, runs: int, warmup: int, width: int) -> dict[str, Any]:
 
     from bench.celery_baseline import DONE_TASK, NOOP_TASK, QUEUE
     from bench.celery_baseline import app as raw_app
-    from orchestrator.plugins import load_registry
     from orchestrator.queue.app import make_celery
     from orchestrator.queue.dispatch import make_dispatch
-    from orchestrator.runs import RunRequest, start_run
+    from orchestrator.service.plugins import load_registry
+    from orchestrator.service.runs import RunRequest, start_run
     from orchestrator.settings import Settings
     from orchestrator.store.redis_store import RedisRunStore
 

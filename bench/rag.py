@@ -34,9 +34,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.embedded_redis import EmbeddedRedis  # noqa: E402
-from orchestrator.embedded_workers import WorkerProcesses  # noqa: E402
 from orchestrator.kernel.protocol import EventType  # noqa: E402
+from orchestrator.local.embedded_redis import EmbeddedRedis  # noqa: E402
+from orchestrator.local.embedded_workers import WorkerProcesses  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 WORDS = ("redis celery worker graph node edge run event stream lease sweeper retry vector chunk embed "
@@ -88,10 +88,10 @@ def summary(samples_s: list[float]) -> dict[str, float]:
 async def bench(url: str, args: argparse.Namespace, pg_url: str | None) -> dict[str, Any]:
     from nodes._rag.embedders import HashEmbedder
     from nodes._rag.vectors import Record, SqliteVectorStore, VectorStore
-    from orchestrator.plugins import get_registry
     from orchestrator.queue.app import make_celery
     from orchestrator.queue.dispatch import make_dispatch
-    from orchestrator.runs import RunRequest, start_run
+    from orchestrator.service.plugins import get_registry
+    from orchestrator.service.runs import RunRequest, start_run
     from orchestrator.store.redis_store import RedisRunStore
 
     registry = get_registry()

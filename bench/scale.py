@@ -28,9 +28,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.embedded_redis import EmbeddedRedis  # noqa: E402
-from orchestrator.embedded_workers import WorkerProcesses  # noqa: E402
 from orchestrator.kernel.protocol import EventType  # noqa: E402
+from orchestrator.local.embedded_redis import EmbeddedRedis  # noqa: E402
+from orchestrator.local.embedded_workers import WorkerProcesses  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 
@@ -62,7 +62,7 @@ def planning_us_per_node(graph: dict[str, Any], registry: Any) -> float:
 async def distributed_ms_per_node(url: str, graph: dict[str, Any], registry: Any) -> float:
     from orchestrator.queue.app import make_celery
     from orchestrator.queue.dispatch import make_dispatch
-    from orchestrator.runs import RunRequest, start_run
+    from orchestrator.service.runs import RunRequest, start_run
     from orchestrator.store.redis_store import RedisRunStore
 
     store = RedisRunStore.from_url(url)
@@ -92,7 +92,7 @@ def main() -> int:
     parser.add_argument("--sizes", default="10,200,1000")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    from orchestrator.plugins import get_registry
+    from orchestrator.service.plugins import get_registry
 
     registry = get_registry()
     sizes = [int(s) for s in args.sizes.split(",")]

@@ -105,10 +105,10 @@ async def sample_rss(pid: int, stop: asyncio.Event, peak: list[float]) -> None:
 async def start_run_directly(redis_url: str, pack: Path, g: dict[str, Any]) -> str:
     """Start a run the way the API does (``runs.start_run`` + Celery dispatch), in this
     process: the API under test then only serves the event stream."""
-    from orchestrator.plugins import load_registry
     from orchestrator.queue.app import make_celery
     from orchestrator.queue.dispatch import make_dispatch
-    from orchestrator.runs import RunRequest, start_run
+    from orchestrator.service.plugins import load_registry
+    from orchestrator.service.runs import RunRequest, start_run
     from orchestrator.settings import Settings
     from orchestrator.store.redis_store import RedisRunStore
 

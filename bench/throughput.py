@@ -33,8 +33,8 @@ from api_events import ROOT, graph, write_pack
 
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.embedded_redis import EmbeddedRedis
-from orchestrator.embedded_workers import WorkerProcesses
+from orchestrator.local.embedded_redis import EmbeddedRedis
+from orchestrator.local.embedded_workers import WorkerProcesses
 
 POLL_S = 0.05
 WORKER_STEPS = (1, 1, 2)  # processes added before each measurement: 1, 2, 4 in total
@@ -63,7 +63,7 @@ def diamond(delay_s: float) -> dict[str, Any]:
 async def run_batch(store: Any, registry: Any, dispatch: Any, g: dict[str, Any], count: int) -> dict[str, Any]:
     """Start ``count`` runs at once; wait for all to end; runs/s from first start to last end."""
     from orchestrator.kernel.store import RunStatus
-    from orchestrator.runs import RunRequest, start_run
+    from orchestrator.service.runs import RunRequest, start_run
 
     started = time.time()
     run_ids = [await start_run(store, registry, g, RunRequest({"n": i}), dispatch=dispatch) for i in range(count)]
@@ -84,9 +84,9 @@ async def run_batch(store: Any, registry: Any, dispatch: Any, g: dict[str, Any],
 
 
 async def measure(url: str, pack: Path, env: dict[str, str], runs_per_worker: int, delay_s: float) -> dict[str, Any]:
-    from orchestrator.plugins import load_registry
     from orchestrator.queue.app import make_celery
     from orchestrator.queue.dispatch import make_dispatch
+    from orchestrator.service.plugins import load_registry
     from orchestrator.settings import Settings
     from orchestrator.store.redis_store import RedisRunStore
 

@@ -100,7 +100,7 @@ class Settings(BaseSettings):
     # (e.g. "127.0.0.1,10.1.0.0/16,db.internal"); the only way to reach a metadata address.
     egress_allow: str = ""
 
-    # -- credentials, files, vectors (orchestrator/credentials.py, blobs.py, nodes/_rag) --
+    # -- credentials, files, vectors (orchestrator/host/credentials.py, blobs.py, nodes/_rag) --
     # Fernet keys (comma-separated, newest first) that encrypt stored credentials; the
     # first encrypts, every one decrypts (rotation: prepend a new key, then
     # `orchestrator credentials rotate`). Unset: credentials cannot be stored or read.

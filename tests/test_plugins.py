@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator import plugins
 from orchestrator.kernel.local import run_graph_local
-from orchestrator.plugins import PluginError, discover_folder, load_registry
+from orchestrator.service import plugins
+from orchestrator.service.plugins import PluginError, discover_folder, load_registry
 from orchestrator.settings import Settings
 
 EXECUTOR = """
@@ -160,7 +160,7 @@ def test_a_broken_folder_is_skipped_and_logged_when_not_strict(
 ) -> None:
     write_node(tmp_path, "good", "good")
     bad = write_node(tmp_path, "zbad", "zbad", definition_text="{")
-    with caplog.at_level(logging.WARNING, logger="orchestrator.plugins"):
+    with caplog.at_level(logging.WARNING, logger="orchestrator.service.plugins"):
         registry = load_registry(no_settings(), extra_paths=[tmp_path], strict=False)
     assert [t.id for t in registry] == ["good"]
     assert str(bad) in caplog.text
@@ -181,7 +181,7 @@ def test_a_node_path_that_is_not_a_directory_is_an_error(tmp_path: Path) -> None
 
 def test_a_definitions_own_colour_wins_and_an_unknown_category_gets_a_stable_one() -> None:
     from orchestrator.kernel.definition import NodeDefinition
-    from orchestrator.plugins import FALLBACK_PALETTE, colour_of
+    from orchestrator.service.plugins import FALLBACK_PALETTE, colour_of
 
     own = NodeDefinition.model_validate({"id": "x", "name": "X", "category": "flow", "color": "#123456"})
     assert colour_of(own) == "#123456"

@@ -12,7 +12,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from orchestrator.embedded_redis import EmbeddedRedis
+from orchestrator.local.embedded_redis import EmbeddedRedis
 from orchestrator.store import redis_client
 from tests.support import redis_server
 

@@ -6,7 +6,7 @@ latest version from that ``schedule_trigger`` node (run input ``None``: the node
 or node that no longer exists is logged and skipped (the next schedules sync drops its
 entry). ``orchestrator.schedules_sync()`` re-reads every stored graph into beat entries.
 
-Back-pressure applies to schedules as to every other start (``orchestrator/admission.py``).
+Back-pressure applies to schedules as to every other start (``orchestrator/service/admission.py``).
 While the node queue is at or above ``ORCH_MAX_QUEUED_NODES`` a fire is **skipped**, not
 queued for later: a warning names the graph, the node and the limit, and
 ``orchestrator_schedule_skipped_total{reason="overloaded"}`` (and the admission counter)
@@ -16,7 +16,7 @@ delayed fires would land together once they catch up; a schedule that must never
 skipped needs a bound its deployment stays under.
 
 ``celery -A workers.beat beat`` (what ``orchestrator beat`` runs) uses ``app``: the node
-app with redbeat configured (``orchestrator.schedules.configure_beat``). Workers run these
+app with redbeat configured (``orchestrator.service.schedules.configure_beat``). Workers run these
 tasks once ``workers.beat`` is in the node app's include list.
 """
 
@@ -29,14 +29,15 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from orchestrator.graph_store import GraphStore
-from orchestrator.kernel.errors import GraphNotFoundError, OrchestratorError, OverloadedError
+from orchestrator.errors import GraphNotFoundError, OverloadedError
+from orchestrator.kernel.errors import OrchestratorError
 from orchestrator.kernel.registry import Registry
 from orchestrator.kernel.store import RunStore
 from orchestrator.queue.app import DEFAULT_REDIS_URL
 from orchestrator.queue.dispatch import Dispatcher, make_dispatch
-from orchestrator.runs import RunRequest, admit_and_start
-from orchestrator.schedules import (
+from orchestrator.service.graph_store import GraphStore
+from orchestrator.service.runs import RunRequest, admit_and_start
+from orchestrator.service.schedules import (
     FIRE_TASK,
     SCHEDULE_NODE_TYPE,
     SYNC_TASK,
@@ -56,7 +57,7 @@ app = celery_app
 
 @dataclass(frozen=True, kw_only=True)
 class ScheduleServices:
-    """What :func:`start_scheduled` starts runs with (an ``orchestrator.runs.Starter``)."""
+    """What :func:`start_scheduled` starts runs with (an ``orchestrator.service.runs.Starter``)."""
 
     redis: Redis
     settings: Settings

@@ -33,8 +33,8 @@ import redis.asyncio as aioredis
 from orchestrator.kernel.registry import Registry
 from orchestrator.kernel.runtime import ArtifactCache
 from orchestrator.kernel.step import StepOptions
-from orchestrator.plugins import get_registry
 from orchestrator.queue.app import DEFAULT_REDIS_URL
+from orchestrator.service.plugins import get_registry
 from orchestrator.settings import Settings, get_settings
 from orchestrator.store import redis_client
 from orchestrator.store.redis_store import RedisRunStore

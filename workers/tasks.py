@@ -44,11 +44,11 @@ from celery.signals import worker_init, worker_process_shutdown, worker_shutdown
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from orchestrator.kernel.errors import StoreFullError
+from orchestrator.errors import StoreFullError
 from orchestrator.kernel.step import StepOutcome, run_step
-from orchestrator.plugins import get_registry
 from orchestrator.queue.app import DRAIN_TASK, NODE_TASK, NOOP_TASK
 from orchestrator.queue.dispatch import send_drains, send_nodes
+from orchestrator.service.plugins import get_registry
 from orchestrator.telemetry import (
     metrics,
     metrics_server,  # noqa: F401 - connects the worker's metrics signals

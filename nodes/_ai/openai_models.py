@@ -36,8 +36,8 @@ from nodes._shared.egress import EgressPolicy
 from nodes._shared.egress_httpx2 import egress_client_httpx2
 from nodes._shared.endpoint import Endpoint
 from nodes._shared.redaction import operator_secrets
+from orchestrator.host.egress.origins import Origin
 from orchestrator.kernel.errors import EgressDeniedError
-from orchestrator.origins import Origin
 
 # Headers the OpenAI SDK fills from the worker's environment.
 ENVIRONMENT_HEADERS = frozenset({"openai-organization", "openai-project"})

@@ -47,7 +47,7 @@ from agno.utils.string import generate_id
 from redis import Redis
 
 from nodes._shared.host import checked_workspace, run_workspace
-from orchestrator.credentials import DEFAULT_WORKSPACE
+from orchestrator.host.credentials import DEFAULT_WORKSPACE
 from orchestrator.kernel.protocol import FlowContext
 
 DEFAULT_RETENTION_S = 7 * 24 * 3600  # when the host passes no settings (matches Settings)

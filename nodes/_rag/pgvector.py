@@ -39,7 +39,7 @@ from sqlalchemy.pool import NullPool
 
 from nodes._shared.database import async_url
 from nodes._shared.host import checked_workspace
-from orchestrator.credentials import DEFAULT_WORKSPACE
+from orchestrator.host.credentials import DEFAULT_WORKSPACE
 from orchestrator.kernel.errors import NodeExecutionError
 
 from .vectors import Hit, Record, _dims_error, check_collection

@@ -20,8 +20,9 @@ from typing import Any
 from nodes._shared.database import sqlite_path
 from nodes._shared.host import redis_url_of, run_workspace, workspace_file, workspace_of
 from nodes._shared.host import settings_of as settings_of  # re-exported: nodes import it from here
-from orchestrator.credentials import DEFAULT_WORKSPACE, Credential, CredentialStore
-from orchestrator.kernel.errors import ParameterError, RequestError
+from orchestrator.errors import RequestError
+from orchestrator.host.credentials import DEFAULT_WORKSPACE, Credential, CredentialStore
+from orchestrator.kernel.errors import ParameterError
 from orchestrator.kernel.protocol import FlowContext
 from orchestrator.store import redis_client
 from orchestrator.store.blobs import Blobs

@@ -4,7 +4,7 @@ The operator's key (``ORCH_OPENAI_API_KEY`` / ``OPENAI_API_KEY``, from the envir
 ``ORCH_SECRETS_FILE``) goes only to the endpoints the operator configured: the default
 (``ORCH_OPENAI_BASE_URL``; unset: ``OPENAI_BASE_URL``, else ``https://api.openai.com/v1``)
 and each base URL of ``ORCH_MODEL_BASE_URLS``. A credential's key goes only to an origin
-the credential allows (``orchestrator/credentials.py``). A graph picks among those:
+the credential allows (``orchestrator/host/credentials.py``). A graph picks among those:
 
 =========================  ====================================  ===================
 the node names             URL called                            key sent
@@ -37,9 +37,9 @@ import httpx
 
 from nodes._rag.services import load_credential, settings_of
 from nodes._shared.egress import EgressPolicy
+from orchestrator.host.egress.origins import Origin
 from orchestrator.kernel.errors import ParameterError
 from orchestrator.kernel.protocol import FlowContext
-from orchestrator.origins import Origin
 from orchestrator.settings import Settings
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"

@@ -40,8 +40,9 @@ from pathlib import Path
 
 from redis.asyncio import Redis
 
-from orchestrator.credentials import DEFAULT_WORKSPACE
-from orchestrator.kernel.errors import ConfigurationError, RequestError
+from orchestrator.errors import RequestError
+from orchestrator.host.credentials import DEFAULT_WORKSPACE
+from orchestrator.kernel.errors import ConfigurationError
 from orchestrator.kernel.graph import ID_PATTERN
 from orchestrator.kernel.protocol import FlowContext
 from orchestrator.settings import Settings, get_settings

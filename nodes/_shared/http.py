@@ -31,7 +31,7 @@ import httpx
 
 from nodes._rag.services import load_credential
 from nodes._shared.egress import egress_client
-from orchestrator.credentials import Credential, mask
+from orchestrator.host.credentials import Credential, mask
 from orchestrator.kernel.errors import (
     EgressDeniedError,
     NodeExecutionError,

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from orchestrator.credentials import mask
+from orchestrator.host.credentials import mask
 
 SECRET_SUFFIXES = ("_KEY", "_KEYS", "_TOKEN", "_SECRET", "_PASSWORD")
 MIN_SECRET_CHARS = 6

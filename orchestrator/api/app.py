@@ -78,7 +78,7 @@ def create_app(
     dispatch: Dispatcher | None = None,
 ) -> FastAPI:
     """Build the app. Without arguments: settings from the environment, the node registry
-    from ``orchestrator.plugins``, a Redis client on ``Settings.redis_url``."""
+    from ``orchestrator.service.plugins``, a Redis client on ``Settings.redis_url``."""
     settings = settings or get_settings()
     key_ring(settings)  # a placeholder or malformed key stops the app here, naming the setting
     check_metrics_token(settings)
@@ -91,7 +91,7 @@ def create_app(
         redis = app_redis(settings, settings.redis_url)
         owned.append(redis)
     if registry is None:
-        from orchestrator.plugins import get_registry
+        from orchestrator.service.plugins import get_registry
 
         registry = get_registry()
     services = Services(settings, redis, registry, run_store=run_store, dispatch=dispatch)
@@ -99,7 +99,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        from orchestrator.sweeper import start_background_sweeper, stop_background_sweeper
+        from orchestrator.service.sweeper import start_background_sweeper, stop_background_sweeper
 
         if settings.api_run_sweeper:
             start_background_sweeper(app.state)

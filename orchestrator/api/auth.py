@@ -49,7 +49,8 @@ from typing import Literal
 
 from fastapi import Depends, Request
 
-from orchestrator.kernel.errors import AuthError, ConfigurationError, ForbiddenError
+from orchestrator.errors import AuthError, ForbiddenError
+from orchestrator.kernel.errors import ConfigurationError
 from orchestrator.kernel.graph import ID_PATTERN
 from orchestrator.settings import Settings
 

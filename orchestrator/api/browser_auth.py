@@ -45,7 +45,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.kernel.errors import AuthError
+from orchestrator.errors import AuthError
 from orchestrator.settings import Settings
 
 from .auth import KeyRing, Principal, bearer, key_ring, require_key

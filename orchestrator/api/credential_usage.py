@@ -17,7 +17,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends
 
-from orchestrator.credentials import NO_ORIGINS, PUBLIC_VALUES, TYPES
+from orchestrator.host.credentials import NO_ORIGINS, PUBLIC_VALUES, TYPES
 
 from .auth import Principal, role
 from .services import Services, get_services

@@ -7,7 +7,7 @@ secret need not be sent again: how an admin enables a credential stored before o
 existed); ``GET`` lists or describes; ``DELETE /credentials/{name}`` removes one.
 ``origins`` lists where nodes may send the credential (``https://api.example.com``,
 ``https://*.example.com``, ``http://10.0.0.5:8080``); types, origins and storage:
-``orchestrator/credentials.py``. Credentials belong to the caller's workspace; reading
+``orchestrator/host/credentials.py``. Credentials belong to the caller's workspace; reading
 names and types needs the viewer role, storing, changing or deleting one the admin role.
 """
 
@@ -18,8 +18,8 @@ from typing import Any
 from fastapi import APIRouter, Depends, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.credentials import DEFAULT_WORKSPACE, CredentialStore, validate
-from orchestrator.kernel.errors import ResourceNotFoundError
+from orchestrator.errors import ResourceNotFoundError
+from orchestrator.host.credentials import DEFAULT_WORKSPACE, CredentialStore, validate
 
 from .auth import Principal, role
 from .services import Services, get_services

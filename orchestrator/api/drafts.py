@@ -21,9 +21,10 @@ from typing import Any, cast
 
 from fastapi import APIRouter, Body, Depends, Query, Response
 
-from orchestrator.graph_store import validate
-from orchestrator.kernel.errors import GraphError, GraphNotFoundError, GraphSchemaError
+from orchestrator.errors import GraphNotFoundError
+from orchestrator.kernel.errors import GraphError, GraphSchemaError
 from orchestrator.kernel.graph import parse_graph
+from orchestrator.service.graph_store import validate
 
 from .auth import Principal, role
 from .models import GraphId

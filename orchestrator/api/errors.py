@@ -40,22 +40,18 @@ from redis.exceptions import ResponseError as RedisResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from orchestrator.kernel.errors import (
+from orchestrator.errors import (
     AuthError,
     ForbiddenError,
     GraphConflictError,
-    GraphError,
     GraphNotFoundError,
-    OrchestratorError,
     OverloadedError,
     PayloadTooLargeError,
     ResourceNotFoundError,
-    RunError,
-    RunNotFoundError,
-    RunStateError,
     StorageBudgetError,
     StoreFullError,
 )
+from orchestrator.kernel.errors import GraphError, OrchestratorError, RunError, RunNotFoundError, RunStateError
 from orchestrator.store.storage_budget import store_full
 
 STATUS: list[tuple[type[OrchestratorError], int]] = [

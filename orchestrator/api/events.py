@@ -61,7 +61,7 @@ def start_id(header: str | None, after: str | None) -> str:
 
 
 def chat_events(event: NodeEvent) -> list[dict[str, Any]]:
-    from orchestrator.chat_protocol import to_chat_events
+    from orchestrator.service.chat_protocol import to_chat_events
 
     messages: list[dict[str, Any]] = to_chat_events(event)
     return messages

@@ -33,7 +33,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Depends, File, Response, UploadFile
 from redis.asyncio import ConnectionPool, Redis
 
-from orchestrator.kernel.errors import PayloadTooLargeError
+from orchestrator.errors import PayloadTooLargeError
 from orchestrator.settings import Settings
 from orchestrator.store.blobs import DEFAULT_WORKSPACE, Blobs, max_file_bytes
 

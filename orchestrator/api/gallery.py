@@ -18,7 +18,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends
 
-from orchestrator.kernel.errors import GraphConflictError, ResourceNotFoundError
+from orchestrator.errors import GraphConflictError, ResourceNotFoundError
 
 from .auth import Principal, role
 from .services import Services, get_services

@@ -39,8 +39,8 @@ async def validate_graph(graph: dict[str, Any] = GraphBody, services: Services =
     edge, handle or parameter (cycles carry their ``path``; an expression naming a node
     that is not upstream is an ``UpstreamReferenceError``). A 200 either way: the question
     was answered."""
-    from orchestrator.graph_store import validate
     from orchestrator.kernel.errors import GraphError, GraphSchemaError
+    from orchestrator.service.graph_store import validate
 
     try:
         if not isinstance(graph, dict):

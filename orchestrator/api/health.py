@@ -17,7 +17,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 
-from orchestrator.kernel.errors import AuthError, ForbiddenError
+from orchestrator.errors import AuthError, ForbiddenError
 from orchestrator.settings import Settings
 from orchestrator.telemetry import metrics
 

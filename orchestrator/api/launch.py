@@ -1,10 +1,10 @@
 """Starting runs of stored graphs, and summarizing a run for responses.
 
-Every run the API starts goes through ``orchestrator/runs.py:admit_and_start``: a manual
+Every run the API starts goes through ``orchestrator/service/runs.py:admit_and_start``: a manual
 start, a webhook and a chat message through :func:`launch` (the graph is read, and so
 validated again, from the graph store; the run records the version it ran,
 ``meta.graph_version``), a rerun through :func:`relaunch` (the old run's graph snapshot).
-It checks back-pressure first (``orchestrator/admission.py``: 429 with ``Retry-After``,
+It checks back-pressure first (``orchestrator/service/admission.py``: 429 with ``Retry-After``,
 nothing stored), then starts the run, which belongs to its graph's workspace
 (``meta.workspace``) and is listed under the graph. Scheduled runs start in the workers
 (``workers/beat.py``) through the same function.
@@ -15,11 +15,11 @@ from __future__ import annotations
 from dataclasses import KW_ONLY, dataclass, replace
 from typing import Any
 
-from orchestrator.graph_store import DEFAULT_WORKSPACE
 from orchestrator.kernel.errors import ParameterError, RunNotFoundError
 from orchestrator.kernel.protocol import DataValue
 from orchestrator.kernel.store import RunRecord
-from orchestrator.runs import RunRequest, admit_and_start
+from orchestrator.service.graph_store import DEFAULT_WORKSPACE
+from orchestrator.service.runs import RunRequest, admit_and_start
 
 from .services import Services
 

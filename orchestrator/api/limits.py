@@ -10,7 +10,7 @@ from __future__ import annotations
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from orchestrator.kernel.errors import PayloadTooLargeError
+from orchestrator.errors import PayloadTooLargeError
 
 from .errors import error_response
 

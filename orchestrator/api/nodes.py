@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Depends
 
 from orchestrator.kernel.sockets import COERCIONS, GENERIC_SOCKETS, socket_catalogue
-from orchestrator.plugins import colour_of
+from orchestrator.service.plugins import colour_of
 
 from .services import Services, get_services
 

@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 
 from orchestrator.kernel.errors import ParameterError, RunStateError
 from orchestrator.kernel.store import RunStatus
-from orchestrator.runs import RunRequest
+from orchestrator.service.runs import RunRequest
 
 from .auth import Principal, role
 from .launch import StoredGraph, find_node, launch, owned_run, relaunch, run_detail, start_node
@@ -113,7 +113,7 @@ async def rerun(run_id: str, body: Rerun, services: Services = SERVICES, who: Pr
 async def approve(run_id: str, body: Approval, services: Services = SERVICES,
                   who: Principal = RUNNER) -> dict[str, Any]:
     """Answer a node waiting for approval (the only waiting node when ``node_id`` is omitted)."""
-    from orchestrator.approvals import submit_approval
+    from orchestrator.service.approvals import submit_approval
 
     await owned_run(services, run_id, who.workspace)
     dispatch = services.dispatch

@@ -10,10 +10,10 @@ from __future__ import annotations
 from fastapi import Request
 from redis.asyncio import Redis
 
-from orchestrator.graph_store import GraphStore
 from orchestrator.kernel.registry import Registry
 from orchestrator.kernel.store import RunStore
 from orchestrator.queue.dispatch import Dispatcher
+from orchestrator.service.graph_store import GraphStore
 from orchestrator.settings import Settings
 from orchestrator.store.keys import Keys
 

@@ -29,7 +29,7 @@ import time
 
 from redis.asyncio import Redis
 
-from orchestrator.kernel.errors import AuthError
+from orchestrator.errors import AuthError
 from orchestrator.store.keys import Keys
 
 SIGNATURE_HEADER = "x-signature-256"

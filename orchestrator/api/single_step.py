@@ -25,9 +25,10 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.kernel.errors import GraphNotFoundError, ParameterError
+from orchestrator.errors import GraphNotFoundError
+from orchestrator.kernel.errors import ParameterError
 from orchestrator.kernel.protocol import DataValue
-from orchestrator.runs import RunRequest, admit_and_start
+from orchestrator.service.runs import RunRequest, admit_and_start
 
 from .auth import Principal, role
 from .models import GraphId

@@ -22,10 +22,11 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from orchestrator.graph_store import WEBHOOK_NODE_TYPE, webhook_paths
-from orchestrator.kernel.errors import AuthError, GraphError, ParameterError
+from orchestrator.errors import AuthError
+from orchestrator.kernel.errors import GraphError, ParameterError
 from orchestrator.kernel.protocol import EventType
-from orchestrator.runs import RunRequest
+from orchestrator.service.graph_store import WEBHOOK_NODE_TYPE, webhook_paths
+from orchestrator.service.runs import RunRequest
 from orchestrator.settings import Settings
 
 from .auth import Principal, role

@@ -8,8 +8,8 @@ import os
 import sys
 from typing import Any
 
+from orchestrator.cli.console import printable
 from orchestrator.client import Client
-from orchestrator.console import printable
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 

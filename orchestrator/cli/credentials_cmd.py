@@ -17,7 +17,7 @@ import asyncio
 import sys
 from typing import Any
 
-from orchestrator.credentials import TYPES, generate_key
+from orchestrator.host.credentials import TYPES, generate_key
 from orchestrator.kernel.errors import OrchestratorError
 from orchestrator.store import redis_client
 
@@ -61,7 +61,7 @@ def parse_values(items: list[str]) -> dict[str, str]:
 
 async def _rotate() -> int:
 
-    from orchestrator.credentials import CredentialStore
+    from orchestrator.host.credentials import CredentialStore
     from orchestrator.settings import get_settings
 
     settings = get_settings()

@@ -70,8 +70,8 @@ def graphs_command(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     if args.action == "import" and args.check:
-        from orchestrator.graph_store import validate
-        from orchestrator.plugins import get_registry
+        from orchestrator.service.graph_store import validate
+        from orchestrator.service.plugins import get_registry
 
         graph = validate(read_graph(args.file), get_registry())
         print(f"{args.file}: valid graph {graph['id']!r} with {len(graph['nodes'])} nodes")

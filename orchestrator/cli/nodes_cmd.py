@@ -22,7 +22,7 @@ def add_parser(subparsers: Any) -> None:
 def nodes_command(args: argparse.Namespace) -> int:
     try:
         if args.local:
-            from orchestrator.plugins import get_registry
+            from orchestrator.service.plugins import get_registry
 
             nodes = [d.model_dump(mode="json") for d in get_registry().definitions()]
         else:

@@ -29,7 +29,7 @@ from rich.console import Console, RenderableType
 from rich.highlighter import JSONHighlighter
 from rich.text import Text
 
-from orchestrator.console import JsonConsole, RunConsole, data_text, json_line, print_whole, printable
+from orchestrator.cli.console import JsonConsole, RunConsole, data_text, json_line, print_whole, printable
 from orchestrator.kernel.errors import GraphError, OrchestratorError
 from orchestrator.kernel.protocol import BinaryRef, EventType, NodeEvent
 from orchestrator.kernel.registry import Registry
@@ -150,7 +150,7 @@ def print_error(console: Console, exc: OrchestratorError) -> None:
 def as_json_view(value: Any) -> RenderableType:
     """A value as the user sees it: a string as its text, anything else as indented JSON
     (never a Python repr: ``true``/``null``/double quotes, pasteable elsewhere). Both are
-    literal text (never markup) with control characters escaped (``orchestrator.console``)."""
+    literal text (never markup) with control characters escaped (``orchestrator.cli.console``)."""
     if isinstance(value, str):
         return data_text(value)
     return JSONHighlighter()(Text(json_line(value, indent=2)))
@@ -207,7 +207,7 @@ def _ask(console: Console, event: NodeEvent) -> Decision | None:
 async def _decide(store: RedisRunStore, run_id: str, event: NodeEvent, decide: Decision | None,
                   dispatch: Any, console: Console) -> bool:
     """Answer a waiting run (``--decide`` or a prompt); False when nobody can answer."""
-    from orchestrator.approvals import submit_approval
+    from orchestrator.service.approvals import submit_approval
 
     decision = decide or _ask(console, event)
     if decision is None:
@@ -243,7 +243,7 @@ def _run_owned(args: argparse.Namespace, raw: dict[str, Any], run_input: Any,
     """Start what the run needs (embedded redis and workers when REDIS_URL is unset),
     run it, and stop what was started, whatever way this returns or raises."""
     from orchestrator.kernel.validation import validate_graph
-    from orchestrator.plugins import get_registry
+    from orchestrator.service.plugins import get_registry
 
     settings = get_settings()
     worker_env = {OFFLINE_ENV: "1"} if args.offline else {}
@@ -252,8 +252,8 @@ def _run_owned(args: argparse.Namespace, raw: dict[str, Any], run_input: Any,
         workers = None
         began = time.monotonic()
         if url is None:
-            from orchestrator.embedded_redis import EmbeddedRedis
-            from orchestrator.embedded_workers import WorkerProcesses
+            from orchestrator.local.embedded_redis import EmbeddedRedis
+            from orchestrator.local.embedded_workers import WorkerProcesses
 
             err.print("[dim]starting an embedded redis-server (REDIS_URL is unset)…[/]")
             url = stack.enter_context(EmbeddedRedis()).url
@@ -292,7 +292,7 @@ async def _run(url: str, registry: Registry, raw: dict[str, Any], run_input: Any
 
     from orchestrator.queue.app import make_celery
     from orchestrator.queue.dispatch import make_dispatch
-    from orchestrator.runs import RunRequest, start_run
+    from orchestrator.service.runs import RunRequest, start_run
     from orchestrator.store.redis_store import RedisRunStore
 
     settings = get_settings()
@@ -316,7 +316,7 @@ async def _run(url: str, registry: Registry, raw: dict[str, Any], run_input: Any
         # The run must end even if a worker dies: sweep while following (a deployment's
         # own sweeper may run too; passes are lock-guarded). It has its own client and is
         # stopped between passes, so no command of it is cut off half-way.
-        from orchestrator.sweeper import Sweeper, start_sweeper, stop_sweeper
+        from orchestrator.service.sweeper import Sweeper, start_sweeper, stop_sweeper
 
         sweeper_store = RedisRunStore(redis_client.client(url, decode_responses=True), settings)
         stack.push_async_callback(sweeper_store.close)

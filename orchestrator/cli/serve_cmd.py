@@ -103,8 +103,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     with contextlib.ExitStack() as stack:
         if get_settings().redis_url is None:
-            from orchestrator.embedded_redis import EmbeddedRedis
-            from orchestrator.embedded_workers import WorkerProcesses
+            from orchestrator.local.embedded_redis import EmbeddedRedis
+            from orchestrator.local.embedded_workers import WorkerProcesses
 
             print("starting an embedded redis-server (REDIS_URL is unset)…",
                   file=sys.stderr, flush=True)

@@ -1,6 +1,6 @@
 """``orchestrator sweeper`` and ``orchestrator beat``: the run-liveness and schedule processes.
 
-``sweeper`` runs :class:`orchestrator.sweeper.Sweeper` every ``--period-s`` until SIGTERM /
+``sweeper`` runs :class:`orchestrator.service.sweeper.Sweeper` every ``--period-s`` until SIGTERM /
 SIGINT (``--once``: one pass, print what it did as JSON). Any number may run: each pass
 takes a short Redis lock.
 
@@ -48,8 +48,8 @@ def _need_redis() -> str | None:
 async def _sweep(url: str, period_s: float | None, once: bool) -> int:
     from orchestrator.queue.app import make_celery
     from orchestrator.queue.dispatch import make_dispatch
+    from orchestrator.service.sweeper import Sweeper
     from orchestrator.store.redis_store import RedisRunStore
-    from orchestrator.sweeper import Sweeper
 
     settings = get_settings()
     store = RedisRunStore.from_url(url, settings)
@@ -78,10 +78,10 @@ def sweeper_command(args: argparse.Namespace) -> int:
 
 
 async def _sync(url: str) -> None:
-    from orchestrator.graph_store import GraphStore
-    from orchestrator.plugins import get_registry
     from orchestrator.queue.app import make_celery
-    from orchestrator.schedules import configure_beat, sync_schedules
+    from orchestrator.service.graph_store import GraphStore
+    from orchestrator.service.plugins import get_registry
+    from orchestrator.service.schedules import configure_beat, sync_schedules
 
     settings = get_settings()
     app = make_celery(url, settings)  # beat's app (workers.beat): redbeat configured alike
@@ -98,7 +98,7 @@ async def _sync(url: str) -> None:
 
 
 def beat_argv(loglevel: str) -> list[str]:
-    from orchestrator.schedules import SCHEDULER
+    from orchestrator.service.schedules import SCHEDULER
 
     return [sys.executable, "-m", "celery", "-A", "workers.beat", "beat", "-S", SCHEDULER,
             "--loglevel", loglevel]

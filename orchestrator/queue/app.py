@@ -16,7 +16,7 @@ Settings and why (measured in notes/celery-redis.md §2):
 * ``visibility_timeout`` (``Settings.visibility_timeout_s``, 24 h) far above any node,
   retry delay and clock skew: kombu compares it with each worker's own clock, so a worker
   whose clock runs ahead would redeliver early a message another worker still runs. The
-  sweeper (``orchestrator/sweeper.py``), on Redis's clock, is the path that sends lost work
+  sweeper (``orchestrator/service/sweeper.py``), on Redis's clock, is the path that sends lost work
   again; what kombu redelivers anyway is refused by the claim (a live lease answers busy).
   Its sweep runs every ``unacked_restore_interval_s`` instead of kombu's ~100 s (interval
   10 x throttle 10), for the rare message it does restore.

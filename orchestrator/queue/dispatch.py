@@ -3,7 +3,7 @@ messages of one call in one Redis round trip; and drain messages, which carry no
 let a worker with free slots take nodes from a run's queue.
 
 ``make_dispatch(app)`` returns the ``dispatch(run_id, node_ids)`` callable that
-``orchestrator.runs.start_run`` and the node task use. Task ids are ``"{run_id}:{node_id}"``
+``orchestrator.service.runs.start_run`` and the node task use. Task ids are ``"{run_id}:{node_id}"``
 so logs, revokes and a redelivered message all name the same node; the run store, not the
 id, makes a second delivery harmless.
 """

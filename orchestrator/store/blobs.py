@@ -41,7 +41,7 @@ from typing import IO, Any
 
 from redis.asyncio import Redis
 
-from orchestrator.kernel.errors import PayloadTooLargeError, RequestError, ResourceNotFoundError
+from orchestrator.errors import PayloadTooLargeError, RequestError, ResourceNotFoundError
 from orchestrator.kernel.protocol import BinaryRef
 from orchestrator.settings import Settings
 from orchestrator.store import redis_client

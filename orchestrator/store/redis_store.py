@@ -48,7 +48,8 @@ from typing import Any, cast
 
 from redis.asyncio import Redis
 
-from orchestrator.kernel.errors import OrchestratorError, RunNotFoundError, StorageBudgetError
+from orchestrator.errors import StorageBudgetError
+from orchestrator.kernel.errors import OrchestratorError, RunNotFoundError
 from orchestrator.kernel.protocol import DataValue, EventType, NodeEvent
 from orchestrator.kernel.scheduling import RunPlan
 from orchestrator.kernel.store import Claim, NodeCompletion, NodeStatus, Ready, RunRecord, RunStatus, RunStore

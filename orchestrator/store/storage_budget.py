@@ -51,7 +51,7 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 from redis.exceptions import OutOfMemoryError, ResponseError
 
-from orchestrator.kernel.errors import StorageBudgetError, StoreFullError
+from orchestrator.errors import StorageBudgetError, StoreFullError
 from orchestrator.settings import Settings
 from orchestrator.store.keys import Keys
 

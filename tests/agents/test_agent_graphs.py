@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from orchestrator.approvals import ApprovalError, submit_approval
 from orchestrator.kernel.local import LocalRunner, run_graph_local
 from orchestrator.kernel.protocol import NodeEvent
 from orchestrator.kernel.registry import Registry
 from orchestrator.kernel.store import RunStatus
-from orchestrator.plugins import load_registry
+from orchestrator.service.approvals import ApprovalError, submit_approval
+from orchestrator.service.plugins import load_registry
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

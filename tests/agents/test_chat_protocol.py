@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.chat_protocol import to_chat_events
 from orchestrator.kernel.protocol import NodeEvent
+from orchestrator.service.chat_protocol import to_chat_events
 
 
 def ev(event_type: str, data: dict[str, Any] | None = None, node_id: str = "a1") -> NodeEvent:

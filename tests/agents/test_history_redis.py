@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import redis
 
-from orchestrator.embedded_redis import EmbeddedRedis, free_port
+from orchestrator.local.embedded_redis import EmbeddedRedis, free_port
 from tests.agents.conftest import data_in, drain, load_executor, make_ctx
 
 agent = load_executor("agents/agent")

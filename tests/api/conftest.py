@@ -18,10 +18,10 @@ import pytest
 from redis.asyncio import Redis
 
 from orchestrator.api import create_app
-from orchestrator.embedded_redis import EmbeddedRedis
 from orchestrator.kernel.definition import NodeDefinition
 from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext
 from orchestrator.kernel.registry import Registry
+from orchestrator.local.embedded_redis import EmbeddedRedis
 from orchestrator.settings import Settings
 from orchestrator.store.redis_client import client
 from tests.fake_nodes import make_registry

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.admission import NODE_QUEUE
-from orchestrator.embedded_redis import EmbeddedRedis
+from orchestrator.local.embedded_redis import EmbeddedRedis
+from orchestrator.service.admission import NODE_QUEUE
 from orchestrator.telemetry import metrics
 from tests.api.conftest import Api, chain, open_api
 from tests.support.inline_worker import repo_registry
@@ -82,7 +82,7 @@ def schedule_graph() -> dict[str, Any]:
 
 async def test_a_scheduled_fire_over_the_bound_is_skipped_logged_and_counted(
         bounded: Api, caplog: pytest.LogCaptureFixture) -> None:
-    from orchestrator.graph_store import GraphStore
+    from orchestrator.service.graph_store import GraphStore
     from workers.beat import ScheduleServices, start_scheduled
 
     registry = repo_registry()
@@ -123,4 +123,4 @@ def test_every_run_start_of_the_api_and_the_workers_is_admitted() -> None:
             if any(n == "start_run" or n.endswith(".start_run") for n in names):
                 callers.add((path.relative_to(ROOT).as_posix(), func.name))
                 assert "admission.check" in names, f"{path.name}:{func.name} starts a run without admission.check"
-    assert callers == {("orchestrator/runs.py", "admit_and_start")}
+    assert callers == {("orchestrator/service/runs.py", "admit_and_start")}

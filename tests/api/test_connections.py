@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.embedded_redis import EmbeddedRedis, free_port
+from orchestrator.local.embedded_redis import EmbeddedRedis, free_port
 
 pytestmark = pytest.mark.integration
 

@@ -84,7 +84,7 @@ async def test_a_draft_keeps_an_incomplete_graph_but_not_malformed_json(api: Api
 
 
 async def test_the_gallery_lists_the_shipped_examples_and_imports_one_with_its_input(redis_server: Any) -> None:
-    from orchestrator.plugins import load_registry
+    from orchestrator.service.plugins import load_registry
     from tests.api.conftest import make_settings, open_api
 
     api = await open_api(redis_server, registry=load_registry(make_settings(redis_server)))

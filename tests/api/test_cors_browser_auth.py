@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from orchestrator.api.browser_auth import COOKIE, CSRF_HEADER, MaskTokens
-from orchestrator.embedded_redis import EmbeddedRedis
+from orchestrator.local.embedded_redis import EmbeddedRedis
 from tests.api.conftest import Api, chain, open_api
 
 LISTED = "http://console.example:5173"

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from cryptography.fernet import Fernet
 
-from orchestrator.embedded_redis import EmbeddedRedis
+from orchestrator.local.embedded_redis import EmbeddedRedis
 from tests.api.conftest import Api, open_api
 
 KEY = Fernet.generate_key().decode()
@@ -64,7 +64,7 @@ async def test_without_a_key_credentials_cannot_be_stored(redis_server: Embedded
 
 
 async def test_rotation_re_encrypts_with_the_new_key(capi: Api) -> None:
-    from orchestrator.credentials import CredentialStore
+    from orchestrator.host.credentials import CredentialStore
 
     await capi.client.post("/credentials", json={"name": "t", "type": "bearer", "values": {"token": "tok-1"}})
     new = Fernet.generate_key().decode()
@@ -103,7 +103,7 @@ async def test_database_url_credentials_take_no_origins(capi: Api) -> None:
 
 
 async def test_an_admin_sets_origins_without_sending_the_secret_again(capi: Api) -> None:
-    from orchestrator.credentials import CredentialStore
+    from orchestrator.host.credentials import CredentialStore
 
     await capi.client.post("/credentials", json={"name": "t", "type": "bearer", "values": {"token": "tok-KEEP-1"}})
     r = await capi.client.patch("/credentials/t", json={"origins": ["https://api.example.com"]})
@@ -127,6 +127,6 @@ async def test_an_admin_sets_origins_without_sending_the_secret_again(capi: Api)
     ("http://[::1]:8080", "http://[::1]:8080/x", True),
 ])
 def test_origin_patterns_match_scheme_host_and_port(pattern: str, url: str, allowed: bool) -> None:
-    from orchestrator.origins import allows, parse_patterns
+    from orchestrator.host.egress.origins import allows, parse_patterns
 
     assert allows(parse_patterns([pattern]), url) is allowed

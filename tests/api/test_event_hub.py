@@ -15,9 +15,9 @@ from redis.asyncio import Redis
 
 from orchestrator.api import create_app
 from orchestrator.api.event_hub import EventHub
-from orchestrator.embedded_redis import EmbeddedRedis
 from orchestrator.kernel.errors import RunNotFoundError
 from orchestrator.kernel.store import RunStatus
+from orchestrator.local.embedded_redis import EmbeddedRedis
 from orchestrator.store.keys import Keys
 from tests.api.conftest import Api, api_registry, make_settings
 from tests.api.test_events import add_progress, make_run, parse_sse
@@ -217,7 +217,7 @@ async def test_two_hundred_streams_work_with_a_pool_of_fifty_connections(redis_s
 
 
 async def test_redis_unavailable_is_a_503_naming_the_store(redis_server: EmbeddedRedis) -> None:
-    from orchestrator.embedded_redis import free_port
+    from orchestrator.local.embedded_redis import free_port
 
     settings = make_settings(redis_server, redis_url=f"redis://127.0.0.1:{free_port()}/0")
     app = create_app(settings, registry=api_registry(), dispatch=lambda run_id, nodes: None)

@@ -10,7 +10,7 @@ import httpx
 from redis.asyncio import Redis
 
 from orchestrator.api import create_app
-from orchestrator.embedded_redis import EmbeddedRedis
+from orchestrator.local.embedded_redis import EmbeddedRedis
 from tests.api.conftest import api_registry, chain, make_settings
 
 

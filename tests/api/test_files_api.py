@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.embedded_redis import EmbeddedRedis
+from orchestrator.local.embedded_redis import EmbeddedRedis
 from tests.api.conftest import Api, open_api
 
 

@@ -17,7 +17,7 @@ import pytest
 from itsdangerous import URLSafeTimedSerializer
 
 from orchestrator.api.browser_auth import COOKIE
-from orchestrator.embedded_redis import EmbeddedRedis
+from orchestrator.local.embedded_redis import EmbeddedRedis
 from tests.api.conftest import Api, chain, open_api
 
 WITHIN_S = 5.0  # "within a few seconds"

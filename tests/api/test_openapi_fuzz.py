@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from redis.asyncio import Redis
 
 from orchestrator.api import create_app
-from orchestrator.embedded_redis import EmbeddedRedis
+from orchestrator.local.embedded_redis import EmbeddedRedis
 from tests.api.conftest import api_registry, chain, make_settings
 
 MAX_EXAMPLES = 150

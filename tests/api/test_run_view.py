@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.embedded_redis import EmbeddedRedis
+from orchestrator.local.embedded_redis import EmbeddedRedis
 from tests.api.conftest import Api, open_api
 from tests.support.inline_worker import drain, repo_registry
 

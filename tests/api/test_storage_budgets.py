@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.embedded_redis import EmbeddedRedis
-from orchestrator.kernel.errors import StoreFullError
+from orchestrator.errors import StoreFullError
+from orchestrator.local.embedded_redis import EmbeddedRedis
 from orchestrator.store.redis_client import client
 from tests.api.conftest import Api, api_registry, open_api
 from tests.fake_nodes import graph

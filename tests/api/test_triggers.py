@@ -246,7 +246,7 @@ async def test_a_graph_naming_another_variable_is_refused_at_save(api: Api, name
 async def test_a_graph_saved_before_the_rule_gets_one_answer_whether_the_variable_is_set_or_not(
         api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
     """No existence oracle: ORCH_CREDENTIALS_KEY is set here, NO_SUCH_VAR_42 is not."""
-    from orchestrator.graph_store import GraphStore
+    from orchestrator.service.graph_store import GraphStore
     from tests.api.conftest import api_registry
 
     monkeypatch.setenv("ORCH_CREDENTIALS_KEY", "an-operator-secret-value")

@@ -17,7 +17,7 @@ import pytest
 import redis
 from cryptography.fernet import Fernet
 
-from orchestrator.embedded_redis import EmbeddedRedis
+from orchestrator.local.embedded_redis import EmbeddedRedis
 from tests.api.conftest import Api, open_api
 from tests.support.inline_worker import drain, repo_registry
 

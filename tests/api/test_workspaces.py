@@ -12,8 +12,8 @@ import pytest
 from cryptography.fernet import Fernet
 
 from orchestrator.api import create_app
-from orchestrator.embedded_redis import EmbeddedRedis
 from orchestrator.kernel.errors import ConfigurationError
+from orchestrator.local.embedded_redis import EmbeddedRedis
 from tests.api.conftest import Api, chain, make_settings, open_api
 
 KEYS = {

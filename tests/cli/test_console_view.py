@@ -1,4 +1,4 @@
-"""The terminal run view (``orchestrator.console``) and how ``run`` prints outputs."""
+"""The terminal run view (``orchestrator.cli.console``) and how ``run`` prints outputs."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 
 from rich.console import Console
 
+from orchestrator.cli.console import RunConsole, event_label
 from orchestrator.cli.run_cmd import as_json_view, print_error
-from orchestrator.console import RunConsole, event_label
 from orchestrator.kernel.errors import NodeExecutionError
 from orchestrator.kernel.protocol import EventType, NodeEvent
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.embedded_redis import EmbeddedRedis, free_port
-from orchestrator.embedded_workers import descendant_pids
+from orchestrator.local.embedded_redis import EmbeddedRedis, free_port
+from orchestrator.local.embedded_workers import descendant_pids
 from tests.support.foreground import as_foreground_job
 
 pytestmark = pytest.mark.integration

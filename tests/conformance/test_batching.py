@@ -11,7 +11,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from orchestrator.embedded_redis import EmbeddedRedis
+from orchestrator.local.embedded_redis import EmbeddedRedis
 from orchestrator.store.batching import CommandBatcher
 
 

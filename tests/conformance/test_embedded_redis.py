@@ -8,7 +8,7 @@ from pathlib import Path
 import redis
 from kombu import Connection
 
-from orchestrator.embedded_redis import EmbeddedRedis, free_port, redis_server_binary
+from orchestrator.local.embedded_redis import EmbeddedRedis, free_port, redis_server_binary
 
 
 def _alive(pid: int) -> bool:

@@ -9,10 +9,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.embedded_redis import EmbeddedRedis
 from orchestrator.kernel.memory import MemoryStore
 from orchestrator.kernel.scheduling import BarrierState, RunPlan, complete
 from orchestrator.kernel.store import RunStore
+from orchestrator.local.embedded_redis import EmbeddedRedis
 from orchestrator.store.redis_store import RedisRunStore
 from tests.conformance.conftest import SETTINGS
 from tests.support import Driver, make_plan, new_run_id, node_states

@@ -6,7 +6,7 @@ import pytest
 
 from orchestrator.kernel.errors import GraphError
 from orchestrator.kernel.protocol import DataValue
-from orchestrator.runs import RunRequest, start_run
+from orchestrator.service.runs import RunRequest, start_run
 from orchestrator.store.redis_store import RedisRunStore
 from tests.fake_nodes import graph, make_registry
 from tests.support import started_event

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.embedded_redis import EmbeddedRedis
+from orchestrator.local.embedded_redis import EmbeddedRedis
 
 from .harness import API_KEY, Launcher, load_compose
 

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from orchestrator.embedded_redis import free_port
+from orchestrator.local.embedded_redis import free_port
 
 from .harness import API_KEY, Launcher, argv_of, load_compose, replace_option, require_cli, wait_until
 

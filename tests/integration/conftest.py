@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 import redis
 
-from orchestrator.embedded_redis import EmbeddedRedis
-from orchestrator.embedded_workers import WorkerProcesses
 from orchestrator.kernel.protocol import EventType, NodeEvent
 from orchestrator.kernel.registry import Registry
+from orchestrator.local.embedded_redis import EmbeddedRedis
+from orchestrator.local.embedded_workers import WorkerProcesses
 from orchestrator.settings import Settings
 
 FAKE_PACK = Path(__file__).parent / "fake_pack"
@@ -76,7 +76,7 @@ def workers(redis_server: EmbeddedRedis) -> Iterator[WorkerProcesses]:
 @pytest.fixture(scope="session")
 def registry() -> Registry:
     """What the workers load: the repo's nodes plus the fake pack."""
-    from orchestrator.plugins import load_registry
+    from orchestrator.service.plugins import load_registry
 
     return load_registry(Settings(node_paths=str(FAKE_PACK)))
 
@@ -160,7 +160,7 @@ def wait_terminal(store: Any) -> Any:
 def run_graph(workers: WorkerProcesses, store: Any, registry: Registry, celery: Any) -> Any:
     """``await run_graph(graph, run_input)`` -> :class:`RunResult` once the run ended."""
     from orchestrator.queue.dispatch import make_dispatch
-    from orchestrator.runs import RunRequest, start_run
+    from orchestrator.service.runs import RunRequest, start_run
 
     dispatch = make_dispatch(celery)
 

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from orchestrator.approvals import ApprovalError, submit_approval
 from orchestrator.kernel.protocol import EventType, NodeEvent
 from orchestrator.kernel.registry import Registry
 from orchestrator.kernel.store import RunStatus
-from orchestrator.runs import RunRequest, start_run
+from orchestrator.service.approvals import ApprovalError, submit_approval
+from orchestrator.service.runs import RunRequest, start_run
 from tests.integration.conftest import collect, read_until, wait_for_terminal
 
 pytestmark = pytest.mark.integration
@@ -140,7 +140,7 @@ async def test_rejection_resumes_the_run_without_running_the_tool(
 
 async def test_a_waiting_run_past_its_deadline_is_timed_out_by_the_sweeper(
         paused_run: Any, store: Any, dispatch: Any) -> None:
-    from orchestrator.sweeper import Sweeper
+    from orchestrator.service.sweeper import Sweeper
 
     deadline_s = 3600.0
     run_id = await paused_run(deadline_s=deadline_s)

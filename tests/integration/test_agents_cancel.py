@@ -17,7 +17,7 @@ import redis
 from orchestrator.kernel.protocol import EventType, NodeEvent
 from orchestrator.kernel.registry import Registry
 from orchestrator.kernel.store import NodeStatus, RunStatus
-from orchestrator.runs import RunRequest, start_run
+from orchestrator.service.runs import RunRequest, start_run
 from tests.agents.conftest import data_in, load_executor, make_ctx
 from tests.integration.conftest import RUN_TIMEOUT_S, read_until
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import redis
 
-from orchestrator.embedded_workers import WorkerProcesses
+from orchestrator.local.embedded_workers import WorkerProcesses
 
 pytestmark = pytest.mark.integration
 

@@ -17,9 +17,9 @@ import pytest
 
 from orchestrator.api import create_app
 from orchestrator.client import Client, parse_frames
-from orchestrator.embedded_redis import EmbeddedRedis, free_port
-from orchestrator.embedded_workers import WorkerProcesses
 from orchestrator.kernel.registry import Registry
+from orchestrator.local.embedded_redis import EmbeddedRedis, free_port
+from orchestrator.local.embedded_workers import WorkerProcesses
 from orchestrator.settings import Settings
 from tests.fake_nodes import graph
 from tests.support.servers import serve_in_thread

@@ -16,9 +16,9 @@ import pytest
 
 from orchestrator.api import create_app
 from orchestrator.client import Client, ServerBusyError
-from orchestrator.embedded_redis import EmbeddedRedis
-from orchestrator.embedded_workers import WorkerProcesses
 from orchestrator.kernel.registry import Registry
+from orchestrator.local.embedded_redis import EmbeddedRedis
+from orchestrator.local.embedded_workers import WorkerProcesses
 from orchestrator.settings import Settings
 from tests.fake_nodes import graph
 from tests.integration.conftest import FAKE_PACK
@@ -37,7 +37,7 @@ def server() -> Iterator[EmbeddedRedis]:
 
 @pytest.fixture(scope="module")
 def registry() -> Registry:
-    from orchestrator.plugins import load_registry
+    from orchestrator.service.plugins import load_registry
 
     return load_registry(Settings(node_paths=str(FAKE_PACK)))
 

@@ -83,7 +83,7 @@ async def test_task_delivered_twice_while_its_node_runs_completes_once(
     wait_terminal: Any,
 ) -> None:
     from orchestrator.queue.dispatch import make_dispatch, send_nodes
-    from orchestrator.runs import RunRequest, start_run
+    from orchestrator.service.runs import RunRequest, start_run
 
     g = graph(
         [("t", "manual_trigger", "Start"), ("slow", "probe", "Slow", {"delay_s": 1.5}),

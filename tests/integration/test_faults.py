@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 
-from orchestrator.embedded_redis import EmbeddedRedis
-from orchestrator.embedded_workers import WorkerProcesses
 from orchestrator.kernel.registry import Registry
-from orchestrator.runs import RunRequest, start_run
+from orchestrator.local.embedded_redis import EmbeddedRedis
+from orchestrator.local.embedded_workers import WorkerProcesses
+from orchestrator.service.runs import RunRequest, start_run
+from orchestrator.service.sweeper import Sweeper
 from orchestrator.settings import Settings
 from orchestrator.store.redis_store import RedisRunStore
-from orchestrator.sweeper import Sweeper
 from tests.fake_nodes import graph
 from tests.integration.conftest import RunResult, collect, wait_for_terminal
 
@@ -69,7 +69,7 @@ def pool(server: EmbeddedRedis, kill_dir: Path) -> Iterator[WorkerProcesses]:
 
 @pytest.fixture(scope="module")
 def registry() -> Registry:
-    from orchestrator.plugins import load_registry
+    from orchestrator.service.plugins import load_registry
 
     return load_registry(SETTINGS)
 

@@ -39,11 +39,11 @@ from typing import Any
 import pytest
 import redis
 
-from orchestrator.embedded_redis import redis_server_binary
-from orchestrator.embedded_workers import PROJECT_ROOT, WorkerProcesses
 from orchestrator.kernel.protocol import EventType
 from orchestrator.kernel.registry import Registry
-from orchestrator.runs import RunRequest, start_run
+from orchestrator.local.embedded_redis import redis_server_binary
+from orchestrator.local.embedded_workers import PROJECT_ROOT, WorkerProcesses
+from orchestrator.service.runs import RunRequest, start_run
 from orchestrator.settings import Settings
 from orchestrator.store.redis_store import RedisRunStore
 from tests.fake_nodes import graph
@@ -223,7 +223,7 @@ def healthy(cluster: Cluster) -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def registry() -> Registry:
-    from orchestrator.plugins import load_registry
+    from orchestrator.service.plugins import load_registry
 
     return load_registry(SETTINGS)
 

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from orchestrator.api import create_app
-from orchestrator.embedded_redis import EmbeddedRedis
+from orchestrator.local.embedded_redis import EmbeddedRedis
 from orchestrator.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from orchestrator.embedded_redis import EmbeddedRedis
-from orchestrator.embedded_workers import WorkerProcesses
-from orchestrator.runs import RunRequest, start_run
+from orchestrator.local.embedded_redis import EmbeddedRedis
+from orchestrator.local.embedded_workers import WorkerProcesses
+from orchestrator.service.runs import RunRequest, start_run
 from orchestrator.settings import Settings
 from orchestrator.store.redis_store import RedisRunStore
 from orchestrator.store.storage_budget import DAY_S
@@ -42,9 +42,9 @@ async def expired(sync: redis.Redis, timeout_s: float) -> None:
 
 
 async def test_finished_runs_expire_and_redis_returns_to_its_baseline() -> None:
-    from orchestrator.plugins import load_registry
     from orchestrator.queue.app import make_celery
     from orchestrator.queue.dispatch import make_dispatch
+    from orchestrator.service.plugins import load_registry
 
     env = {"ORCH_NODE_PATHS": FAKE_PACK, "ORCH_RETENTION_S": str(RETENTION_S),
            "ORCH_ACTIVE_TTL_S": "60"}

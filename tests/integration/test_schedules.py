@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from orchestrator.embedded_redis import EmbeddedRedis
-from orchestrator.embedded_workers import PROJECT_ROOT, WorkerProcesses
-from orchestrator.graph_store import GraphStore
+from orchestrator.local.embedded_redis import EmbeddedRedis
+from orchestrator.local.embedded_workers import PROJECT_ROOT, WorkerProcesses
+from orchestrator.service.graph_store import GraphStore
 from orchestrator.settings import Settings
 from tests.fake_nodes import graph
 
@@ -65,7 +65,7 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 async def test_interval_schedule_starts_runs_once_per_interval_with_two_beats(
     server: EmbeddedRedis, tmp_path: Path,
 ) -> None:
-    from orchestrator.plugins import load_registry
+    from orchestrator.service.plugins import load_registry
 
     client = Redis.from_url(server.url, decode_responses=True)
     graphs = GraphStore(client, load_registry(SETTINGS), SETTINGS)

@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from orchestrator.embedded_redis import EmbeddedRedis, free_port
-from orchestrator.runs import RunRequest, start_run
+from orchestrator.local.embedded_redis import EmbeddedRedis, free_port
+from orchestrator.service.runs import RunRequest, start_run
 from tests.integration.conftest import wait_for_terminal
 
 pytestmark = pytest.mark.integration
@@ -72,9 +72,9 @@ def sample(text: str, name: str, **labels: str) -> float:
 async def test_worker_metrics_count_node_runs_and_latency_by_node_type(
     metrics_worker: tuple[EmbeddedRedis, int],
 ) -> None:
-    from orchestrator.plugins import get_registry
     from orchestrator.queue.app import make_celery
     from orchestrator.queue.dispatch import make_dispatch
+    from orchestrator.service.plugins import get_registry
     from orchestrator.store.redis_store import RedisRunStore
 
     server, port = metrics_worker

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from orchestrator.embedded_redis import EmbeddedRedis
+from orchestrator.local.embedded_redis import EmbeddedRedis
 from orchestrator.settings import Settings
 from orchestrator.store.redis_store import RedisRunStore
 from tests.support import redis_server as start_redis

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from orchestrator.embedded_redis import EmbeddedRedis
 from orchestrator.kernel.protocol import EventType, NodeEvent
 from orchestrator.kernel.store import NodeCompletion, NodeStatus, RunStatus
-from orchestrator.runs import RunRequest, start_run
+from orchestrator.local.embedded_redis import EmbeddedRedis
+from orchestrator.service.runs import RunRequest, start_run
+from orchestrator.service.sweeper import Sweeper
 from orchestrator.store.redis_store import RedisRunStore
-from orchestrator.sweeper import Sweeper
 from tests.fake_nodes import graph, make_registry
 from tests.support import claim, events_of, make_plan, record_for
 

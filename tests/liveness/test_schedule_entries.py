@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from orchestrator.embedded_redis import EmbeddedRedis
+from orchestrator.local.embedded_redis import EmbeddedRedis
 from orchestrator.queue.app import make_celery
-from orchestrator.schedules import FIRE_TASK, ScheduleSpec, configure_beat, schedules_in, sync_entries
+from orchestrator.service.schedules import FIRE_TASK, ScheduleSpec, configure_beat, schedules_in, sync_entries
 from orchestrator.settings import Settings
 
 SETTINGS = Settings(key_prefix="sched")

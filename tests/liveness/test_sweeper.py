@@ -7,8 +7,8 @@ import time
 from typing import Any
 
 from orchestrator.kernel.store import RunStatus
+from orchestrator.service.sweeper import Sweeper, lock_key
 from orchestrator.store.redis_store import RedisRunStore
-from orchestrator.sweeper import Sweeper, lock_key
 from tests.support import claim, completed, events_of, make_plan, node_states, record_for
 
 CHAIN = [("a", "out", "b", "in"), ("b", "out", "c", "in")]
@@ -188,7 +188,7 @@ async def test_run_forever_sweeps_until_cancelled(store: RedisRunStore, sent: An
 async def test_a_stopped_sweeper_ends_between_passes_and_leaves_its_client_usable(
     store: RedisRunStore, sent: Any,
 ) -> None:
-    from orchestrator.sweeper import start_sweeper, stop_sweeper
+    from orchestrator.service.sweeper import start_sweeper, stop_sweeper
 
     run_id = await start(store, deadline_s=0.2)
     running = start_sweeper(sweeper(store, sent), period_s=0.05)

@@ -23,7 +23,7 @@ from orchestrator.kernel.protocol import (
     SubgraphResult,
 )
 from orchestrator.kernel.registry import Registry
-from orchestrator.plugins import load_registry
+from orchestrator.service.plugins import load_registry
 
 SubgraphFn = Callable[[dict[str, Any], Any, str | None], Awaitable[SubgraphResult]]
 

@@ -71,7 +71,7 @@ def pdf_bytes(pages: list[str], title: str = "") -> bytes:
 @pytest.fixture(scope="session")
 def node_redis() -> Iterator[Any]:
     """A real redis-server on a free port for nodes that read credentials and files."""
-    from orchestrator.embedded_redis import EmbeddedRedis
+    from orchestrator.local.embedded_redis import EmbeddedRedis
 
     server = EmbeddedRedis(unix_socket=False).start()
     try:
@@ -98,7 +98,7 @@ async def store_credential(services: dict[str, Any], name: str, type_: str, valu
     credential stored before origins existed)."""
     from redis.asyncio import Redis
 
-    from orchestrator.credentials import CredentialStore, validate
+    from orchestrator.host.credentials import CredentialStore, validate
 
     redis = Redis.from_url(services["redis_url"], decode_responses=True)
     try:
@@ -110,7 +110,7 @@ async def store_credential(services: dict[str, Any], name: str, type_: str, valu
 async def set_origins(services: dict[str, Any], name: str, origins: list[str]) -> None:
     from redis.asyncio import Redis
 
-    from orchestrator.credentials import CredentialStore
+    from orchestrator.host.credentials import CredentialStore
 
     redis = Redis.from_url(services["redis_url"], decode_responses=True)
     try:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.kernel.errors import PayloadTooLargeError, ResourceNotFoundError
+from orchestrator.errors import PayloadTooLargeError, ResourceNotFoundError
 from orchestrator.store.blobs import Blobs
 from tests.nodes.rag_support import node_redis, pdf_bytes, redis_services, run_with, s3_settings, s3_url
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def test_every_discovered_node_has_a_palette_colour_by_category() -> None:
-    from orchestrator.plugins import category_colours, colour_of, load_registry
+    from orchestrator.service.plugins import category_colours, colour_of, load_registry
 
     registry = load_registry()
     table = category_colours()

@@ -9,7 +9,7 @@ from cryptography.fernet import Fernet
 
 from orchestrator.cli import main
 from orchestrator.cli.credentials_cmd import parse_values
-from orchestrator.credentials import mask
+from orchestrator.host.credentials import mask
 
 
 def test_keygen_prints_a_usable_fernet_key(capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,10 +14,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.embedded_redis import EmbeddedRedis
 from orchestrator.kernel.protocol import DataValue, EventType, NodeEvent
 from orchestrator.kernel.scheduling import PlanInput, RunPlan, plan_run
 from orchestrator.kernel.store import Claim, NodeCompletion, RunRecord, RunStore
+from orchestrator.local.embedded_redis import EmbeddedRedis
 
 _run_ids = itertools.count(1)
 

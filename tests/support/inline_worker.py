@@ -23,7 +23,7 @@ MAX_STEPS = 200  # a drain that runs more steps than this is a bug in the test
 @cache
 def repo_registry() -> Registry:
     """The repository's node types, as a worker loads them (once per test process)."""
-    from orchestrator.plugins import load_registry
+    from orchestrator.service.plugins import load_registry
 
     return load_registry(Settings())
 

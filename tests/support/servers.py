@@ -10,7 +10,7 @@ from typing import Any
 
 import uvicorn
 
-from orchestrator.embedded_redis import free_port
+from orchestrator.local.embedded_redis import free_port
 
 START_TIMEOUT_S = 10.0
 

@@ -29,8 +29,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.embedded_redis import EmbeddedRedis, free_port
-from orchestrator.embedded_workers import WorkerProcesses
+from orchestrator.local.embedded_redis import EmbeddedRedis, free_port
+from orchestrator.local.embedded_workers import WorkerProcesses
 
 CHROMIUM = "/usr/bin/chromium"
 KEY = "ui-test-key"
@@ -77,7 +77,7 @@ def serve_api(settings: Any, port: int) -> ApiServer:
     import uvicorn
 
     from orchestrator.api import create_app
-    from orchestrator.plugins import load_registry
+    from orchestrator.service.plugins import load_registry
 
     app = create_app(settings, registry=load_registry(settings))
     config = uvicorn.Config(

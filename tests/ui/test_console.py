@@ -290,7 +290,7 @@ def test_an_api_restart_mid_run_is_bridged_with_last_event_id(console: Console, 
     """The console's own API process goes away mid-run and comes back on the same port:
     the browser's EventSource reconnects with Last-Event-ID and the log ends up equal to
     the stored stream (nothing lost, nothing twice)."""
-    from orchestrator.embedded_redis import free_port
+    from orchestrator.local.embedded_redis import free_port
     from tests.ui.conftest import serve_api
 
     port = free_port()

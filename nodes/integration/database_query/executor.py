@@ -27,7 +27,7 @@ from nodes._rag.services import as_text, load_credential
 from nodes._shared.database import Statement, run_statement, sqlite_path, sqlite_url
 from nodes._shared.host import run_workspace, settings_of, workspace_dir, workspace_file
 from nodes._shared.values import result
-from orchestrator.credentials import DEFAULT_WORKSPACE, mask
+from orchestrator.host.credentials import DEFAULT_WORKSPACE, mask
 from orchestrator.kernel.errors import OrchestratorError, ParameterError
 from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext
 from orchestrator.settings import Settings

@@ -35,7 +35,7 @@ from nodes._rag.services import as_text, open_blobs
 from nodes._shared.http import HttpCall, HttpResponse, fetch
 from nodes._shared.paths import get_path
 from nodes._shared.values import result
-from orchestrator.credentials import mask
+from orchestrator.host.credentials import mask
 from orchestrator.kernel.errors import NodeExecutionError, ParameterError
 from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext
 from orchestrator.store.blobs import as_binary_ref

@@ -21,7 +21,7 @@ from nodes._shared.egress import egress_client
 from nodes._shared.endpoint import resolve_endpoint
 from nodes._shared.redaction import redact
 from nodes._shared.values import input_value, result
-from orchestrator.credentials import mask
+from orchestrator.host.credentials import mask
 from orchestrator.kernel.errors import OrchestratorError, ParameterError
 from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext
 

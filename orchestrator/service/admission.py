@@ -10,7 +10,7 @@ Queued work is the node tasks waiting for a worker (the Celery queue's length: t
 nodes of runs not yet started included) plus the nodes waiting on runs' queues for a free
 slot (``{p}:runs:queued``, kept by the Lua scripts and corrected by the sweeper), read in
 one round trip. :func:`check` raises
-:class:`~orchestrator.kernel.errors.OverloadedError` when that is at or above
+:class:`~orchestrator.errors.OverloadedError` when that is at or above
 ``Settings.max_queued_nodes``; the API answers 429 with ``Retry-After:
 Settings.overload_retry_after_s`` and a JSON error naming the limit. Nothing is stored
 for a refused request, and an accepted run is never dropped: the bound only gates
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
-from orchestrator.kernel.errors import OverloadedError
+from orchestrator.errors import OverloadedError
 from orchestrator.settings import Settings
 from orchestrator.store.keys import Keys
 from orchestrator.telemetry import metrics

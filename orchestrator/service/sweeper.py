@@ -58,7 +58,7 @@ from orchestrator.store import redis_client
 from orchestrator.store.keys import Keys
 from orchestrator.store.redis_store import RedisRunStore
 
-log = logging.getLogger("orchestrator.sweeper")
+log = logging.getLogger("orchestrator.service.sweeper")
 
 
 DEFAULT_PERIOD_S = 5.0
@@ -107,7 +107,7 @@ class Sweeper:
     """Deadlines, lost workers and lost dispatches of every active run in one store.
 
     ``dispatch(run_id, node_ids)`` sends node tasks (sync or async), as for
-    ``orchestrator.runs.start_run``. Limits default to the settings (``sweep_period_s``,
+    ``orchestrator.service.runs.start_run``. Limits default to the settings (``sweep_period_s``,
     ``max_node_reclaims``, ``undispatched_grace_s``) and can be overridden per instance.
     ``broker_queue`` is the Redis list the node tasks travel on (same Redis database).
     """

@@ -14,7 +14,7 @@ type              values (required, optional)  used by
 ================  ===========================  =============================================
 
 Destinations: a credential carries ``origins``, the ``scheme://host[:port]`` patterns
-(``orchestrator/origins.py``; ``https://*.example.com`` for subdomains) its secret may be
+(``orchestrator/host/egress/origins.py``; ``https://*.example.com`` for subdomains) its secret may be
 sent to, set by whoever stores it (an admin). :meth:`Credential.refusal` is the one check
 every node makes before attaching a credential to a request. An ``api_key`` may also go to
 the origin of its own ``base_url``. Without origins (credentials stored before they
@@ -46,8 +46,8 @@ from typing import Any
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from redis.asyncio import Redis
 
-from orchestrator.kernel.errors import RequestError, ResourceNotFoundError
-from orchestrator.origins import Origin, OriginPattern, parse_patterns
+from orchestrator.errors import RequestError, ResourceNotFoundError
+from orchestrator.host.egress.origins import Origin, OriginPattern, parse_patterns
 from orchestrator.settings import Settings
 from orchestrator.store.keys import Keys
 

@@ -2,7 +2,7 @@
 
 An origin is ``scheme://host[:port]`` (RFC 6454): two URLs share one when scheme, host and
 port are equal, the port defaulting to 80 for http and 443 for https. A credential carries
-the origin patterns an admin allows it to be sent to (``orchestrator/credentials.py``); a
+the origin patterns an admin allows it to be sent to (``orchestrator/host/credentials.py``); a
 node attaches it to a request only when the request's origin matches one.
 
 A pattern is an origin whose host may start with ``*.``: ``https://*.example.com`` matches

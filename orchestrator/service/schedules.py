@@ -31,9 +31,9 @@ from orchestrator.kernel.errors import OrchestratorError, ParameterError
 from orchestrator.settings import Settings
 
 if TYPE_CHECKING:
-    from orchestrator.graph_store import GraphStore
+    from orchestrator.service.graph_store import GraphStore
 
-log = logging.getLogger("orchestrator.schedules")
+log = logging.getLogger("orchestrator.service.schedules")
 
 SCHEDULE_NODE_TYPE = "schedule_trigger"
 FIRE_TASK = "orchestrator.schedule_fire"  # args: (graph_id, node_id)

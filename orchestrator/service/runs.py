@@ -29,7 +29,7 @@ from orchestrator.settings import Settings, get_settings
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-    from orchestrator.graph_store import GraphStore
+    from orchestrator.service.graph_store import GraphStore
 
 VALIDATED_CACHE_SIZE = 128  # graphs (by content) whose validation this process remembers
 
@@ -172,11 +172,11 @@ class Starter(Protocol):
 async def admit_and_start(services: Starter, graph: dict[str, Any], request: RunRequest, *, trigger: str) -> str:
     """The one way a run of a stored graph starts (API triggers, reruns, schedules):
     ``OverloadedError`` (429 from the API; a skipped fire for the scheduler) before
-    anything is stored while the queue is over its bound (``orchestrator/admission.py``),
+    anything is stored while the queue is over its bound (``orchestrator/service/admission.py``),
     else the new run's id (queued, not finished), listed under its graph and counted.
     ``request.meta`` carries ``workspace`` and ``graph_version``; ``meta.trigger`` is
     ``trigger``."""
-    from orchestrator import admission
+    from orchestrator.service import admission
     from orchestrator.telemetry import metrics
 
     await admission.check(services.redis, services.settings)

@@ -28,7 +28,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from orchestrator.kernel.errors import GraphConflictError, GraphNotFoundError, GraphSchemaError, ParameterError
+from orchestrator.errors import GraphConflictError, GraphNotFoundError
+from orchestrator.kernel.errors import GraphSchemaError, ParameterError
 from orchestrator.kernel.graph import ID_PATTERN, parse_graph
 from orchestrator.kernel.registry import Registry
 from orchestrator.settings import Settings
