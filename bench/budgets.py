@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nodes._shared.evaluator import POOL, _Child, evaluate_jsonata
-from nodes._shared.evaluator_child import transform
+from orchestrator.host.evaluator import POOL, _Child, evaluate_jsonata
+from orchestrator.host.evaluator_child import transform
 from orchestrator.kernel.expressions import Scope
 from orchestrator.kernel.graph import Node
 from orchestrator.kernel.local import LocalRunner

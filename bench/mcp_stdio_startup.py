@@ -4,7 +4,7 @@
 
 * ``unconfined``: the program alone, for scale.
 * ``bwrap``: the previous boundary: bubblewrap (+ setpriv as root) only.
-* ``sh+seccomp+prlimit``: what ``sandbox_command.confined_command`` builds now: ``sh``
+* ``sh+seccomp+prlimit``: what ``command.confined_command`` builds now: ``sh``
   opens the command seccomp program for bubblewrap (``--seccomp 3``), ``prlimit`` sets
   the limits before the program.
 * ``python launcher``: the alternative: bubblewrap then the worker's interpreter running
@@ -31,9 +31,9 @@ from pathlib import Path
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 
-from nodes._shared.sandbox_bwrap import interpreter
-from nodes._shared.sandbox_command import OPEN_SECCOMP, confined_command
-from nodes._shared.sandbox_seccomp import command_bpf
+from orchestrator.host.sandbox.bwrap import interpreter
+from orchestrator.host.sandbox.command import OPEN_SECCOMP, confined_command
+from orchestrator.host.sandbox.seccomp import command_bpf
 from orchestrator.settings import get_settings
 
 ROOT = Path(__file__).resolve().parents[1]

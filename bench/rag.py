@@ -139,7 +139,7 @@ async def bench(url: str, args: argparse.Namespace, pg_url: str | None) -> dict[
         from sqlalchemy.ext.asyncio import create_async_engine
 
         from nodes._rag.pgvector import PgVectorStore
-        from nodes._shared.database import async_url
+        from orchestrator.host.database import async_url
 
         pooled = create_async_engine(async_url(pg_url), pool_size=2)  # a client keeps its connection
         direct = PgVectorStore(pg_url, engine=pooled)

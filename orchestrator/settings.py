@@ -12,8 +12,13 @@ from pathlib import Path
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+import orchestrator
 from orchestrator.kernel.expression_limits import ExpressionLimits
 from orchestrator.kernel.validation import GraphLimits
+
+# The repository's examples/ folder, beside the package in a source checkout or an editable
+# install (an installed wheel has none: set ORCH_EXAMPLES_DIR).
+SOURCE_EXAMPLES = Path(orchestrator.__file__).resolve().parent.parent / "examples"
 
 
 class Settings(BaseSettings):
@@ -92,7 +97,7 @@ class Settings(BaseSettings):
     max_queued_nodes: int = 10_000
     overload_retry_after_s: int = 5
 
-    # -- egress: every outbound connection a node opens (nodes/_shared/egress.py) -------
+    # -- egress: every outbound connection a node opens (orchestrator/host/egress/policy.py) -------
     # Loopback, private, link-local, shared (CGNAT), reserved and multicast addresses are
     # refused unless this is set; cloud-metadata addresses stay refused even then.
     egress_allow_private: bool = False
@@ -115,7 +120,7 @@ class Settings(BaseSettings):
     s3_access_key_id: str | None = None
     s3_secret_access_key: str | None = None
     # Embedded state of workspaces other than "default" on the worker's disk: one folder
-    # per workspace, <dir>/<workspace>/ (database.sqlite3, vectors.sqlite3; nodes/_shared/host.py).
+    # per workspace, <dir>/<workspace>/ (database.sqlite3, vectors.sqlite3; orchestrator/host/workspace.py).
     workspace_data_dir: str = "~/.local/share/orchestrator/workspaces"
     # Workspace "default"'s embedded Database Query database (a node without a credential uses it).
     database_sqlite_path: str = "~/.local/share/orchestrator/database.sqlite3"
@@ -123,10 +128,13 @@ class Settings(BaseSettings):
     vector_backend: str = "sqlite"  # "sqlite" (embedded, one machine) or "pgvector" (shared server)
     vector_sqlite_path: str = "~/.local/share/orchestrator/vectors.sqlite3"  # workspace "default"'s
     vector_database_url: str | None = None  # postgresql://... with pgvector, for vector_backend=pgvector
-    # Folders the Document Loader may read by path (os.pathsep separated); the shipped
-    # examples/ folder is always readable. Empty = nothing else.
+    # Folders the Document Loader may read by path (os.pathsep separated); the examples
+    # folder is always readable. Empty = nothing else.
     loader_paths: str = ""
-    # -- sandbox: Code node and stdio MCP servers (nodes/_shared/sandbox*.py) ------------
+    # The example graphs: the console's gallery, and files the Document Loader may read.
+    # Unset: the repository's examples/ folder beside the package, when there is one.
+    examples_dir: str | None = None
+    # -- sandbox: Code node and stdio MCP servers (orchestrator/host/sandbox/) ------------
     # Without bubblewrap/user namespaces/libseccomp the Code node refuses to run; set this
     # to run it anyway with only the in-process audit hook (NOT a security boundary).
     sandbox_allow_weak: bool = False
@@ -137,7 +145,7 @@ class Settings(BaseSettings):
     # Code node sandboxes running at once in one worker process; more wait for a slot
     # (nested Loops of Code nodes, wide fan-outs). Each may use its memory_mb and the scratch.
     sandbox_max_concurrent: int = 8
-    # JSON Transform evaluates JSONata in child processes (nodes/_shared/evaluator.py):
+    # JSON Transform evaluates JSONata in child processes (orchestrator/host/evaluator.py):
     # this many per worker process, each limited to this much address space.
     transform_processes: int = 2
     transform_memory_mb: int = 512
@@ -147,7 +155,7 @@ class Settings(BaseSettings):
     # Folders (os.pathsep separated, absolute) under which an argument of a confined stdio
     # MCP server that names a file or folder is shown to it, read-only; any other argument
     # is passed as text. Empty = none. A folder holding or inside the keys or secrets file,
-    # a data folder or /proc, /sys, /dev, /run is refused (nodes/_shared/sandbox_binds.py).
+    # a data folder or /proc, /sys, /dev, /run is refused (orchestrator/host/sandbox/binds.py).
     mcp_stdio_arg_roots: str = ""
     mcp_stdio_network: bool = False  # give confined stdio MCP servers the host's network
     # false: allowed stdio MCP commands run unconfined (still only the named environment),
@@ -247,6 +255,11 @@ class Settings(BaseSettings):
                            max_fan_out=self.loop_max_in_flight, max_nodes=self.graph_max_nodes,
                            max_edges=self.graph_max_edges)
 
+    def examples_path(self) -> Path | None:
+        """The examples folder (``examples_dir``, else the source tree's), None if absent."""
+        folder = Path(self.examples_dir).expanduser() if self.examples_dir else SOURCE_EXAMPLES
+        return folder.resolve() if folder.is_dir() else None
+
     @property
     def secrets(self) -> dict[str, str]:
         """The secrets of ``secrets_file`` ({} without one); a bad file is an error naming it."""
@@ -269,3 +282,6 @@ def _read_secrets(path: str) -> dict[str, str]:
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     return Settings()
+
+
+load_settings = get_settings

@@ -30,9 +30,10 @@ from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 
+from orchestrator.host.node_host import HostFactory
+from orchestrator.kernel.environment import ArtifactCache, StepEnvironment, StepOptions
+from orchestrator.kernel.local import run_nested
 from orchestrator.kernel.registry import Registry
-from orchestrator.kernel.runtime import ArtifactCache
-from orchestrator.kernel.step import StepOptions
 from orchestrator.queue.app import DEFAULT_REDIS_URL
 from orchestrator.service.plugins import get_registry
 from orchestrator.settings import Settings, get_settings
@@ -161,12 +162,8 @@ class ProcessState:
     redis: aioredis.Redis
     store: RedisRunStore
     registry: Registry
-    services: dict[str, Any]
-    options: StepOptions
+    env: StepEnvironment  # what every node step of this process runs with
     slots: Slots = field(default_factory=lambda: Slots(_capacity))
-    artifacts: ArtifactCache = field(
-        default_factory=lambda: ArtifactCache(max_runs=MAX_CACHED_RUNS)
-    )
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -204,21 +201,22 @@ def _build() -> ProcessState:
     runner = LoopThread(settings.offload_threads)
     # Built on the loop thread: the client's pool and locks belong to that loop.
     client: aioredis.Redis = runner.run(_client(url, settings))
-    return ProcessState(
-        pid=os.getpid(),
-        worker_id=worker_id(),
-        settings=settings,
-        runner=runner,
-        redis=client,
-        store=RedisRunStore(client, settings),
-        registry=get_registry(),
-        services={"redis_url": url, "settings": settings},
+    store = RedisRunStore(client, settings)
+    registry = get_registry()
+    me = worker_id()
+    env = StepEnvironment(
+        store=store, registry=registry, worker_id=me,
         options=StepOptions(lease_s=settings.node_lease_s, cancel_poll_s=settings.cancel_poll_s,
                             max_output_bytes=settings.max_output_bytes,
                             max_output_depth=settings.max_output_depth,
                             expression_limits=settings.expression_limits(),
                             graph_limits=settings.graph_limits()),
+        artifacts=ArtifactCache(max_runs=MAX_CACHED_RUNS),
+        host_for=HostFactory(settings, url),  # each run's NodeHost, built once
+        subgraphs=run_nested,
     )
+    return ProcessState(pid=os.getpid(), worker_id=me, settings=settings, runner=runner, redis=client,
+                        store=store, registry=registry, env=env)
 
 
 async def _client(url: str, settings: Settings) -> aioredis.Redis:

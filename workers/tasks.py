@@ -75,10 +75,7 @@ async def _step(run_id: str, node_id: str, *, promised: bool) -> StepOutcome:
     in_flight.inc()
     outcome: StepOutcome | None = None
     try:
-        outcome = await run_step(
-            state.store, state.registry, run_id, node_id, worker_id=state.worker_id,
-            services=state.services, artifacts=state.artifacts, options=state.options, take=handover.take,
-        )
+        outcome = await run_step(state.env, run_id, node_id, take=handover.take)
     finally:
         handover.settle(len(outcome.ready) if outcome is not None else 0)
         in_flight.dec()

@@ -8,7 +8,7 @@ on one event loop share nothing. :class:`NodeMCPTools` changes three things:
 - **streamable HTTP through the egress policy.** Agno builds its own ``fastmcp.Client``
   whose httpx2 client connects wherever DNS points. :meth:`NodeMCPTools._connect` builds
   the client itself, over ``StreamableHttpTransport`` with the httpx2 client of
-  :func:`nodes._shared.mcp_http.mcp_http_client`: every TCP connection (the first, a
+  :func:`orchestrator.host.egress.mcp_http.mcp_http_client`: every TCP connection (the first, a
   redirect the SDK follows, the SDK's second stream, a reconnect) is checked after DNS,
   on the address connected to. Agno's own builder reads its settings through
   ``_connection_params``; that call is refused for HTTP, so an Agno upgrade that builds
@@ -31,8 +31,8 @@ from agno.tools.mcp import MCPTools
 from fastmcp import Client
 from fastmcp.client.transports import StreamableHttpTransport
 
-from nodes._shared.egress import EgressPolicy
-from nodes._shared.mcp_http import mcp_http_client
+from orchestrator.host.egress.mcp_http import mcp_http_client
+from orchestrator.host.egress.policy import EgressPolicy
 
 
 class NodeMCPTools(MCPTools):

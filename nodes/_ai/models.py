@@ -12,7 +12,7 @@ A spec is a string ``"provider:model_id"`` (as Agno's ``get_model`` takes it) or
                       choosing: unset, there are no script files).
 
 For the OpenAI-compatible providers, which server gets which key is
-``nodes/_shared/endpoint.py``: the operator's key only to endpoints the operator
+``orchestrator/host/endpoint.py``: the operator's key only to endpoints the operator
 configured (``ORCH_OPENAI_BASE_URL``, ``ORCH_MODEL_BASE_URLS``), a credential's key only to
 origins the credential allows, any other ``base_url`` refused with a ``ParameterError``.
 Their client passes the egress policy at every connect (``openai_models.py``). Other
@@ -22,7 +22,7 @@ and keys from the environment: a graph chooses only the model id.
 With ``ORCH_OFFLINE_MODELS=1`` every spec resolves to the dry-run model.
 
 API keys are never read from graph JSON (a spec carrying ``api_key`` is rejected).
-``nodes/_shared/redaction.py`` masks secrets in events and errors; the key of a
+``orchestrator/host/redaction.py`` masks secrets in events and errors; the key of a
 credential a model uses is registered there for the node execution.
 """
 
@@ -37,12 +37,11 @@ from agno.models.base import Model
 from agno.models.utils import get_model
 
 from nodes._ai.dryrun import DryRunModel
-from nodes._rag.services import settings_of
-from nodes._shared.endpoint import resolve_endpoint
-from nodes._shared.redaction import mask_also, redact
+from orchestrator.host.endpoint import resolve_endpoint
+from orchestrator.host.node_host import node_host
+from orchestrator.host.redaction import mask_also, redact
 from orchestrator.kernel.errors import ParameterError
 from orchestrator.kernel.protocol import FlowContext
-from orchestrator.settings import Settings
 
 OFFLINE_ENV = "ORCH_OFFLINE_MODELS"
 DRYRUN_PROVIDERS = frozenset({"dryrun", "dry-run"})
@@ -85,13 +84,13 @@ def _split(spec: str | dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
     return provider, model_id, extra
 
 
-def load_script(name: str, settings: Settings) -> list[dict[str, Any]]:
+def load_script(name: str, scripts_dir: str) -> list[dict[str, Any]]:
     """The dry-run script ``name`` (a JSON list of steps) inside the operator's scripts
     folder. Errors name the file as the graph gave it, never its contents."""
-    if not settings.dryrun_scripts_dir:
+    if not scripts_dir:
         raise ParameterError(f"parameter 'model': dry-run script files are off ({SCRIPTS_SETTING} is not "
                              "set); give the steps in the node's 'script' parameter", parameter="model")
-    root = Path(settings.dryrun_scripts_dir).expanduser().resolve()
+    root = Path(scripts_dir).expanduser().resolve()
     path = (root / name).resolve()
     if Path(name).is_absolute() or not path.is_relative_to(root) or not path.is_file():
         raise ParameterError(f"parameter 'model': dry-run script {name!r} is not a file inside "
@@ -114,11 +113,11 @@ async def resolve_model(spec: str | dict[str, Any] | None, ctx: FlowContext, *,
     if not spec:
         raise ParameterError("no model given", parameter="model")
     provider, model_id, extra = _split(spec)
-    settings = settings_of(ctx)
+    settings = node_host(ctx).settings
     if offline() or provider in DRYRUN_PROVIDERS:
         steps = script
         if steps is None and provider in DRYRUN_PROVIDERS and model_id.endswith(".json"):
-            steps = load_script(model_id, settings)
+            steps = load_script(model_id, settings.dryrun_scripts_dir)
         return DryRunModel(id=model_id, script=list(steps or []))
     model: Model
     if provider in OPENAI_PROVIDERS:

@@ -1,11 +1,11 @@
 """Agno's OpenAI models, talking to one checked endpoint through the egress policy.
 
 :func:`openai_model` builds Agno's ``OpenAIChat`` / ``OpenAILike`` for an
-:class:`~nodes._shared.endpoint.Endpoint` (which server, which key: ``endpoint.py``). The
+:class:`~orchestrator.host.endpoint.Endpoint` (which server, which key: ``endpoint.py``). The
 model's OpenAI client is given an httpx2 client (the SDK's engine) that:
 
 * opens every connection through the egress policy, after DNS, on the address connected
-  to (``nodes/_shared/egress_httpx2.py``), with the endpoint's host allowed when the
+  to (``orchestrator/host/egress/httpx2.py``), with the endpoint's host allowed when the
   operator configured it;
 * follows no redirect, and refuses any request whose origin is not the endpoint's (the
   SDK builds URLs from the base URL; this makes "the key goes to this origin" hold for
@@ -32,11 +32,11 @@ from agno.models.openai import OpenAIChat
 from agno.models.openai.like import OpenAILike
 from openai import DEFAULT_CONNECTION_LIMITS, DEFAULT_TIMEOUT, AsyncOpenAI, OpenAI
 
-from nodes._shared.egress import EgressPolicy
-from nodes._shared.egress_httpx2 import egress_client_httpx2
-from nodes._shared.endpoint import Endpoint
-from nodes._shared.redaction import operator_secrets
+from orchestrator.host.egress.httpx2 import egress_client_httpx2
 from orchestrator.host.egress.origins import Origin
+from orchestrator.host.egress.policy import EgressPolicy
+from orchestrator.host.endpoint import Endpoint
+from orchestrator.host.redaction import operator_secrets
 from orchestrator.kernel.errors import EgressDeniedError
 
 # Headers the OpenAI SDK fills from the worker's environment.

@@ -27,7 +27,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from nodes._shared.redaction import redact
+from orchestrator.host.redaction import redact
 from orchestrator.kernel.errors import RunCancelled
 from orchestrator.kernel.protocol import EventType, FlowContext, NodeEvent
 

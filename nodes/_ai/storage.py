@@ -46,8 +46,9 @@ from agno.db.utils import build_single_run_row
 from agno.utils.string import generate_id
 from redis import Redis
 
-from nodes._shared.host import checked_workspace, run_workspace
 from orchestrator.host.credentials import DEFAULT_WORKSPACE
+from orchestrator.host.node_host import node_host
+from orchestrator.host.workspace import checked_workspace
 from orchestrator.kernel.protocol import FlowContext
 
 DEFAULT_RETENTION_S = 7 * 24 * 3600  # when the host passes no settings (matches Settings)
@@ -125,10 +126,8 @@ def agno_prefix(key_prefix: str, workspace: str) -> str:
 async def session_db(ctx: FlowContext) -> BaseDb:
     """Agno session storage of the run's workspace: on the run's Redis when the host passes
     ``redis_url``, else the process-local store."""
-    redis_url = ctx.services.get("redis_url")
-    if not redis_url:
+    host = node_host(ctx)
+    if not host.redis_url:
         return _MEMORY_DB
-    settings = ctx.services.get("settings")
-    expire_s = int(getattr(settings, "retention_s", 0) or DEFAULT_RETENTION_S)
-    key_prefix = getattr(settings, "key_prefix", None) or "orc"
-    return redis_db(str(redis_url), agno_prefix(key_prefix, await run_workspace(ctx)), expire_s)
+    expire_s = int(host.settings.retention_s or DEFAULT_RETENTION_S)
+    return redis_db(host.redis_url, agno_prefix(host.settings.key_prefix or "orc", host.workspace), expire_s)

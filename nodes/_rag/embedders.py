@@ -3,7 +3,7 @@
 A model spec is ``"<provider>:<model>"``:
 
 ``openai:<model>``  POST ``{base_url}/embeddings`` in batches (OpenAI, Ollama's and vLLM's
-                    OpenAI-compatible servers). Base URL and key: ``nodes/_shared/endpoint.py``
+                    OpenAI-compatible servers). Base URL and key: ``orchestrator/host/endpoint.py``
                     (a credential's, or the operator's endpoints and key).
 ``dryrun:<name>``   :class:`HashEmbedder`, offline and deterministic (alias ``dry-run``).
 

@@ -37,9 +37,9 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
-from nodes._shared.database import async_url
-from nodes._shared.host import checked_workspace
 from orchestrator.host.credentials import DEFAULT_WORKSPACE
+from orchestrator.host.database import async_url
+from orchestrator.host.workspace import checked_workspace
 from orchestrator.kernel.errors import NodeExecutionError
 
 from .vectors import Hit, Record, _dims_error, check_collection

@@ -2,7 +2,7 @@
 
 ``SqliteVectorStore`` (the embedded default) keeps the collections of one workspace in
 one SQLite file (``default``: ``ORCH_VECTOR_SQLITE_PATH``; any other workspace its own
-``vectors.sqlite3`` in its folder, ``nodes/_shared/host.py``) and searches exactly (cosine,
+``vectors.sqlite3`` in its folder, ``orchestrator/host/workspace.py``) and searches exactly (cosine,
 numpy) over the collection's matrix, cached per process and reloaded when the collection's
 version changes. It needs no service, and every worker process on the machine shares it
 through SQLite's own locking (WAL). ``PgVectorStore`` is the server every worker of a

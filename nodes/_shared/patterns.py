@@ -27,7 +27,7 @@ import time
 
 import regex
 
-from orchestrator.settings import get_settings
+from orchestrator.host.node_host import standalone
 
 MAX_PATTERN_CHARS = 20_000
 
@@ -40,7 +40,7 @@ class PatternClock:
     """One node execution's time budget for matching graph-supplied patterns."""
 
     def __init__(self, budget_s: float | None = None) -> None:
-        self.budget_s = get_settings().pattern_timeout_s if budget_s is None else budget_s
+        self.budget_s = standalone().settings.pattern_timeout_s if budget_s is None else budget_s
         self._deadline: float | None = None
 
     def remaining_s(self) -> float:

@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .compile import compile_run
+from .environment import ArtifactCache, Nested, StepEnvironment, StepOptions
 from .memory import EventCallback, MemoryStore
 from .protocol import DataValue, NodeEvent, SubgraphResult
 from .registry import Registry
-from .runtime import ArtifactCache
-from .step import StepOptions, main_output, run_step
+from .step import main_output, run_step
 from .store import NodeStatus, RunRecord, RunStatus
-from .validation import DEFAULT_GRAPH_LIMITS, validate_graph
+from .validation import validate_graph
 
 
 @dataclass
@@ -51,18 +51,22 @@ class LocalRunner:
         registry: Registry,
         *,
         store: MemoryStore | None = None,
-        services: dict[str, Any] | None = None,
+        host: object = None,
         artifacts: ArtifactCache | None = None,
         options: StepOptions | None = None,
     ) -> None:
         """``store`` defaults to a new ``MemoryStore()`` (give ``MemoryStore(on_event=...)``
-        to see every run's events)."""
+        to see every run's events); ``host`` is what executors get as ``ctx.host``."""
         self.registry = registry
-        self.options = options
         self.store = store or MemoryStore()
-        self.services = services or {}
-        self.artifacts = artifacts or ArtifactCache()
+        self.host = host
+        self.env = StepEnvironment(store=self.store, registry=registry, worker_id="local",
+                                   options=options or StepOptions(), artifacts=artifacts or ArtifactCache(),
+                                   host_for=None if host is None else self._host, subgraphs=run_nested)
         self._graphs: dict[str, Any] = {}
+
+    def _host(self, run_id: str, workspace: str | None) -> object:
+        return self.host
 
     async def run(
         self,
@@ -74,7 +78,7 @@ class LocalRunner:
         session_id: str | None = None,
         on_event: EventCallback | None = None,
     ) -> LocalRunResult:
-        vg = validate_graph(graph, self.registry, self.options.graph_limits if self.options else DEFAULT_GRAPH_LIMITS)
+        vg = validate_graph(graph, self.registry, self.env.options.graph_limits)
         run_id = run_id or uuid.uuid4().hex
         plan = compile_run(vg, run_id, start)
         if on_event is not None:
@@ -113,9 +117,7 @@ class LocalRunner:
 
     async def _step(self, run_id: str, node_id: str) -> list[str]:
         while True:
-            outcome = await run_step(self.store, self.registry, run_id, node_id, worker_id="local",
-                                     services=self.services, artifacts=self.artifacts,
-                                     options=self.options)
+            outcome = await run_step(self.env, run_id, node_id)
             if outcome.retry_in_s is None:
                 return outcome.ready
             # A scheduled retry: in process there is no slot to free, only this task to pause.
@@ -147,8 +149,18 @@ async def run_graph_local(
     start: list[str] | None = None,
     session_id: str | None = None,
     on_event: EventCallback | None = None,
-    services: dict[str, Any] | None = None,
+    host: object = None,
 ) -> LocalRunResult:
     """Validate, plan and run ``graph`` in this process; return its final state."""
-    runner = LocalRunner(registry, store=MemoryStore(on_event=on_event), services=services)
+    runner = LocalRunner(registry, store=MemoryStore(on_event=on_event), host=host)
     return await runner.run(graph, run_input, run_id=run_id, start=start, session_id=session_id)
+
+
+async def run_nested(env: StepEnvironment, nested: Nested) -> SubgraphResult:
+    """Run a nested graph (a container node's) in this process, with the outer run's
+    registry, options, artifact cache and host: the ``SubgraphRunner`` of workers and of
+    ``LocalRunner``."""
+    runner = LocalRunner(env.registry, host=nested.host, artifacts=env.artifacts, options=env.options)
+    result = await runner.run(nested.graph, nested.run_input, run_id=nested.run_id, session_id=nested.session_id,
+                              on_event=nested.on_event)
+    return result.as_subgraph_result()

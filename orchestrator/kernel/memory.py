@@ -170,7 +170,8 @@ class MemoryStore(RunStore):
         run.state.status[node_id] = NodeStatus.RUNNING
         await self._append(run, started)
         return Claim(kind="run", claims=run.claims[node_id], run_input=run.record.run_input,
-                     session_id=run.record.session_id, resume=run.resumes.get(node_id),
+                     session_id=run.record.session_id, workspace=run.record.meta.get("workspace") or None,
+                     resume=run.resumes.get(node_id),
                      outputs={n: run.outputs[n] for n in read if n in run.outputs}, attempt=attempt,
                      token=token)
 

@@ -229,7 +229,9 @@ class FlowContext:
     run_input: Any = None  # the trigger payload of this run
     session_id: str | None = None  # a caller-chosen key grouping runs (e.g. a conversation)
     attempt: int = 1
-    services: dict[str, Any] = field(default_factory=dict)  # injected by the host process
+    # What the host process lends the node (this product: ``orchestrator.host.NodeHost``,
+    # read with ``orchestrator.host.node_host(ctx)``); the kernel never looks inside.
+    host: object = None
     input_sources: dict[str, list[str]] = field(default_factory=dict)  # port -> source node names
     settings: dict[str, Any] = field(default_factory=dict)  # the node's settings block
     # Set when a suspended node is resumed: {"payload": <what it suspended with>, "input": <resume input>}

@@ -6,21 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
+from .environment import EventSink, Nested, StepEnvironment
 from .errors import LinkCycleError, LinkResolutionError, OrchestratorError
 from .expressions import Scope
 from .graph import Edge, Graph
 from .parameters import resolve_parameters_off_loop
 from .protocol import EdgeView, FlowContext, NodeEvent, NodeView, SubgraphResult
-from .registry import Registry
-
-if TYPE_CHECKING:
-    from .step import StepOptions
-
-EventSink = Callable[[NodeEvent], Awaitable[None]]
 
 # The chain of (node id, handle) being materialized in this task: a repeat is a cycle.
 _LINK_PATH: contextvars.ContextVar[tuple[tuple[str, str], ...]] = contextvars.ContextVar(
@@ -28,64 +22,36 @@ _LINK_PATH: contextvars.ContextVar[tuple[tuple[str, str], ...]] = contextvars.Co
 )
 
 
-class ArtifactCache:
-    """Process-local, per-run cache of materialized artifacts and executor key/values.
-
-    Artifacts cannot be pickled (they hold clients, locks, loops), so each worker process
-    keeps its own; the least recently used runs are evicted past ``max_runs``.
-    """
-
-    def __init__(self, max_runs: int = 64) -> None:
-        self._runs: OrderedDict[str, dict[tuple[str, str, str], Any]] = OrderedDict()
-        self.max_runs = max_runs
-
-    def for_run(self, run_id: str) -> dict[tuple[str, str, str], Any]:
-        entry = self._runs.get(run_id)
-        if entry is None:
-            entry = self._runs[run_id] = {}
-            while len(self._runs) > self.max_runs:
-                self._runs.popitem(last=False)
-        else:
-            self._runs.move_to_end(run_id)
-        return entry
-
-    def drop(self, run_id: str) -> None:
-        self._runs.pop(run_id, None)
-
-
 def _edge_view(edge: Edge) -> EdgeView:
     return EdgeView(edge.id, edge.source, edge.source_handle, edge.target, edge.target_handle, edge.channel)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunFrame:
+    """What is fixed for one run while its nodes execute: the graph, the run's input and
+    session, and the host object its executors get (``FlowContext.host``)."""
+
+    graph: Graph
+    run_id: str
+    run_input: Any = None
+    session_id: str | None = None
+    host: object = None
 
 
 class GraphRuntime:
     """Implements ``protocol.RuntimeApi`` over one graph and one run."""
 
-    def __init__(
-        self,
-        *,
-        graph: Graph,
-        registry: Registry,
-        run_id: str,
-        node_id: str,
-        artifacts: ArtifactCache,
-        scope: Scope,
-        sink: EventSink,
-        run_input: Any = None,
-        session_id: str | None = None,
-        services: dict[str, Any] | None = None,
-        options: StepOptions | None = None,
-    ) -> None:
-        self.graph = graph
-        self.registry = registry
-        self.run_id = run_id
+    def __init__(self, env: StepEnvironment, run: RunFrame, *, node_id: str, scope: Scope,
+                 sink: EventSink) -> None:
+        self.env = env
+        self.run = run
+        self.graph = run.graph
+        self.registry = env.registry
+        self.run_id = run.run_id
         self.node_id = node_id  # the node whose step owns this runtime
-        self.artifacts = artifacts
+        self.artifacts = env.artifacts
         self.scope = scope
         self.sink = sink
-        self.run_input = run_input
-        self.session_id = session_id
-        self.services = services or {}
-        self.options = options  # the host's step options; nested graphs run with them too
 
     # -- navigation -------------------------------------------------------------------
 
@@ -122,8 +88,8 @@ class GraphRuntime:
 
         return FlowContext(
             run_id=self.run_id, node_id=node.id, node_type=node.type, node_name=node.name,
-            runtime=self, emit=emit, run_input=self.run_input, session_id=self.session_id,
-            attempt=attempt, services=self.services, settings=node.settings.model_dump(),
+            runtime=self, emit=emit, run_input=self.run.run_input, session_id=self.run.session_id,
+            attempt=attempt, host=self.run.host, settings=node.settings.model_dump(),
             expression_limits=self.scope.limits, expression_spending=self.scope.spending, **extra,
         )
 
@@ -209,8 +175,6 @@ class GraphRuntime:
     # -- nested graphs ------------------------------------------------------------------
 
     async def run_subgraph(self, graph: dict[str, Any], run_input: Any, *, label: str | None = None) -> SubgraphResult:
-        from .local import LocalRunner  # local -> step -> runtime: import at call time
-
         label = label or "subgraph"
         outer_sink = self.sink
         outer = self.graph.node_by_id[self.node_id]
@@ -228,9 +192,9 @@ class GraphRuntime:
                 event_type=event.event_type, data=data, attempt=event.attempt,
             ))
 
-        runner = LocalRunner(self.registry, services=self.services, artifacts=self.artifacts,
-                             options=self.options)
-        result = await runner.run(
-            graph, run_input, run_id=f"{self.run_id}/{label}", session_id=self.session_id, on_event=forward
-        )
-        return result.as_subgraph_result()
+        if self.env.subgraphs is None:
+            raise OrchestratorError(f"node {outer.name!r}: this host runs no nested graphs", run_id=self.run_id,
+                                    node_id=outer.id, node_name=outer.name)
+        return await self.env.subgraphs(self.env, Nested(
+            graph=graph, run_input=run_input, run_id=f"{self.run_id}/{label}", session_id=self.run.session_id,
+            host=self.run.host, on_event=forward))

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .definition import NodeDefinition
+from .environment import StepEnvironment, StepOptions
 from .errors import (
     NodeSuperseded,
     OrchestratorError,
@@ -26,24 +27,19 @@ from .errors import (
     RunCancelled,
     SuspendRequested,
 )
-from .expression_limits import DEFAULT_LIMITS, ExpressionLimits
 from .expressions import Scope
 from .graph import ERROR_PORT, Graph, Node, parse_graph
-from .output_limits import DEFAULT_MAX_DEPTH, check_outputs
+from .output_limits import check_outputs
 from .parameters import resolve_parameters_off_loop
 from .protocol import DataValue, EventType, ExecutionResult, FlowContext, NodeEvent
 from .registry import NodeType, Registry
 from .retry import backoff_s, is_retryable
-from .runtime import ArtifactCache, GraphRuntime
+from .runtime import GraphRuntime, RunFrame
 from .scheduling import RunPlan
-from .store import Claim, NodeCompletion, NodeStatus, RunStore
+from .store import Claim, NodeCompletion, NodeStatus
 from .supervision import Watch, supervise, supervisor_for, timed
-from .validation import DEFAULT_GRAPH_LIMITS, GraphLimits
 
 log = logging.getLogger("orchestrator.step")
-
-_DEFAULT_ARTIFACTS = ArtifactCache()
-
 
 @dataclass
 class StepOutcome:
@@ -54,16 +50,6 @@ class StepOutcome:
     duration_s: float = 0.0  # claim to completion, when it ran
     retry_in_s: float | None = None  # a retry is scheduled (or not due yet): run the node again after this long
     queued: int = 0  # ready successors this completion left on the run's queue (``take`` given)
-
-
-@dataclass
-class StepOptions:
-    lease_s: float = 60.0
-    cancel_poll_s: float = 0.2
-    max_output_bytes: int = 8 * 1024 * 1024
-    max_output_depth: int = DEFAULT_MAX_DEPTH  # lists/objects nesting of one output value
-    expression_limits: ExpressionLimits = DEFAULT_LIMITS  # budgets of every parameter expression
-    graph_limits: GraphLimits = DEFAULT_GRAPH_LIMITS  # what nested graphs are validated against
 
 
 def _graph_for(plan: RunPlan) -> Graph:
@@ -169,21 +155,20 @@ def _error_info(exc: BaseException, node: Node) -> dict[str, Any]:
 class StepContext:
     """Everything one step of one node works with, bundled (as httpx bundles a request)."""
 
-    store: RunStore
-    registry: Registry
+    env: StepEnvironment
     plan: RunPlan
     graph: Graph
     node: Node
     node_type: NodeType
-    worker_id: str
-    artifacts: ArtifactCache
-    options: StepOptions
-    services: dict[str, Any] | None = None
+
+    @property
+    def options(self) -> StepOptions:
+        return self.env.options
 
     def event(self, event_type: str, data: dict[str, Any] | None = None, attempt: int = 1) -> NodeEvent:
         """A node event; ``started``, ``completed`` and ``error`` say which worker ran it."""
         if event_type in _WHERE_EVENTS:
-            data = {**(data or {}), "worker_id": self.worker_id}
+            data = {**(data or {}), "worker_id": self.env.worker_id}
         node = self.node
         return NodeEvent(run_id=self.plan.run_id, node_id=node.id, node_type=node.type, node_name=node.name,
                          event_type=event_type, data=data, attempt=attempt)
@@ -192,18 +177,8 @@ class StepContext:
 _WHERE_EVENTS = frozenset({EventType.STARTED, EventType.COMPLETED, EventType.ERROR})
 
 
-async def run_step(
-    store: RunStore,
-    registry: Registry,
-    run_id: str,
-    node_id: str,
-    *,
-    worker_id: str,
-    services: dict[str, Any] | None = None,
-    artifacts: ArtifactCache | None = None,
-    options: StepOptions | None = None,
-    take: Callable[[], int] | None = None,
-) -> StepOutcome:
+async def run_step(env: StepEnvironment, run_id: str, node_id: str, *,
+                   take: Callable[[], int] | None = None) -> StepOutcome:
     """Run ``node_id`` of ``run_id`` once; safe to call again for the same node.
 
     A failed attempt with attempts left does not wait here: its completion is
@@ -212,21 +187,22 @@ async def run_step(
 
     ``take`` (the host's free slots, asked at completion time) puts the successors that
     became ready on the run's queue and returns at most that many of the oldest queued in
-    ``ready`` (see ``RunStore.complete_node``); without it ``ready`` holds them all."""
-    opts = options or StepOptions()
+    ``ready`` (see ``RunStore.complete_node``); without it ``ready`` holds them all.
+
+    ``env`` is what this process lends every step: store, registry, worker id, options,
+    artifact cache, the runs' host objects and the nested-graph runner."""
+    store, registry, opts = env.store, env.registry, env.options
     plan = await store.load_plan(run_id)
     graph = _graph_for(plan)
     node = graph.node_by_id.get(node_id)
     if node is None or node_id not in plan.nodes:
         return StepOutcome(ready=[], ran=False, status="closed")
     node_type = registry.get(node.type, graph_id=graph.id, node_id=node.id, node_name=node.name)
-    step = StepContext(store=store, registry=registry, plan=plan, graph=graph, node=node,
-                       node_type=node_type, worker_id=worker_id,
-                       artifacts=artifacts or _DEFAULT_ARTIFACTS, options=opts, services=services)
+    step = StepContext(env=env, plan=plan, graph=graph, node=node, node_type=node_type)
 
     sources = [e.source for e in graph.incoming(node.id, "flow")]
     needed = sorted(set(sources) | set(plan.refs.get(node.id, [])))
-    claim = await store.claim_node(run_id, node_id, worker_id=worker_id, lease_s=opts.lease_s,
+    claim = await store.claim_node(run_id, node_id, worker_id=env.worker_id, lease_s=opts.lease_s,
                                    started=step.event(EventType.STARTED), read=needed)
     if claim.kind != "run":
         return StepOutcome(ready=claim.pending_dispatch, ran=False, status=claim.kind,
@@ -256,7 +232,7 @@ async def run_step(
 async def _execute_node(step: StepContext, claim: Claim, watch: Watch) -> tuple[NodeCompletion, float | None]:
     """Run the node's attempt ``claim.attempt``: (its completion, the retry delay when the
     completion is ``retrying``)."""
-    node, plan, graph, registry = step.node, step.plan, step.graph, step.registry
+    node, plan, graph, registry = step.node, step.plan, step.graph, step.env.registry
     definition = step.node_type.definition
     outputs = claim.outputs
     gathered = _gather(graph, registry, node, definition, outputs)
@@ -270,11 +246,11 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch) -> tuple[
                   limits=step.options.expression_limits)
 
     async def sink(ev: NodeEvent) -> None:
-        await step.store.append_event(ev, token=claim.token)
+        await step.env.store.append_event(ev, token=claim.token)
 
-    runtime = GraphRuntime(graph=graph, registry=registry, run_id=plan.run_id, node_id=node.id,
-                           artifacts=step.artifacts, scope=scope, sink=sink, run_input=claim.run_input,
-                           session_id=claim.session_id, services=step.services, options=step.options)
+    run = RunFrame(graph=graph, run_id=plan.run_id, run_input=claim.run_input, session_id=claim.session_id,
+                   host=step.env.host(plan.run_id, claim.workspace))
+    runtime = GraphRuntime(step.env, run, node_id=node.id, scope=scope, sink=sink)
     policy = node.settings.retry
     attempt = claim.attempt
     resolved: dict[str, Any] = {}

@@ -79,6 +79,7 @@ class Claim:
     # With kind "run": the run's fixed context, so the step reads no run record.
     run_input: Any = None
     session_id: str | None = None
+    workspace: str | None = None  # the run's workspace (its record's), for the host of its nodes
     resume: dict[str, Any] | None = None  # {"payload", "input"} when the node was resumed
     outputs: dict[str, dict[str, DataValue]] = field(default_factory=dict)  # of the ``read`` nodes
     attempt: int = 1  # which attempt this claim runs (> 1 after a scheduled retry)

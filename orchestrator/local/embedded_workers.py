@@ -36,7 +36,7 @@ QUEUE = "orchestrator"  # orchestrator.queue.app.NODE_QUEUE (kept literal: this 
 READY_FILE_ENV = "ORCH_WORKER_READY_FILE"  # orchestrator.queue.app.READY_FILE_ENV
 START_TIMEOUT_S = 60.0
 STOP_GRACE_S = 10.0
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the folder holding orchestrator/, workers/, nodes/
 
 
 class WorkerStartError(RuntimeError):

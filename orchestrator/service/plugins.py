@@ -147,7 +147,7 @@ def discover_folder(root: Path, *, strict: bool = True) -> list[Found]:
 
 def _repo_nodes_dir() -> Path | None:
     """The ``nodes`` package installed beside ``orchestrator`` (repo checkout or wheel)."""
-    beside = Path(__file__).resolve().parent.parent / "nodes"
+    beside = Path(__file__).resolve().parents[2] / "nodes"
     if beside.is_dir():
         return beside
     spec = importlib.util.find_spec("nodes")

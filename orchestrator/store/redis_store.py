@@ -319,13 +319,14 @@ class RedisRunStore(RunStore):
         reply = await self._call("claim", run_id, [_dumps(args)], node_id)
         kind, claims, *rest = reply
         if kind == "run":
-            run_input, session_id, resume, attempt, token, *stored = rest
+            run_input, session_id, resume, attempt, token, workspace, *stored = rest
             outputs = {
                 stored[i]: {port: DataValue.from_json(v) for port, v in json.loads(stored[i + 1]).items()}
                 for i in range(0, len(stored), 2)
             }
             return Claim(kind="run", claims=int(claims), run_input=json.loads(run_input),
-                         session_id=session_id or None, resume=json.loads(resume) if resume else None,
+                         session_id=session_id or None, workspace=workspace or None,
+                         resume=json.loads(resume) if resume else None,
                          outputs=outputs, attempt=int(attempt), token=int(token))
         if kind == "early":
             return Claim(kind="early", claims=int(claims), retry_in_s=int(rest[0]) / 1000)

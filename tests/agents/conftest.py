@@ -14,6 +14,7 @@ import pytest
 
 from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext, NodeEvent
 from orchestrator.settings import get_settings
+from tests.support import host_from
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -55,7 +56,7 @@ def make_ctx(node_id: str = "a1", *, name: str = "Helper", node_type: str = "age
 
     ctx = FlowContext(run_id=run_id, node_id=node_id, node_type=node_type, node_name=name,
                       runtime=FakeRuntime(links),  # type: ignore[arg-type]
-                      emit=emit, session_id=session_id, services=services or {}, resume=resume)
+                      emit=emit, session_id=session_id, host=host_from(services), resume=resume)
     return ctx
 
 

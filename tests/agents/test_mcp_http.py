@@ -24,8 +24,8 @@ from starlette.responses import RedirectResponse
 from starlette.routing import Mount, Route
 
 from nodes._ai import mcp_tools
-from nodes._shared.egress import EgressPolicy
-from nodes._shared.mcp_http import mcp_http_client
+from orchestrator.host.egress.mcp_http import mcp_http_client
+from orchestrator.host.egress.policy import EgressPolicy
 from orchestrator.kernel.errors import EgressDeniedError
 from orchestrator.settings import get_settings
 from tests.agents.conftest import call_tool, load_executor, make_ctx

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from nodes._shared import sandbox_command
+from orchestrator.host.sandbox import command as sandbox_command
 from orchestrator.kernel.errors import ParameterError
 from orchestrator.settings import get_settings
 from tests.agents.conftest import call_tool, load_executor, make_ctx

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from nodes._shared import sandbox_command, sandbox_seccomp
+from orchestrator.host.sandbox import command, seccomp
 from orchestrator.kernel.errors import ParameterError
 from orchestrator.settings import get_settings
 from tests.agents.conftest import call_tool, load_executor, make_ctx
@@ -49,9 +49,9 @@ def configure(monkeypatch: pytest.MonkeyPatch, **settings: str) -> None:
 @pytest.fixture
 def without_command_filter(monkeypatch: pytest.MonkeyPatch) -> None:
     """The control: the same boundary with an empty seccomp program."""
-    _sc, flt = sandbox_seccomp._filter()
-    allow_all = sandbox_seccomp._export(flt)
-    monkeypatch.setattr(sandbox_command, "command_bpf", lambda: allow_all)
+    _sc, flt = seccomp._filter()
+    allow_all = seccomp._export(flt)
+    monkeypatch.setattr(command, "command_bpf", lambda: allow_all)
 
 
 @pytest.fixture
@@ -256,7 +256,7 @@ def test_the_redis_socket_is_covered_inside_any_bind(host_folder: Path, monkeypa
     monkeypatch.setattr(sys, "prefix", str(host_folder))  # as if the venv held the socket
     get_settings.cache_clear()
     try:
-        argv = sandbox_command.confined_command(f"{sys.executable} -c pass", {}).args
+        argv = command.confined_command(f"{sys.executable} -c pass", {}).args
     finally:
         server.close()
         get_settings.cache_clear()
@@ -306,7 +306,7 @@ async def test_a_server_whose_tools_cannot_be_listed_ends_with_the_run(allow_pyt
 
 WORKER = """
 import asyncio, sys
-from nodes._shared.sandbox_command import confined_command
+from orchestrator.host.sandbox.command import confined_command
 from mcp import StdioServerParameters
 from agno.tools.mcp import MCPTools
 
@@ -341,7 +341,7 @@ def test_the_server_and_its_helpers_end_when_the_worker_is_killed(allow_python: 
 NON_ROOT_UID = 4242
 NON_ROOT_WORKER = """
 import json, subprocess, sys
-from nodes._shared.sandbox_command import confined_command
+from orchestrator.host.sandbox.command import confined_command
 confined = confined_command(sys.argv[1], {})
 done = subprocess.run([confined.program, *confined.args], env=confined.env, close_fds=True,
                       capture_output=True, text=True, timeout=60)

@@ -115,7 +115,7 @@ def test_every_run_start_of_the_api_and_the_workers_is_admitted() -> None:
     which checks admission first."""
     callers: set[tuple[str, str]] = set()
     paths = [*(ROOT / "orchestrator" / "api").rglob("*.py"), *(ROOT / "workers").rglob("*.py"),
-             ROOT / "orchestrator" / "runs.py"]
+             ROOT / "orchestrator" / "service" / "runs.py"]
     for path in paths:
         tree = ast.parse(path.read_text())
         for func in (n for n in ast.walk(tree) if isinstance(n, ast.AsyncFunctionDef | ast.FunctionDef)):

@@ -9,7 +9,7 @@ import pytest
 
 from orchestrator.kernel.errors import RunNotFoundError
 from orchestrator.kernel.store import RunQuery, RunStore
-from tests.support import Driver, make_plan
+from tests.support import Driver, claim, make_plan, record_for
 
 
 async def test_every_store_is_a_run_query(store: RunStore) -> None:
@@ -58,3 +58,12 @@ async def test_node_states_name_every_node(store: RunStore) -> None:
 async def test_an_unknown_run_is_named(store: RunStore) -> None:
     with pytest.raises(RunNotFoundError, match="nope"):
         await store.get_run("nope")
+
+
+async def test_a_claim_carries_the_run_s_workspace(store: RunStore) -> None:
+    plan = make_plan("a", [])
+    record = record_for(plan)
+    record.meta = {"workspace": "team-a"}
+    await store.create_run(plan, record)
+    granted = await claim(store, plan.run_id, "a")
+    assert granted.kind == "run" and granted.workspace == "team-a"

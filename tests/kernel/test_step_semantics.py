@@ -245,13 +245,15 @@ async def test_cancelled_run_interrupts_a_running_node() -> None:
 
 
 async def test_redelivered_node_after_completion_runs_nothing_and_emits_nothing() -> None:
+    from dataclasses import replace
+
     from orchestrator.kernel.step import run_step
 
     runner = LocalRunner(REG)
     g = graph([("a", "emit", "A"), ("b", "relay", "B")], [("a", "out", "b", "in")])
     result = await runner.run(g, 1, run_id="r-dup")
     before = len(result.events)
-    outcome = await run_step(runner.store, REG, "r-dup", "b", worker_id="other")
+    outcome = await run_step(replace(runner.env, worker_id="other"), "r-dup", "b")
     assert outcome.ran is False and outcome.status in ("done", "closed")
     assert len(runner.store.events("r-dup")) == before
 

@@ -9,9 +9,9 @@ from collections.abc import Mapping
 
 import pytest
 
+from orchestrator.kernel.environment import StepOptions
 from orchestrator.kernel.local import LocalRunner
 from orchestrator.kernel.memory import MemoryStore
-from orchestrator.kernel.step import StepOptions
 from tests.fake_nodes import graph, make_registry
 from tests.support import claim, completed
 

@@ -1,7 +1,8 @@
 """Harness for node tests: the registry, a fake FlowContext and a fake runtime.
 
 ``make_ctx(...)`` builds a real ``FlowContext`` whose ``emit`` records events on
-``ctx.services["emitted"]`` and whose runtime is a :class:`FakeRuntime`. A test controls
+``ctx.runtime.emitted``, whose runtime is a :class:`FakeRuntime` and whose host is built
+from ``services`` (``tests.support.host_from``). A test controls
 ``run_subgraph`` by passing ``subgraph=<async fn(graph, run_input, label)>``; by default
 nested graphs run for real through the kernel's local runner.
 """
@@ -24,6 +25,7 @@ from orchestrator.kernel.protocol import (
 )
 from orchestrator.kernel.registry import Registry
 from orchestrator.service.plugins import load_registry
+from tests.support import host_from
 
 SubgraphFn = Callable[[dict[str, Any], Any, str | None], Awaitable[SubgraphResult]]
 
@@ -44,6 +46,7 @@ class FakeRuntime:
     def __init__(self, subgraph: SubgraphFn | None = None) -> None:
         self.subgraph = subgraph
         self.calls: list[tuple[Any, str | None]] = []
+        self.emitted: list[NodeEvent] = []
         self._cache: dict[tuple[str, str], Any] = {}
 
     def get_node(self, node_id: str) -> NodeView:
@@ -76,17 +79,17 @@ class FakeRuntime:
 
 
 def make_ctx(*, node_type: str = "node", node_name: str = "Node", run_input: Any = None,
-             session_id: str | None = None, subgraph: SubgraphFn | None = None) -> FlowContext:
-    emitted: list[NodeEvent] = []
+             session_id: str | None = None, subgraph: SubgraphFn | None = None,
+             services: dict[str, Any] | None = None) -> FlowContext:
+    runtime = FakeRuntime(subgraph)
     ctx: FlowContext
 
     async def emit(event_type: str, data: dict[str, Any] | None) -> None:
-        emitted.append(ctx.event(event_type, data))
+        runtime.emitted.append(ctx.event(event_type, data))
 
     ctx = FlowContext(
         run_id="run-test", node_id="n1", node_type=node_type, node_name=node_name,
-        runtime=FakeRuntime(subgraph), emit=emit, run_input=run_input, session_id=session_id,
-        services={"emitted": emitted},
+        runtime=runtime, emit=emit, run_input=run_input, session_id=session_id, host=host_from(services),
     )
     return ctx
 

@@ -14,12 +14,12 @@ from tests.nodes.node_harness import make_ctx, registry
 
 async def run_with(node_type: str, data: dict[str, Any], inputs: dict[str, Any] | None = None,
                    services: dict[str, Any] | None = None, **ctx_kw: Any) -> Any:
-    """The node's ``output`` value, run with declared defaults and ``services`` injected."""
+    """The node's ``output`` value, run with declared defaults on the host ``services``
+    describes (``tests.support.host_from``)."""
     entry = registry().get(node_type)
     resolved = {p.id: p.default for p in entry.definition.parameters}
     resolved.update(data)
-    ctx = make_ctx(node_type=node_type, **ctx_kw)
-    ctx.services.update(services or {})
+    ctx = make_ctx(node_type=node_type, services=services, **ctx_kw)
     wrapped = {port: DataValue(type="data", value=v) for port, v in (inputs or {}).items()}
     result: ExecutionResult = await entry.executor.execute(resolved, wrapped, ctx)  # type: ignore[attr-defined]
     return result.outputs["output"].value

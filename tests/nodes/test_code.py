@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from nodes._shared import sandbox
-from nodes._shared.sandbox import SandboxError, SandboxResult
+from orchestrator.host.sandbox import python as sandbox
+from orchestrator.host.sandbox.python import SandboxError, SandboxResult
+from orchestrator.kernel.environment import StepOptions
 from orchestrator.kernel.errors import RunNotFoundError
 from orchestrator.kernel.local import LocalRunner
 from orchestrator.kernel.protocol import DataValue, EventType, ExecutionResult, NodeEvent
-from orchestrator.kernel.step import StepOptions
 from orchestrator.kernel.store import RunStatus
 from orchestrator.settings import get_settings
 from tests.nodes.node_harness import make_ctx, registry, values
@@ -34,9 +34,9 @@ async def run_code(
         out = await registry().get("code").executor.execute(  # type: ignore[attr-defined]
             data, {"input": DataValue("data", value)}, ctx)
     except RuntimeError as exc:
-        exc.add_note(f"emitted: {[e.data for e in ctx.services['emitted']]}")
+        exc.add_note(f"emitted: {[e.data for e in ctx.runtime.emitted]}")
         raise
-    return out, ctx.services["emitted"]
+    return out, ctx.runtime.emitted
 
 
 async def test_code_returns_the_value_of_main_computed_from_input_and_items() -> None:

@@ -24,8 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from nodes._shared import sandbox, sandbox_bwrap
-from nodes._shared.sandbox import SandboxError, run_python
+from orchestrator.host.sandbox import bwrap
+from orchestrator.host.sandbox import python as sandbox
+from orchestrator.host.sandbox.python import SandboxError, run_python
 from orchestrator.settings import Settings
 from tests.nodes.test_code import run_code
 
@@ -35,7 +36,7 @@ HERE = Path(__file__).parent
 
 @pytest.fixture(autouse=True)
 def boundary_present() -> None:
-    missing = sandbox_bwrap.unavailable()
+    missing = bwrap.unavailable()
     assert missing is None, f"the sandbox tests need the OS boundary: {missing}"
 
 
@@ -95,7 +96,7 @@ async def test_without_the_boundary_the_alias_spawn_works_which_is_why_weak_mode
 ) -> None:
     weak = Settings(sandbox_allow_weak=True, sandbox_bwrap_path="no-such-bwrap")
     monkeypatch.setattr(sandbox, "get_settings", lambda: weak)
-    monkeypatch.setattr(sandbox_bwrap, "get_settings", lambda: weak)
+    monkeypatch.setattr(bwrap, "get_settings", lambda: weak)
     out, _ = await run_code(POSIXSUBPROCESS_SPAWN)
     assert "spawned" in str(out.outputs["output"].value)
 
@@ -105,7 +106,7 @@ async def test_without_the_boundary_the_code_node_refuses_and_names_the_setting(
 ) -> None:
     closed = Settings(sandbox_bwrap_path="no-such-bwrap")
     monkeypatch.setattr(sandbox, "get_settings", lambda: closed)
-    monkeypatch.setattr(sandbox_bwrap, "get_settings", lambda: closed)
+    monkeypatch.setattr(bwrap, "get_settings", lambda: closed)
     with pytest.raises(SandboxError, match=r"bubblewrap.*ORCH_SANDBOX_ALLOW_WEAK") as refused:
         await run_code("return 1")
     assert refused.value.kind == "unavailable"
@@ -121,7 +122,7 @@ async def test_a_bubblewrap_that_cannot_create_namespaces_means_refusal_unless_w
     fake.chmod(0o755)
     settings = Settings(sandbox_bwrap_path=str(fake), sandbox_allow_weak=weak)
     monkeypatch.setattr(sandbox, "get_settings", lambda: settings)
-    monkeypatch.setattr(sandbox_bwrap, "get_settings", lambda: settings)
+    monkeypatch.setattr(bwrap, "get_settings", lambda: settings)
     if weak:
         out, _ = await run_code("return 7")
         assert out.outputs["output"].value == 7
@@ -266,7 +267,7 @@ async def test_legit_code_works_and_the_loop_stays_free() -> None:
 DIES_WITH_PARENT = textwrap.dedent("""\
     import asyncio, sys
     sys.path.insert(0, %r)
-    from nodes._shared.sandbox import run_python
+    from orchestrator.host.sandbox.python import run_python
     async def main():
         task = asyncio.ensure_future(run_python('import time\\ntime.sleep(60)', None,
                                                 timeout_s=60, memory_mb=128))
@@ -336,9 +337,9 @@ def test_a_read_only_path_under_tmp_is_visible_inside_the_sandbox(tmp_path: Path
     assert str(tmp_path).startswith("/tmp/")
     tmp_path.chmod(0o755)  # readable by the sandbox's uid 65534, as a checkout is
     (tmp_path / "data.txt").write_text("seen inside\n")
-    argv = sandbox_bwrap.confine(
+    argv = bwrap.confine(
         ["/bin/sh", "-c", f"cat {tmp_path}/data.txt; echo x > {tmp_path}/new.txt || echo read-only"],
-        sandbox_bwrap.Confinement(ro_paths=(str(tmp_path),)))
+        bwrap.Confinement(ro_paths=(str(tmp_path),)))
     done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
     assert done.stdout.splitlines() == ["seen inside", "read-only"], done.stderr
     assert not (tmp_path / "new.txt").exists()
@@ -393,7 +394,7 @@ FILL_WITHOUT_HOOK = textwrap.dedent("""\
 NON_ROOT_UID = 4242
 NON_ROOT_WORKER = textwrap.dedent("""\
     import asyncio, json, sys
-    from nodes._shared.sandbox import run_python
+    from orchestrator.host.sandbox.python import run_python
     ran = asyncio.run(run_python(sys.argv[1], None, timeout_s=30, memory_mb=int(sys.argv[2])))
     print(json.dumps(ran.value))
     """)

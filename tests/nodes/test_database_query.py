@@ -107,7 +107,7 @@ def test_a_400_mb_blob_is_refused_before_the_worker_allocates_it(tmp_path: Path)
     # In a fresh process, so its peak resident memory is this statement's alone.
     script = f"""
 import asyncio, resource
-from nodes._shared.database import Statement, run_statement
+from orchestrator.host.database import Statement, run_statement
 from orchestrator.kernel.errors import NodeExecutionError
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 try:
@@ -208,7 +208,7 @@ async def test_each_workspace_has_its_own_embedded_database(tmp_path: Path) -> N
 
 @pytest.mark.parametrize("workspace", ["../escape", "a/b", ".hidden", ""])
 async def test_a_workspace_id_that_is_not_an_id_names_no_folder(tmp_path: Path, workspace: str) -> None:
-    from nodes._shared.host import workspace_dir
+    from orchestrator.host.workspace import workspace_dir
     from orchestrator.kernel.errors import ConfigurationError
 
     with pytest.raises(ConfigurationError, match="not a valid workspace id"):

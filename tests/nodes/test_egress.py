@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from nodes._shared.egress import EgressPolicy, egress_client
+from orchestrator.host.egress.policy import EgressPolicy, egress_client
 from orchestrator.kernel.errors import EgressDeniedError
 
 
@@ -182,7 +182,7 @@ async def test_check_url_refuses_other_schemes_and_private_hosts() -> None:
 async def test_an_httpx2_client_passes_the_same_policy(local_server: int) -> None:
     """The OpenAI SDK's engine (httpx2/httpcore2) through the one guard: refused by name and
     address, allowed by the allow-list, redirects re-checked."""
-    from nodes._shared.egress_httpx2 import egress_client_httpx2
+    from orchestrator.host.egress.httpx2 import egress_client_httpx2
 
     async with egress_client_httpx2(EgressPolicy()) as client:
         for host in ("127.0.0.1", "localhost"):

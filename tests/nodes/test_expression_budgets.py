@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from orchestrator.kernel.environment import StepOptions
 from orchestrator.kernel.expression_limits import ExpressionLimits
 from orchestrator.kernel.local import LocalRunner
 from orchestrator.kernel.protocol import DataValue
-from orchestrator.kernel.step import StepOptions
 from orchestrator.kernel.store import RunStatus
 from tests.nodes.node_harness import make_ctx, registry
 from tests.nodes.test_flow_graphs import edge, node

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from nodes._shared.evaluator import POOL, evaluate_jsonata
+from orchestrator.host.evaluator import POOL, evaluate_jsonata
 from tests.nodes.node_harness import run_node, values
 
 ORDER = {"customer": "Ada", "items": [{"sku": "a", "price": 2.5, "qty": 2},

@@ -1,4 +1,4 @@
-"""What counts as an operator secret, and masking it (nodes/_shared/redaction.py)."""
+"""What counts as an operator secret, and masking it (orchestrator/host/redaction.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nodes._shared.redaction import mask_also, operator_secrets, redact
+from orchestrator.host.redaction import mask_also, operator_secrets, redact
 from orchestrator.settings import get_settings
 
 

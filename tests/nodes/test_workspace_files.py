@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from nodes._shared.host import create_owned
+from orchestrator.host.workspace import create_owned
 from tests.nodes.rag_support import run_with, settings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.host.node_host import NodeHost
 from orchestrator.kernel.protocol import DataValue, EventType, NodeEvent
 from orchestrator.kernel.scheduling import PlanInput, RunPlan, plan_run
 from orchestrator.kernel.store import Claim, NodeCompletion, RunRecord, RunStore
@@ -133,3 +134,16 @@ class Driver:
         queue = await self.start()
         while queue:
             queue.extend(await self.step(queue.pop(0)))
+
+
+def host_from(services: Mapping[str, Any] | None) -> NodeHost | None:
+    """The ``NodeHost`` that tests describe as ``{"settings", "redis_url", "workspace"}``
+    (each optional: the process settings, their Redis URL, workspace ``default``); None
+    for no host at all."""
+    if services is None:
+        return None
+    from orchestrator.settings import get_settings
+
+    settings = services.get("settings") or get_settings()
+    return NodeHost(settings=settings, redis_url=services.get("redis_url") or settings.redis_url,
+                    workspace=services.get("workspace") or "default")

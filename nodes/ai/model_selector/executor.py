@@ -2,7 +2,7 @@
 
 A ``provider:model_id`` string, or an object ``{provider, id, base_url, credential}``
 passed on whole: the node that runs the model decides whether the endpoint and key are
-allowed (``nodes/_shared/endpoint.py``), as for a spec written on that node itself.
+allowed (``orchestrator/host/endpoint.py``), as for a spec written on that node itself.
 """
 
 from __future__ import annotations

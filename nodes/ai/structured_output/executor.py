@@ -34,6 +34,7 @@ from nodes._ai.models import resolve_model
 from nodes._ai.runner import complete_text
 from nodes._shared.json_schemas import bounded_validator, check_patterns
 from nodes._shared.patterns import PatternClock
+from orchestrator.host.node_host import node_host
 from orchestrator.kernel.errors import ParameterError
 from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext, NodeEvent
 
@@ -121,7 +122,7 @@ class StructuredOutputExecutor:
         except ValueError as exc:
             raise ParameterError(f"schema: {exc}", node_id=ctx.node_id, node_name=ctx.node_name,
                                  parameter="schema") from None
-        checker = validator(schema, PatternClock())
+        checker = validator(schema, PatternClock(node_host(ctx).settings.pattern_timeout_s))
         attempts = max(1, int(data.get("max_attempts") or 2))
         script = parse_script(data.get("script")) or []
         prompt = user_message(data, inputs)

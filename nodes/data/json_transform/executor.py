@@ -5,15 +5,15 @@ code and the character position. A runaway expression stops after ``TIMEOUT_MS``
 ``MAX_DEPTH`` nested evaluations; and since one JSONata step can build gigabytes
 (``$pad``, ``$join``, ranges) before that check, evaluation happens in a child process
 limited to ``ORCH_TRANSFORM_MEMORY_MB`` and killed ``GRACE_S`` past the timeout
-(``nodes/_shared/evaluator.py``), never in the worker.
+(``orchestrator/host/evaluator.py``), never in the worker.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from nodes._shared.evaluator import evaluate_jsonata
 from nodes._shared.values import input_value, result
+from orchestrator.host.evaluator import evaluate_jsonata
 from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext
 
 TIMEOUT_MS = 5000

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodes._shared.sandbox import SandboxError, run_python
 from nodes._shared.values import input_value, result
+from orchestrator.host.sandbox.python import SandboxError, run_python
 from orchestrator.kernel.protocol import DataValue, EventType, ExecutionResult, FlowContext
 
 MAX_TIMEOUT_S = 60.0

@@ -31,8 +31,8 @@ from typing import Any
 
 from nodes._shared.conditions import evaluate_condition, make_scope
 from nodes._shared.values import input_value, result
+from orchestrator.host.node_host import node_host
 from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext, SubgraphResult
-from orchestrator.settings import get_settings
 
 MAX_ITERATIONS = 10_000
 MAX_CONCURRENCY = 64
@@ -43,12 +43,11 @@ BODY_TRIGGER = "loop_input"
 IN_FLIGHT: ContextVar[int] = ContextVar("loop_iterations_in_flight", default=1)
 
 
-def in_flight_within_bound(concurrency: int) -> int:
+def in_flight_within_bound(concurrency: int, bound: int) -> int:
     """Iterations in flight once a for_each of ``concurrency`` runs here; a ValueError
     naming the parameter and the setting when that passes ``ORCH_LOOP_MAX_IN_FLIGHT``."""
     outer = IN_FLIGHT.get()
     total = outer * concurrency
-    bound = get_settings().loop_max_in_flight
     if total > bound:
         raise ValueError(
             f"parameter 'concurrency' ({concurrency}) inside loops running {outer} iterations at "
@@ -141,7 +140,8 @@ class Loop:
         self, body: dict[str, Any], items: list[Any], concurrency: int, ctx: FlowContext
     ) -> list[Any]:
         results: list[Any] = []
-        token = IN_FLIGHT.set(in_flight_within_bound(concurrency))  # the tasks below inherit it
+        bound = node_host(ctx).settings.loop_max_in_flight
+        token = IN_FLIGHT.set(in_flight_within_bound(concurrency, bound))  # the tasks below inherit it
         try:
             for start in range(0, len(items), concurrency):
                 batch = items[start:start + concurrency]

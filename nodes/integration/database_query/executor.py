@@ -3,7 +3,7 @@
 The connection is a ``database_url`` credential, else the run's workspace's embedded
 SQLite database: ``default``'s is ``ORCH_DATABASE_SQLITE_PATH`` (where it always was),
 every other workspace's is ``database.sqlite3`` in its own folder
-(``<ORCH_WORKSPACE_DATA_DIR>/<workspace>/``, ``nodes/_shared/host.py``). So no workspace
+(``<ORCH_WORKSPACE_DATA_DIR>/<workspace>/``, ``orchestrator/host/workspace.py``). So no workspace
 reads or changes another's tables.
 
 A credential's ``postgresql://`` URL is the workspace's own server and account: the
@@ -15,7 +15,7 @@ memory). ``default`` (the operator's ``ORCH_API_KEYS``) may name any path, as be
 The statement text is taken literally (the definition turns expressions off for it):
 values from the run go in ``parameters`` and are bound by the driver. Execution and the
 SQLite guards (no ATTACH, VACUUM, extensions, PRAGMAs outside a safe list):
-``nodes/_shared/database.py``. The URL's password is masked in every error.
+``orchestrator/host/database.py``. The URL's password is masked in every error.
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nodes._rag.services import as_text, load_credential
-from nodes._shared.database import Statement, run_statement, sqlite_path, sqlite_url
-from nodes._shared.host import run_workspace, settings_of, workspace_dir, workspace_file
+from nodes._rag.services import as_text
 from nodes._shared.values import result
 from orchestrator.host.credentials import DEFAULT_WORKSPACE, mask
+from orchestrator.host.database import Statement, run_statement, sqlite_path, sqlite_url
+from orchestrator.host.node_host import NodeHost, node_host
+from orchestrator.host.workspace import workspace_dir, workspace_file
 from orchestrator.kernel.errors import OrchestratorError, ParameterError
 from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext
-from orchestrator.settings import Settings
 
 EMBEDDED_FILE = "database.sqlite3"  # the embedded database of a workspace other than default
 
@@ -46,16 +46,17 @@ def _parameters(value: Any) -> dict[str, Any] | list[dict[str, Any]]:
                          parameter="parameters")
 
 
-def embedded_database(settings: Settings, workspace: str) -> Path:
-    """The embedded SQLite database of ``workspace`` (see the module docstring)."""
-    if workspace == DEFAULT_WORKSPACE:
-        return Path(settings.database_sqlite_path).expanduser()
-    return workspace_file(settings, workspace, EMBEDDED_FILE)
+def embedded_database(host: NodeHost) -> Path:
+    """The embedded SQLite database of the run's workspace (see the module docstring)."""
+    if host.workspace == DEFAULT_WORKSPACE:
+        return Path(host.settings.database_sqlite_path).expanduser()
+    return host.workspace_file(EMBEDDED_FILE)
 
 
-def confined_url(url: str, settings: Settings, workspace: str) -> str:
+def confined_url(url: str, host: NodeHost) -> str:
     """``url`` when the workspace may use it (see the module docstring); a ``sqlite:`` URL
     of another workspace than ``default`` becomes its file inside the workspace's folder."""
+    settings, workspace = host.settings, host.workspace
     path = sqlite_path(url)
     if path is None or path == ":memory:" or workspace == DEFAULT_WORKSPACE:
         return url
@@ -75,15 +76,15 @@ class DatabaseQuery:
         sql = as_text(data.get("query")).strip()
         if not sql:
             raise ParameterError("parameter 'query' is required", parameter="query")
-        settings = settings_of(ctx)
-        workspace = await run_workspace(ctx)
+        host = node_host(ctx)
+        settings = host.settings
         secrets: list[str] = []
         if data.get("credential"):
-            credential = await load_credential(ctx, as_text(data["credential"]), ("database_url",))
+            credential = await host.credential(as_text(data["credential"]), ("database_url",))
             secrets = credential.secrets()
-            url = confined_url(credential.values["url"], settings, workspace)
+            url = confined_url(credential.values["url"], host)
         else:
-            url = sqlite_url(embedded_database(settings, workspace))
+            url = sqlite_url(embedded_database(host))
         timeout = data.get("timeout_s")
         stmt = Statement(sql=sql, parameters=_parameters(data.get("parameters")),
                          read_only=bool(data.get("read_only", True)), max_rows=int(data.get("max_rows") or 1000),

@@ -1,6 +1,6 @@
 """HTTP Request: one request through the egress policy -> ``{status, headers, body, url, elapsed_ms}``.
 
-The request itself is ``nodes/_shared/http.py`` (egress, credential auth, size limit,
+The request itself is ``orchestrator/host/http.py`` (egress, credential auth, size limit,
 status handling, retry on 429/5xx). The body is decoded by ``response_format``: ``json``,
 ``text``, or ``binary`` (stored through the file store and output as a file reference,
 ``{"$binary": {ref, mime, size}}``); ``auto`` picks by content type, and any body above
@@ -15,7 +15,7 @@ With a credential, a next URL on an origin the credential does not allow fails t
 the API the credential is for, and a page link elsewhere is a server steering the node
 (an unauthenticated page would fail anyway, or mix another server's items in). Redirects
 are different: a cross-origin hop is followed without the credential
-(``nodes/_shared/http.py``).
+(``orchestrator/host/http.py``).
 
 ``idempotency_key`` (off by default: the key names the run and the node to the server)
 sends ``Idempotency-Key: <ctx.execution_key>``, the same for every execution of one
@@ -31,14 +31,15 @@ from urllib.parse import urljoin
 
 import httpx
 
-from nodes._rag.services import as_text, open_blobs
-from nodes._shared.http import HttpCall, HttpResponse, fetch
+from nodes._rag.services import as_text
 from nodes._shared.paths import get_path
 from nodes._shared.values import result
 from orchestrator.host.credentials import mask
+from orchestrator.host.files import as_binary_ref
+from orchestrator.host.http import HttpCall, HttpResponse, fetch
+from orchestrator.host.node_host import node_host
 from orchestrator.kernel.errors import NodeExecutionError, ParameterError
 from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext
-from orchestrator.store.blobs import as_binary_ref
 
 
 def _object(data: dict[str, Any], name: str) -> dict[str, Any]:
@@ -75,7 +76,7 @@ async def _body(call: HttpCall, data: dict[str, Any], ctx: FlowContext) -> None:
         if ref is None:
             raise ParameterError("body_type 'binary' needs a file reference ({\"$binary\": {\"ref\": ...}})",
                                  parameter="body")
-        async with open_blobs(ctx) as blobs:
+        async with node_host(ctx).blobs(ctx.run_id) as blobs:
             blob = await blobs.get(ref)
         call.content = blob.data
         call.headers.setdefault("Content-Type", content_type or blob.mime)
@@ -100,7 +101,7 @@ async def _decode(response: HttpResponse, fmt: str, inline_max_bytes: int, ctx: 
                 raise NodeExecutionError(f"response of {response.url} is not JSON (status {response.status}); "
                                          "set response_format to text") from None
         return response.content.decode("utf-8", "replace")
-    async with open_blobs(ctx) as blobs:
+    async with node_host(ctx).blobs(ctx.run_id) as blobs:
         ref = await blobs.put(response.content, mime=mime or "application/octet-stream",
                               name=response.url.rsplit("/", 1)[-1][:200])
     return ref.to_json()

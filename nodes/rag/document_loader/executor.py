@@ -2,7 +2,7 @@
 
 Sources: ``file`` reads a ``BinaryRef`` through the file store (any worker can, see
 ``orchestrator/store/blobs.py``); ``url`` downloads through the HTTP Request node's client
-(``nodes/_shared/http.py``: the egress policy, a size limit, a credential); ``path`` reads
+(``orchestrator/host/http.py``: the egress policy, a size limit, a credential); ``path`` reads
 a file inside the shipped ``examples/`` folder or a folder in ``ORCH_LOADER_PATHS`` (never
 elsewhere); ``text`` is the ``text`` parameter, or the input's text.
 """
@@ -12,12 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 from nodes._rag.documents import parse
-from nodes._rag.services import as_text, open_blobs, readable_path
-from nodes._shared.http import HttpCall, fetch
+from nodes._rag.services import as_text
 from nodes._shared.values import input_value, result
+from orchestrator.host.files import as_binary_ref
+from orchestrator.host.http import HttpCall, fetch
+from orchestrator.host.node_host import node_host
 from orchestrator.kernel.errors import ParameterError
 from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext
-from orchestrator.store.blobs import as_binary_ref
 
 
 def _choose(data: dict[str, Any], value: Any) -> str:
@@ -48,7 +49,7 @@ class DocumentLoader:
             if ref is None:
                 raise ParameterError("parameter 'file' must be a file reference ({\"$binary\": {\"ref\": ...}}); "
                                      f"got {type(raw).__name__}", parameter="file")
-            async with open_blobs(ctx) as blobs:
+            async with node_host(ctx).blobs(ctx.run_id) as blobs:
                 blob = await blobs.get(ref)
             docs = parse(blob.data, fmt, source=blob.name or ref.ref, mime=blob.mime or ref.mime,
                          text_field=text_field)
@@ -62,7 +63,7 @@ class DocumentLoader:
                          text_field=text_field)
         elif source == "path":
             raw_path = as_text(data.get("path"))
-            path = readable_path(ctx, raw_path)
+            path = node_host(ctx).readable_path(raw_path)
             try:
                 content = path.read_bytes()
             except OSError as exc:  # its message holds the resolved host path: name the graph's

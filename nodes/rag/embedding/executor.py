@@ -1,7 +1,7 @@
 """Embedding: documents -> the same documents with a ``vector`` each (or one text -> a vector).
 
 Embedders are in ``nodes/_rag/embedders.py``. Which server is called with which key is
-``nodes/_shared/endpoint.py``, as for models: with a ``credential``, its key goes to its own
+``orchestrator/host/endpoint.py``, as for models: with a ``credential``, its key goes to its own
 ``base_url`` (or to a ``base_url`` parameter its origins allow), never the worker's key; a
 ``base_url`` parameter without a credential must be one the operator configured
 (``ORCH_OPENAI_BASE_URL``, ``ORCH_MODEL_BASE_URLS``), else the node fails naming it. Every
@@ -16,12 +16,13 @@ import httpx
 
 from nodes._rag.documents import documents_in
 from nodes._rag.embedders import DEFAULT_DIMENSIONS, Embedder, HashEmbedder, OpenAIEmbedder, is_offline, split_spec
-from nodes._rag.services import as_text, settings_of
-from nodes._shared.egress import egress_client
-from nodes._shared.endpoint import resolve_endpoint
-from nodes._shared.redaction import redact
+from nodes._rag.services import as_text
 from nodes._shared.values import input_value, result
 from orchestrator.host.credentials import mask
+from orchestrator.host.egress.policy import egress_client
+from orchestrator.host.endpoint import resolve_endpoint
+from orchestrator.host.node_host import node_host
+from orchestrator.host.redaction import redact
 from orchestrator.kernel.errors import OrchestratorError, ParameterError
 from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext
 
@@ -40,7 +41,7 @@ async def _embed(data: dict[str, Any], ctx: FlowContext, texts: list[str]) -> tu
     endpoint = await resolve_endpoint(ctx, base_url=as_text(data.get("base_url")), credential=credential,
                                       parameter="credential" if credential else "base_url")
     timeout = httpx.Timeout(float(data.get("timeout_s") or 60))
-    async with egress_client(endpoint.policy(settings_of(ctx)), timeout=timeout) as client:
+    async with egress_client(endpoint.policy(node_host(ctx).settings), timeout=timeout) as client:
         embedder = OpenAIEmbedder(name=spec, model=model, base_url=endpoint.base_url, api_key=endpoint.api_key,
                                   client=client, batch_size=int(data.get("batch_size") or 64),
                                   dimensions=int(dims) if dims else None)

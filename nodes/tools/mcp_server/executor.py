@@ -7,13 +7,13 @@ whose tool listing fails is closed at once.
 The graph does not choose what runs or where the worker connects; the operator does:
 
 - stdio: the command's program must be on ``ORCH_MCP_STDIO_COMMANDS`` (empty = no stdio
-  server at all); it runs inside the OS-level boundary of ``nodes/_shared/sandbox_command``
+  server at all); it runs inside the OS-level boundary of ``nodes/_shared/command``
   (namespaces, uid 65534, read-only file system without host sockets, no network unless
   ``ORCH_MCP_STDIO_NETWORK``, a seccomp program that refuses the kernel interfaces that
   cross the boundary, resource limits ``ORCH_MCP_STDIO_*``) with only ``env`` plus a fixed
   PATH and HOME, never the worker's own environment, which holds secrets.
 - streamable-http: every TCP connection the MCP client opens passes the egress policy
-  (``nodes/_shared/egress.py``) at connect time, after DNS resolution, on the address
+  (``orchestrator/host/egress/policy.py``) at connect time, after DNS resolution, on the address
   actually connected to: redirects the SDK follows and a DNS answer that changes after a
   first check are checked again. The URL is also checked once when the server is
   materialized, so a refused URL fails the node with the policy's error (a refusal at
@@ -29,8 +29,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from nodes._shared.egress import EgressPolicy
-from nodes._shared.sandbox_command import CommandRefused, confined_command
+from orchestrator.host.egress.policy import EgressPolicy
+from orchestrator.host.sandbox.command import CommandRefused, confined_command
 from orchestrator.kernel.errors import ParameterError
 from orchestrator.kernel.protocol import FlowContext
 

@@ -5,7 +5,7 @@
 -- Returns {kind, claims, pending_dispatch...} with kind run|done|busy|closed, or
 -- {'early', claims, ms left} for a retry not due yet (by Redis's clock; nothing changes);
 -- a granted claim returns {'run', claims, run_input JSON, session_id, resume JSON or '',
--- attempt, token, node, outputs JSON, ...} so the step needs no further read of the run
+-- attempt, token, workspace, node, outputs JSON, ...} so the step needs no further read of the run
 -- record. token is the claim's fencing token: one more than the node's previous claim's.
 local args = cjson.decode(ARGV[6])
 local node = args.node
@@ -61,8 +61,9 @@ else
   end
   append(cjson.encode(event))
 end
-local context = redis.call('HMGET', K_RUN, 'run_input', 'session_id')
-local reply = {'run', claims, context[1] or 'null', context[2] or '', resume or '', attempt, token}
+local context = redis.call('HMGET', K_RUN, 'run_input', 'session_id', 'workspace')
+local reply = {'run', claims, context[1] or 'null', context[2] or '', resume or '', attempt, token,
+               context[3] or ''}
 for _, source in ipairs(args.read) do
   local blob = redis.call('HGET', K_OUT, source)
   if blob then

@@ -1,11 +1,10 @@
-"""What the host gives a node at run time: settings, the Redis URL and the run's workspace.
+"""A run's workspace on the worker's disk: its folder, and files created with the right owner.
 
-Workers pass ``services={"redis_url": ..., "settings": ...}`` into every step. A run
-belongs to one workspace, recorded by the API in the run record's ``meta.workspace``;
-every store a node opens (credentials, files, the embedded database, vector collections,
-agent sessions) is that workspace's. ``services["workspace"]`` overrides the record (tests
-pass it); a host with no Redis (a local ``orchestrator run``, node unit tests) has no
-workspaces, so its runs are of ``default``.
+A run belongs to one workspace, recorded by the API in the run record and handed to the
+node with its claim (``NodeHost.workspace``, ``orchestrator/host/node_host.py``); every
+store a node opens (credentials, files, the embedded database, vector collections, agent
+sessions) is that workspace's. A host with no Redis (a local ``orchestrator run``, node
+unit tests) has no workspaces, so its runs are of ``default``.
 
 Embedded state on the worker's disk lives in one folder per workspace,
 :func:`workspace_dir`: ``<ORCH_WORKSPACE_DATA_DIR>/<workspace>/``. The folder name is the
@@ -31,90 +30,16 @@ create journals 0644 under a umask of 022 unless each file were chmod'ed.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
-from collections import OrderedDict
 from pathlib import Path
 
-from redis.asyncio import Redis
-
-from orchestrator.errors import RequestError
-from orchestrator.host.credentials import DEFAULT_WORKSPACE
 from orchestrator.kernel.errors import ConfigurationError
 from orchestrator.kernel.graph import ID_PATTERN
-from orchestrator.kernel.protocol import FlowContext
-from orchestrator.settings import Settings, get_settings
-from orchestrator.store import redis_client
-from orchestrator.store.keys import Keys
+from orchestrator.settings import Settings
 
 logger = logging.getLogger(__name__)
-
-
-def settings_of(ctx: FlowContext) -> Settings:
-    found = ctx.services.get("settings")
-    return found if isinstance(found, Settings) else get_settings()
-
-
-def redis_url_of(ctx: FlowContext) -> str:
-    url = ctx.services.get("redis_url") or settings_of(ctx).redis_url
-    if not url:
-        raise RequestError("this node needs Redis (credentials, files): the host passed no redis_url")
-    return str(url)
-
-
-# A run's workspace is set when the run is created and never changes: each worker process
-# remembers it for its recent runs, so the nodes of a run (and each credential, vector
-# store, session a node opens) read it once, not once per use.
-_KNOWN: OrderedDict[tuple[str, str, str], str] = OrderedDict()
-_KNOWN_MAX = 4096
-
-
-def _known_key(ctx: FlowContext) -> tuple[str, str, str]:
-    return str(ctx.services.get("redis_url") or ""), settings_of(ctx).key_prefix, ctx.run_id
-
-
-def _known(ctx: FlowContext) -> str | None:
-    given = ctx.services.get("workspace")
-    if given:
-        return str(given)
-    return _KNOWN.get(_known_key(ctx))
-
-
-async def workspace_of(ctx: FlowContext, redis: Redis) -> str:
-    """The run's workspace (see the module docstring); a Redis error propagates rather
-    than falling back to another workspace."""
-    known = _known(ctx)
-    if known is not None:
-        return known
-    raw = await redis.hget(Keys(settings_of(ctx).key_prefix).run(ctx.run_id), "meta")
-    meta = json.loads(raw) if raw else None
-    if not isinstance(meta, dict):
-        return DEFAULT_WORKSPACE  # no record (a test's bare run): not remembered
-    workspace = str(meta.get("workspace") or DEFAULT_WORKSPACE)
-    key = _known_key(ctx)
-    _KNOWN[key] = workspace
-    _KNOWN.move_to_end(key)
-    while len(_KNOWN) > _KNOWN_MAX:
-        _KNOWN.popitem(last=False)
-    return workspace
-
-
-async def run_workspace(ctx: FlowContext) -> str:
-    """The run's workspace, opening a Redis connection of its own when it must read the
-    run record; ``default`` on a host with no Redis (no workspaces there)."""
-    known = _known(ctx)
-    if known is not None:
-        return known
-    url = ctx.services.get("redis_url")
-    if not url:
-        return DEFAULT_WORKSPACE
-    redis = redis_client.client(str(url), decode_responses=True)
-    try:
-        return await workspace_of(ctx, redis)
-    finally:
-        await redis.aclose()
 
 
 def checked_workspace(workspace: str) -> str:

@@ -32,7 +32,7 @@ since 2020) or check a URL before the request (a time-of-check gap); httpcore's 
 backend is the one place where the address connected to is known, so the guard sits there.
 :class:`GuardedConnects` is that guard for both engines in use: httpcore (httpx, above)
 and httpcore2 (httpx2, the client of the OpenAI and MCP SDKs:
-``nodes/_shared/egress_httpx2.py``), one resolve-and-check code path; :func:`guarded` puts
+``orchestrator/host/egress/httpx2.py``), one resolve-and-check code path; :func:`guarded` puts
 it into a transport's pool.
 
 :meth:`EgressPolicy.allowing` adds hosts the operator configured elsewhere (a model

@@ -1,6 +1,6 @@
 """The HTTP client of the integration nodes: one request through the egress policy.
 
-:func:`fetch` sends an :class:`HttpCall` with :func:`nodes._shared.egress.egress_client`
+:func:`fetch` sends an :class:`HttpCall` with :func:`orchestrator.host.egress.policy.egress_client`
 (every connection, redirects included, checked after DNS), attaches a credential's auth,
 reads at most ``max_bytes`` of the body, and translates httpx's errors into the error
 tree. Statuses: 429 and 5xx raise ``RetryRequested`` (with ``Retry-After`` as the delay,
@@ -29,9 +29,9 @@ from typing import Any
 
 import httpx
 
-from nodes._rag.services import load_credential
-from nodes._shared.egress import egress_client
 from orchestrator.host.credentials import Credential, mask
+from orchestrator.host.egress.policy import egress_client
+from orchestrator.host.node_host import node_host
 from orchestrator.kernel.errors import (
     EgressDeniedError,
     NodeExecutionError,
@@ -138,7 +138,7 @@ async def fetch(ctx: FlowContext, call: HttpCall) -> HttpResponse:
         raise NodeExecutionError(f"parameter 'url' must be an http(s) URL; got {call.url!r}")
     auth: CredentialAuth | None = None
     if call.credential:
-        auth = CredentialAuth(await load_credential(ctx, call.credential, AUTH_TYPES))
+        auth = CredentialAuth(await node_host(ctx).credential(call.credential, AUTH_TYPES))
     secrets = auth.secrets if auth is not None else []
     hooks: dict[str, list[Any]] = {"request": [auth.attach]} if auth is not None else {}
     started = time.perf_counter()

@@ -1,6 +1,6 @@
 """The Code node's child process: limits, audit hook, then the user's ``main``.
 
-Run as ``python -I -B -c <this file>`` by ``nodes/_shared/sandbox.py`` (never imported),
+Run as ``python -I -B -c <this file>`` by ``orchestrator/host/sandbox/python.py`` (never imported),
 inside the bubblewrap boundary (or, in the opted-in weak mode, without it).
 Reads one JSON request on stdin: ``{"code", "input", "scratch", "memory_mb", "cpu_s",
 "max_log_bytes", "no_exec_bpf"}``. Writes user prints to a buffer, and finally one line
@@ -100,7 +100,7 @@ def forbid_exec(bpf_hex: str | None) -> None:
     """Install the seccomp program that refuses execve/execveat (OS-level boundary only).
 
     ``bpf_hex`` is a compiled classic-BPF program (``struct sock_filter[]``) from
-    ``sandbox_seccomp.no_exec_bpf``. Uses ``prctl(PR_SET_NO_NEW_PRIVS)`` then
+    ``seccomp.no_exec_bpf``. Uses ``prctl(PR_SET_NO_NEW_PRIVS)`` then
     ``prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &sock_fprog)``; failing is fatal.
     """
     if not bpf_hex:

@@ -35,9 +35,9 @@ from typing import Any
 
 import httpx
 
-from nodes._rag.services import load_credential, settings_of
-from nodes._shared.egress import EgressPolicy
 from orchestrator.host.egress.origins import Origin
+from orchestrator.host.egress.policy import EgressPolicy
+from orchestrator.host.node_host import node_host
 from orchestrator.kernel.errors import ParameterError
 from orchestrator.kernel.protocol import FlowContext
 from orchestrator.settings import Settings
@@ -108,12 +108,13 @@ async def resolve_endpoint(ctx: FlowContext, *, base_url: Any = "", credential: 
                            parameter: str) -> Endpoint:
     """The endpoint for what the node names (see the module docstring); ``parameter``
     names the node parameter in errors."""
-    settings = settings_of(ctx)
+    host = node_host(ctx)
+    settings = host.settings
     default = normalized(default_base_url(settings))
     chosen = _url(base_url, parameter) if base_url else ""
     operator_urls = operator_base_urls(settings)
     if credential:
-        found = await load_credential(ctx, str(credential), CREDENTIAL_TYPES, parameter=parameter)
+        found = await host.credential(str(credential), CREDENTIAL_TYPES, parameter=parameter)
         own = found.values.get("base_url")
         url = chosen or (_url(own, parameter) if own else default)
         refusal = found.refusal(url, endpoint=default)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nodes._shared.slots import LoopSlots
+from orchestrator.host.slots import LoopSlots
 from orchestrator.settings import get_settings
 
 CHILD_SOURCE = Path(__file__).with_name("evaluator_child.py").read_text(encoding="utf-8")

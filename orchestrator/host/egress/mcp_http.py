@@ -7,7 +7,7 @@ is that factory with the SDK's semantics (``mcp.shared._httpx_utils.create_mcp_h
 response stream open; the client follows no redirect, the SDK follows those within the
 endpoint's origin itself, each one a new request through the same transport) plus:
 
-- the egress policy's httpx2 client (``nodes/_shared/egress_httpx2.py``): every TCP
+- the egress policy's httpx2 client (``orchestrator/host/egress/httpx2.py``): every TCP
   connection is resolved and checked after DNS, on the address actually connected to (the
   first, each redirect hop, the SDK's second stream, a reconnect), so a DNS answer that
   changes after a first check is checked again; environment proxies are not used.
@@ -18,8 +18,8 @@ from __future__ import annotations
 import httpx2
 from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
-from nodes._shared.egress import EgressPolicy
-from nodes._shared.egress_httpx2 import egress_client_httpx2
+from orchestrator.host.egress.httpx2 import egress_client_httpx2
+from orchestrator.host.egress.policy import EgressPolicy
 
 
 def mcp_http_client(policy: EgressPolicy, headers: dict[str, str] | None = None,

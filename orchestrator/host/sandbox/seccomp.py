@@ -36,7 +36,7 @@ fall back to ``clone``, whose flags a filter can read).
 
 bubblewrap reads a program from a descriptor (``--seccomp FD``): :func:`program_fd` makes
 one for a spawn that passes descriptors (the Code node), :func:`program_path` a path that
-opens one for a spawner that closes them (the MCP SDK; see ``sandbox_command``).
+opens one for a spawner that closes them (the MCP SDK; see ``command``).
 
 Refused calls fail with EPERM (ENOSYS for ``clone3``, EAFNOSUPPORT for socket families),
 so the program sees an ``OSError`` rather than being killed. Any non-native architecture

@@ -1,10 +1,10 @@
 """Run a Python function body in a confined child process (the Code node's engine).
 
 ``run_python(code, value, timeout_s=..., memory_mb=...)`` starts the worker's interpreter
-(``python -I -B -c <sandbox_child.py>``) inside the OS-level boundary of
-``sandbox_bwrap.confine`` (namespaces, uid 65534, read-only interpreter, a tmpfs scratch of
+(``python -I -B -c <child.py>``) inside the OS-level boundary of
+``bwrap.confine`` (namespaces, uid 65534, read-only interpreter, a tmpfs scratch of
 at most ``memory_mb`` and nothing else writable, no network) with the seccomp program of
-``sandbox_seccomp.confinement_bpf``; sends the code and input as JSON on stdin and reads
+``seccomp.confinement_bpf``; sends the code and input as JSON on stdin and reads
 one result line back. The child adds the no-exec seccomp program, resource limits and the
 audit hook (second layer) before the user's code runs; SANDBOX.md beside the Code node
 says which layer stops what.
@@ -43,12 +43,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nodes._shared.sandbox_bwrap import SCRATCH, Confinement, confine, interpreter, unavailable
-from nodes._shared.sandbox_seccomp import SeccompUnavailable, confinement_bpf, no_exec_bpf, program_fd
-from nodes._shared.slots import LoopSlots
+from orchestrator.host.sandbox.bwrap import SCRATCH, Confinement, confine, interpreter, unavailable
+from orchestrator.host.sandbox.seccomp import SeccompUnavailable, confinement_bpf, no_exec_bpf, program_fd
+from orchestrator.host.slots import LoopSlots
 from orchestrator.settings import get_settings
 
-CHILD_SOURCE = Path(__file__).with_name("sandbox_child.py").read_text(encoding="utf-8")
+CHILD_SOURCE = Path(__file__).with_name("child.py").read_text(encoding="utf-8")
 MARKER = "\x1e__code_node_result__"
 STARTUP_GRACE_S = 1.0  # interpreter start-up is not the user's time
 KILL_GRACE_S = 5.0  # how long a killed sandbox may take to close its pipes

@@ -3,14 +3,14 @@
 A graph names a command line; the operator decides which programs may run
 (``ORCH_MCP_STDIO_COMMANDS``, comma-separated; empty = none). :func:`confined_command`
 checks the program against that list and returns the argv that starts it inside the
-same bubblewrap boundary as the Code node (``sandbox_bwrap.confine``: own mount, PID, IPC
+same bubblewrap boundary as the Code node (``bwrap.confine``: own mount, PID, IPC
 and network namespaces, a user namespace when the worker is not root, uid 65534,
 read-only ``/usr`` and Python prefixes, tmpfs ``/tmp`` and ``/dev/shm`` of
 ``ORCH_SANDBOX_SCRATCH_MB`` each, death with the worker), with only
 the environment the node names (plus a fixed ``PATH`` and ``HOME=/tmp``). Network is off
 unless ``ORCH_MCP_STDIO_NETWORK`` is set. Inside the boundary:
 
-- the seccomp program of ``sandbox_seccomp.command_bpf``, installed by bubblewrap before
+- the seccomp program of ``seccomp.command_bpf``, installed by bubblewrap before
   the first instruction of the command: process creation and ``execve`` keep working
   (servers start helpers: ``npx``, ``uvx``), the interfaces that cross the boundary do not;
 - resource limits for every process of the server (``prlimit`` in the exec chain, after
@@ -23,7 +23,7 @@ How the seccomp program reaches bubblewrap: the MCP SDK spawns the argv with
 ``anyio.open_process`` and no ``pass_fds``, so every descriptor but stdin, stdout and
 stderr is closed in the child and a memfd cannot be inherited. The argv therefore starts
 with ``/bin/sh -c 'exec "$@" 3<"$0"'``: the shell opens the program through the path of
-a sealed memfd the worker keeps (``sandbox_seccomp.program_path``) on descriptor 3 and
+a sealed memfd the worker keeps (``seccomp.program_path``) on descriptor 3 and
 becomes bubblewrap (same pid: the SDK's process-group kill and ``--die-with-parent``
 still apply), which reads it with ``--seccomp 3``. That costs one ``sh`` exec; a Python
 launcher that installs the filter itself costs an interpreter start (docs/security.md).
@@ -35,7 +35,7 @@ Read-only binds besides ``/usr``: the Python prefixes (the venv too, so a Python
 dependencies import), the program's folder when it lives outside ``/usr``, and an
 argument that names a file or folder under a root the operator listed
 (``ORCH_MCP_STDIO_ARG_ROOTS``; none by default) that holds nothing protected and that any
-user may read (made absolute, so it resolves inside; ``sandbox_binds`` has the rules). Every
+user may read (made absolute, so it resolves inside; ``binds`` has the rules). Every
 other argument is passed on as text.
 """
 
@@ -47,9 +47,9 @@ import shutil
 import sys
 from dataclasses import dataclass
 
-from nodes._shared.sandbox_binds import ArgumentRoots, argument_binds, known_sockets
-from nodes._shared.sandbox_bwrap import Confinement, confine, prefixes, unavailable
-from nodes._shared.sandbox_seccomp import SeccompUnavailable, command_bpf, program_path
+from orchestrator.host.sandbox.binds import ArgumentRoots, argument_binds, known_sockets
+from orchestrator.host.sandbox.bwrap import Confinement, confine, prefixes, unavailable
+from orchestrator.host.sandbox.seccomp import SeccompUnavailable, command_bpf, program_path
 from orchestrator.settings import Settings, get_settings
 
 PATH = "/usr/local/bin:/usr/bin:/bin"

@@ -1,8 +1,8 @@
 """The egress policy for httpx2 clients (the engine of the OpenAI and MCP SDKs).
 
-:func:`egress_client_httpx2` is :func:`nodes._shared.egress.egress_client` for httpx2: an
+:func:`egress_client_httpx2` is :func:`orchestrator.host.egress.policy.egress_client` for httpx2: an
 ``httpx2.AsyncClient`` whose transport's pool opens every TCP connection through
-:class:`nodes._shared.egress.GuardedConnects` (resolved and checked after DNS, on the
+:class:`orchestrator.host.egress.policy.GuardedConnects` (resolved and checked after DNS, on the
 address actually connected to), follows no redirect unless asked, and ignores proxies
 from the environment (``trust_env=False``: a proxy would connect on our behalf).
 
@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import httpcore2
 import httpx2
 
-from nodes._shared.egress import EgressPolicy, GuardedConnects, guarded
+from orchestrator.host.egress.policy import EgressPolicy, GuardedConnects, guarded
 
 
 class _GuardedBackend(GuardedConnects, httpcore2.AsyncNetworkBackend):
