@@ -55,8 +55,9 @@ from . import (
     single_step,
     triggers,
 )
-from .auth import check_metrics_token, key_ring, require_key
+from .auth import require_key
 from .limits import BodyLimit
+from .principal import check_metrics_token, key_ring
 from .services import Services
 
 POOL_WAIT_S = 10.0  # a request waits this long for a pooled Redis connection, then 503

@@ -13,7 +13,7 @@ Contract (see docs/console.md):
   random session id and nothing derived from the key. The session itself lives in Redis
   (``{p}:session:{id}``, TTL ``Settings.session_ttl_s``): the key's SHA-256 and the CSRF
   token. It is accepted only while that key is still configured (``ORCH_API_KEYS`` or
-  ``ORCH_API_KEYS_FILE``, re-read when the file changes, ``auth.py``), and acts with that
+  ``ORCH_API_KEYS_FILE``, re-read when the file changes, ``principal.py``), and acts with that
   key's workspace and role: removing a key ends its sessions; signing out deletes the
   session, so a copy of the cookie is dead too.
 * CSRF: a request authenticated by the cookie with a state-changing method (anything but
@@ -33,8 +33,6 @@ Contract (see docs/console.md):
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import logging
 import re
@@ -42,21 +40,15 @@ import secrets
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
-from itsdangerous import BadSignature, URLSafeTimedSerializer
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.errors import AuthError
 from orchestrator.settings import Settings
 
-from .auth import KeyRing, Principal, bearer, key_ring, require_key
+from .auth import COOKIE, ID_CHARS, key_digest, read_session, require_key, session_id, signer
 from .launch import owned_run
+from .principal import Principal, bearer, key_ring
 from .services import Services, get_services
-
-COOKIE = "orch_session"
-CSRF_HEADER = "X-CSRF-Token"
-SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-EVENTS_PATH = re.compile(r"^/runs/([^/]+)/events$")
-_PROCESS_SECRET = secrets.token_urlsafe(32)  # used only when Settings.session_secret is unset
 
 router = APIRouter(prefix="/auth", tags=["auth"])  # open: signing in needs no credential
 guarded = APIRouter(prefix="/auth", tags=["auth"])  # behind require_key
@@ -70,85 +62,6 @@ class SignIn(BaseModel):
 class StreamTokenRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     run_id: str = Field(min_length=1, max_length=200)
-
-
-def key_digest(key: bytes) -> str:
-    return hashlib.sha256(key).hexdigest()
-
-
-ID_CHARS = 32  # random bytes of a session id or a stream grant id (url-safe base64)
-
-
-def signer(settings: Settings, purpose: str) -> URLSafeTimedSerializer:
-    return URLSafeTimedSerializer(settings.session_secret or _PROCESS_SECRET, salt=f"orchestrator.{purpose}")
-
-
-def known_digest(digest: Any, ring: KeyRing) -> Principal | None:
-    """The principal of the configured key whose hex SHA-256 is ``digest``, or None."""
-    if not isinstance(digest, str) or len(digest) != 64:
-        return None
-    try:
-        raw = bytes.fromhex(digest)
-    except ValueError:
-        return None
-    return ring.by_digest(raw)
-
-
-def load(settings: Settings, purpose: str, token: str, max_age_s: int) -> dict[str, Any] | None:
-    try:
-        value = signer(settings, purpose).loads(token, max_age=max_age_s)
-    except BadSignature:  # also SignatureExpired
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def _session_id(request: Request, settings: Settings) -> str | None:
-    """The session id of the request's cookie, when its signature holds and it is fresh."""
-    raw = request.cookies.get(COOKIE)
-    session = load(settings, "session", raw, settings.session_ttl_s) if raw else None
-    sid = session.get("s") if session is not None else None
-    return sid if isinstance(sid, str) and sid else None
-
-
-async def read_session(request: Request, services: Services,
-                       ring: KeyRing) -> tuple[dict[str, Any], Principal] | None:
-    """The valid session of the request's cookie (``{k: key digest, c: CSRF token}``) and
-    its key's principal, or None."""
-    sid = _session_id(request, services.settings)
-    if sid is None:
-        return None
-    stored = await services.redis.get(services.keys.session(sid))
-    try:
-        session = json.loads(stored) if stored else None
-    except ValueError:
-        session = None
-    principal = known_digest(session.get("k"), ring) if isinstance(session, dict) else None
-    if not isinstance(session, dict) or principal is None:
-        return None
-    return session, principal
-
-
-async def browser_principal(request: Request, services: Services, ring: KeyRing) -> Principal | None:
-    """The auth hook for requests without an ``Authorization`` header: the principal of a
-    valid session cookie (with the CSRF header on state-changing methods) or of a valid
-    stream token for this very events URL; None when neither is present; ``AuthError``
-    for a session request missing its CSRF token."""
-    found = await read_session(request, services, ring)
-    if found is not None:
-        session, principal = found
-        if request.method not in SAFE_METHODS:
-            given = request.headers.get(CSRF_HEADER) or ""
-            if not hmac.compare_digest(given.encode(), str(session.get("c", "")).encode()):
-                raise AuthError(f"a request signed in by cookie must send the {CSRF_HEADER} header of its session")
-        return principal
-    token = request.query_params.get("token")
-    match = EVENTS_PATH.match(request.url.path)
-    if token and match and request.method == "GET":
-        grant = load(services.settings, "stream", token, services.settings.stream_token_ttl_s)
-        gid = grant.get("g") if grant is not None and grant.get("r") == match.group(1) else None
-        if isinstance(gid, str) and gid:
-            return known_digest(await services.redis.get(services.keys.stream_grant(gid)), ring)
-    return None
 
 
 def secure_cookie(request: Request, settings: Settings) -> bool:
@@ -203,7 +116,7 @@ async def sign_in(body: SignIn, request: Request, response: Response, services: 
 @router.delete("/session", status_code=204)
 async def sign_out(request: Request, services: Services = SERVICES) -> Response:
     """End the session (deleted in Redis: a copy of the cookie is dead too) and clear the cookie."""
-    sid = _session_id(request, services.settings)
+    sid = session_id(request, services.settings)
     if sid is not None:
         await services.redis.delete(services.keys.session(sid))
     response = Response(status_code=204)

@@ -20,7 +20,7 @@ from starlette.middleware.cors import CORSMiddleware
 
 from orchestrator.settings import Settings
 
-from .browser_auth import CSRF_HEADER
+from .auth import CSRF_HEADER
 
 ALLOWED_METHODS = ["GET", "POST", "PUT", "DELETE", "OPTIONS"]
 ALLOWED_HEADERS = ["Authorization", "Content-Type", "Last-Event-ID", CSRF_HEADER]

@@ -19,7 +19,8 @@ from fastapi import APIRouter, Depends
 
 from orchestrator.host.credentials import NO_ORIGINS, PUBLIC_VALUES, TYPES
 
-from .auth import Principal, role
+from .auth import role
+from .principal import Principal
 from .services import Services, get_services
 
 router = APIRouter(tags=["credentials"])

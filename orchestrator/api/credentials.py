@@ -21,7 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from orchestrator.errors import ResourceNotFoundError
 from orchestrator.host.credentials import DEFAULT_WORKSPACE, CredentialStore, validate
 
-from .auth import Principal, role
+from .auth import role
+from .principal import Principal
 from .services import Services, get_services
 
 router = APIRouter(tags=["credentials"])

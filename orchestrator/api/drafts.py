@@ -26,8 +26,9 @@ from orchestrator.kernel.errors import GraphError, GraphSchemaError
 from orchestrator.kernel.graph import parse_graph
 from orchestrator.service.graph_store import validate
 
-from .auth import Principal, role
+from .auth import role
 from .models import GraphId
+from .principal import Principal
 from .services import Services, get_services
 
 router = APIRouter(tags=["graphs"])

@@ -38,9 +38,10 @@ from orchestrator.kernel.protocol import NodeEvent
 from orchestrator.kernel.store import RunStatus
 from orchestrator.telemetry import metrics
 
-from .auth import Principal, key_ring, role
+from .auth import role
 from .event_hub import Delivery, EventHub
 from .launch import owned_run
+from .principal import Principal, key_ring
 from .services import Services, get_services
 
 router = APIRouter(tags=["events"])

@@ -37,7 +37,8 @@ from orchestrator.errors import PayloadTooLargeError
 from orchestrator.settings import Settings
 from orchestrator.store.blobs import DEFAULT_WORKSPACE, Blobs, max_file_bytes
 
-from .auth import Principal, role
+from .auth import role
+from .principal import Principal
 from .services import Services, get_services
 
 router = APIRouter(tags=["files"])

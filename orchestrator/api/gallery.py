@@ -20,7 +20,8 @@ from fastapi import APIRouter, Depends
 
 from orchestrator.errors import GraphConflictError, ResourceNotFoundError
 
-from .auth import Principal, role
+from .auth import role
+from .principal import Principal
 from .services import Services, get_services
 
 router = APIRouter(tags=["console"])

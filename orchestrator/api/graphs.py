@@ -10,9 +10,10 @@ from typing import Any
 
 from fastapi import APIRouter, Body, Depends, Query, Response
 
-from .auth import Principal, role
+from .auth import role
 from .launch import record_json
 from .models import GraphId, WebhookSecret
+from .principal import Principal
 from .services import Services, get_services
 from .triggers import check_secret_env
 

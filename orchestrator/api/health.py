@@ -21,7 +21,8 @@ from orchestrator.errors import AuthError, ForbiddenError
 from orchestrator.settings import Settings
 from orchestrator.telemetry import metrics
 
-from .auth import DEFAULT_WORKSPACE, credential, key_ring
+from .auth import credential
+from .principal import DEFAULT_WORKSPACE, key_ring
 from .services import Services, get_services
 
 router = APIRouter(tags=["health"])

@@ -27,7 +27,8 @@ from orchestrator.kernel.errors import OrchestratorError
 from orchestrator.kernel.expressions import Scope, render
 from orchestrator.kernel.parameters import within_definition
 
-from .auth import Principal, role
+from .auth import role
+from .principal import Principal
 from .services import Services, get_services
 
 router = APIRouter(tags=["console"])

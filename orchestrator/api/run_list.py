@@ -15,8 +15,9 @@ from fastapi import APIRouter, Depends, Query
 from orchestrator.kernel.errors import RunNotFoundError
 from orchestrator.kernel.store import RunStatus
 
-from .auth import Principal, require_key
+from .auth import require_key
 from .launch import record_json
+from .principal import Principal
 from .services import Services, get_services
 
 router = APIRouter(tags=["runs"])

@@ -15,9 +15,10 @@ from orchestrator.kernel.errors import ParameterError, RunStateError
 from orchestrator.kernel.store import RunStatus
 from orchestrator.service.runs import RunRequest
 
-from .auth import Principal, role
+from .auth import role
 from .launch import StoredGraph, find_node, launch, owned_run, relaunch, run_detail, start_node
 from .models import Approval, GraphId, Rerun, StartRun
+from .principal import Principal
 from .services import Services, get_services
 
 router = APIRouter(tags=["runs"])

@@ -30,8 +30,9 @@ from orchestrator.kernel.errors import ParameterError
 from orchestrator.kernel.protocol import DataValue
 from orchestrator.service.runs import RunRequest, admit_and_start
 
-from .auth import Principal, role
+from .auth import role
 from .models import GraphId
+from .principal import Principal
 from .services import Services, get_services
 
 router = APIRouter(tags=["console"])

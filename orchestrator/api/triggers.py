@@ -29,10 +29,11 @@ from orchestrator.service.graph_store import WEBHOOK_NODE_TYPE, webhook_paths
 from orchestrator.service.runs import RunRequest
 from orchestrator.settings import Settings
 
-from .auth import Principal, role
+from .auth import role
 from .event_hub import EventHub
 from .launch import StoredGraph, launch, nodes_of_type, run_detail
 from .models import ChatId, ChatMessage
+from .principal import Principal
 from .services import Services, get_services
 from .signatures import SIGNATURE_HEADER, verify
 

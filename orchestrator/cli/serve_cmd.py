@@ -60,7 +60,7 @@ def is_loopback(host: str) -> bool:
 def keys_configured(settings: Settings) -> bool:
     """True when the API will ask for a key (``ORCH_API_KEYS`` or ``ORCH_API_KEYS_FILE``);
     a placeholder or malformed key is a ConfigurationError naming the setting."""
-    from orchestrator.api.auth import key_ring
+    from orchestrator.api.principal import key_ring
 
     return key_ring(settings).enabled
 

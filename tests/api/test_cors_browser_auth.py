@@ -7,7 +7,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from orchestrator.api.browser_auth import COOKIE, CSRF_HEADER, MaskTokens
+from orchestrator.api.auth import COOKIE, CSRF_HEADER
+from orchestrator.api.browser_auth import MaskTokens
 from orchestrator.local.embedded_redis import EmbeddedRedis
 from tests.api.conftest import Api, chain, open_api
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from itsdangerous import URLSafeTimedSerializer
 
-from orchestrator.api.browser_auth import COOKIE
+from orchestrator.api.auth import COOKIE
 from orchestrator.local.embedded_redis import EmbeddedRedis
 from tests.api.conftest import Api, chain, open_api
 

@@ -118,7 +118,7 @@ def test_workers_scale_on_the_length_of_the_node_queue() -> None:
 
 
 def test_the_shipped_placeholder_secret_is_refused_at_api_start() -> None:
-    from orchestrator.api.auth import key_ring
+    from orchestrator.api.principal import key_ring
     from orchestrator.kernel.errors import ConfigurationError
     from orchestrator.settings import Settings
 
