@@ -15,10 +15,12 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
+from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from orchestrator.errors import AuthError, ForbiddenError
 from orchestrator.settings import Settings
+from orchestrator.store.keys import Keys
 from orchestrator.telemetry import metrics
 
 from .auth import credential
@@ -75,7 +77,16 @@ async def prometheus(request: Request, services: Services = SERVICES) -> Respons
     except ImportError:  # an API-only install samples no queue
         queues = []
     try:
-        await metrics.refresh_from_redis(services.redis, services.keys, queues)
+        await refresh_from_redis(services.redis, services.keys, queues)
     except (RedisError, OSError):
         pass  # serve the process-local metrics even when Redis is down
     return Response(metrics.render(), media_type=metrics.CONTENT_TYPE)
+
+
+async def refresh_from_redis(redis: Redis, keys: Keys, queues: list[str]) -> None:
+    """Sample the state that lives in Redis: the broker queues' lengths, the nodes waiting
+    on runs' queues (``queue="runs"``) and the number of active runs."""
+    for queue in queues:
+        metrics.QUEUE_DEPTH.labels(queue=queue).set(int(await redis.llen(queue)))
+    metrics.QUEUE_DEPTH.labels(queue="runs").set(int(await redis.get(keys.queued_nodes()) or 0))
+    metrics.RUNS.labels(status="active").set(int(await redis.zcard(keys.active_runs())))

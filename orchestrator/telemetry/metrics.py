@@ -4,7 +4,7 @@ The objects live in one registry (``REGISTRY``) so a process exposes exactly the
 tests can create apps repeatedly without "duplicated timeseries" errors. Workers import
 the same objects and update them in their own process (scrape each worker, or run a
 multiprocess collector); the API updates what it sees and samples Redis at scrape time
-(``refresh_from_redis``).
+(``orchestrator/api/health.py``).
 
 ==================================  =========  =======================================
 metric                              type       labels
@@ -36,9 +36,6 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from redis.asyncio import Redis
-
-from orchestrator.store.keys import Keys
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -107,15 +104,6 @@ SCHEDULES_SKIPPED = Counter(
 )
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
-
-
-async def refresh_from_redis(redis: Redis, keys: Keys, queues: list[str]) -> None:
-    """Sample the state that lives in Redis: the broker queues' lengths, the nodes waiting
-    on runs' queues (``queue="runs"``) and the number of active runs."""
-    for queue in queues:
-        QUEUE_DEPTH.labels(queue=queue).set(int(await redis.llen(queue)))
-    QUEUE_DEPTH.labels(queue="runs").set(int(await redis.get(keys.queued_nodes()) or 0))
-    RUNS.labels(status="active").set(int(await redis.zcard(keys.active_runs())))
 
 
 def render() -> bytes:
