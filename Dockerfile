@@ -29,8 +29,12 @@ ENV PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     AGNO_TELEMETRY=false \
     ORCH_API_HOST=0.0.0.0 \
-    ORCH_API_PORT=8000
+    ORCH_API_PORT=8000 \
+    ORCH_EXAMPLES_DIR=/opt/orchestrator/examples
 COPY --from=build /wheels /wheels
+# The example graphs: the console's gallery and the files the Document Loader may read
+# (a wheel holds no examples/ folder; ORCH_EXAMPLES_DIR points here).
+COPY examples /opt/orchestrator/examples
 # bubblewrap, setpriv (util-linux) and libseccomp2: the OS-level boundary of Code nodes and
 # stdio MCP servers (nodes/flow/code/SANDBOX.md). The container needs user namespaces:
 # run it with a seccomp profile that allows them (see docs/security.md). tini is PID 1:

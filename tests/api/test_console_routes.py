@@ -3,6 +3,8 @@ testing one node, drafts, the examples gallery and where credentials are used.""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from tests.api.conftest import Api, chain
@@ -100,6 +102,24 @@ async def test_the_gallery_lists_the_shipped_examples_and_imports_one_with_its_i
         assert (await api.client.post("/examples/nope/import")).status_code == 404
     finally:
         await api.close()
+
+
+async def test_the_gallery_reads_the_examples_folder_the_settings_name(redis_server: Any, tmp_path: Path) -> None:
+    """ORCH_EXAMPLES_DIR (the container image sets it: a wheel has no examples/ beside it)
+    is where the gallery looks; a folder without index.json is an empty gallery."""
+    from tests.api.conftest import open_api
+
+    (tmp_path / "mine.json").write_text(json.dumps({"name": "Mine", "nodes": [], "edges": []}))
+    (tmp_path / "index.json").write_text(json.dumps({"examples": [{"file": "mine.json", "input": 1}]}))
+    api = await open_api(redis_server, examples_dir=str(tmp_path))
+    empty = await open_api(redis_server, examples_dir=str(tmp_path / "none"))
+    try:
+        items = (await api.client.get("/examples")).json()["items"]
+        assert [(i["name"], i["title"], i["input"]) for i in items] == [("mine", "Mine", 1)]
+        assert (await empty.client.get("/examples")).json()["items"] == []
+    finally:
+        await api.close()
+        await empty.close()
 
 
 async def test_credential_usage_names_the_graphs_and_nodes_that_name_each_credential(api: Api) -> None:

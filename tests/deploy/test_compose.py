@@ -191,3 +191,14 @@ def test_the_image_runs_every_role_under_an_init_that_reaps_orphans() -> None:
     assert "tini" in runtime.split("ENTRYPOINT", 1)[0], "the runtime stage installs tini"
     entrypoint = [line for line in runtime.splitlines() if line.startswith("ENTRYPOINT")]
     assert entrypoint == ['ENTRYPOINT ["/usr/bin/tini", "--"]']
+
+
+def test_the_image_holds_the_examples_and_points_the_settings_at_them() -> None:
+    """The console's gallery is not empty in the container: the wheel has no examples/
+    beside the package, so the image copies them and sets ORCH_EXAMPLES_DIR."""
+    root = Path(__file__).parents[2]
+    runtime = (root / "Dockerfile").read_text().rsplit("\nFROM ", 1)[1]
+    assert "COPY examples /opt/orchestrator/examples" in runtime
+    assert "ORCH_EXAMPLES_DIR=/opt/orchestrator/examples" in runtime
+    ignored = {line.strip() for line in (root / ".dockerignore").read_text().splitlines()}
+    assert "examples" not in ignored and "examples/" not in ignored
