@@ -72,12 +72,13 @@ async def bench(url: str, runs: int, warmup: int) -> dict[str, Any]:
     from orchestrator.queue.dispatch import make_dispatch
     from orchestrator.service.plugins import get_registry
     from orchestrator.service.runs import RunRequest, start_run
+    from orchestrator.settings import Settings
     from orchestrator.store.redis_store import RedisRunStore
 
     registry = get_registry()
-    store = RedisRunStore.from_url(url)
+    store = RedisRunStore.from_url(url, Settings())
     client = aioredis.Redis.from_url(url, decode_responses=True)
-    app = make_celery(url)
+    app = make_celery(url, Settings())
     dispatch = make_dispatch(app)
     graph = chain_graph()
 

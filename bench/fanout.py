@@ -68,9 +68,9 @@ async def bench(url: str, runs: int, warmup: int, width: int) -> dict[str, Any]:
     from orchestrator.store.redis_store import RedisRunStore
 
     registry = load_registry(Settings(node_paths=str(PACK)))
-    store = RedisRunStore.from_url(url)
+    store = RedisRunStore.from_url(url, Settings())
     client = aioredis.Redis.from_url(url, decode_responses=True)
-    app = make_celery(url)
+    app = make_celery(url, Settings())
     dispatch = make_dispatch(app)
     graph = fanout_merge_graph(width)
 

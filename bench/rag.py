@@ -92,11 +92,12 @@ async def bench(url: str, args: argparse.Namespace, pg_url: str | None) -> dict[
     from orchestrator.queue.dispatch import make_dispatch
     from orchestrator.service.plugins import get_registry
     from orchestrator.service.runs import RunRequest, start_run
+    from orchestrator.settings import Settings
     from orchestrator.store.redis_store import RedisRunStore
 
     registry = get_registry()
-    store = RedisRunStore.from_url(url)
-    app = make_celery(url)
+    store = RedisRunStore.from_url(url, Settings())
+    app = make_celery(url, Settings())
     dispatch = make_dispatch(app)
     texts = chunk_texts(args.chunks)
     rng = random.Random(11)

@@ -63,10 +63,11 @@ async def distributed_ms_per_node(url: str, graph: dict[str, Any], registry: Any
     from orchestrator.queue.app import make_celery
     from orchestrator.queue.dispatch import make_dispatch
     from orchestrator.service.runs import RunRequest, start_run
+    from orchestrator.settings import Settings
     from orchestrator.store.redis_store import RedisRunStore
 
-    store = RedisRunStore.from_url(url)
-    app = make_celery(url)
+    store = RedisRunStore.from_url(url, Settings())
+    app = make_celery(url, Settings())
     samples = []
     try:
         for _ in range(3):

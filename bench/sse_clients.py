@@ -112,7 +112,7 @@ async def start_run_directly(redis_url: str, pack: Path, g: dict[str, Any]) -> s
     from orchestrator.settings import Settings
     from orchestrator.store.redis_store import RedisRunStore
 
-    store, app = RedisRunStore.from_url(redis_url), make_celery(redis_url)
+    store, app = RedisRunStore.from_url(redis_url, Settings()), make_celery(redis_url, Settings())
     try:
         registry = load_registry(Settings(node_paths=str(pack)))
         run_id: str = await start_run(store, registry, g, RunRequest({}), dispatch=make_dispatch(app))

@@ -91,8 +91,8 @@ async def measure(url: str, pack: Path, env: dict[str, str], runs_per_worker: in
     from orchestrator.store.redis_store import RedisRunStore
 
     registry = load_registry(Settings(node_paths=str(pack)))
-    store = RedisRunStore.from_url(url)
-    app = make_celery(url)
+    store = RedisRunStore.from_url(url, Settings())
+    app = make_celery(url, Settings())
     dispatch = make_dispatch(app)
     g = diamond(delay_s)
     groups: list[WorkerProcesses] = []

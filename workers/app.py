@@ -19,8 +19,10 @@ os.environ.setdefault("AGNO_TELEMETRY", "false")
 from celery.signals import worker_ready
 
 from orchestrator.queue.app import READY_FILE_ENV, make_celery
+from orchestrator.settings import load_settings
 
-celery_app = make_celery(include=["workers.tasks"])
+_settings = load_settings()  # this process's settings: the worker process is an entry point
+celery_app = make_celery(_settings.redis_url, _settings, include=["workers.tasks"])
 celery_app.set_current()
 
 

@@ -72,8 +72,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.action == "import" and args.check:
         from orchestrator.service.graph_store import validate
         from orchestrator.service.plugins import get_registry
+        from orchestrator.settings import load_settings
 
-        graph = validate(read_graph(args.file), get_registry())
+        graph = validate(read_graph(args.file), get_registry(), load_settings())
         print(f"{args.file}: valid graph {graph['id']!r} with {len(graph['nodes'])} nodes")
         return 0
     with client(args) as api:

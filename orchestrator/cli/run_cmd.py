@@ -303,7 +303,7 @@ async def _run(url: str, registry: Registry, raw: dict[str, Any], run_input: Any
         store = RedisRunStore(client, settings)
         try:
             run_id = await start_run(store, registry, raw, RunRequest(run_input, start=start, session_id=session_id),
-                                     dispatch=make_dispatch(app))
+                                     dispatch=make_dispatch(app), limits=settings.graph_limits())
         except GraphError as exc:
             print_error(err, exc)
             return 2

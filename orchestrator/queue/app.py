@@ -1,9 +1,9 @@
 """The Celery application: broker settings that survive a worker dying mid-node.
 
-``make_celery()`` configures an app from :mod:`orchestrator.settings` (``REDIS_URL`` /
+``make_celery(url, settings)`` configures an app from the settings it is given (``REDIS_URL`` /
 ``ORCH_REDIS_URL`` is the broker; there is no result backend: node outputs live in the
-run store, never in Celery results). ``make_celery(url)`` builds another instance for a
-process that talks to a different Redis (the CLI's embedded server, the bench). The
+run store, never in Celery results); ``url`` may name another Redis than the settings'
+(the CLI's embedded server, the bench). The
 worker process's own instance, with the node tasks registered, is ``workers.app``.
 
 Settings and why (measured in notes/celery-redis.md §2):
@@ -29,7 +29,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from celery import Celery
 
-from orchestrator.settings import Settings, get_settings
+from orchestrator.settings import WorkerSettings
 
 NODE_QUEUE = "orchestrator"  # the one queue node tasks travel on
 NODE_TASK = "orchestrator.node"  # task name: (run_id, node_id)
@@ -48,7 +48,7 @@ def broker_url(redis_url: str) -> str:
     return f"redis+socket://{parts.path}?virtual_host={db}"
 
 
-def configure(app: Celery, redis_url: str, settings: Settings) -> None:
+def configure(app: Celery, redis_url: str, settings: WorkerSettings) -> None:
     """Apply the project's broker and worker settings to ``app``."""
     app.conf.update(
         broker_url=broker_url(redis_url),
@@ -73,13 +73,11 @@ def configure(app: Celery, redis_url: str, settings: Settings) -> None:
     )
 
 
-def make_celery(redis_url: str | None = None, settings: Settings | None = None,
-                include: Sequence[str] = ()) -> Celery:
-    """A configured Celery app for ``redis_url`` (default: the process settings). Processes
+def make_celery(redis_url: str | None, settings: WorkerSettings, include: Sequence[str] = ()) -> Celery:
+    """A configured Celery app for ``redis_url`` (None: the default local Redis). Processes
     other than workers only send tasks by name; the worker face (``workers.app``) names its
     task modules in ``include``, which a worker imports at start."""
-    settings = settings or get_settings()
     app = Celery("orchestrator", set_as_current=False, include=list(include) or None)
-    configure(app, redis_url or settings.redis_url or DEFAULT_REDIS_URL, settings)
+    configure(app, redis_url or DEFAULT_REDIS_URL, settings)
     return app
 

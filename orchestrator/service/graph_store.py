@@ -32,7 +32,7 @@ from orchestrator.errors import GraphConflictError, GraphNotFoundError
 from orchestrator.kernel.errors import GraphSchemaError, ParameterError
 from orchestrator.kernel.graph import ID_PATTERN, parse_graph
 from orchestrator.kernel.registry import Registry
-from orchestrator.settings import Settings
+from orchestrator.settings import KernelLimits, Settings
 from orchestrator.store.keys import Keys
 
 WEBHOOK_NODE_TYPE = "webhook_trigger"  # the trigger type whose data.path routes POST /hooks/{path}
@@ -60,9 +60,9 @@ class GraphSummary:
         }
 
 
-def validate(raw: Any, registry: Registry, settings: Settings | None = None) -> dict[str, Any]:
-    """Validate ``raw`` with the node registry (and the bounds of ``settings``, default the
-    process's); return the normalized graph JSON."""
+def validate(raw: Any, registry: Registry, settings: KernelLimits) -> dict[str, Any]:
+    """Validate ``raw`` with the node registry and the bounds of ``settings``; return the
+    normalized graph JSON."""
     try:
         from orchestrator.kernel.validation import validate_graph
     except ImportError:  # the validator module is optional in stripped-down builds
@@ -70,9 +70,7 @@ def validate(raw: Any, registry: Registry, settings: Settings | None = None) -> 
         for node in graph.nodes:
             registry.get(node.type, graph_id=graph.id, node_id=node.id, node_name=node.name)
         return graph.to_json()
-    from orchestrator.settings import get_settings
-
-    limits = (settings or get_settings()).graph_limits()
+    limits = settings.graph_limits()
     normalized: dict[str, Any] = validate_graph(raw, registry, limits).graph.to_json()
     return normalized
 

@@ -22,9 +22,9 @@ from orchestrator.kernel.errors import GraphError
 from orchestrator.kernel.protocol import DataValue
 from orchestrator.kernel.registry import Registry
 from orchestrator.kernel.store import RunRecord, RunStatus, RunStore
-from orchestrator.kernel.validation import ValidatedGraph, validate_graph
+from orchestrator.kernel.validation import DEFAULT_GRAPH_LIMITS, GraphLimits, ValidatedGraph, validate_graph
 from orchestrator.queue.dispatch import Dispatcher
-from orchestrator.settings import Settings, get_settings
+from orchestrator.settings import Settings
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -33,20 +33,20 @@ if TYPE_CHECKING:
 
 VALIDATED_CACHE_SIZE = 128  # graphs (by content) whose validation this process remembers
 
-_validated: OrderedDict[str, tuple[Registry, ValidatedGraph]] = OrderedDict()
+_validated: OrderedDict[str, tuple[Registry, ValidatedGraph, GraphLimits]] = OrderedDict()
 
 
-def validated(graph: dict[str, Any], registry: Registry) -> ValidatedGraph:
+def validated(graph: dict[str, Any], registry: Registry, limits: GraphLimits = DEFAULT_GRAPH_LIMITS) -> ValidatedGraph:
     """``validate_graph``, remembered per graph content and registry: a stored graph that
     runs again (the API validated it when it read it) is not validated a second time.
     A graph that fails is never remembered."""
     key = hashlib.sha256(json.dumps(graph, sort_keys=True, default=str).encode()).hexdigest()
     hit = _validated.get(key)
-    if hit is not None and hit[0] is registry:
+    if hit is not None and hit[0] is registry and hit[2] == limits:
         _validated.move_to_end(key)
         return hit[1]
-    vg = validate_graph(graph, registry, get_settings().graph_limits())
-    _validated[key] = (registry, vg)
+    vg = validate_graph(graph, registry, limits)
+    _validated[key] = (registry, vg, limits)
     while len(_validated) > VALIDATED_CACHE_SIZE:
         _validated.popitem(last=False)
     return vg
@@ -113,18 +113,20 @@ async def start_run(
     request: RunRequest,
     *,
     dispatch: Dispatcher,
+    limits: GraphLimits = DEFAULT_GRAPH_LIMITS,
 ) -> str:
     """Validate ``graph``, compile the run ``request`` asks for, store it, dispatch its
     start nodes.
 
     Returns the run id (``request.run_id``, else a uuid4 hex). Graph faults raise
     ``GraphError`` subclasses before anything is stored. ``request.deadline_s`` defaults
-    to the graph's ``settings.deadline_s``, then ``Settings.run_deadline_s``.
+    to the graph's ``settings.deadline_s``, then ``Settings.run_deadline_s``. ``limits``: the
+    graph bounds of the caller's settings (``Settings.graph_limits()``).
     ``request.seed_outputs`` (a rerun) are stored as outputs of nodes that will not run,
     so expressions can read them. Calling it twice with the same ``run_id`` stores once
     and dispatches again, which the store's claim makes harmless.
     """
-    vg = validated(graph, registry)
+    vg = validated(graph, registry, limits)
     starts = choose_start(vg, request.start)
     run_id = request.run_id or uuid.uuid4().hex
     plan = compile_run(vg, run_id, starts)
@@ -182,7 +184,7 @@ async def admit_and_start(services: Starter, graph: dict[str, Any], request: Run
     await admission.check(services.redis, services.settings)
     run_id = await start_run(services.run_store, services.registry, graph,
                              replace(request, meta={**(request.meta or {}), "trigger": trigger}),
-                             dispatch=services.dispatch)
+                             dispatch=services.dispatch, limits=services.settings.graph_limits())
     if graph.get("id"):
         await services.graphs.add_run(str(graph["id"]), run_id)
     metrics.RUNS_STARTED.labels(trigger=trigger).inc()

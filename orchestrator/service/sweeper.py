@@ -53,7 +53,7 @@ from typing import Any, cast
 from orchestrator.kernel.protocol import EventType, NodeEvent
 from orchestrator.kernel.store import NodeCompletion, NodeStatus, RunStatus
 from orchestrator.queue.dispatch import Dispatcher
-from orchestrator.settings import Settings, get_settings
+from orchestrator.settings import Settings
 from orchestrator.store import redis_client
 from orchestrator.store.keys import Keys
 from orchestrator.store.redis_store import RedisRunStore
@@ -116,7 +116,7 @@ class Sweeper:
         self,
         store: RedisRunStore,
         dispatch: Dispatcher,
-        settings: Settings | None = None,
+        settings: Settings,
         *,
         max_node_reclaims: int | None = None,
         undispatched_grace_s: float | None = None,
@@ -125,7 +125,7 @@ class Sweeper:
         self.store = store
         self.redis = store.redis
         self.dispatch = dispatch
-        self.settings = settings or store.settings or get_settings()
+        self.settings = settings
         self.keys = Keys(self.settings.key_prefix)
         self.max_node_reclaims = _setting(self.settings, "max_node_reclaims", max_node_reclaims,
                                           DEFAULT_MAX_NODE_RECLAIMS)

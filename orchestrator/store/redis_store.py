@@ -53,7 +53,7 @@ from orchestrator.kernel.errors import OrchestratorError, RunNotFoundError
 from orchestrator.kernel.protocol import DataValue, EventType, NodeEvent
 from orchestrator.kernel.scheduling import RunPlan
 from orchestrator.kernel.store import Claim, NodeCompletion, NodeStatus, Ready, RunRecord, RunStatus, RunStore
-from orchestrator.settings import Settings, get_settings
+from orchestrator.settings import StoreSettings
 from orchestrator.store import redis_client
 from orchestrator.store.batching import CommandBatcher
 from orchestrator.store.keys import Keys
@@ -139,11 +139,11 @@ def adjacency(plan: RunPlan) -> dict[str, dict[str, Any]]:
 class RedisRunStore(RunStore):
     """``RunStore`` on one Redis (``redis.asyncio`` client with ``decode_responses=True``)."""
 
-    def __init__(self, redis: Redis, settings: Settings | None = None) -> None:
+    def __init__(self, redis: Redis, settings: StoreSettings) -> None:
         if not redis.connection_pool.connection_kwargs.get("decode_responses"):
             raise OrchestratorError("RedisRunStore needs a Redis client with decode_responses=True")
         self.redis = redis
-        self.settings = settings or get_settings()
+        self.settings = settings
         self.keys = Keys(self.settings.key_prefix)
         self._scripts = {name: redis.register_script(_lua_source(name)) for name in SCRIPTS}
         # Commands of concurrent node steps share round trips (orchestrator/store/batching.py).
@@ -156,7 +156,7 @@ class RedisRunStore(RunStore):
         self._event_bytes: OrderedDict[str, int] = OrderedDict()  # run id -> appended bytes not yet counted
 
     @classmethod
-    def from_url(cls, url: str, settings: Settings | None = None) -> RedisRunStore:
+    def from_url(cls, url: str, settings: StoreSettings) -> RedisRunStore:
         return cls(redis_client.client(url, decode_responses=True), settings)
 
     async def close(self) -> None:

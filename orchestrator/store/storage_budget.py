@@ -52,7 +52,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import OutOfMemoryError, ResponseError
 
 from orchestrator.errors import StorageBudgetError, StoreFullError
-from orchestrator.settings import Settings
+from orchestrator.settings import StoreSettings
 from orchestrator.store.keys import Keys
 
 DAY_S = 86400
@@ -120,7 +120,7 @@ class StorageBudget:
     ``call`` runs a script (``orchestrator.store.batching.CommandBatcher.script`` shares round trips);
     by default each call is its own."""
 
-    def __init__(self, redis: Redis, settings: Settings, call: ScriptCall | None = None) -> None:
+    def __init__(self, redis: Redis, settings: StoreSettings, call: ScriptCall | None = None) -> None:
         self.redis = redis
         self.keys = Keys(settings.key_prefix)
         self.run_max_bytes = settings.run_max_bytes

@@ -128,10 +128,11 @@ def test_api_answers_health_and_requires_the_compose_api_key(
 
 def test_worker_answers_a_celery_ping(compose: dict[str, Any], launcher: Launcher) -> None:
     from orchestrator.queue.app import make_celery
+    from orchestrator.settings import Settings
 
     service = compose["services"]["worker"]
     worker = launcher.start("worker", service, argv_of(service["command"]))
-    app = make_celery(launcher.redis_url)
+    app = make_celery(launcher.redis_url, Settings())
     try:
         replies = wait_until(lambda: app.control.ping(timeout=1.0), STARTUP_TIMEOUT_S,
                              worker, "reply to a Celery ping")

@@ -85,7 +85,7 @@ def registry() -> Registry:
 def celery(redis_server: EmbeddedRedis) -> Iterator[Any]:
     from orchestrator.queue.app import make_celery
 
-    app = make_celery(redis_server.url)
+    app = make_celery(redis_server.url, Settings())
     yield app
     app.close()
 
@@ -94,7 +94,7 @@ def celery(redis_server: EmbeddedRedis) -> Iterator[Any]:
 async def store(redis_server: EmbeddedRedis) -> AsyncIterator[Any]:
     from orchestrator.store.redis_store import RedisRunStore
 
-    s = RedisRunStore.from_url(redis_server.url)
+    s = RedisRunStore.from_url(redis_server.url, Settings())
     yield s
     await s.close()
 

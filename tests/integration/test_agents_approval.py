@@ -144,7 +144,7 @@ async def test_a_waiting_run_past_its_deadline_is_timed_out_by_the_sweeper(
 
     deadline_s = 3600.0
     run_id = await paused_run(deadline_s=deadline_s)
-    sweeper = Sweeper(store, lambda rid, nodes: None)
+    sweeper = Sweeper(store, lambda rid, nodes: None, store.settings)
     early = await sweeper.sweep_once()
     assert run_id not in early.timed_out
     late = await sweeper.sweep_once(now=time.time() + 2 * deadline_s)

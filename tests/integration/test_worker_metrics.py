@@ -75,12 +75,13 @@ async def test_worker_metrics_count_node_runs_and_latency_by_node_type(
     from orchestrator.queue.app import make_celery
     from orchestrator.queue.dispatch import make_dispatch
     from orchestrator.service.plugins import get_registry
+    from orchestrator.settings import Settings
     from orchestrator.store.redis_store import RedisRunStore
 
     server, port = metrics_worker
     scrape(port)  # the worker is up and serving
-    app: Any = make_celery(server.url)
-    store = RedisRunStore.from_url(server.url)
+    app: Any = make_celery(server.url, Settings())
+    store = RedisRunStore.from_url(server.url, Settings())
     try:
         for _ in range(3):
             run_id = await start_run(store, get_registry(), CHAIN, RunRequest({"n": 1}), dispatch=make_dispatch(app))

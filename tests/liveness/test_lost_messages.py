@@ -31,8 +31,9 @@ def lost(run_id: str, node_ids: list[str]) -> None:
 @pytest.fixture
 def celery(redis_server: EmbeddedRedis) -> Iterator[Any]:
     from orchestrator.queue.app import make_celery
+    from orchestrator.settings import Settings
 
-    app = make_celery(redis_server.url)
+    app = make_celery(redis_server.url, Settings())
     yield app
     app.close()
 

@@ -35,9 +35,8 @@ def _install(kill_dir: Path) -> None:
 
     real = tasks.run_step
 
-    async def run_step_then_die(store: Any, registry: Any, run_id: str, node_id: str,
-                                **kw: Any) -> Any:
-        outcome = await real(store, registry, run_id, node_id, **kw)
+    async def run_step_then_die(env: Any, run_id: str, node_id: str, **kw: Any) -> Any:
+        outcome = await real(env, run_id, node_id, **kw)
         marker = kill_dir / f"{run_id}.{node_id}.killed"
         if (run_id, node_id) in _ran and not marker.exists():
             marker.touch()
