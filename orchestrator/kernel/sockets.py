@@ -31,7 +31,7 @@ from .errors import CoercionError
 
 __all__ = [
     "COERCIONS", "GENERIC_SOCKETS", "SOCKET_TYPES", "SocketType", "can_connect", "coerce",
-    "coerce_parameter", "json_type", "socket_catalogue",
+    "coerce_parameter", "convert_to", "json_type", "socket_catalogue",
 ]
 
 
@@ -365,6 +365,15 @@ def coerce_parameter(value: Any, param_type: str) -> Any:
         raise CoercionError(
             f"cannot use a JSON {json_type(value)} as a parameter of type {param_type!r}"
         ) from None
+
+
+def convert_to(value: Any, target: str) -> Any:
+    """A generic value converted to socket type ``target`` by the table's rule (what a wire
+    from ``data`` does); ValueError when the rule refuses it."""
+    try:
+        return _CONVERT_TO.get(target, _identity)(value)
+    except (_Refused, TypeError, ValueError, KeyError, OverflowError):
+        raise ValueError(f"a JSON {json_type(value)} does not convert to {target}") from None
 
 
 def socket_catalogue() -> list[dict[str, str]]:
