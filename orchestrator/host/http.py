@@ -136,14 +136,16 @@ async def fetch(ctx: FlowContext, call: HttpCall) -> HttpResponse:
     """Send ``call`` (see the module docstring)."""
     if not call.url.lower().startswith(("http://", "https://")):
         raise NodeExecutionError(f"parameter 'url' must be an http(s) URL; got {call.url!r}")
+    host = node_host(ctx)
     auth: CredentialAuth | None = None
     if call.credential:
-        auth = CredentialAuth(await node_host(ctx).credential(call.credential, AUTH_TYPES))
+        auth = CredentialAuth(await host.credential(call.credential, AUTH_TYPES))
     secrets = auth.secrets if auth is not None else []
     hooks: dict[str, list[Any]] = {"request": [auth.attach]} if auth is not None else {}
     started = time.perf_counter()
     try:
-        async with egress_client(timeout=httpx.Timeout(call.timeout_s), follow_redirects=call.follow_redirects,
+        async with egress_client(host.egress_policy(), timeout=httpx.Timeout(call.timeout_s),
+                                 follow_redirects=call.follow_redirects,
                                  max_redirects=call.max_redirects, event_hooks=hooks) as client:
             request = client.build_request(call.method.upper(), call.url, params=call.query or None,
                                            headers=call.headers, json=call.json, data=call.form,

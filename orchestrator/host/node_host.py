@@ -30,6 +30,7 @@ from pathlib import Path
 
 from orchestrator.errors import RequestError
 from orchestrator.host.credentials import DEFAULT_WORKSPACE, Credential, CredentialStore
+from orchestrator.host.egress.policy import EgressPolicy
 from orchestrator.host.workspace import checked_workspace, workspace_dir, workspace_file
 from orchestrator.kernel.errors import ConfigurationError, ParameterError
 from orchestrator.kernel.protocol import FlowContext
@@ -47,6 +48,10 @@ class NodeHost:
     settings: Settings
     redis_url: str | None = None  # None: a host with no Redis (no credentials, no files)
     workspace: str = DEFAULT_WORKSPACE
+
+    def egress_policy(self) -> EgressPolicy:
+        """Where this host lets a node connect (``ORCH_EGRESS_ALLOW_PRIVATE``, ``ORCH_EGRESS_ALLOW``)."""
+        return EgressPolicy.from_settings(self.settings)
 
     def need_redis(self) -> str:
         """The Redis URL, or a RequestError saying the node needs one."""

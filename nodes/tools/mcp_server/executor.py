@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.host.egress.policy import EgressPolicy
+from orchestrator.host.node_host import node_host
 from orchestrator.host.sandbox.command import CommandRefused, confined_command
 from orchestrator.kernel.errors import ParameterError
 from orchestrator.kernel.protocol import FlowContext
@@ -81,13 +81,13 @@ class McpServerExecutor:
         if transport == "stdio":
             named = {str(k): str(v) for k, v in (env or {}).items()}
             try:
-                confined = confined_command(command, named)
+                confined = confined_command(command, named, node_host(ctx).settings)
             except CommandRefused as exc:
                 raise bad(str(exc), "command") from exc
             params = StdioServerParameters(command=confined.program, args=confined.args,
                                            env=confined.env)
             return NodeMCPTools(server_params=params, transport="stdio", **common)
-        policy = EgressPolicy.from_settings()
+        policy = node_host(ctx).egress_policy()
         await policy.check_url(url)  # EgressDeniedError names the settings
         return NodeMCPTools(url=url, transport="streamable-http", policy=policy, **common)
 
