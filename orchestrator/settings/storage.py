@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import orchestrator
 from orchestrator.settings.base import SettingsGroup
 
 # The repository's examples/ folder, beside the package in a source checkout or an editable
 # install (an installed wheel has none: set ORCH_EXAMPLES_DIR).
-SOURCE_EXAMPLES = Path(orchestrator.__file__).resolve().parent.parent / "examples"
+SOURCE_EXAMPLES = Path(__file__).resolve().parents[2] / "examples"  # <repo>/orchestrator/settings/ -> <repo>
 
 
 class StorageSettings(SettingsGroup):
