@@ -124,7 +124,8 @@ class GraphRuntime:
             run_id=self.run_id, node_id=node.id, node_type=node.type, node_name=node.name,
             runtime=self, emit=emit, run_input=self.run_input, session_id=self.session_id,
             attempt=attempt, services=self.services, settings=node.settings.model_dump(),
-            expression_limits=self.scope.limits, expression_spending=self.scope.spending, **extra,
+            expression_limits=self.scope.limits, expression_spending=self.scope.spending,
+            usage_check=self.options.usage_check if self.options is not None else None, **extra,
         )
 
     # -- links --------------------------------------------------------------------------
