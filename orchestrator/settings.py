@@ -233,6 +233,19 @@ class Settings(BaseSettings):
     # variables. Read when first used; values are masked in events and errors.
     secrets_file: str | None = None
 
+    # -- observability (orchestrator/telemetry/, docs/observability.md) ---------------
+    # Traces are on when OTEL_EXPORTER_OTLP_ENDPOINT (or ..._TRACES_ENDPOINT) is set.
+    # Prompt and completion text (tool arguments, answers) in span attributes: off unless set.
+    trace_content: bool = False
+    # The console links a run's trace id with this template ("{trace_id}" is replaced),
+    # e.g. "http://localhost:16686/trace/{trace_id}" for Jaeger; empty: no link.
+    trace_link_template: str = ""
+    # The price table (JSON, USD per million tokens by model id); empty: the shipped one.
+    price_table_path: str = ""
+    # Workspace default run budgets, a JSON object: {"<workspace>" | "*": {"max_tokens": N,
+    # "max_cost_usd": X}}; a graph's settings.budget overrides them per field.
+    run_budgets: str = ""
+
     def expression_limits(self) -> ExpressionLimits:
         return ExpressionLimits(max_steps=self.expression_max_steps,
                                 max_string_chars=self.expression_max_string_chars,

@@ -1,0 +1,81 @@
+"""A run's model usage and cost, summed from its events.
+
+Nodes report usage through the kernel (``ctx.report_usage(key, numbers)``); each
+execution's sums ride on its ``completed`` / ``error`` / ``retry`` event as
+``data.usage`` (``{"<provider:model>": {"input_tokens", "output_tokens",
+"cached_tokens", "reasoning_tokens", "total_tokens", "calls"}}``). :func:`summarize`
+adds them up per node and for the run and prices them (``pricing.py``): what
+``GET /runs/{id}``, the CLI and the console show. Every attempt counts (a failed
+attempt's tokens were spent too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from orchestrator.kernel.protocol import EventType, NodeEvent
+from orchestrator.kernel.usage import Usage
+
+from .pricing import PriceTable
+
+USAGE_EVENTS = frozenset({EventType.COMPLETED, EventType.ERROR, EventType.RETRY})
+TOKEN_FIELDS = ("input_tokens", "output_tokens", "cached_tokens", "reasoning_tokens", "total_tokens")
+
+
+def event_usage(event: NodeEvent) -> Usage | None:
+    """The usage a node's own completed/error/retry event carries, else None."""
+    data = event.data or {}
+    if event.event_type not in USAGE_EVENTS or not event.node_id or data.get("subgraph"):
+        return None
+    raw = data.get("usage")
+    return Usage.from_json(raw) if isinstance(raw, dict) else None
+
+
+def totals(usage: Usage, prices: PriceTable) -> dict[str, Any]:
+    """Token sums over every key, the cost in USD (None when nothing is priced) and the
+    keys that have no price."""
+    out: dict[str, Any] = dict.fromkeys(TOKEN_FIELDS, 0)
+    cost: float | None = None
+    unpriced: list[str] = []
+    for key, numbers in usage.by_key.items():
+        for name in TOKEN_FIELDS:
+            out[name] += int(numbers.get(name, 0))
+        if not numbers.get("total_tokens"):
+            out["total_tokens"] += int(numbers.get("input_tokens", 0) + numbers.get("output_tokens", 0))
+        priced = prices.cost(key, numbers)
+        if priced is None:
+            unpriced.append(key)
+        else:
+            cost = (cost or 0.0) + priced
+    out["cost_usd"] = None if cost is None else round(cost, 8)
+    out["unpriced"] = unpriced
+    return out
+
+
+def summarize(events: Iterable[NodeEvent], prices: PriceTable) -> dict[str, Any]:
+    """``{"total": {...totals, "by_model": usage}, "nodes": {node_id: {...totals,
+    "by_model": usage}}}`` over ``events`` (nodes that reported nothing are absent)."""
+    run = Usage()
+    per_node: dict[str, Usage] = {}
+    for event in events:
+        usage = event_usage(event)
+        if usage is None:
+            continue
+        run.merge(usage)
+        per_node.setdefault(event.node_id, Usage()).merge(usage)
+    return {
+        "total": {**totals(run, prices), "by_model": run.to_json()},
+        "nodes": {nid: {**totals(u, prices), "by_model": u.to_json()} for nid, u in per_node.items()},
+    }
+
+
+def short(total: dict[str, Any]) -> str:
+    """``"168 tokens (123 in, 45 out), $0.000213"``: a one-line summary for the CLI."""
+    text = f"{total.get('total_tokens', 0)} tokens ({total.get('input_tokens', 0)} in, " \
+           f"{total.get('output_tokens', 0)} out)"
+    cost = total.get("cost_usd")
+    text += f", ${cost:.6f}" if cost is not None else ", cost unknown"
+    if total.get("unpriced"):
+        text += " (no price for " + ", ".join(total["unpriced"]) + ")"
+    return text
