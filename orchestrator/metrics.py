@@ -23,6 +23,7 @@ orchestrator_admission_rejected_total counter  limit (starts refused, by the lim
 orchestrator_schedule_skipped_total counter    reason (scheduled fires that started no run: overloaded)
 orchestrator_stale_refused_total    counter    action (complete, renew: refused because a later claim
                                                of the node superseded the sender's fencing token)
+orchestrator_model_*                counter    model usage and cost (telemetry/model_metrics.py)
 ==================================  =========  =======================================
 """
 
@@ -121,3 +122,9 @@ async def refresh_from_redis(redis: Redis, keys: Keys, queues: list[str]) -> Non
 def render() -> bytes:
     """The exposition text of every metric above."""
     return generate_latest(REGISTRY)
+
+
+# -- model usage and cost (orchestrator/telemetry/model_metrics.py) ----------------------
+from orchestrator.telemetry.model_metrics import MODEL_CALLS as MODEL_CALLS  # noqa: E402
+from orchestrator.telemetry.model_metrics import MODEL_COST as MODEL_COST  # noqa: E402
+from orchestrator.telemetry.model_metrics import MODEL_TOKENS as MODEL_TOKENS  # noqa: E402

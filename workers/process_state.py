@@ -36,6 +36,7 @@ from orchestrator.kernel.runtime import ArtifactCache
 from orchestrator.kernel.step import StepOptions
 from orchestrator.plugins import get_registry
 from orchestrator.settings import Settings, get_settings
+from orchestrator.telemetry.hooks import step_hooks
 
 from .app import DEFAULT_REDIS_URL
 from .store import RedisRunStore
@@ -205,20 +206,22 @@ def _build() -> ProcessState:
     runner = LoopThread(settings.offload_threads)
     # Built on the loop thread: the client's pool and locks belong to that loop.
     client: aioredis.Redis = runner.run(_client(url, settings))
+    store = RedisRunStore(client, settings)
     return ProcessState(
         pid=os.getpid(),
         worker_id=worker_id(),
         settings=settings,
         runner=runner,
         redis=client,
-        store=RedisRunStore(client, settings),
+        store=store,
         registry=get_registry(),
         services={"redis_url": url, "settings": settings},
         options=StepOptions(lease_s=settings.node_lease_s, cancel_poll_s=settings.cancel_poll_s,
                             max_output_bytes=settings.max_output_bytes,
                             max_output_depth=settings.max_output_depth,
                             expression_limits=settings.expression_limits(),
-                            graph_limits=settings.graph_limits()),
+                            graph_limits=settings.graph_limits(),
+                            **step_hooks(store, settings, service="orchestrator-worker")),
     )
 
 

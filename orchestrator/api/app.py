@@ -31,6 +31,7 @@ from redis.asyncio import Redis
 from orchestrator import redis_client
 from orchestrator.kernel.registry import Registry
 from orchestrator.settings import Settings, get_settings
+from orchestrator.telemetry import tracing
 
 from . import (
     browser_auth,
@@ -134,4 +135,7 @@ def create_app(
                    credentials.router, files.router, drafts.router, previews.router, single_step.router,
                    gallery.router, credential_usage.router):
         app.include_router(router, dependencies=guarded)
+    if tracing.configure("orchestrator-api"):  # the standard OTEL_* variables (docs/observability.md)
+        tracing.instrument_app(app)
+        tracing.instrument_celery()
     return app

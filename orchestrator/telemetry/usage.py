@@ -12,13 +12,14 @@ attempt's tokens were spent too).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from orchestrator.kernel.protocol import EventType, NodeEvent
 from orchestrator.kernel.usage import Usage
 
 from .pricing import PriceTable
 
+READ_BATCH = 1000
 USAGE_EVENTS = frozenset({EventType.COMPLETED, EventType.ERROR, EventType.RETRY})
 TOKEN_FIELDS = ("input_tokens", "output_tokens", "cached_tokens", "reasoning_tokens", "total_tokens")
 
@@ -79,3 +80,30 @@ def short(total: dict[str, Any]) -> str:
     if total.get("unpriced"):
         text += " (no price for " + ", ".join(total["unpriced"]) + ")"
     return text
+
+
+class EventReader(Protocol):
+    async def read_events(self, run_id: str, after: str = "0-0",
+                          count: int = 1000) -> list[tuple[str, NodeEvent]]: ...
+
+
+async def usage_events(store: EventReader, run_id: str) -> list[NodeEvent]:
+    """The run's events that carry usage, oldest first (its whole stream is read)."""
+    found: list[NodeEvent] = []
+    after = "0-0"
+    while True:
+        batch = await store.read_events(run_id, after, READ_BATCH)
+        found += [event for _id, event in batch if event_usage(event) is not None]
+        if len(batch) < READ_BATCH:
+            return found
+        after = batch[-1][0]
+
+
+def attach(detail: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    """A run view with usage: ``detail["usage"]`` the run's totals, each node's ``usage``
+    its own (nodes that reported none: absent)."""
+    for node_id, node_usage in summary["nodes"].items():
+        if node_id in detail.get("nodes", {}):
+            detail["nodes"][node_id]["usage"] = node_usage
+    detail["usage"] = summary["total"]
+    return detail
