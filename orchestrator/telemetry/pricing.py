@@ -7,8 +7,9 @@ A JSON file the operator can edit (``Settings.price_table_path``; empty: the shi
 
 Prices are USD per million tokens. A usage key ``provider:model`` (as nodes report it,
 e.g. ``openai:gpt-4o``, ``dryrun:gpt-4o-mini``) takes the first entry found among
-``provider:model``, ``model`` and ``provider:*``; none: the usage is *unpriced* (its cost
-is unknown, never 0). Cost of one key's numbers::
+``provider:model``, ``provider:*`` and ``model`` (so ``dryrun:*`` prices every dry-run
+model, and ``gpt-4o`` any provider's gpt-4o); none: the usage is *unpriced* (its cost is
+unknown, never 0). Cost of one key's numbers::
 
     (input_tokens - cached_tokens) * input + cached_tokens * cached_input (default: input)
     + output_tokens * output                                        (all / 1,000,000)
@@ -54,7 +55,7 @@ class PriceTable:
 
     def price_of(self, key: str) -> Price | None:
         provider, sep, model = key.partition(":")
-        candidates = [key, model, f"{provider}:*"] if sep else [key]
+        candidates = [key, f"{provider}:*", model] if sep else [key]
         return next((self.prices[c] for c in candidates if c in self.prices), None)
 
     def cost(self, key: str, numbers: dict[str, float]) -> float | None:
