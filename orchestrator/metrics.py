@@ -41,7 +41,7 @@ from redis.asyncio import Redis
 
 from orchestrator.keys import Keys
 
-REGISTRY = CollectorRegistry(auto_describe=True)
+REGISTRY: CollectorRegistry = CollectorRegistry(auto_describe=True)
 
 RUNS_STARTED = Counter(
     "orchestrator_runs_started", "Runs started, by trigger kind.", ["trigger"], registry=REGISTRY
