@@ -58,6 +58,7 @@ def traced() -> Iterator[tuple[OtlpReceiver, str]]:
                 [sys.executable, "-m", "uvicorn", "--factory", "orchestrator.api.app:create_app",
                  "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
                 env={**os.environ, **env, "REDIS_URL": server.url, "ORCH_API_RUN_SWEEPER": "false",
+                     "ORCH_TRACE_LINK_TEMPLATE": "http://jaeger.example/trace/{trace_id}",
                      "PYTHONPATH": str(ROOT)}, cwd=str(ROOT), stdin=subprocess.DEVNULL)
             url = f"http://127.0.0.1:{port}"
             _wait_healthy(url, api)
@@ -130,6 +131,7 @@ def test_a_run_across_two_workers_is_one_trace_that_matches_its_graph(traced: tu
     root = next(s for s in spans if s.name.startswith("run ") and s.attributes.get("orchestrator.run.id") == run_id)
     trace = [s for s in spans if s.trace_id == root.trace_id]
     assert detail["trace_id"] == root.trace_id
+    assert detail["trace_url"] == f"http://jaeger.example/trace/{root.trace_id}"
 
     # the run's root hangs under the API request that started it
     parent = _by_id(trace)[root.parent_id]
