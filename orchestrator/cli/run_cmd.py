@@ -37,7 +37,7 @@ from orchestrator.kernel.registry import Registry
 from orchestrator.kernel.scheduling import RunPlan
 from orchestrator.kernel.store import NodeStatus, RunStatus
 from orchestrator.settings import get_settings
-from orchestrator.telemetry import usage
+from orchestrator.telemetry import tracing, usage
 from orchestrator.telemetry.pricing import load_table
 
 from ._signals import Terminated, interrupted_exit_code, terminate_as_interrupt
@@ -298,6 +298,8 @@ async def _run(url: str, registry: Registry, raw: dict[str, Any], run_input: Any
     from workers.store import RedisRunStore
 
     settings = get_settings()
+    if tracing.configure("orchestrator-cli"):  # the run's root span, and the publish of its start nodes
+        tracing.instrument_celery()
     client = redis_client.client(url, decode_responses=True)
     app = make_celery(url, settings)
     stack = AsyncExitStack()
@@ -358,6 +360,7 @@ async def _run(url: str, registry: Registry, raw: dict[str, Any], run_input: Any
         await stack.aclose()
         await client.aclose()
         app.close()
+        tracing.flush()
 
 
 __all__ = ["add_parser", "follow", "run_command", "sink_outputs"]
