@@ -116,7 +116,7 @@ def record_json(record: RunRecord) -> dict[str, Any]:
     }
 
 
-async def run_detail(services: Services, run_id: str) -> dict[str, Any]:
+async def run_detail(services: Services, run_id: str, *, usage_too: bool = True) -> dict[str, Any]:
     """The run record plus every planned node's status and stored outputs, the model usage
     and cost per node and in all (``usage``), and the run's ``trace_id`` / ``trace_url``."""
     record = await services.runs.get_run(run_id)
@@ -139,6 +139,8 @@ async def run_detail(services: Services, run_id: str) -> dict[str, Any]:
         "output": final_output(plan.order, plan, outputs),
         **trace_of(plan.labels, services.settings.trace_link_template),
     }
+    if not usage_too:  # the usage is summed from the whole event stream: skipped when not wanted
+        return detail
     prices = load_table(services.settings.price_table_path)
     return usage.attach(detail, usage.summarize(await usage.usage_events(services.runs, run_id), prices))
 
