@@ -160,7 +160,7 @@ class AgnoSpans:
             return
         kind = str(getattr(ev, "event", "")).removeprefix("Team")
         if kind == "RunError":
-            span.set_status(Status(StatusCode.ERROR, _text(getattr(ev, "content", "") or "run error")[:200]))
+            span.set_status(Status(StatusCode.ERROR, "agent run failed"))
             span.set_attribute("error.type", str(getattr(ev, "error_type", None) or "agent_error"))
         elif self.content and getattr(ev, "content", None) is not None:
             span.set_attribute("gen_ai.output.text", _text(ev.content))

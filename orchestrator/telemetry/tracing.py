@@ -177,17 +177,25 @@ class _NodeSpan:
         for name, value in tokens.items():
             span.set_attribute(f"gen_ai.usage.{name}", int(value))
         if ended.error and ended.status in ("failed", "retrying"):
-            span.set_attribute("error.type", str(ended.error.get("type") or "error"))
-            span.set_status(Status(StatusCode.ERROR, str(ended.error.get("message") or "")[:ERROR_CHARS]))
+            # The type and code only: an executor's message may quote anything it saw
+            # (the run's events have it, for those allowed to read the run).
+            kind, code = str(ended.error.get("type") or "error"), str(ended.error.get("code") or "node_failed")
+            span.set_attribute("error.type", kind)
+            span.set_attribute("orchestrator.error.code", code)
+            span.set_status(Status(StatusCode.ERROR, f"{kind} ({code})"[:ERROR_CHARS]))
 
 
 class NodeSpans:
     """The kernel's step observer: a span per node execution, child of the run's root."""
 
+    def __init__(self, spans_from: trace.Tracer | None = None) -> None:
+        self.tracer = spans_from  # None: the global provider's, looked up per span
+
     @contextmanager
     def node(self, seen: ObservedNode) -> Iterator[_NodeSpan]:
         parent = context_of(seen.plan.labels) or otel_context.get_current()
-        span = tracer().start_span(f"node {seen.node_name}", context=parent, kind=SpanKind.INTERNAL, attributes={
+        spans = self.tracer or tracer()
+        span = spans.start_span(f"node {seen.node_name}", context=parent, kind=SpanKind.INTERNAL, attributes={
             "orchestrator.run.id": seen.plan.run_id,
             "orchestrator.graph.id": str(seen.plan.graph.get("id") or ""),
             "orchestrator.node.id": seen.node_id, "orchestrator.node.type": seen.node_type,
