@@ -66,11 +66,11 @@ def usage_key(ev: Any) -> str:
 class AgnoSpans:
     """Spans of one Agno run and the member runs inside it, keyed by Agno run id."""
 
-    def __init__(self, name: str, *, content: bool = False) -> None:
-        self.tracer = trace.get_tracer(TRACER)
+    def __init__(self, name: str, *, content: bool = False, spans_from: trace.Tracer | None = None) -> None:
+        self.tracer = spans_from or trace.get_tracer(TRACER)
         self.name = name
         self.content = content
-        self.enabled = _has_provider()
+        self.enabled = spans_from is not None or _has_provider()
         self._root = otel_context.get_current()
         self._agents: dict[str, Span] = {}
         self._models: dict[str, Span] = {}
