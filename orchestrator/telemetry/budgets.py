@@ -18,7 +18,8 @@ report of a node, so between two model calls: when the run's usage so far (the
 completed executions' events plus what the current one reported) is over a field, the
 node fails with ``UsageBudgetError`` naming the field, the limit and where it was set,
 and the run fails with it (whatever the node's error mode; never retried). Runs with no
-budget pay nothing: the budget is looked up once per run and process.
+budget pay nothing: the budget is looked up once per run and process. With one, each
+check reads only the run's events appended since the process's previous check.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from orchestrator.kernel.scheduling import RunPlan
 from orchestrator.kernel.usage import Usage
 
 from .pricing import PriceTable
-from .usage import EventReader, event_usage, totals, usage_events
+from .usage import EventReader, event_usage, totals, usage_events_after
 
 FIELDS = ("max_tokens", "max_cost_usd")
 WORKSPACE_LABEL = "workspace"
@@ -108,12 +109,16 @@ class RunReader(EventReader, Protocol):
     async def load_plan(self, run_id: str) -> RunPlan: ...
 
 
-async def spent(store: EventReader, run_id: str) -> Usage:
-    """The usage a run's events carry so far."""
+async def spent(store: EventReader, run_id: str, since: tuple[str, Usage] = ("0-0", Usage())
+                ) -> tuple[str, Usage]:
+    """The usage a run's events carry so far: ``since`` (a stream id and the usage up to
+    it) plus what came after it; returns the new pair (events are only ever appended)."""
+    events, last = await usage_events_after(store, run_id, since[0])
     total = Usage()
-    for event in await usage_events(store, run_id):
+    total.merge(since[1])
+    for event in events:
         total.merge(event_usage(event) or Usage())
-    return total
+    return last, total
 
 
 class BudgetCheck:
@@ -124,6 +129,7 @@ class BudgetCheck:
         self.prices = prices
         self.defaults = defaults
         self._budgets: OrderedDict[str, Budget] = OrderedDict()
+        self._spent: OrderedDict[str, tuple[str, Usage]] = OrderedDict()  # run -> (stream id, usage to it)
 
     async def budget(self, run_id: str) -> Budget:
         known = self._budgets.get(run_id)
@@ -139,7 +145,13 @@ class BudgetCheck:
         budget = await self.budget(ctx.run_id)
         if not budget:
             return
-        usage = await spent(self.store, ctx.run_id)
+        known = await spent(self.store, ctx.run_id, self._spent.get(ctx.run_id, ("0-0", Usage())))
+        self._spent[ctx.run_id] = known
+        self._spent.move_to_end(ctx.run_id)
+        while len(self._spent) > CACHED_RUNS:
+            self._spent.popitem(last=False)
+        usage = Usage()
+        usage.merge(known[1])
         usage.merge(ctx.usage)
         used = totals(usage, self.prices)
         over: list[tuple[str, float, float]] = []

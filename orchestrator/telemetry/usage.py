@@ -89,14 +89,19 @@ class EventReader(Protocol):
 
 async def usage_events(store: EventReader, run_id: str) -> list[NodeEvent]:
     """The run's events that carry usage, oldest first (its whole stream is read)."""
+    return (await usage_events_after(store, run_id, "0-0"))[0]
+
+
+async def usage_events_after(store: EventReader, run_id: str, after: str) -> tuple[list[NodeEvent], str]:
+    """The events after stream id ``after`` that carry usage, and the last id read."""
     found: list[NodeEvent] = []
-    after = "0-0"
     while True:
         batch = await store.read_events(run_id, after, READ_BATCH)
         found += [event for _id, event in batch if event_usage(event) is not None]
+        if batch:
+            after = batch[-1][0]
         if len(batch) < READ_BATCH:
-            return found
-        after = batch[-1][0]
+            return found, after
 
 
 def attach(detail: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:

@@ -49,8 +49,10 @@ class Reader:
         return self.plan
 
     async def read_events(self, run_id: str, after: str = "0-0", count: int = 1000) -> list[tuple[str, NodeEvent]]:
+        """Stream ids "1-0", "2-0", ...: the events after ``after``."""
         self.reads += 1
-        return [(f"{i}-0", e) for i, e in enumerate(self.events)] if after == "0-0" else []
+        first = int(after.split("-")[0])
+        return [(f"{i}-0", e) for i, e in enumerate(self.events, start=1) if i > first][:count]
 
 
 def ctx_with(input_tokens: int) -> FlowContext:
@@ -84,3 +86,17 @@ async def test_a_run_without_a_budget_reads_no_events() -> None:
     reader = Reader({"id": "g"}, [])
     await BudgetCheck(reader, PRICES, {})(ctx_with(10**9))
     assert reader.reads == 0
+
+
+async def test_later_checks_read_only_the_events_appended_since_and_count_them_once() -> None:
+    def done(tokens: int) -> NodeEvent:
+        return NodeEvent(run_id="r", node_id="n1", node_type="agent", event_type="completed",
+                         data={"usage": {"dryrun:m": {"input_tokens": tokens}}})
+
+    reader = Reader({"id": "g", "settings": {"budget": {"max_tokens": 100}}}, [done(40)])
+    check = BudgetCheck(reader, PRICES, {})
+    await check(ctx_with(10))  # 40 + 10
+    await check(ctx_with(10))  # the same 40 again, not 80
+    reader.events.append(done(45))
+    with pytest.raises(UsageBudgetError, match="the run used 101"):
+        await check(ctx_with(16))  # 40 + 45 + 16 = 101
