@@ -10,6 +10,7 @@ node's completed event; no secret appears in any attribute.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -172,3 +173,32 @@ def test_a_run_across_two_workers_is_one_trace_that_matches_its_graph(traced: tu
         assert SECRET not in repr(span.attributes), span.name
         assert not any(k.startswith("gen_ai.tool.call.arguments") or k == "gen_ai.output.text"
                        for k in span.attributes)
+
+
+def test_a_node_resumed_after_an_approval_joins_its_runs_trace(traced: tuple[OtlpReceiver, str]) -> None:
+    receiver, url = traced
+    g = json.loads((ROOT / "examples" / "agent_approval.json").read_text())
+    with httpx.Client(base_url=url, timeout=10.0) as client:
+        assert client.post("/graphs", json=g).status_code == 201
+        started = client.post(f"/graphs/{g['id']}/runs", json={"input": {"message": "use divide on 10 and 4"}})
+        run_id = started.json()["run_id"]
+        deadline = time.monotonic() + 60
+        while client.get(f"/runs/{run_id}").json()["status"] != "waiting":
+            assert time.monotonic() < deadline, "the run never waited for its approval"
+            time.sleep(0.2)
+        answered = client.post(f"/runs/{run_id}/approvals", json={"decision": "approve"})
+        assert answered.status_code == 200, answered.text
+        while (detail := client.get(f"/runs/{run_id}").json())["status"] != "succeeded":
+            assert time.monotonic() < deadline and detail["status"] in ("running", "waiting"), detail["status"]
+            time.sleep(0.2)
+
+    def both_executions(spans: list[ReceivedSpan]) -> bool:
+        mine = [s for s in spans if s.name == "node Assistant" and s.attributes.get("orchestrator.run.id") == run_id]
+        return len(mine) == 2
+
+    spans = receiver.wait_for(both_executions)
+    root = next(s for s in spans if s.name.startswith("run ") and s.attributes.get("orchestrator.run.id") == run_id)
+    executions = [s for s in spans if s.name == "node Assistant" and s.attributes.get("orchestrator.run.id") == run_id]
+    assert {s.trace_id for s in executions} == {root.trace_id} and {s.parent_id for s in executions} == {root.span_id}
+    assert sorted(s.attributes["orchestrator.node.status"] for s in executions) == ["succeeded", "waiting"]
+    assert detail["trace_id"] == root.trace_id
