@@ -11,8 +11,9 @@ span                                    from / attributes
                                         ``gen_ai.agent.name``, ``gen_ai.agent.id``
 ``chat {model}``                        ModelRequestStarted .. Completed: ``gen_ai.request.model``,
                                         ``gen_ai.provider.name``, ``gen_ai.usage.input_tokens``,
-                                        ``gen_ai.usage.output_tokens``, ``gen_ai.usage.cached_tokens``,
-                                        ``gen_ai.usage.reasoning_tokens``
+                                        ``gen_ai.usage.output_tokens``,
+                                        ``gen_ai.usage.cache_read.input_tokens``,
+                                        ``gen_ai.usage.reasoning.output_tokens``
 ``execute_tool {tool}``                 ToolCallStarted .. Completed/Error: ``gen_ai.tool.name``,
                                         ``gen_ai.tool.call.id``
 ======================================  ==========================================================
@@ -39,6 +40,11 @@ from opentelemetry.trace import Span, Status, StatusCode
 from nodes._shared.redaction import redact
 
 TRACER = "orchestrator.nodes.ai"
+SEMCONV_USAGE = {  # our usage number -> its GenAI attribute
+    "input_tokens": "gen_ai.usage.input_tokens", "output_tokens": "gen_ai.usage.output_tokens",
+    "cached_tokens": "gen_ai.usage.cache_read.input_tokens",
+    "reasoning_tokens": "gen_ai.usage.reasoning.output_tokens",
+}
 CONTENT_CHARS = 4000  # content attributes are cut here
 
 
@@ -123,9 +129,9 @@ class AgnoSpans:
             self.model_started(ev, run_id)
             span = self._models.pop(run_id)
         numbers = usage_numbers(ev)
-        for ours in ("input_tokens", "output_tokens", "cached_tokens", "reasoning_tokens"):
+        for ours, attribute in SEMCONV_USAGE.items():
             if ours in numbers:
-                span.set_attribute(f"gen_ai.usage.{ours}", numbers[ours])
+                span.set_attribute(attribute, numbers[ours])
         if getattr(ev, "model", None):
             span.set_attribute("gen_ai.response.model", str(ev.model))
         span.end()
