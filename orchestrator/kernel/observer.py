@@ -64,13 +64,22 @@ def observe(observer: StepObserver | None, seen: ObservedNode) -> AbstractContex
 _USAGE_EVENTS = frozenset({EventType.COMPLETED, EventType.ERROR, EventType.RETRY})
 
 
+def carries_usage(event: NodeEvent) -> bool:
+    """Is ``event`` an execution's own last event (completed, error, retry, or the
+    ``progress`` event ``{"suspended": true}`` of a node that suspended)?"""
+    if not event.node_id or event.data is None:
+        return False
+    return event.event_type in _USAGE_EVENTS or (
+        event.event_type == EventType.PROGRESS and event.data.get("suspended") is True)
+
+
 def with_usage(events: list[NodeEvent], usage: Usage) -> dict[str, dict[str, float]]:
-    """Put ``usage`` (when any was reported) on the execution's own completed, error or
-    retry event (``data.usage``); returns its JSON form."""
+    """Put ``usage`` (when any was reported) on the execution's own completed, error,
+    retry or suspended event (``data.usage``); returns its JSON form."""
     reported = usage.to_json()
     if reported:
         for ev in events:
-            if ev.event_type in _USAGE_EVENTS and ev.data is not None and ev.node_id:
+            if carries_usage(ev) and ev.data is not None:
                 ev.data["usage"] = reported
     return reported
 

@@ -245,6 +245,8 @@ async def run_step(
         with observe(opts.observer, ObservedNode(plan, node.id, node.type, node.name, claim.attempt,
                                                  worker_id)) as seen:
             completion, retry_in_s = await _execute_node(step, claim, watch, usage := Usage())
+            if completion.status == NodeStatus.WAITING and usage:  # what it used before it suspended
+                completion.events.append(step.event(EventType.PROGRESS, {"suspended": True}, claim.attempt))
             seen.end(ObservedEnd(completion.status, completion.error, with_usage(completion.events, usage)))
     finally:
         watch.release()

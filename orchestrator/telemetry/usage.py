@@ -1,9 +1,10 @@
 """A run's model usage and cost, summed from its events.
 
 Nodes report usage through the kernel (``ctx.report_usage(key, numbers)``); each
-execution's sums ride on its ``completed`` / ``error`` / ``retry`` event as
-``data.usage`` (``{"<provider:model>": {"input_tokens", "output_tokens",
-"cached_tokens", "reasoning_tokens", "total_tokens", "calls"}}``). :func:`summarize`
+execution's sums ride on its ``completed`` / ``error`` / ``retry`` event (a node that
+suspended: a ``progress`` event ``{"suspended": true}``) as ``data.usage``
+(``{"<provider:model>": {"input_tokens", "output_tokens", "cached_tokens",
+"reasoning_tokens", "total_tokens", "calls"}}``). :func:`summarize`
 adds them up per node and for the run and prices them (``pricing.py``): what
 ``GET /runs/{id}``, the CLI and the console show. Every attempt counts (a failed
 attempt's tokens were spent too).
@@ -14,20 +15,20 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from orchestrator.kernel.protocol import EventType, NodeEvent
+from orchestrator.kernel.observer import carries_usage
+from orchestrator.kernel.protocol import NodeEvent
 from orchestrator.kernel.usage import Usage
 
 from .pricing import PriceTable
 
 READ_BATCH = 1000
-USAGE_EVENTS = frozenset({EventType.COMPLETED, EventType.ERROR, EventType.RETRY})
 TOKEN_FIELDS = ("input_tokens", "output_tokens", "cached_tokens", "reasoning_tokens", "total_tokens")
 
 
 def event_usage(event: NodeEvent) -> Usage | None:
-    """The usage a node's own completed/error/retry event carries, else None."""
+    """The usage a node's own completed/error/retry/suspended event carries, else None."""
     data = event.data or {}
-    if event.event_type not in USAGE_EVENTS or not event.node_id or data.get("subgraph"):
+    if not carries_usage(event) or data.get("subgraph"):
         return None
     raw = data.get("usage")
     return Usage.from_json(raw) if isinstance(raw, dict) else None

@@ -202,3 +202,8 @@ def test_a_node_resumed_after_an_approval_joins_its_runs_trace(traced: tuple[Otl
     assert {s.trace_id for s in executions} == {root.trace_id} and {s.parent_id for s in executions} == {root.span_id}
     assert sorted(s.attributes["orchestrator.node.status"] for s in executions) == ["succeeded", "waiting"]
     assert detail["trace_id"] == root.trace_id
+    # the model request before the pause counts too: the node's usage is both executions'
+    assert all(s.attributes["gen_ai.usage.input_tokens"] > 0 for s in executions)
+    spent = sum(s.attributes["gen_ai.usage.input_tokens"] for s in executions)
+    assert detail["nodes"]["assistant"]["usage"]["input_tokens"] == spent
+    assert detail["nodes"]["assistant"]["usage"]["by_model"]["dryrun:gpt-4o-mini"]["calls"] == 2
