@@ -28,7 +28,7 @@ from orchestrator.embedded_workers import WorkerProcesses
 from tests.fake_nodes import graph
 from tests.support.otlp import OtlpReceiver, ReceivedSpan
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_PACK = Path(__file__).parent / "fake_pack"
@@ -72,7 +72,7 @@ def traced() -> Iterator[tuple[OtlpReceiver, str]]:
             server.stop()
 
 
-def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         assert proc.poll() is None, "the API process exited"
