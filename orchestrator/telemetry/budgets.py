@@ -121,6 +121,12 @@ async def spent(store: EventReader, run_id: str, since: tuple[str, Usage] = ("0-
     return last, total
 
 
+def outer_run(run_id: str) -> str:
+    """The stored run a context belongs to: a Loop's body runs as ``<run id>/<label>``
+    (``RuntimeApi.run_subgraph``) and spends from its outer run's budget."""
+    return run_id.split("/", 1)[0]
+
+
 class BudgetCheck:
     """The kernel's ``usage_check`` for a host process (see the module docstring)."""
 
@@ -142,12 +148,13 @@ class BudgetCheck:
         return known
 
     async def __call__(self, ctx: FlowContext) -> None:
-        budget = await self.budget(ctx.run_id)
+        run_id = outer_run(ctx.run_id)
+        budget = await self.budget(run_id)
         if not budget:
             return
-        known = await spent(self.store, ctx.run_id, self._spent.get(ctx.run_id, ("0-0", Usage())))
-        self._spent[ctx.run_id] = known
-        self._spent.move_to_end(ctx.run_id)
+        known = await spent(self.store, run_id, self._spent.get(run_id, ("0-0", Usage())))
+        self._spent[run_id] = known
+        self._spent.move_to_end(run_id)
         while len(self._spent) > CACHED_RUNS:
             self._spent.popitem(last=False)
         usage = Usage()
@@ -164,4 +171,4 @@ class BudgetCheck:
             raise UsageBudgetError(
                 f"run budget {name} exceeded: the run used {value:g}, its limit is {limit:g} "
                 f"(set in {budget.where[name]})",
-                budget=name, run_id=ctx.run_id, node_id=ctx.node_id, node_name=ctx.node_name)
+                budget=name, run_id=run_id, node_id=ctx.node_id, node_name=ctx.node_name)

@@ -7,7 +7,7 @@ suspended: a ``progress`` event ``{"suspended": true}``) as ``data.usage``
 "reasoning_tokens", "total_tokens", "calls"}}``). :func:`summarize`
 adds them up per node and for the run and prices them (``pricing.py``): what
 ``GET /runs/{id}``, the CLI and the console show. Every attempt counts (a failed
-attempt's tokens were spent too).
+attempt's tokens were spent too), and so do the nodes of a Loop's body (under the loop).
 """
 
 from __future__ import annotations
@@ -26,9 +26,11 @@ TOKEN_FIELDS = ("input_tokens", "output_tokens", "cached_tokens", "reasoning_tok
 
 
 def event_usage(event: NodeEvent) -> Usage | None:
-    """The usage a node's own completed/error/retry/suspended event carries, else None."""
+    """The usage an execution's own completed/error/retry/suspended event carries, else
+    None. An event a container (a Loop) forwards from its nested runs counts too, under
+    the container's node id: the container's own event never includes its body's usage."""
     data = event.data or {}
-    if not carries_usage(event) or data.get("subgraph"):
+    if not carries_usage(event):
         return None
     raw = data.get("usage")
     return Usage.from_json(raw) if isinstance(raw, dict) else None

@@ -39,3 +39,25 @@ async def test_under_its_budget_the_same_run_succeeds_and_reports_its_usage(run_
     assert result.status == "succeeded"
     [completed] = result.of("agent", "completed")
     assert completed.data["usage"]["dryrun:gpt-4o-mini"]["calls"] == 2
+
+
+def loop_graph(budget: dict[str, Any]) -> dict[str, Any]:
+    body = graph([("item", "loop_input", "Item"),
+                  ("llm", "llm_completion", "Summarize", {"model": "dryrun:m", "prompt": "say something short"})],
+                 [("item", "output", "llm", "input")], id="body")
+    return graph([("t", "manual_trigger", "Start"), ("loop", "loop", "For each", {"mode": "for_each", "body": body})],
+                 [("t", "output", "loop", "input")], id="looped", settings={"budget": budget})
+
+
+async def test_a_loops_body_spends_from_its_runs_budget_and_counts_under_the_loop(run_graph: Any) -> None:
+    from orchestrator.telemetry.pricing import load_table
+    from orchestrator.telemetry.usage import summarize
+
+    ok = await run_graph(loop_graph({"max_tokens": 1000}), [1, 2, 3])
+    assert ok.status == "succeeded"
+    summary = summarize([e for _, e in ok.events], load_table())
+    assert summary["nodes"]["loop"]["by_model"]["dryrun:m"]["calls"] == 3
+    per_item = summary["total"]["total_tokens"] // 3
+    over = await run_graph(loop_graph({"max_tokens": per_item * 2 - 1}), [1, 2, 3])
+    assert over.status == "failed"
+    assert over.of("loop", "error")[0].data["error"]["message"].startswith("run budget max_tokens exceeded")

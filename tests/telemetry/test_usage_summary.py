@@ -1,5 +1,5 @@
-"""Usage sums: per node and per run, every attempt counted, forwarded inner events not
-counted twice, and the usage numbers the kernel keeps."""
+"""Usage sums: per node and per run, every attempt counted, a Loop's body under the loop,
+and the usage numbers the kernel keeps."""
 
 from __future__ import annotations
 
@@ -29,17 +29,18 @@ def test_a_run_sums_its_nodes_and_every_attempt_of_a_node() -> None:
         ev("a", "completed", {"dryrun:m": {"input_tokens": 10, "output_tokens": 2}}),
         ev("b", "completed", {"dryrun:m": {"input_tokens": 5, "output_tokens": 5}, "acme:x": {"input_tokens": 1}}),
         ev("c", "completed", None),
-        ev("loop", "completed", {"dryrun:m": {"input_tokens": 99}}, subgraph="body"),  # forwarded
+        ev("loop", "completed", {"dryrun:m": {"input_tokens": 99}}, subgraph="body[0]"),  # its body's
         ev("a", "agent_event", {"dryrun:m": {"input_tokens": 1000}}),  # not an execution's own
     ]
     summary = summarize(events, PRICES)
     total = summary["total"]
-    assert (total["input_tokens"], total["output_tokens"], total["total_tokens"]) == (26, 8, 34)
-    assert total["cost_usd"] == round((25 * 1.0 + 8 * 2.0) / 1e6, 8)
+    assert (total["input_tokens"], total["output_tokens"], total["total_tokens"]) == (125, 8, 133)
+    assert total["cost_usd"] == round((124 * 1.0 + 8 * 2.0) / 1e6, 8)
     assert total["unpriced"] == ["acme:x"]
     assert summary["nodes"]["a"]["input_tokens"] == 20 and summary["nodes"]["a"]["output_tokens"] == 3
-    assert set(summary["nodes"]) == {"a", "b"}
-    assert short(total).startswith("34 tokens (26 in, 8 out), $0.000041")
+    assert summary["nodes"]["loop"]["input_tokens"] == 99
+    assert set(summary["nodes"]) == {"a", "b", "loop"}
+    assert short(total).startswith("133 tokens (125 in, 8 out), $0.00014")
 
 
 def test_a_run_without_priced_usage_has_an_unknown_cost() -> None:
