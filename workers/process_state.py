@@ -39,6 +39,7 @@ from orchestrator.service.plugins import get_registry
 from orchestrator.settings import Settings, get_settings
 from orchestrator.store import redis_client
 from orchestrator.store.redis_store import RedisRunStore
+from orchestrator.telemetry.hooks import step_hooks
 
 MAX_CACHED_RUNS = 32  # runs whose artifacts a process keeps (least recently used dropped first)
 LOOP_THREAD_NAME = "orchestrator-loop"
@@ -210,7 +211,8 @@ def _build() -> ProcessState:
                             max_output_bytes=settings.max_output_bytes,
                             max_output_depth=settings.max_output_depth,
                             expression_limits=settings.expression_limits(),
-                            graph_limits=settings.graph_limits()),
+                            graph_limits=settings.graph_limits(),
+                            **step_hooks(store, settings, service="orchestrator-worker")),
         artifacts=ArtifactCache(max_runs=MAX_CACHED_RUNS),
         host_for=HostFactory(settings, url),  # each run's NodeHost, built once
         subgraphs=run_nested,

@@ -32,6 +32,7 @@ state and events, never as a Celery failure.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import gc
 import logging
@@ -40,7 +41,7 @@ from collections.abc import Callable
 from typing import Any
 
 from celery import Task
-from celery.signals import worker_init, worker_process_shutdown, worker_shutdown
+from celery.signals import worker_init, worker_process_init, worker_process_shutdown, worker_shutdown
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -52,7 +53,10 @@ from orchestrator.service.plugins import get_registry
 from orchestrator.telemetry import (
     metrics,
     metrics_server,  # noqa: F401 - connects the worker's metrics signals
+    model_metrics,
+    tracing,
 )
+from orchestrator.telemetry.pricing import load_table
 from workers.app import celery_app
 from workers.process_state import Handover, process_state, reset, set_capacity
 
@@ -84,12 +88,29 @@ async def _step(run_id: str, node_id: str, *, promised: bool) -> StepOutcome:
     if outcome.ran:
         metrics.NODE_DURATION.labels(node_type=outcome.node_type).observe(outcome.duration_s)
         metrics.NODE_RUNS.labels(node_type=outcome.node_type, status=outcome.status).inc()
+        if outcome.usage and outcome.status != "stale":
+            await _count_usage(run_id, outcome.usage)
     return outcome
 
 
+async def _count_usage(run_id: str, usage: dict[str, dict[str, float]]) -> None:
+    """The model usage counters (``telemetry/model_metrics.py``) for one node execution."""
+    state = process_state()
+    plan = await state.store.load_plan(run_id)  # cached in process
+    model_metrics.record(usage, graph=str(plan.graph.get("id") or ""),
+                         workspace=plan.labels.get("workspace") or "default",
+                         prices=load_table(state.settings.price_table_path))
+
+
 async def _publish(send: Callable[..., None], *args: Any, **kwargs: Any) -> None:
-    """Run a synchronous kombu publish in the loop's executor, never on the loop."""
-    await asyncio.get_running_loop().run_in_executor(None, functools.partial(send, celery_app, *args, **kwargs))
+    """Run a synchronous kombu publish in the loop's executor, never on the loop (with
+    traces on, inside the run's trace context: ``args[0]`` is the run id)."""
+    call = functools.partial(send, celery_app, *args, **kwargs)
+    if tracing.enabled():
+        labels = (await process_state().store.load_plan(str(args[0]))).labels
+        with tracing.run_context(labels):
+            call = functools.partial(contextvars.copy_context().run, call)
+    await asyncio.get_running_loop().run_in_executor(None, call)
 
 
 async def run_here(run_id: str, node_id: str, *, promised: bool = False) -> StepOutcome:
@@ -194,6 +215,7 @@ def _preload_nodes(sender: Any = None, **_: Any) -> None:
     Also note how many node steps this process may hold: the pool size for a threads
     pool, 1 for a prefork child (each child inherits the value)."""
     get_registry()
+    _tracing()
     # Everything loaded so far lives as long as the process: keep it out of the garbage
     # collector's scans (hundreds of in-flight steps allocate fast; measured: 1,000
     # concurrent awaiting nodes 0.70-0.75 efficiency with it, 0.5-0.6 without), and out of
@@ -205,11 +227,22 @@ def _preload_nodes(sender: Any = None, **_: Any) -> None:
         set_capacity(1 if prefork else int(getattr(sender, "concurrency", 1) or 1))
 
 
+@worker_process_init.connect
+def _tracing(**_: Any) -> None:
+    """Traces on (the standard OTEL_* variables set): the SDK and Celery's and httpx's
+    instrumentation, in the worker and again in each prefork child."""
+    if tracing.configure("orchestrator-worker"):
+        tracing.instrument_celery()
+        tracing.instrument_httpx()
+
+
 @worker_process_shutdown.connect
 def _close_child_state(**_: Any) -> None:
+    tracing.flush()
     reset()  # a prefork child
 
 
 @worker_shutdown.connect
 def _close_process_state(**_: Any) -> None:
+    tracing.flush()
     reset()  # the worker process itself (threads or solo pool)

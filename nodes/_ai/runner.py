@@ -14,6 +14,10 @@ RunCancelled        the kernel's ``RunCancelled`` signal
 RunPaused           ``paused`` holds the requirements (the caller suspends the node)
 ==================  ==============================================================
 
+Every model request's token counts (``ModelRequestCompleted``, members' too) are
+reported with ``ctx.report_usage("<provider>:<model>", {...})`` as they come, so a run
+budget is checked between model calls; ``AgnoSpans`` (``spans.py``) traces the run.
+
 Errors and cancellation are raised once the stream has ended (Agno stores the run
 after its terminal event). Team events carry a ``Team`` prefix (``TeamRunCompleted``); both are handled. Member
 events (``parent_run_id`` set) are forwarded but never end the node.
@@ -27,6 +31,8 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+from nodes._ai.spans import AgnoSpans, usage_key, usage_numbers
+from orchestrator.host.node_host import node_host
 from orchestrator.host.redaction import redact
 from orchestrator.kernel.errors import RunCancelled
 from orchestrator.kernel.protocol import EventType, FlowContext, NodeEvent
@@ -105,6 +111,8 @@ class AgnoStream:
         self._error: str | None = None
         self._stopping: asyncio.Future[None] | None = None
         self._tool_errors: list[str] = []
+        self._usage: list[tuple[str, dict[str, int]]] = []  # model requests not yet reported
+        self.spans = AgnoSpans(name, content=node_host(ctx).settings.trace_content)
 
     async def events(self, stream: AsyncIterator[Any]) -> AsyncIterator[NodeEvent]:
         queue: asyncio.Queue[Any] = asyncio.Queue()
@@ -121,16 +129,23 @@ class AgnoStream:
         if consumer is not None:
             consumer.add_done_callback(on_consumer_done)
         ended = False
+        failure: BaseException | None = None
         try:
             while (ev := await queue.get()) is not _END:
                 if isinstance(ev, BaseException):
                     ended = True
                     raise ev
                 node_event = self._observe(ev)
+                while self._usage:  # may raise UsageBudgetError: the run stops here
+                    await self.ctx.report_usage(*self._usage.pop(0))
                 if node_event is not None:
                     yield node_event
             ended = True
+        except BaseException as exc:
+            failure = exc
+            raise
         finally:
+            self.spans.close(failure)
             if consumer is not None:
                 consumer.remove_done_callback(on_consumer_done)
             if ended:
@@ -145,6 +160,9 @@ class AgnoStream:
             return None
         top = getattr(ev, "run_id", None) == self.run_id
         kind = str(getattr(ev, "event", "")).removeprefix("Team")
+        self.spans.observe(ev, kind)
+        if kind == "ModelRequestCompleted":
+            self._usage.append((usage_key(ev), usage_numbers(ev)))
         if top and kind == "RunPaused":
             self._pause(ev)
         node_event = self.ctx.event(EventType.AGENT_EVENT, event_payload(ev, self.name))

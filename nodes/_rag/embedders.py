@@ -43,7 +43,8 @@ class Embedder(Protocol):
 
 @dataclass
 class HashEmbedder:
-    """The dry-run embedder (see the module docstring)."""
+    """The dry-run embedder (see the module docstring). Its usage, deterministic: one
+    input token per word (``\\w+``) embedded."""
 
     name: str = "dryrun:hash"
     dimensions: int = DEFAULT_DIMENSIONS
@@ -74,6 +75,7 @@ class OpenAIEmbedder:
     client: httpx.AsyncClient
     batch_size: int = 64
     dimensions: int | None = None
+    input_tokens: int = 0  # what the endpoint reported using (``usage.prompt_tokens``), summed
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
         out: list[list[float]] = []
@@ -95,14 +97,23 @@ class OpenAIEmbedder:
             raise NodeExecutionError(
                 f"embeddings endpoint {url} answered {response.status_code}: {response.text[:300]}")
         try:
-            items = sorted(response.json()["data"], key=lambda d: d.get("index", 0))
+            body = response.json()
+            items = sorted(body["data"], key=lambda d: d.get("index", 0))
             vectors = [[float(x) for x in item["embedding"]] for item in items]
         except (ValueError, KeyError, TypeError) as exc:
             raise NodeExecutionError(f"embeddings endpoint {url} sent an unexpected body ({exc})") from None
+        usage = body.get("usage")
+        if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
+            self.input_tokens += usage["prompt_tokens"]
         if len(vectors) != len(texts):
             raise NodeExecutionError(
                 f"embeddings endpoint {url} returned {len(vectors)} vectors for {len(texts)} texts")
         return vectors
+
+
+def word_tokens(texts: list[str]) -> int:
+    """The dry-run embedder's token count of ``texts``: their words."""
+    return sum(len(_WORD.findall(t)) for t in texts)
 
 
 def split_spec(spec: str) -> tuple[str, str]:

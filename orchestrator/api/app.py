@@ -33,6 +33,7 @@ from orchestrator.kernel.store import RunStore
 from orchestrator.queue.dispatch import Dispatcher
 from orchestrator.settings import Settings, get_settings
 from orchestrator.store import redis_client
+from orchestrator.telemetry import tracing
 
 from . import (
     browser_auth,
@@ -137,4 +138,7 @@ def create_app(
                    credentials.router, files.router, drafts.router, previews.router, single_step.router,
                    gallery.router, credential_usage.router):
         app.include_router(router, dependencies=guarded)
+    if tracing.configure("orchestrator-api"):  # the standard OTEL_* variables (docs/observability.md)
+        tracing.instrument_app(app)
+        tracing.instrument_celery()
     return app

@@ -20,6 +20,9 @@ from orchestrator.kernel.protocol import DataValue
 from orchestrator.kernel.store import RunRecord
 from orchestrator.service.graph_store import DEFAULT_WORKSPACE
 from orchestrator.service.runs import RunRequest, admit_and_start
+from orchestrator.telemetry import usage
+from orchestrator.telemetry.pricing import load_table
+from orchestrator.telemetry.tracing import trace_of
 
 from .services import Services
 
@@ -113,8 +116,9 @@ def record_json(record: RunRecord) -> dict[str, Any]:
     }
 
 
-async def run_detail(services: Services, run_id: str) -> dict[str, Any]:
-    """The run record plus every planned node's status and stored outputs."""
+async def run_detail(services: Services, run_id: str, *, usage_too: bool = True) -> dict[str, Any]:
+    """The run record plus every planned node's status and stored outputs, the model usage
+    and cost per node and in all (``usage``), and the run's ``trace_id`` / ``trace_url``."""
     record = await services.runs.get_run(run_id)
     plan = await services.runs.load_plan(run_id)
     states = await services.runs.node_states(run_id)
@@ -129,11 +133,16 @@ async def run_detail(services: Services, run_id: str) -> dict[str, Any]:
             "status": status or "pending",
             "outputs": {port: dv.to_json() for port, dv in outputs.get(node_id, {}).items()},
         }
-    return {
+    detail = {
         **record_json(record),
         "nodes": nodes,
         "output": final_output(plan.order, plan, outputs),
+        **trace_of(plan.labels, services.settings.trace_link_template),
     }
+    if not usage_too:  # the usage is summed from the whole event stream: skipped when not wanted
+        return detail
+    prices = load_table(services.settings.price_table_path)
+    return usage.attach(detail, usage.summarize(await usage.usage_events(services.runs, run_id), prices))
 
 
 def final_output(order: list[str], plan: Any, outputs: dict[str, dict[str, Any]]) -> Any:

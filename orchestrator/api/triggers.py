@@ -147,7 +147,7 @@ async def webhook(path: str, request: Request, services: Services = SERVICES) ->
         return JSONResponse({"run_id": run_id, "events_url": f"/runs/{run_id}/events"}, status_code=202)
     wait_s = min(float(data.get("wait_timeout_s") or DEFAULT_WAIT_S), MAX_WAIT_S)
     if await wait_for_end(request.app.state.event_hub, run_id, wait_s):
-        detail = await run_detail(services, run_id)
+        detail = await run_detail(services, run_id, usage_too=False)
         return JSONResponse(
             {
                 "run_id": run_id,

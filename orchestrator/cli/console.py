@@ -116,6 +116,18 @@ def model_ran(event: NodeEvent) -> str | None:
     return f"{provider}:{data['model']}" if provider else str(data["model"])
 
 
+def usage_text(usage: Any) -> str | None:
+    """``"57 tokens"`` for an event's ``data.usage`` (summed over its models), else None."""
+    if not isinstance(usage, dict) or not usage:
+        return None
+    tokens = 0
+    for numbers in usage.values():
+        if isinstance(numbers, dict):
+            pair = numbers.get("input_tokens", 0) + numbers.get("output_tokens", 0)
+            tokens += int(numbers.get("total_tokens") or pair)
+    return f"{tokens} tokens"
+
+
 def is_inner(event: NodeEvent) -> bool:
     """True for an event a container forwards from its body: it is not the node's own."""
     return bool((event.data or {}).get("subgraph"))
@@ -186,6 +198,9 @@ class RunConsole:
                              printable(preview(who, NAME_CHARS * 2)))
         if event.attempt > 1:
             line.append(f" (attempt {event.attempt})", style="magenta")
+        used = usage_text((event.data or {}).get("usage"))
+        if used:
+            line.append(f"  [{used}]", style="yellow")
         if event.event_type == EventType.AGENT_EVENT and event.data:
             line.append(f"  {printable(preview(str(event.data.get('event', '')), NAME_CHARS))}", style="cyan")
             ran = model_ran(event)

@@ -37,6 +37,8 @@ from orchestrator.kernel.scheduling import RunPlan
 from orchestrator.kernel.store import NodeStatus, RunStatus
 from orchestrator.settings import get_settings
 from orchestrator.store import redis_client
+from orchestrator.telemetry import tracing, usage
+from orchestrator.telemetry.pricing import load_table
 
 from ._signals import Terminated, interrupted_exit_code, terminate_as_interrupt
 
@@ -296,6 +298,8 @@ async def _run(url: str, registry: Registry, raw: dict[str, Any], run_input: Any
     from orchestrator.store.redis_store import RedisRunStore
 
     settings = get_settings()
+    if tracing.configure("orchestrator-cli"):  # the run's root span, and the publish of its start nodes
+        tracing.instrument_celery()
     client = redis_client.client(url, decode_responses=True)
     app = make_celery(url, settings)
     stack = AsyncExitStack()
@@ -336,9 +340,10 @@ async def _run(url: str, registry: Registry, raw: dict[str, Any], run_input: Any
                     return 3
         record = await store.get_run(run_id)
         outputs = await sink_outputs(store, plan, run_id)
+        used = usage.summarize(await usage.usage_events(store, run_id), load_table(settings.price_table_path))
         if as_json:
             summary = {"run_id": run_id, "status": record.status, "outputs": outputs,
-                       "error": record.error}
+                       "error": record.error, "usage": used}
             console.out(json_line(summary), highlight=False)
         else:
             for name, ports in outputs.items():
@@ -346,6 +351,8 @@ async def _run(url: str, registry: Registry, raw: dict[str, Any], run_input: Any
                 print_whole(console, f"output of {name}", as_json_view(shown))
             style = "green" if record.status == RunStatus.SUCCEEDED else "red"
             console.print(Text.assemble(f"run {run_id}: ", (str(record.status), f"bold {style}")))
+            if used["nodes"]:
+                console.print(Text.assemble("usage: ", (usage.short(used["total"]), "yellow")), highlight=False)
             if record.error:
                 console.print(as_json_view(record.error), soft_wrap=True)
         return 0 if record.status == RunStatus.SUCCEEDED else 1
@@ -353,6 +360,7 @@ async def _run(url: str, registry: Registry, raw: dict[str, Any], run_input: Any
         await stack.aclose()
         await client.aclose()
         app.close()
+        tracing.flush()
 
 
 __all__ = ["add_parser", "follow", "run_command", "sink_outputs"]

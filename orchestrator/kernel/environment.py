@@ -20,10 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .expression_limits import DEFAULT_LIMITS, ExpressionLimits
+from .observer import StepObserver
 from .output_limits import DEFAULT_MAX_DEPTH
 from .protocol import NodeEvent, SubgraphResult
 from .registry import Registry
 from .store import RunStore
+from .usage import UsageCheck
 from .validation import DEFAULT_GRAPH_LIMITS, GraphLimits
 
 HostFor = Callable[[str, str | None], object]  # (run id, the run's workspace) -> FlowContext.host
@@ -38,6 +40,8 @@ class StepOptions:
     max_output_depth: int = DEFAULT_MAX_DEPTH  # lists/objects nesting of one output value
     expression_limits: ExpressionLimits = DEFAULT_LIMITS  # budgets of every parameter expression
     graph_limits: GraphLimits = DEFAULT_GRAPH_LIMITS  # what nested graphs are validated against
+    observer: StepObserver | None = None  # the host watching executions (observer.py)
+    usage_check: UsageCheck | None = None  # awaited after each usage report (usage.py)
 
 
 class ArtifactCache:

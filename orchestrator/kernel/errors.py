@@ -24,6 +24,7 @@
     │   │   └── ParameterValueError        a resolved value breaks its definition (type, min/max, values)
     │   ├── LinkResolutionError        materialize failed or a source cannot materialize
     │   ├── EgressDeniedError          an outbound connection refused by the egress policy
+    │   ├── UsageBudgetError           a run's reported usage passed its budget (the run fails)
     │   ├── RunNotFoundError           unknown run id
     │   └── RunStateError              the run's state does not allow the request (e.g. resume a running run)
     ├── (RequestError and its subtree: the service layer's, in orchestrator/errors.py)
@@ -201,6 +202,23 @@ class EgressDeniedError(RunError):
     """A node's outbound connection was refused by the operator's egress policy."""
 
     code = "egress_denied"
+
+
+class UsageBudgetError(RunError):
+    """The usage a run reported passed one of its budgets; ``budget`` names it. Never
+    retried, and it fails the run whatever the node's error mode."""
+
+    code = "usage_budget_exceeded"
+    stops_run = True  # the step's error mode is "stop" for it, whatever the node's setting
+
+    def __init__(self, message: str, *, budget: str, **context: Any) -> None:
+        super().__init__(message, **context)
+        self.budget = budget
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        out["budget"] = self.budget
+        return out
 
 
 class RunNotFoundError(RunError):

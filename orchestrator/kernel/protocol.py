@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from .expression_limits import DEFAULT_LIMITS, ExpressionLimits, Spending
+from .usage import Usage, UsageCheck
 
 # ---------------------------------------------------------------------------------------
 # Values
@@ -240,6 +241,18 @@ class FlowContext:
     # the host's limits, and the tally shared with every expression of this node execution.
     expression_limits: ExpressionLimits = DEFAULT_LIMITS
     expression_spending: Spending = field(default_factory=Spending)
+    # What this execution reported with ``report_usage`` (see ``usage.py``), and the
+    # host's check awaited after each report (a budget; None: no check).
+    usage: Usage = field(default_factory=Usage)
+    usage_check: UsageCheck | None = None
+
+    async def report_usage(self, key: str, numbers: dict[str, Any]) -> None:
+        """Add ``numbers`` (by name) under ``key`` to this execution's usage; it rides on
+        the node's ``completed`` event as ``data.usage``. Then the host's check runs:
+        it raises ``UsageBudgetError`` when the run is over a budget."""
+        self.usage.add(key, numbers)
+        if self.usage_check is not None:
+            await self.usage_check(self)
 
     @property
     def execution_key(self) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from .errors import CoercionError, ControlSignal, EvaluationError, GraphError, RetryRequested
+from .errors import CoercionError, ControlSignal, EvaluationError, GraphError, RetryRequested, UsageBudgetError
 from .graph import RetryPolicy
 
 
@@ -21,7 +21,7 @@ def is_retryable(policy: RetryPolicy, exc: BaseException) -> bool:
     signals never retry; an explicit RetryRequested always does."""
     if isinstance(exc, RetryRequested):
         return True
-    if isinstance(exc, GraphError | ControlSignal | EvaluationError | CoercionError):
+    if isinstance(exc, GraphError | ControlSignal | EvaluationError | CoercionError | UsageBudgetError):
         return False
     if policy.retry_on is None:
         return True

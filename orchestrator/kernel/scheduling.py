@@ -76,6 +76,8 @@ class RunPlan:
     order: list[str]  # active node ids in topological order
     nodes: dict[str, PlanNode]  # active nodes only
     refs: dict[str, list[str]] = field(default_factory=dict)  # node -> nodes its expressions read
+    # Strings the host attaches when the run starts (e.g. a trace context); never read here.
+    labels: dict[str, str] = field(default_factory=dict)
     # The parsed graph, cached on the plan object by the step function (not serialized).
     parsed: Any = field(default=None, init=False, repr=False, compare=False)
     _rank: dict[str, int] | None = field(default=None, init=False, repr=False, compare=False)
@@ -94,6 +96,7 @@ class RunPlan:
             "order": self.order,
             "nodes": {k: v.to_json() for k, v in self.nodes.items()},
             "refs": self.refs,
+            "labels": self.labels,
         }
 
     @classmethod
@@ -105,6 +108,7 @@ class RunPlan:
             order=list(raw["order"]),
             nodes={k: PlanNode.from_json(v) for k, v in raw["nodes"].items()},
             refs={k: list(v) for k, v in raw.get("refs", {}).items()},
+            labels={str(k): str(v) for k, v in raw.get("labels", {}).items()},
         )
 
 

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .definition import NodeDefinition
@@ -29,8 +28,10 @@ from .errors import (
 )
 from .expressions import Scope
 from .graph import ERROR_PORT, Graph, Node, parse_graph
+from .observer import ObservedEnd, ObservedNode, observe, with_usage
 from .output_limits import check_outputs
 from .parameters import resolve_parameters_off_loop
+from .previews import OUTPUT_PREVIEW_CHARS, PREVIEW_CHARS, output_preview, parameter_preview  # noqa: F401 - re-exported
 from .protocol import DataValue, EventType, ExecutionResult, FlowContext, NodeEvent
 from .registry import NodeType, Registry
 from .retry import backoff_s, is_retryable
@@ -38,6 +39,7 @@ from .runtime import GraphRuntime, RunFrame
 from .scheduling import RunPlan
 from .store import Claim, NodeCompletion, NodeStatus
 from .supervision import Watch, supervise, supervisor_for, timed
+from .usage import Usage
 
 log = logging.getLogger("orchestrator.step")
 
@@ -50,6 +52,7 @@ class StepOutcome:
     duration_s: float = 0.0  # claim to completion, when it ran
     retry_in_s: float | None = None  # a retry is scheduled (or not due yet): run the node again after this long
     queued: int = 0  # ready successors this completion left on the run's queue (``take`` given)
+    usage: dict[str, dict[str, float]] = field(default_factory=dict)  # what the execution reported (usage.py)
 
 
 def _graph_for(plan: RunPlan) -> Graph:
@@ -213,7 +216,12 @@ async def run_step(env: StepEnvironment, run_id: str, node_id: str, *,
     watch = supervisor_for(store).hold(run_id, node_id, token=claim.token, lease_s=opts.lease_s,
                                        poll_s=opts.cancel_poll_s)
     try:
-        completion, retry_in_s = await _execute_node(step, claim, watch)
+        with observe(opts.observer, ObservedNode(plan, node.id, node.type, node.name, claim.attempt,
+                                                 env.worker_id)) as seen:
+            completion, retry_in_s = await _execute_node(step, claim, watch, usage := Usage())
+            if completion.status == NodeStatus.WAITING and usage:  # what it used before it suspended
+                completion.events.append(step.event(EventType.PROGRESS, {"suspended": True}, claim.attempt))
+            seen.end(ObservedEnd(completion.status, completion.error, with_usage(completion.events, usage)))
     finally:
         watch.release()
     if completion.status != NodeStatus.WAITING:
@@ -226,12 +234,14 @@ async def run_step(env: StepEnvironment, run_id: str, node_id: str, *,
         log.warning("run %s node %s: completion refused (token %d superseded)", run_id, node_id, claim.token)
         return StepOutcome(ready=[], ran=True, status="stale", node_type=node.type)
     return StepOutcome(ready=ready.nodes, ran=True, status=completion.status, node_type=node.type,
-                       duration_s=time.monotonic() - started_at, retry_in_s=retry_in_s, queued=ready.queued)
+                       duration_s=time.monotonic() - started_at, retry_in_s=retry_in_s, queued=ready.queued,
+                       usage=usage.to_json())
 
 
-async def _execute_node(step: StepContext, claim: Claim, watch: Watch) -> tuple[NodeCompletion, float | None]:
+async def _execute_node(step: StepContext, claim: Claim, watch: Watch,
+                        usage: Usage) -> tuple[NodeCompletion, float | None]:
     """Run the node's attempt ``claim.attempt``: (its completion, the retry delay when the
-    completion is ``retrying``)."""
+    completion is ``retrying``); what the executor reports goes to ``usage``."""
     node, plan, graph, registry = step.node, step.plan, step.graph, step.env.registry
     definition = step.node_type.definition
     outputs = claim.outputs
@@ -262,7 +272,7 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch) -> tuple[
             data = await resolve_parameters_off_loop(node, definition, wires, scope)
             resolved = parameter_preview(data)
             ctx = runtime.context_for(node.id, attempt=attempt, resume=claim.resume,
-                                      input_sources=gathered.sources)
+                                      input_sources=gathered.sources, usage=usage)
             work = asyncio.ensure_future(timed(node, _drive(step.node_type.executor, data, gathered.inputs, ctx,
                                                              sink)))
             try:
@@ -302,39 +312,6 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch) -> tuple[
     return NodeCompletion(status=NodeStatus.SUCCEEDED, outputs=result.outputs, events=[*extra, completed]), None
 
 
-PREVIEW_CHARS = 2000  # a resolved parameter's JSON in completed/error events is cut here
-OUTPUT_PREVIEW_CHARS = 16 * 1024  # the outputs a completed event carries, all ports together
-
-
-def output_preview(outputs: dict[str, DataValue]) -> tuple[dict[str, Any], bool]:
-    """The outputs as the completed event carries them, and whether any was cut. Outputs
-    are stored once, by the store; the event carries each port's ``{type, value}`` while
-    their JSON stays within ``OUTPUT_PREVIEW_CHARS``, and past that ``{type, preview,
-    chars}``: the value's JSON cut short, and its full length. Readers that need the
-    whole value read the stored outputs."""
-    out: dict[str, Any] = {}
-    left = OUTPUT_PREVIEW_CHARS
-    for port, value in outputs.items():
-        whole = value.to_json()
-        text = json.dumps(whole["value"], default=str)
-        if len(text) <= left:
-            out[port], left = whole, left - len(text)
-        else:
-            out[port], left = {"type": whole["type"], "preview": text[:left] + "…", "chars": len(text)}, 0
-    return out, any("preview" in v for v in out.values())
-
-
-def parameter_preview(data: dict[str, Any]) -> dict[str, Any]:
-    """The resolved parameters as events carry them (for a run view): JSON values as they
-    are, a materialized artifact as ``"<TypeName>"``, a value whose JSON is longer than
-    ``PREVIEW_CHARS`` as that JSON cut short."""
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        text = json.dumps(value, default=lambda o: f"<{type(o).__name__}>")
-        out[key] = json.loads(text) if len(text) <= PREVIEW_CHARS else text[:PREVIEW_CHARS] + "…"
-    return out
-
-
 async def _link_wires(runtime: GraphRuntime, node: Node, definition: NodeDefinition,
                       gathered: _Gathered) -> dict[str, tuple[Any, str]]:
     wires = dict(gathered.wires)
@@ -358,7 +335,7 @@ def _pass_through(definition: NodeDefinition, gathered: _Gathered) -> ExecutionR
 def _failure(node: Node, definition: NodeDefinition, exc: BaseException, gathered: _Gathered,
              step: StepContext, attempt: int) -> NodeCompletion:
     info = _error_info(exc, node)
-    mode = node.settings.on_error
+    mode = "stop" if getattr(exc, "stops_run", False) else node.settings.on_error
     log.warning("run %s node %s failed: %s (mode %s)", getattr(exc, "run_id", None) or "", node.id,
                 info["message"], mode)
     error_event = step.event(EventType.ERROR, {"error": info, "recoverable": mode != "stop", "mode": mode},

@@ -21,10 +21,14 @@ from orchestrator.kernel.compile import compile_run
 from orchestrator.kernel.errors import GraphError
 from orchestrator.kernel.protocol import DataValue
 from orchestrator.kernel.registry import Registry
+from orchestrator.kernel.scheduling import RunPlan
 from orchestrator.kernel.store import RunRecord, RunStatus, RunStore
 from orchestrator.kernel.validation import DEFAULT_GRAPH_LIMITS, GraphLimits, ValidatedGraph, validate_graph
 from orchestrator.queue.dispatch import Dispatcher
+from orchestrator.service.graph_store import DEFAULT_WORKSPACE
 from orchestrator.settings import Settings
+from orchestrator.telemetry import tracing
+from orchestrator.telemetry.budgets import graph_budget
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -128,9 +132,19 @@ async def start_run(
     """
     vg = validated(graph, registry, limits)
     starts = choose_start(vg, request.start)
+    graph_budget(graph)  # a malformed settings.budget is a graph error, before anything is stored
     run_id = request.run_id or uuid.uuid4().hex
     plan = compile_run(vg, run_id, starts)
     meta = dict(request.meta or {})
+    with tracing.run_span(run_id, vg.graph.id, trigger=str(meta.get("trigger") or ""),
+                          rerun_of=str(meta.get("rerun_of") or "")) as trace_labels:
+        plan.labels.update(trace_labels, workspace=str(meta.get("workspace") or DEFAULT_WORKSPACE))
+        return await _store_and_dispatch(store, vg, plan, replace(request, meta=meta), dispatch)
+
+
+async def _store_and_dispatch(store: RunStore, vg: ValidatedGraph, plan: RunPlan, request: RunRequest,
+                              dispatch: Dispatcher) -> str:
+    run_id, meta = plan.run_id, dict(request.meta or {})
     version = meta.get("graph_version", vg.graph.version)
     record = RunRecord(
         run_id=run_id,

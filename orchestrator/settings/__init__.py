@@ -4,11 +4,11 @@ Names carry units. Split by concern, one module per group: ``store`` (Redis, ret
 budgets), ``kernel`` (limits every step enforces), ``worker`` (leases, the pool, the
 sweeper, back-pressure, node discovery), ``egress``, ``storage`` (credentials, files,
 databases, vectors, readable folders), ``sandbox`` (Code node, JSONata, stdio MCP),
-``api`` (keys, limits, browsers) and ``models``. :class:`Settings` is all of them; it is
-built once per process by the entry points (the API app factory, the worker process, the
-CLI, beat) with :func:`load_settings`, and each subsystem takes the group it reads as an
-argument: a ``Settings`` is every group, and the annotation says which one a subsystem
-may read.
+``api`` (keys, limits, browsers), ``models`` and ``telemetry`` (traces, prices, budgets).
+:class:`Settings` is all of them; it is built once per process by the entry points (the
+API app factory, the worker process, the CLI, beat) with :func:`load_settings`, and each
+subsystem takes the group it reads as an argument: a ``Settings`` is every group, and the
+annotation says which one a subsystem may read.
 """
 
 from __future__ import annotations
@@ -22,16 +22,18 @@ from orchestrator.settings.models import ModelSettings
 from orchestrator.settings.sandbox import SandboxSettings
 from orchestrator.settings.storage import SOURCE_EXAMPLES, StorageSettings
 from orchestrator.settings.store import StoreSettings
+from orchestrator.settings.telemetry import TelemetrySettings
 from orchestrator.settings.worker import WorkerSettings
 
 __all__ = [
     "SOURCE_EXAMPLES", "ApiSettings", "EgressSettings", "KernelLimits", "ModelSettings", "SandboxSettings",
-    "Settings", "StorageSettings", "StoreSettings", "WorkerSettings", "get_settings", "load_settings",
+    "Settings", "StorageSettings", "StoreSettings", "TelemetrySettings", "WorkerSettings", "get_settings",
+    "load_settings",
 ]
 
 
 class Settings(StoreSettings, KernelLimits, WorkerSettings, EgressSettings, StorageSettings, SandboxSettings,
-               ApiSettings, ModelSettings):
+               ApiSettings, ModelSettings, TelemetrySettings):
     """Every group: what an entry point builds and hands down."""
 
 

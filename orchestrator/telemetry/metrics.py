@@ -23,6 +23,7 @@ orchestrator_admission_rejected_total counter  limit (starts refused, by the lim
 orchestrator_schedule_skipped_total counter    reason (scheduled fires that started no run: overloaded)
 orchestrator_stale_refused_total    counter    action (complete, renew: refused because a later claim
                                                of the node superseded the sender's fencing token)
+orchestrator_model_*                counter    model usage and cost (telemetry/model_metrics.py)
 ==================================  =========  =======================================
 """
 
@@ -37,7 +38,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-REGISTRY = CollectorRegistry(auto_describe=True)
+REGISTRY: CollectorRegistry = CollectorRegistry(auto_describe=True)
 
 RUNS_STARTED = Counter(
     "orchestrator_runs_started", "Runs started, by trigger kind.", ["trigger"], registry=REGISTRY

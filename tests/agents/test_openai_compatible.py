@@ -45,6 +45,10 @@ async def test_agent_runs_a_tool_loop_through_an_openai_compatible_server(
     assert out["response"].strip() == f"Stub says: {2.0 + 2.0}"
     assert out["tokens_used"] > 0
     assert len(stub.requests) == 2
+    # the server's own counts (5 prompt, 3 completion per request), by provider and model
+    [(key, numbers)] = ctx.usage.to_json().items()
+    assert key.endswith(":stub-model") and numbers["calls"] == 2
+    assert (numbers["input_tokens"], numbers["output_tokens"]) == (10, 6)
     assert stub.requests[0]["headers"]["authorization"] == f"Bearer {SECRET}"
     system_role = "system" if provider == "openai-like" else "developer"
     assert stub.requests[0]["body"]["messages"][0]["role"] == system_role

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -97,6 +98,8 @@ def test_run_command_answers_an_approval_with_decide_and_exits_3_when_nobody_can
     kinds = [e["event_type"] for e in events]
     assert kinds.index("run_waiting") < kinds.index("run_resumed") < kinds.index("run_completed")
     assert "2.5" in summary["outputs"]["Assistant"]["output"]["response"]
+    usage = summary["usage"]["total"]  # both executions: before the approval and after it
+    assert usage["by_model"]["dryrun:gpt-4o-mini"]["calls"] == 2 and usage["cost_usd"] > 0
 
     unanswered = run_cli(*args)  # stdin is not a terminal and no --decide
     assert unanswered.returncode == 3
@@ -122,6 +125,7 @@ def test_run_view_prints_bracketed_and_escaped_model_text_verbatim_and_exits_0()
     shown = message.replace("\x1b", "\\x1b").strip()
     assert shown in done.stdout.replace("\n", "")  # the finished stream, whole
     assert "\x1b" not in done.stdout
+    assert re.search(r"usage: \d+ tokens \(\d+ in, \d+ out\), \$0\.\d{6}", done.stdout)
 
 
 @pytest.mark.timeout(300)

@@ -93,3 +93,47 @@ async def test_worker_metrics_count_node_runs_and_latency_by_node_type(
     assert sample(text, "orchestrator_node_runs_total", node_type="set_fields", status="succeeded") == 3
     assert sample(text, "orchestrator_node_duration_seconds_count", node_type="manual_trigger") == 3
     assert sample(text, "orchestrator_events_published_total", event_type="completed") >= 6
+
+
+AGENT = {
+    "id": "metered",
+    "nodes": [
+        {"id": "t", "type": "manual_trigger", "name": "Start"},
+        {"id": "a", "type": "agent", "name": "Assistant", "data": {"model": "dryrun:gpt-4o-mini", "prompt": "hi"}},
+    ],
+    "edges": [{"id": "e1", "source": "t", "sourceHandle": "output", "target": "a",
+               "targetHandle": "input", "data": {"channel": "flow"}}],
+}
+
+
+async def test_worker_metrics_count_model_tokens_and_cost_by_model_graph_and_workspace(
+    metrics_worker: tuple[EmbeddedRedis, int],
+) -> None:
+    from orchestrator.queue.app import make_celery
+    from orchestrator.queue.dispatch import make_dispatch
+    from orchestrator.service.plugins import get_registry
+    from orchestrator.settings import Settings
+    from orchestrator.store.redis_store import RedisRunStore
+    from orchestrator.telemetry.pricing import load_table
+    from orchestrator.telemetry.usage import summarize, usage_events
+
+    server, port = metrics_worker
+    scrape(port)
+    app: Any = make_celery(server.url, Settings())
+    store = RedisRunStore.from_url(server.url, Settings())
+    try:
+        run_ids = []
+        for _ in range(2):
+            run_ids.append(await start_run(store, get_registry(), AGENT, RunRequest({}), dispatch=make_dispatch(app)))
+            await wait_for_terminal(store, run_ids[-1])
+        totals = [summarize(await usage_events(store, r), load_table())["total"] for r in run_ids]
+    finally:
+        await store.close()
+        app.close()
+    where = {"model": "dryrun:gpt-4o-mini", "graph": "metered", "workspace": "default"}
+    text = scrape(port)
+    assert sample(text, "orchestrator_model_tokens_total", kind="input", **where) == sum(
+        t["input_tokens"] for t in totals) > 0
+    assert sample(text, "orchestrator_model_calls_total", **where) == 2
+    cost = sum(t["cost_usd"] for t in totals)
+    assert sample(text, "orchestrator_model_cost_usd_total", **where) == pytest.approx(cost)

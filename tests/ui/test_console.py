@@ -135,6 +135,24 @@ def test_approval_is_answered_from_the_run_view(console: Console) -> None:
     assert "2.5" in json.dumps(console.api("GET", f"/runs/{run_id}")["output"])
 
 
+def test_the_run_view_shows_tokens_and_cost_per_run_and_per_node(console: Console) -> None:
+    console.api("POST", "/graphs", example("agent_chat_tools", "ui-usage"))
+    run_id = console.api("POST", "/graphs/ui-usage/runs", {"input": {"message": "use multiply on 6 and 7"}})["run_id"]
+    console.go(f"runs/{run_id}")
+    wait_state(console, "assistant", "succeeded")
+    console.page.wait_for_selector("#run-usage:has-text('tokens')")
+    stored = console.api("GET", f"/runs/{run_id}")
+    total = stored["usage"]
+    line = console.page.text_content("#run-usage") or ""
+    assert f"{total['total_tokens']} tokens" in line and f"${total['cost_usd']:.6f}" in line
+    console.page.click(".node-item[data-node='assistant']")
+    node = stored["nodes"]["assistant"]["usage"]
+    shown = console.page.text_content("#node-usage") or ""
+    assert f"{node['total_tokens']} tokens ({node['input_tokens']} in, {node['output_tokens']} out)" in shown
+    assert "$" in shown
+    console.shot("run-usage")
+
+
 def test_a_team_run_shows_inner_nodes_and_one_log_row_per_message(console: Console, stack: Stack) -> None:
     console.api("POST", "/graphs", example("agent_team", "ui-team-run"))
     run_id = console.api("POST", "/graphs/ui-team-run/runs", {"input": {"message": "a note about owls"}})["run_id"]

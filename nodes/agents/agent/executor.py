@@ -3,7 +3,8 @@
 ``execute``: the user message (``prompt``, default the input's ``message``) goes to the
 agent with ``session_id`` = the run's session (history lives in Agno's session storage in
 the run's Redis), ``run_id`` = ``<run>:<node>``. Every Agno event is forwarded as an
-``agent_event``. Output ``output``: ``{response, model, tokens_used}``.
+``agent_event``. Output ``output``: ``{response, model, tokens_used, usage}`` (``usage``: token counts by
+``provider:model``, as the ``completed`` event's ``data.usage``).
 
 A tool that needs approval pauses the node: an ``approval_requested`` agent_event, then
 ``SuspendRequested`` with the pending requirements. When resumed with ``{"decision":
@@ -98,6 +99,7 @@ class AgentExecutor:
             "response": tracker.content,
             "model": model_label(data, runner),
             "tokens_used": tracker.tokens_used,
+            "usage": ctx.usage.to_json(),  # by "provider:model" (also on the completed event)
         })})
 
     async def materialize(self, data: dict[str, Any], output_handle: str, ctx: FlowContext) -> Any:

@@ -28,7 +28,7 @@ class LlmCompletionExecutor:
             else:
                 text, tokens = item
         yield ExecutionResult(outputs={"output": DataValue("data", {
-            "text": text, "usage": {"total_tokens": tokens}})})
+            "text": text, "usage": {"total_tokens": tokens, "by_model": ctx.usage.to_json()}})})
 
 
 executor = LlmCompletionExecutor()

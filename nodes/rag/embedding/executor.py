@@ -15,7 +15,15 @@ from typing import Any
 import httpx
 
 from nodes._rag.documents import documents_in
-from nodes._rag.embedders import DEFAULT_DIMENSIONS, Embedder, HashEmbedder, OpenAIEmbedder, is_offline, split_spec
+from nodes._rag.embedders import (
+    DEFAULT_DIMENSIONS,
+    Embedder,
+    HashEmbedder,
+    OpenAIEmbedder,
+    is_offline,
+    split_spec,
+    word_tokens,
+)
 from nodes._rag.services import as_text
 from nodes._shared.values import input_value, result
 from orchestrator.host.credentials import mask
@@ -32,7 +40,10 @@ async def _embed(data: dict[str, Any], ctx: FlowContext, texts: list[str]) -> tu
     dims = data.get("dimensions")
     if is_offline(spec):
         embedder: Embedder = HashEmbedder(name=spec, dimensions=int(dims or DEFAULT_DIMENSIONS))
-        return embedder.name, await embedder.embed(texts)
+        vectors = await embedder.embed(texts)
+        await ctx.report_usage(f"dryrun:{spec.partition(':')[2] or spec}", {"input_tokens": word_tokens(texts),
+                                                                            "calls": 1})
+        return embedder.name, vectors
     provider, model = split_spec(spec)
     if provider not in ("openai", "openai-like"):
         raise ParameterError(f"parameter 'model': provider {provider!r} is not supported (openai, dryrun)",
@@ -46,7 +57,9 @@ async def _embed(data: dict[str, Any], ctx: FlowContext, texts: list[str]) -> tu
                                   client=client, batch_size=int(data.get("batch_size") or 64),
                                   dimensions=int(dims) if dims else None)
         try:
-            return spec, await embedder.embed(texts)
+            vectors = await embedder.embed(texts)
+            await ctx.report_usage(f"{provider}:{model}", {"input_tokens": embedder.input_tokens, "calls": 1})
+            return spec, vectors
         except OrchestratorError as exc:
             exc.message = redact(mask(exc.message, endpoint.secrets()))
             raise

@@ -11,6 +11,7 @@ import { nodeList } from "./node_list.js";
 import { RunState } from "./run_state.js";
 import { EventLog } from "./event_log.js";
 import { approvalCard } from "./approval.js";
+import { nodeUsagePart, runUsageLine } from "./run_usage.js";
 
 const RUN_TYPES = [
   "run_started",
@@ -102,12 +103,6 @@ function nestedPart(s) {
       ),
     ),
   ];
-}
-
-/* Token usage and cost: shown once events carry them (``data.usage`` on completed events). */
-function usagePart(s) {
-  const usage = [...s.events].reverse().find((e) => e.data && e.data.usage);
-  return usage ? [h("h3", {}, "Usage"), jsonView(usage.data.usage)] : null;
 }
 
 function summaryPart(id, n, s) {
@@ -215,7 +210,8 @@ class RunView {
       h("h3", { id: "node-outputs" }, "Outputs"),
       jsonView(plain(s.outputs) || undefined),
     ];
-    const parts = [summaryPart(id, n, s), rerun, errors, usagePart(s), nestedPart(s), parametersPart(s, n), io];
+    const usage = nodeUsagePart(s, this.run.nodes[id]);
+    const parts = [summaryPart(id, n, s), rerun, errors, usage, nestedPart(s), parametersPart(s, n), io];
     this.detail.replaceChildren(...parts.flat(3).filter(Boolean));
   }
 
@@ -266,6 +262,7 @@ class RunView {
     const now = await call("GET", `/runs/${enc(this.runId)}`).catch(() => null);
     for (const [nid, n] of Object.entries((now && now.nodes) || {}))
       if (this.rs.nodes[nid] && Object.keys(n.outputs || {}).length) this.rs.nodes[nid].outputs = n.outputs;
+    if (now) this.usageEl.replaceChildren(...runUsageLine((this.run = now)).childNodes);
     if (this.selected) this.select(this.selected);
   }
 
@@ -336,7 +333,8 @@ class RunView {
       h("div", { class: "canvas-wrap" }, this.area),
       h("div", { class: "side" }, this.list.element, this.detail),
     );
-    return [title, sub, this.banner, layout, bottomTabs(this.timeline, this.log.element)];
+    this.usageEl = runUsageLine(run);
+    return [title, sub, this.usageEl, this.banner, layout, bottomTabs(this.timeline, this.log.element)];
   }
 }
 

@@ -1,0 +1,44 @@
+"""Previews: what completed and error events carry of a node's outputs and parameters
+(the whole values are stored once, by the store)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .protocol import DataValue
+
+PREVIEW_CHARS = 2000  # a resolved parameter's JSON in completed/error events is cut here
+OUTPUT_PREVIEW_CHARS = 16 * 1024  # the outputs a completed event carries, all ports together
+
+
+def output_preview(outputs: dict[str, DataValue]) -> tuple[dict[str, Any], bool]:
+    """The outputs as the completed event carries them, and whether any was cut. Outputs
+    are stored once, by the store; the event carries each port's ``{type, value}`` while
+    their JSON stays within ``OUTPUT_PREVIEW_CHARS``, and past that ``{type, preview,
+    chars}``: the value's JSON cut short, and its full length. Readers that need the
+    whole value read the stored outputs."""
+    out: dict[str, Any] = {}
+    left = OUTPUT_PREVIEW_CHARS
+    for port, value in outputs.items():
+        whole = value.to_json()
+        text = json.dumps(whole["value"], default=str)
+        if len(text) <= left:
+            out[port], left = whole, left - len(text)
+        else:
+            out[port], left = {"type": whole["type"], "preview": text[:left] + "…", "chars": len(text)}, 0
+    return out, any("preview" in v for v in out.values())
+
+
+def parameter_preview(data: dict[str, Any]) -> dict[str, Any]:
+    """The resolved parameters as events carry them (for a run view): JSON values as they
+    are, a materialized artifact as ``"<TypeName>"``, a value whose JSON is longer than
+    ``PREVIEW_CHARS`` as that JSON cut short."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        text = json.dumps(value, default=lambda o: f"<{type(o).__name__}>")
+        out[key] = json.loads(text) if len(text) <= PREVIEW_CHARS else text[:PREVIEW_CHARS] + "…"
+    return out
+
+
+__all__ = ["OUTPUT_PREVIEW_CHARS", "PREVIEW_CHARS", "output_preview", "parameter_preview"]
