@@ -19,7 +19,7 @@ from dataclasses import KW_ONLY, dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from orchestrator.kernel.compile import compile_run
-from orchestrator.kernel.errors import GraphError
+from orchestrator.kernel.errors import GraphError, StorageBudgetError
 from orchestrator.kernel.protocol import DataValue
 from orchestrator.kernel.registry import Registry
 from orchestrator.kernel.store import RunRecord, RunStatus, RunStore
@@ -143,7 +143,11 @@ async def start_run(
     )
     await store.create_run(plan, record, deadline_s=_deadline_s(vg, request.deadline_s))
     if request.seed_outputs:
-        await store.seed_outputs(run_id, request.seed_outputs)
+        try:
+            await store.seed_outputs(run_id, request.seed_outputs)
+        except StorageBudgetError as exc:  # nothing was dispatched: the run ends at once
+            await store.finish_run(run_id, RunStatus.FAILED, exc.to_dict())
+            raise
     # create_run marked the start nodes sent (Redis's clock): a message lost on the way,
     # or a send that fails, is sent again by the sweeper after its grace.
     sent = dispatch(run_id, list(plan.start))

@@ -4,7 +4,8 @@ workspace shares.
 What counts (the JSON or the bytes as stored):
 
 * a run: its nodes' outputs, the events its nodes append (``completed``, ``error``,
-  ``progress``, agent events, ...) and the files its nodes store in Redis;
+  ``progress``, agent events, ...), the files its nodes store in Redis and the outputs it
+  starts with (a rerun's prefix, a test step's upstream data);
 * a workspace: all of that for each of its runs, and the files uploaded to it
   (``POST /files``) that are kept in Redis.
 

@@ -16,7 +16,7 @@ from orchestrator.kernel.errors import RunNotFoundError
 from orchestrator.kernel.store import RunStatus
 
 from .auth import Principal, require_key
-from .launch import record_json
+from .launch import record_json, workspace_of_run
 from .services import Services, get_services
 
 router = APIRouter(tags=["runs"])
@@ -45,7 +45,7 @@ async def list_runs(
                 record = await services.runs.get_run(run_id)
             except RunNotFoundError:
                 continue
-            if status is None or record.status == status:
+            if workspace_of_run(record) == who.workspace and (status is None or record.status == status):
                 items.append(record_json(record))
     items.sort(key=lambda r: r["created_at"] or 0, reverse=True)
     return {"items": items[:limit], "limit": limit}

@@ -25,11 +25,12 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.kernel.errors import GraphNotFoundError, ParameterError
+from orchestrator.kernel.errors import ForbiddenError, GraphNotFoundError, ParameterError
 from orchestrator.kernel.protocol import DataValue
 from orchestrator.runs import RunRequest, admit_and_start
 
 from .auth import Principal, role
+from .drafts import _check_owner
 from .models import GraphId
 from .services import Services, get_services
 
@@ -96,9 +97,13 @@ def seeds(graph: dict[str, Any], node_id: str, outputs: dict[str, dict[str, Any]
 async def start_test_step(graph_id: GraphId, body: StepTestIn, services: Services = Depends(get_services),  # noqa: B008
                     who: Principal = Depends(role("runner"))) -> JSONResponse:  # noqa: B008
     """Start a run of ``node_id`` alone; 202 ``{run_id, events_url}`` (see the module)."""
+    await _check_owner(services, graph_id, who.workspace)  # a graph or draft of another workspace: 404
     stored = await services.redis.exists(services.keys.graph(graph_id))
-    if stored and await services.graphs.workspace_of(graph_id) != who.workspace:
-        raise GraphNotFoundError(f"unknown graph {graph_id!r}", graph_id=graph_id)
+    if body.graph is not None and not who.can("editor"):
+        # Running a graph the caller wrote is what saving it would allow: an editor's right.
+        raise ForbiddenError(f"testing a step of an edited graph (the body's 'graph') needs the editor role; "
+                             f"the key is a {who.role} of workspace {who.workspace!r} (omit 'graph' to test "
+                             "the stored version)")
     if body.graph is not None:
         graph = {**body.graph, "id": graph_id, "version": None}
     elif stored:
