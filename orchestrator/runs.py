@@ -86,6 +86,9 @@ def _deadline_s(vg: ValidatedGraph, deadline_s: float | None) -> float | None:
                          graph_id=vg.graph.id, parameter="deadline_s") from None
 
 
+INPUT_COUNTED_FROM = 64 * 1024  # a run input this large counts toward the workspace's storage budget
+
+
 @dataclass(frozen=True)
 class RunRequest:
     """What a new run starts with, besides its graph: the run input and the options of
@@ -141,6 +144,10 @@ async def start_run(
         session_id=request.session_id,
         meta=meta,
     )
+    budget = getattr(store, "budget", None)  # a Redis store's StorageBudget: the record keeps the input
+    size = len(json.dumps(request.run_input, default=str).encode()) if budget is not None else 0
+    if budget is not None and size >= INPUT_COUNTED_FROM:  # smaller: no round trip (bounded like the record)
+        await budget.reserve(size, workspace=str(meta.get("workspace") or "default"))
     await store.create_run(plan, record, deadline_s=_deadline_s(vg, request.deadline_s))
     if request.seed_outputs:
         try:

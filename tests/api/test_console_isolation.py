@@ -36,7 +36,8 @@ async def test_a_test_step_of_an_unsaved_graph_never_lists_in_another_workspace(
     """alpha tests a step of its draft; beta then creates a graph with that id (drafts
     reserve none): beta's run lists do not show alpha's run, and beta cannot put test runs
     under alpha's draft id."""
-    assert (await two.client.put("/graphs/shared/draft", json=chain("shared"), headers=auth("a-editor"))).status_code == 200
+    draft = await two.client.put("/graphs/shared/draft", json=chain("shared"), headers=auth("a-editor"))
+    assert draft.status_code == 200, draft.text
     started = await two.client.post("/graphs/shared/test-step", json={"node_id": "b", "graph": chain("shared")},
                                     headers=auth("a-editor"))
     assert started.status_code == 202, started.text
@@ -89,5 +90,24 @@ async def test_the_outputs_a_test_step_seeds_count_toward_the_storage_budgets(
         run_ids = [k[len(stem):] async for k in small.redis.scan_iter(stem + "*") if ":" not in k[len(stem):]]
         statuses = [(await small.store.get_run(r)).status for r in run_ids]
         assert statuses == ["failed"], statuses  # ended at once, not left queued
+    finally:
+        await small.close()
+
+
+async def test_a_run_input_counts_toward_the_workspace_budget_before_anything_is_stored(
+        redis_server: EmbeddedRedis) -> None:
+    """Before: 30 unsigned webhook calls of 1.9 MB grew Redis by 182 MiB, 70 MiB of it (the
+    run records' inputs) outside every budget, and past the budget the records kept coming."""
+    small = await open_api(redis_server, api_keys="k-in", workspace_max_bytes=MB)
+    try:
+        assert (await small.client.post("/graphs", json=chain("g4"), headers=auth("k-in"))).status_code == 201
+        payload = {"input": {"x": "z" * (MB // 2 + 1000)}}
+        first = await small.client.post("/graphs/g4/runs", json=payload, headers=auth("k-in"))
+        assert first.status_code == 202, first.text
+        second = await small.client.post("/graphs/g4/runs", json=payload, headers=auth("k-in"))
+        assert second.status_code == 429 and "ORCH_WORKSPACE_MAX_BYTES" in second.text, second.text
+        stem = small.settings.key_prefix + ":run:"
+        records = [k async for k in small.redis.scan_iter(stem + "*") if ":" not in k[len(stem):]]
+        assert len(records) == 1 and len(small.dispatched) == 1  # the refused run stored nothing
     finally:
         await small.close()
