@@ -5,7 +5,10 @@ toward the storage budgets."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -111,3 +114,26 @@ async def test_a_run_input_counts_toward_the_workspace_budget_before_anything_is
         assert len(records) == 1 and len(small.dispatched) == 1  # the refused run stored nothing
     finally:
         await small.close()
+
+
+async def test_previews_evaluate_a_bounded_number_at_once(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: 60 concurrent costly previews (a viewer's) all evaluated at once on the
+    default executor's threads; a cheap preview meanwhile took 2.7 s and RSS grew 260 MB."""
+    from orchestrator.api import previews
+
+    live, peak, lock = 0, 0, threading.Lock()
+
+    def slow(*_: object) -> int:
+        nonlocal live, peak
+        with lock:
+            live += 1
+            peak = max(peak, live)
+        time.sleep(0.15)
+        with lock:
+            live -= 1
+        return 1
+
+    monkeypatch.setattr(previews, "_evaluate", slow)
+    answers = await asyncio.gather(*[api.client.post("/expressions/preview", json={"value": 1}) for _ in range(8)])
+    assert [a.json() for a in answers] == [{"ok": True, "value": 1}] * 8
+    assert peak <= previews.PREVIEW_CONCURRENCY, peak
