@@ -137,3 +137,21 @@ async def test_previews_evaluate_a_bounded_number_at_once(api: Api, monkeypatch:
     answers = await asyncio.gather(*[api.client.post("/expressions/preview", json={"value": 1}) for _ in range(8)])
     assert [a.json() for a in answers] == [{"ok": True, "value": 1}] * 8
     assert peak <= previews.PREVIEW_CONCURRENCY, peak
+
+
+async def test_a_graph_nested_too_deep_is_refused_naming_the_node_not_a_500(api: Api) -> None:
+    """Before: a parameter nesting 400 levels made validate, save and draft a 500 (recursion
+    in validation), and the stored draft could never be opened again."""
+    deep: object = 1
+    for _ in range(400):
+        deep = {"a": deep}
+    bad = chain("deep")
+    bad["nodes"][0]["data"] = {"value": deep}
+    checked = (await api.client.post("/graphs/validate", json=bad)).json()
+    assert checked["valid"] is False and checked["error"]["node_id"] == "a", checked
+    assert "200 levels" in checked["error"]["message"]
+    saved = await api.client.post("/graphs", json=bad)
+    assert saved.status_code == 422 and "200 levels" in saved.text, saved.text
+    draft = await api.client.put("/graphs/deep/draft", json=bad)
+    assert draft.status_code == 422, draft.text
+    assert (await api.client.get("/graphs/deep/draft")).status_code == 200
