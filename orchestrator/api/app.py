@@ -54,7 +54,7 @@ from . import (
     triggers,
 )
 from .auth import check_metrics_token, key_ring, require_key
-from .limits import BodyLimit
+from .limits import AuthBeforeBody, BodyLimit
 from .services import Dispatch, RunStoreApi, Services
 
 POOL_WAIT_S = 10.0  # a request waits this long for a pooled Redis connection, then 503
@@ -121,6 +121,7 @@ def create_app(
     errors.install(app)
     app.add_middleware(BodyLimit, max_body_bytes=settings.max_body_bytes,
                        path_limits={"/files": files.upload_body_limit(settings)})  # checked as bytes arrive
+    app.add_middleware(AuthBeforeBody, check=lambda request: require_key(request, services))
     cors.install(app, settings)  # outermost: preflights are answered before auth
     browser_auth.mask_access_log()
     guarded = [Depends(require_key)]
