@@ -112,6 +112,11 @@ async def start_test_step(graph_id: GraphId, body: StepTestIn, services: Service
         raise GraphNotFoundError(f"unknown graph {graph_id!r}; send the graph to test a node of it",
                                  graph_id=graph_id)
     run_graph = step_graph(graph, body.node_id)
+    tested = next(n for n in run_graph["nodes"] if isinstance(n, dict) and n.get("id") == body.node_id)
+    if not services.registry.get(str(tested.get("type"))).can_execute:  # it failed with an AttributeError
+        raise ParameterError(f"node {body.node_id!r} ({tested.get('type')}) does not run on its own: it is "
+                             "materialized into the node it is wired to; test that node", graph_id=graph_id,
+                             node_id=body.node_id, parameter="node_id")
     meta = {"workspace": who.workspace, "test_node": body.node_id, "graph_version": graph.get("version")}
     request = RunRequest(body.input, start=[body.node_id], meta=meta,
                          seed_outputs=seeds(run_graph, body.node_id, body.outputs, services))

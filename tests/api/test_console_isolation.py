@@ -182,3 +182,14 @@ async def test_an_unauthenticated_body_is_not_read_before_its_401(two: Api) -> N
         sent.clear()
     answer = await two.client.post("/graphs", json=chain("ok1"), headers=auth("a-editor"))
     assert answer.status_code == 201, answer.text
+
+
+async def test_a_test_step_of_a_node_that_only_materializes_is_a_422_naming_it(api: Api) -> None:
+    """Before: a test step of a toolset (wired into an agent) started a run that failed with
+    "'ToolsetExecutor' object has no attribute 'execute'"."""
+    from tests.fake_nodes import graph
+
+    linked = graph([("a", "emit", "Start"), ("n", "number", "Num", {"value": 2})], [], id="lk")
+    answer = await api.client.post("/graphs/lk/test-step", json={"node_id": "n", "graph": linked})
+    assert answer.status_code == 422 and "materialized" in answer.text, answer.text
+    assert api.dispatched == []
