@@ -57,7 +57,7 @@ from . import (
     triggers,
 )
 from .auth import require_key
-from .limits import BodyLimit
+from .limits import AuthBeforeBody, BodyLimit
 from .principal import check_metrics_token, key_ring
 from .services import Services
 
@@ -125,6 +125,7 @@ def create_app(
     errors.install(app)
     app.add_middleware(BodyLimit, max_body_bytes=settings.max_body_bytes,
                        path_limits={"/files": files.upload_body_limit(settings)})  # checked as bytes arrive
+    app.add_middleware(AuthBeforeBody, check=lambda request: require_key(request, services))
     cors.install(app, settings)  # outermost: preflights are answered before auth
     browser_auth.mask_access_log()
     guarded = [Depends(require_key)]

@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import APIRouter, Body, Depends, Query, Response
 
 from .auth import role
-from .launch import record_json
+from .launch import record_json, workspace_of_run
 from .models import GraphId, WebhookSecret
 from .principal import Principal
 from .services import Services, get_services
@@ -123,7 +123,11 @@ async def graph_runs(
     items: list[dict[str, Any]] = []
     for run_id in await services.graphs.runs(graph_id, offset, limit, workspace=who.workspace):
         try:
-            items.append(record_json(await services.runs.get_run(run_id)))
+            record = await services.runs.get_run(run_id)
         except RunNotFoundError:
             continue
+        # A test step of a graph not saved yet lists its run under that id, which another
+        # workspace may create later: only the caller's workspace's runs are shown.
+        if workspace_of_run(record) == who.workspace:
+            items.append(record_json(record))
     return {"graph_id": graph_id, "items": items, "offset": offset, "limit": limit}

@@ -6,7 +6,9 @@ kernel's is Python), so it asks here. The value is evaluated by the kernel's own
 ``expressions.render`` (a parser, never ``eval``) under the budgets of
 ``Settings.expression_*`` (steps, string and list sizes, result size), in a worker thread
 with a wall-clock bound (``PREVIEW_TIMEOUT_S``) after which its ``Spending`` is stopped, so
-a costly expression cannot hold the API's event loop. With ``node_type`` and
+a costly expression cannot hold the API's event loop; at most ``PREVIEW_CONCURRENCY`` evaluate at
+once per process (60 concurrent costly previews held every thread of the default executor and
+~260 MB), the others wait their turn within the same bound, then answer ``PreviewBusy``. With ``node_type`` and
 ``parameter`` the result is also held to the parameter's declared type, bounds and values
 as a run would hold it (``parameters.within_definition``).
 
@@ -18,6 +20,7 @@ of a syntax fault. Nothing is stored; nothing runs but the evaluator.
 from __future__ import annotations
 
 import asyncio
+import weakref
 from typing import Any
 
 from fastapi import APIRouter, Depends
@@ -33,6 +36,16 @@ from .services import Services, get_services
 
 router = APIRouter(tags=["console"])
 PREVIEW_TIMEOUT_S = 2.0  # one preview's evaluation; then its Spending is stopped
+PREVIEW_CONCURRENCY = 2  # previews evaluating at once per process (the rest wait up to PREVIEW_TIMEOUT_S)
+_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+
+
+def _slots() -> asyncio.Semaphore:
+    loop = asyncio.get_running_loop()
+    slots = _SLOTS.get(loop)
+    if slots is None:
+        slots = _SLOTS[loop] = asyncio.Semaphore(PREVIEW_CONCURRENCY)
+    return slots
 
 
 class PreviewIn(BaseModel):
@@ -56,6 +69,14 @@ def _evaluate(body: PreviewIn, scope: Scope, services: Services) -> Any:
     return value
 
 
+def _finished(slots: asyncio.Semaphore, done: asyncio.Future[Any]) -> None:
+    """Give the slot back when the evaluation really ended (also after a timeout), and
+    retrieve its outcome so a timed-out one logs no "exception never retrieved"."""
+    slots.release()
+    if not done.cancelled():
+        done.exception()
+
+
 @router.post("/expressions/preview")
 async def preview(body: PreviewIn, services: Services = Depends(get_services),  # noqa: B008
                   who: Principal = Depends(role("viewer"))) -> dict[str, Any]:  # noqa: B008
@@ -64,7 +85,13 @@ async def preview(body: PreviewIn, services: Services = Depends(get_services),  
     scope = Scope(input=body.input, nodes=body.nodes,
                   run={"id": "preview", "input": body.run_input, "session_id": None},
                   limits=services.settings.expression_limits())
+    slots = _slots()
+    try:  # a bounded number evaluate at once: previews never hold every thread of the process
+        await asyncio.wait_for(slots.acquire(), PREVIEW_TIMEOUT_S)
+    except TimeoutError:
+        return {"ok": False, "error": {"type": "PreviewBusy", "message": "too many previews at once; try again"}}
     work = asyncio.ensure_future(asyncio.to_thread(_evaluate, body, scope, services))
+    work.add_done_callback(lambda done: _finished(slots, done))
     try:
         value = await asyncio.wait_for(asyncio.shield(work), PREVIEW_TIMEOUT_S)
     except TimeoutError:

@@ -16,7 +16,7 @@ from orchestrator.kernel.errors import RunNotFoundError
 from orchestrator.kernel.store import RunStatus
 
 from .auth import require_key
-from .launch import record_json
+from .launch import record_json, workspace_of_run
 from .principal import Principal
 from .services import Services, get_services
 
@@ -46,7 +46,7 @@ async def list_runs(
                 record = await services.runs.get_run(run_id)
             except RunNotFoundError:
                 continue
-            if status is None or record.status == status:
+            if workspace_of_run(record) == who.workspace and (status is None or record.status == status):
                 items.append(record_json(record))
     items.sort(key=lambda r: r["created_at"] or 0, reverse=True)
     return {"items": items[:limit], "limit": limit}

@@ -25,12 +25,13 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.errors import GraphNotFoundError
+from orchestrator.errors import ForbiddenError, GraphNotFoundError
 from orchestrator.kernel.errors import ParameterError
 from orchestrator.kernel.protocol import DataValue
 from orchestrator.service.runs import RunRequest, admit_and_start
 
 from .auth import role
+from .drafts import _check_owner
 from .models import GraphId
 from .principal import Principal
 from .services import Services, get_services
@@ -98,9 +99,13 @@ def seeds(graph: dict[str, Any], node_id: str, outputs: dict[str, dict[str, Any]
 async def start_test_step(graph_id: GraphId, body: StepTestIn, services: Services = Depends(get_services),  # noqa: B008
                     who: Principal = Depends(role("runner"))) -> JSONResponse:  # noqa: B008
     """Start a run of ``node_id`` alone; 202 ``{run_id, events_url}`` (see the module)."""
+    await _check_owner(services, graph_id, who.workspace)  # a graph or draft of another workspace: 404
     stored = await services.redis.exists(services.keys.graph(graph_id))
-    if stored and await services.graphs.workspace_of(graph_id) != who.workspace:
-        raise GraphNotFoundError(f"unknown graph {graph_id!r}", graph_id=graph_id)
+    if body.graph is not None and not who.can("editor"):
+        # Running a graph the caller wrote is what saving it would allow: an editor's right.
+        raise ForbiddenError(f"testing a step of an edited graph (the body's 'graph') needs the editor role; "
+                             f"the key is a {who.role} of workspace {who.workspace!r} (omit 'graph' to test "
+                             "the stored version)")
     if body.graph is not None:
         graph = {**body.graph, "id": graph_id, "version": None}
     elif stored:
@@ -109,6 +114,11 @@ async def start_test_step(graph_id: GraphId, body: StepTestIn, services: Service
         raise GraphNotFoundError(f"unknown graph {graph_id!r}; send the graph to test a node of it",
                                  graph_id=graph_id)
     run_graph = step_graph(graph, body.node_id)
+    tested = next(n for n in run_graph["nodes"] if isinstance(n, dict) and n.get("id") == body.node_id)
+    if not services.registry.get(str(tested.get("type"))).can_execute:  # it failed with an AttributeError
+        raise ParameterError(f"node {body.node_id!r} ({tested.get('type')}) does not run on its own: it is "
+                             "materialized into the node it is wired to; test that node", graph_id=graph_id,
+                             node_id=body.node_id, parameter="node_id")
     meta = {"workspace": who.workspace, "test_node": body.node_id, "graph_version": graph.get("version")}
     request = RunRequest(body.input, start=[body.node_id], meta=meta,
                          seed_outputs=seeds(run_graph, body.node_id, body.outputs, services))

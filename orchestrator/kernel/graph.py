@@ -153,11 +153,34 @@ def _locate(raw: dict[str, Any], loc: tuple[int | str, ...]) -> dict[str, str]:
     return where
 
 
+MAX_GRAPH_DEPTH = 200  # levels of lists and objects in a graph's JSON, nested graphs included
+
+
+def _check_depth(raw: dict[str, Any], graph_id: str) -> None:
+    """A graph nested deeper than ``MAX_GRAPH_DEPTH`` is a GraphSchemaError naming the node:
+    validation walks parameters recursively and the API answers graphs as JSON (pydantic
+    stops at 255 levels), so a deeper one was a 500 at save and a draft that never opened."""
+    from .output_limits import nested_deeper_than  # it imports this module
+
+    if not nested_deeper_than(raw, MAX_GRAPH_DEPTH):
+        return
+    nodes = raw.get("nodes")
+    nodes = nodes if isinstance(nodes, list) else []
+    node = next((n for n in nodes if nested_deeper_than(n, MAX_GRAPH_DEPTH - 2)), None)
+    node_id = str(node.get("id")) if isinstance(node, dict) else None
+    raise GraphSchemaError(
+        f"graph nests lists and objects more than {MAX_GRAPH_DEPTH} levels deep"
+        + (f" in node {node_id}" if node_id else "") + " (parameters and nested graphs included)",
+        graph_id=graph_id, node_id=node_id,
+    )
+
+
 def parse_graph(raw: Any) -> Graph:
     """Parse and strictly check the shape of a graph; channels must be flow or link."""
     if not isinstance(raw, dict):
         raise GraphSchemaError(f"a graph must be a JSON object, got {type(raw).__name__}")
     graph_id = str(raw.get("id", "graph"))
+    _check_depth(raw, graph_id)
     try:
         graph = Graph.model_validate(raw)
     except ValidationError as exc:

@@ -17,6 +17,7 @@ from collections import OrderedDict
 from dataclasses import KW_ONLY, dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+from orchestrator.errors import StorageBudgetError
 from orchestrator.kernel.compile import compile_run
 from orchestrator.kernel.errors import GraphError
 from orchestrator.kernel.protocol import DataValue
@@ -89,6 +90,9 @@ def _deadline_s(vg: ValidatedGraph, deadline_s: float | None) -> float | None:
                          graph_id=vg.graph.id, parameter="deadline_s") from None
 
 
+INPUT_COUNTED_FROM = 64 * 1024  # a run input this large counts toward the workspace's storage budget
+
+
 @dataclass(frozen=True)
 class RunRequest:
     """What a new run starts with, besides its graph: the run input and the options of
@@ -156,9 +160,17 @@ async def _store_and_dispatch(store: RunStore, vg: ValidatedGraph, plan: RunPlan
         session_id=request.session_id,
         meta=meta,
     )
+    budget = getattr(store, "budget", None)  # a Redis store's StorageBudget: the record keeps the input
+    size = len(json.dumps(request.run_input, default=str).encode()) if budget is not None else 0
+    if budget is not None and size >= INPUT_COUNTED_FROM:  # smaller: no round trip (bounded like the record)
+        await budget.reserve(size, workspace=str(meta.get("workspace") or "default"))
     await store.create_run(plan, record, deadline_s=_deadline_s(vg, request.deadline_s))
     if request.seed_outputs:
-        await store.seed_outputs(run_id, request.seed_outputs)
+        try:
+            await store.seed_outputs(run_id, request.seed_outputs)
+        except StorageBudgetError as exc:  # nothing was dispatched: the run ends at once
+            await store.finish_run(run_id, RunStatus.FAILED, exc.to_dict())
+            raise
     # create_run marked the start nodes sent (Redis's clock): a message lost on the way,
     # or a send that fails, is sent again by the sweeper after its grace.
     sent = dispatch(run_id, list(plan.start))

@@ -444,6 +444,9 @@ class RedisRunStore(RunStore):
         for node_id, ports in outputs.items():
             args += [node_id, _dumps({port: dv.to_json() for port, dv in ports.items()})]
         if args:
+            # Seeded outputs are stored like completions (a test step's come from the caller):
+            # they count toward the run's and workspace's budgets (StorageBudgetError).
+            await self.count_bytes(run_id, sum(len(a.encode()) for a in args[1::2]))
             await self._call("seed", run_id, args)
 
     async def finish_run(

@@ -4,11 +4,14 @@ workspace shares.
 What counts (the JSON or the bytes as stored):
 
 * a run: its nodes' outputs, the events its nodes append (``completed``, ``error``,
-  ``progress``, agent events, ...) and the files its nodes store in Redis;
+  ``progress``, agent events, ...), the files its nodes store in Redis and the outputs it
+  starts with (a rerun's prefix, a test step's upstream data);
 * a workspace: all of that for each of its runs, and the files uploaded to it
   (``POST /files``) that are kept in Redis.
 
-Not counted: a run's record and plan, and the store's own lifecycle events (``started``,
+Also counted: a run's input of 64 KiB or more (``runs.INPUT_COUNTED_FROM``, held in its record).
+
+Not counted: a run's record and plan (and a smaller input), and the store's own lifecycle events (``started``,
 ``skipped``, run-level events; a few hundred bytes each, bounded by the graph's size);
 files in S3 (the bucket's own quota and lifecycle bound them).
 
