@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import ChannelError, GraphSchemaError
+from .nesting import nested_deeper_than
 
 ERROR_PORT = "error"  # the output handle a node gets when its error mode is "error_port"
 # Graph, node and edge ids: they appear in URLs, Redis keys, task ids and logs, so they are
@@ -160,7 +161,6 @@ def _check_depth(raw: dict[str, Any], graph_id: str) -> None:
     """A graph nested deeper than ``MAX_GRAPH_DEPTH`` is a GraphSchemaError naming the node:
     validation walks parameters recursively and the API answers graphs as JSON (pydantic
     stops at 255 levels), so a deeper one was a 500 at save and a draft that never opened."""
-    from .output_limits import nested_deeper_than  # it imports this module
 
     if not nested_deeper_than(raw, MAX_GRAPH_DEPTH):
         return

@@ -271,7 +271,7 @@ async def test_completed_and_error_events_carry_the_resolved_parameters() -> Non
 
 
 async def test_an_output_nested_deeper_than_the_limit_fails_the_node_naming_it() -> None:
-    from orchestrator.kernel.output_limits import nested_deeper_than
+    from orchestrator.kernel.nesting import nested_deeper_than
 
     deep: Any = 0
     for _ in range(2000):  # deeper than Python's recursion limit: measured without recursion
