@@ -22,6 +22,11 @@ from collections.abc import Callable
 from typing import Any
 
 libc = ctypes.CDLL(None, use_errno=True)
+# A raw clone must keep the GIL across the call: CDLL releases it, and when another thread
+# of the server takes it in that window the child wakes up owning nothing it can run on and
+# hangs, and the parent's waitpid with it (a tool call that timed out, now and then, under
+# load). PyDLL holds the GIL, so the child returns holding it and can _exit at once.
+libc_holding_gil = ctypes.PyDLL(None, use_errno=True)
 PTRACE_ATTACH = 16
 CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
 SYS_CLONE = 56  # x86_64
@@ -72,7 +77,7 @@ def _unshare_and_mount() -> dict[str, str]:
 
 def namespaces(_arg: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    pid = libc.syscall(SYS_CLONE, CLONE_NEWUSER | signal.SIGCHLD, None, None, None, None)
+    pid = libc_holding_gil.syscall(SYS_CLONE, CLONE_NEWUSER | signal.SIGCHLD, None, None, None, None)
     if pid == 0:
         os._exit(0)
     out["clone_newuser"] = _failed("clone") if pid < 0 else "cloned"
