@@ -160,8 +160,6 @@ def _check_depth(raw: dict[str, Any], graph_id: str) -> None:
     """A graph nested deeper than ``MAX_GRAPH_DEPTH`` is a GraphSchemaError naming the node:
     validation walks parameters recursively and the API answers graphs as JSON (pydantic
     stops at 255 levels), so a deeper one was a 500 at save and a draft that never opened."""
-    from .output_limits import nested_deeper_than  # it imports this module
-
     if not nested_deeper_than(raw, MAX_GRAPH_DEPTH):
         return
     nodes = raw.get("nodes")
@@ -205,3 +203,18 @@ def parse_graph(raw: Any) -> Graph:
                 graph_id=graph.id, edge_id=edge.id,
             )
     return graph
+
+
+def nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests lists/tuples/dicts more than ``limit`` levels (a scalar is
+    0 levels, ``[]`` one); iterative, so any depth is safe to measure."""
+    if not isinstance(value, dict | list | tuple):
+        return False
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list | tuple))
+    return False

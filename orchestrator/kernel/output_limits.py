@@ -16,29 +16,13 @@ A breach fails the node with a :class:`NodeExecutionError` that names the limit.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from .definition import NodeDefinition
 from .errors import NodeExecutionError
-from .graph import Node
+from .graph import Node, nested_deeper_than
 from .protocol import DataValue, ExecutionResult
 
 DEFAULT_MAX_DEPTH = 128
-
-
-def nested_deeper_than(value: Any, limit: int) -> bool:
-    """Whether ``value`` nests lists/tuples/dicts more than ``limit`` levels (a scalar is
-    0 levels, ``[]`` one); iterative, so any depth is safe to measure."""
-    if not isinstance(value, dict | list | tuple):
-        return False
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > limit:
-            return True
-        children = item.values() if isinstance(item, dict) else item
-        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list | tuple))
-    return False
 
 
 def check_outputs(node: Node, definition: NodeDefinition, result: ExecutionResult, *, max_bytes: int,
