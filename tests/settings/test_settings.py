@@ -15,12 +15,13 @@ from orchestrator.settings import (
     Settings,
     StorageSettings,
     StoreSettings,
+    TelemetrySettings,
     WorkerSettings,
     load_settings,
 )
 
 GROUPS = (StoreSettings, KernelLimits, WorkerSettings, EgressSettings, StorageSettings, SandboxSettings,
-          ApiSettings, ModelSettings)
+          ApiSettings, ModelSettings, TelemetrySettings)
 
 
 def test_settings_is_every_group_and_no_field_is_in_two() -> None:
@@ -31,7 +32,7 @@ def test_settings_is_every_group_and_no_field_is_in_two() -> None:
             assert name not in seen, f"{name} is in {seen.get(name)} and {group.__name__}"
             seen[name] = group.__name__
     assert set(seen) == set(Settings.model_fields)
-    assert len(seen) == 100  # the fields of the one object this split replaced
+    assert len(seen) == 104  # the 100 fields of the one object this split replaced, and telemetry's 4
 
 
 def test_each_group_reads_its_orch_variables(monkeypatch: pytest.MonkeyPatch) -> None:
