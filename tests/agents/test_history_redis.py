@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from types import SimpleNamespace
 
 import pytest
 import redis
 
 from orchestrator.local.embedded_redis import EmbeddedRedis, free_port
+from orchestrator.settings import Settings
 from tests.agents.conftest import data_in, drain, load_executor, make_ctx
 
 agent = load_executor("agents/agent")
@@ -22,7 +22,7 @@ def redis_url() -> Iterator[str]:
 
 async def test_three_turns_on_fresh_agents_share_history_through_redis(redis_url: str) -> None:
     services = {"redis_url": redis_url,
-                "settings": SimpleNamespace(retention_s=600, key_prefix="orc")}
+                "settings": Settings(retention_s=600, key_prefix="orc")}
     responses = []
     for turn, message in enumerate(["first", "second", "third"]):
         ctx = make_ctx(run_id=f"run-{turn}", session_id="chat-42", services=services)
@@ -42,7 +42,7 @@ async def test_three_turns_on_fresh_agents_share_history_through_redis(redis_url
 
 
 async def test_one_session_id_in_two_workspaces_keeps_two_histories(redis_url: str) -> None:
-    settings = SimpleNamespace(retention_s=600, key_prefix="ws2")
+    settings = Settings(retention_s=600, key_prefix="ws2")
 
     async def turn(workspace: str, n: int, message: str) -> str:
         services = {"redis_url": redis_url, "settings": settings, "workspace": workspace}
