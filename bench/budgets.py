@@ -33,6 +33,7 @@ from orchestrator.kernel.graph import Node
 from orchestrator.kernel.local import LocalRunner
 from orchestrator.kernel.parameters import resolve_parameters, resolve_parameters_off_loop
 from orchestrator.service.plugins import load_registry
+from orchestrator.settings import load_settings
 
 EXPRESSION = '{"who": customer, "total": $sum(items.(price * qty)), "skus": items.sku}'
 SMALL = {"customer": "Ada", "items": [{"sku": "a", "price": 2.5, "qty": 2}, {"sku": "b", "price": 4.0, "qty": 1}]}
@@ -51,7 +52,7 @@ async def jsonata_pair(value: Any, calls: int) -> dict[str, float]:
         await asyncio.to_thread(transform, EXPRESSION, value)
         inside.append(time.perf_counter() - began)
         began = time.perf_counter()
-        await evaluate_jsonata(EXPRESSION, value, timeout_ms=5000, max_depth=500)
+        await evaluate_jsonata(EXPRESSION, value, settings=load_settings(), timeout_ms=5000, max_depth=500)
         child.append(time.perf_counter() - began)
     return {"in_worker_us": median_us(inside), "child_process_us": median_us(child)}
 
@@ -70,7 +71,7 @@ def child_start_s(samples: int) -> float:
 
 
 async def resolution_pair(calls: int) -> dict[str, float]:
-    registry = load_registry()
+    registry = load_registry(load_settings())
     definition = registry.get("set_fields").definition
     node = Node.model_validate({"id": "n", "type": "set_fields", "name": "N",
                                 "data": {"fields": {"a": "{{ input.x + 1 }}", "b": "{{ upper(input.s) }}"}}})
@@ -93,7 +94,7 @@ async def resolution_pair(calls: int) -> dict[str, float]:
 
 
 async def filter_times() -> dict[str, float]:
-    registry = load_registry()
+    registry = load_registry(load_settings())
 
     def graph(condition: str) -> dict[str, Any]:
         return {"id": "g", "nodes": [{"id": "t", "type": "manual_trigger", "name": "Start"},
@@ -116,7 +117,8 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=300)
     args = parser.parse_args()
-    await evaluate_jsonata("1", None, timeout_ms=5000, max_depth=500)  # the pool's first child
+    # the pool's first child
+    await evaluate_jsonata("1", None, settings=load_settings(), timeout_ms=5000, max_depth=500)
     results = {
         "jsonata_small": await jsonata_pair(SMALL, args.calls),
         "jsonata_1mb": await jsonata_pair(LARGE, max(10, args.calls // 20)),

@@ -72,10 +72,10 @@ async def bench(url: str, runs: int, warmup: int) -> dict[str, Any]:
     from orchestrator.queue.dispatch import make_dispatch
     from orchestrator.service.plugins import get_registry
     from orchestrator.service.runs import RunRequest, start_run
-    from orchestrator.settings import Settings
+    from orchestrator.settings import Settings, load_settings
     from orchestrator.store.redis_store import RedisRunStore
 
-    registry = get_registry()
+    registry = get_registry(load_settings())
     store = RedisRunStore.from_url(url, Settings())
     client = aioredis.Redis.from_url(url, decode_responses=True)
     app = make_celery(url, Settings())

@@ -55,7 +55,7 @@ os.execv(sys.argv[8], sys.argv[8:])
 
 def three_ways(command: str) -> dict[str, list[str]]:
     """The argv of ``command`` under each way (see the module docstring)."""
-    confined = confined_command(command, {})
+    confined = confined_command(command, {}, get_settings())
     assert confined.args[:2] == ["-c", OPEN_SECCOMP]
     bwrap = confined.args[3:]
     at = bwrap.index("--seccomp")

@@ -92,10 +92,10 @@ async def bench(url: str, args: argparse.Namespace, pg_url: str | None) -> dict[
     from orchestrator.queue.dispatch import make_dispatch
     from orchestrator.service.plugins import get_registry
     from orchestrator.service.runs import RunRequest, start_run
-    from orchestrator.settings import Settings
+    from orchestrator.settings import Settings, load_settings
     from orchestrator.store.redis_store import RedisRunStore
 
-    registry = get_registry()
+    registry = get_registry(load_settings())
     store = RedisRunStore.from_url(url, Settings())
     app = make_celery(url, Settings())
     dispatch = make_dispatch(app)

@@ -94,8 +94,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     from orchestrator.service.plugins import get_registry
+    from orchestrator.settings import load_settings
 
-    registry = get_registry()
+    registry = get_registry(load_settings())
     sizes = [int(s) for s in args.sizes.split(",")]
     result: dict[str, Any] = {}
     with EmbeddedRedis(unix_socket=False) as server, \

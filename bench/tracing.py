@@ -54,11 +54,11 @@ class Side:
         from orchestrator.queue.app import make_celery
         from orchestrator.queue.dispatch import make_dispatch
         from orchestrator.service.plugins import get_registry
-        from orchestrator.settings import Settings
+        from orchestrator.settings import Settings, load_settings
         from orchestrator.store.redis_store import RedisRunStore
 
         self.traced = traced
-        self.registry = get_registry()
+        self.registry = get_registry(load_settings())
         self.store = RedisRunStore.from_url(url, Settings())
         self.app = make_celery(url, Settings())
         self.dispatch = make_dispatch(self.app)

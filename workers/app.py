@@ -20,10 +20,12 @@ from celery.signals import worker_ready
 
 from orchestrator.queue.app import READY_FILE_ENV, make_celery
 from orchestrator.settings import load_settings
+from orchestrator.telemetry import metrics_server
 
 _settings = load_settings()  # this process's settings: the worker process is an entry point
 celery_app = make_celery(_settings.redis_url, _settings, include=["workers.tasks"])
 celery_app.set_current()
+metrics_server.connect(_settings)  # the worker's metrics port, served when the worker starts
 
 
 @worker_ready.connect

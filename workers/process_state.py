@@ -203,7 +203,7 @@ def _build() -> ProcessState:
     # Built on the loop thread: the client's pool and locks belong to that loop.
     client: aioredis.Redis = runner.run(_client(url, settings))
     store = RedisRunStore(client, settings)
-    registry = get_registry()
+    registry = get_registry(settings)
     me = worker_id()
     env = StepEnvironment(
         store=store, registry=registry, worker_id=me,

@@ -50,12 +50,8 @@ from orchestrator.kernel.step import StepOutcome, run_step
 from orchestrator.queue.app import DRAIN_TASK, NODE_TASK, NOOP_TASK
 from orchestrator.queue.dispatch import send_drains, send_nodes
 from orchestrator.service.plugins import get_registry
-from orchestrator.telemetry import (
-    metrics,
-    metrics_server,  # noqa: F401 - connects the worker's metrics signals
-    model_metrics,
-    tracing,
-)
+from orchestrator.settings import load_settings
+from orchestrator.telemetry import metrics, model_metrics, tracing
 from orchestrator.telemetry.pricing import load_table
 from workers.app import celery_app
 from workers.process_state import Handover, process_state, reset, set_capacity
@@ -214,7 +210,7 @@ def _preload_nodes(sender: Any = None, **_: Any) -> None:
     child inherits the loaded registry instead of paying the imports on its first task.
     Also note how many node steps this process may hold: the pool size for a threads
     pool, 1 for a prefork child (each child inherits the value)."""
-    get_registry()
+    get_registry(load_settings())
     _tracing()
     # Everything loaded so far lives as long as the process: keep it out of the garbage
     # collector's scans (hundreds of in-flight steps allocate fast; measured: 1,000

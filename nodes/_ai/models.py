@@ -39,7 +39,7 @@ from agno.models.utils import get_model
 from nodes._ai.dryrun import DryRunModel
 from orchestrator.host.endpoint import resolve_endpoint
 from orchestrator.host.node_host import node_host
-from orchestrator.host.redaction import mask_also, redact
+from orchestrator.host.redaction import mask_also
 from orchestrator.kernel.errors import ParameterError
 from orchestrator.kernel.protocol import FlowContext
 
@@ -113,7 +113,8 @@ async def resolve_model(spec: str | dict[str, Any] | None, ctx: FlowContext, *,
     if not spec:
         raise ParameterError("no model given", parameter="model")
     provider, model_id, extra = _split(spec)
-    settings = node_host(ctx).settings
+    host = node_host(ctx)
+    settings = host.settings
     if offline() or provider in DRYRUN_PROVIDERS:
         steps = script
         if steps is None and provider in DRYRUN_PROVIDERS and model_id.endswith(".json"):
@@ -126,7 +127,7 @@ async def resolve_model(spec: str | dict[str, Any] | None, ctx: FlowContext, *,
         endpoint = await resolve_endpoint(ctx, base_url=extra.get("base_url", ""),
                                           credential=extra.get("credential", ""), parameter="model")
         mask_also(endpoint.secrets())
-        model = openai_model(provider, model_id, endpoint, endpoint.policy(settings))
+        model = openai_model(provider, model_id, endpoint, endpoint.policy(settings), host.operator_secrets)
     else:
         if extra:
             raise ParameterError(f"model spec {spec_label(spec)!r}: base_url and credential apply to "
@@ -134,7 +135,7 @@ async def resolve_model(spec: str | dict[str, Any] | None, ctx: FlowContext, *,
         try:
             resolved = get_model(f"{provider}:{model_id}")
         except (ValueError, ImportError) as exc:
-            raise ParameterError(f"model spec {spec_label(spec)!r}: {redact(str(exc))}",
+            raise ParameterError(f"model spec {spec_label(spec)!r}: {host.redact(str(exc))}",
                                  parameter="model") from None
         assert resolved is not None
         model = resolved

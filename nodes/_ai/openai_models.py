@@ -24,6 +24,7 @@ nodes always run models asynchronously. The client is closed when the model is c
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import httpx2
@@ -36,7 +37,6 @@ from orchestrator.host.egress.httpx2 import egress_client_httpx2
 from orchestrator.host.egress.origins import Origin
 from orchestrator.host.egress.policy import EgressPolicy
 from orchestrator.host.endpoint import Endpoint
-from orchestrator.host.redaction import operator_secrets
 from orchestrator.kernel.errors import EgressDeniedError
 
 # Headers the OpenAI SDK fills from the worker's environment.
@@ -44,8 +44,9 @@ ENVIRONMENT_HEADERS = frozenset({"openai-organization", "openai-project"})
 SYNC_REFUSED = "synchronous model calls are not supported in nodes; run the agent with arun"
 
 
-def http_client(endpoint: Endpoint, policy: EgressPolicy) -> httpx2.AsyncClient:
-    """The httpx2 client of one model (see the module docstring)."""
+def http_client(endpoint: Endpoint, policy: EgressPolicy, secrets: Callable[[], list[str]]) -> httpx2.AsyncClient:
+    """The httpx2 client of one model (see the module docstring); ``secrets``: the host's
+    operator secrets (``NodeHost.operator_secrets``), asked at each request."""
 
     async def guard(request: httpx2.Request) -> None:
         origin = Origin.of(str(request.url))
@@ -53,10 +54,10 @@ def http_client(endpoint: Endpoint, policy: EgressPolicy) -> httpx2.AsyncClient:
             raise EgressDeniedError(f"the model client of {endpoint.origin} refused a request to {origin}")
         if endpoint.operator:
             return
-        secrets = operator_secrets()
+        found = secrets()
         for name in list(request.headers):
             value = request.headers[name]
-            if name.lower() in ENVIRONMENT_HEADERS or any(s in value for s in secrets):
+            if name.lower() in ENVIRONMENT_HEADERS or any(s in value for s in found):
                 del request.headers[name]
         request.headers["Authorization"] = f"Bearer {endpoint.api_key}"
 
@@ -69,6 +70,7 @@ class EndpointOpenAIChat(OpenAIChat):
 
     endpoint: Endpoint
     egress: EgressPolicy
+    secrets: Callable[[], list[str]]
 
     def get_client(self) -> OpenAI:
         raise RuntimeError(SYNC_REFUSED)
@@ -77,7 +79,7 @@ class EndpointOpenAIChat(OpenAIChat):
         if self.async_client is not None and not self.async_client.is_closed():
             return self.async_client
         params: dict[str, Any] = self._get_client_params()
-        params["http_client"] = http_client(self.endpoint, self.egress)
+        params["http_client"] = http_client(self.endpoint, self.egress, self.secrets)
         self.async_client = AsyncOpenAI(**params)
         return self.async_client
 
@@ -95,8 +97,10 @@ class EndpointOpenAILike(EndpointOpenAIChat, OpenAILike):
     """``OpenAILike`` (sends ``system``, tolerates no key) with the same client."""
 
 
-def openai_model(provider: str, model_id: str, endpoint: Endpoint, policy: EgressPolicy) -> Model:
-    """Agno's model for ``openai-chat`` / ``openai-like`` at ``endpoint``."""
+def openai_model(provider: str, model_id: str, endpoint: Endpoint, policy: EgressPolicy,
+                 secrets: Callable[[], list[str]]) -> Model:
+    """Agno's model for ``openai-chat`` / ``openai-like`` at ``endpoint``; ``secrets``: the
+    host's operator secrets, never sent to an endpoint the operator did not configure."""
     kwargs: dict[str, Any] = {"id": model_id, "base_url": endpoint.base_url, "max_retries": 0}
     model: EndpointOpenAIChat
     if provider == "openai-like":
@@ -105,5 +109,5 @@ def openai_model(provider: str, model_id: str, endpoint: Endpoint, policy: Egres
         # No key: Agno looks for OPENAI_API_KEY, which resolve_endpoint already read for
         # the operator's endpoints (the only ones that can come without a key).
         model = EndpointOpenAIChat(api_key=endpoint.api_key or None, **kwargs)
-    model.endpoint, model.egress = endpoint, policy
+    model.endpoint, model.egress, model.secrets = endpoint, policy, secrets
     return model

@@ -28,12 +28,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from nodes._ai.spans import AgnoSpans, usage_key, usage_numbers
 from orchestrator.host.node_host import node_host
-from orchestrator.host.redaction import redact
 from orchestrator.kernel.errors import RunCancelled
 from orchestrator.kernel.protocol import EventType, FlowContext, NodeEvent
 
@@ -64,8 +63,9 @@ def _strip(value: Any, depth: int = 0) -> Any:
     return value
 
 
-def event_payload(ev: Any, default_name: str) -> dict[str, Any]:
-    """An Agno event as ``agent_event`` data (JSON-safe, redacted, bulky fields dropped)."""
+def event_payload(ev: Any, default_name: str, redact: Callable[[Any], Any]) -> dict[str, Any]:
+    """An Agno event as ``agent_event`` data (JSON-safe, redacted with the host's ``redact``,
+    bulky fields dropped)."""
     raw = ev.to_dict() if hasattr(ev, "to_dict") else {}
     body = _strip(json_safe(raw))
     name = getattr(ev, "agent_name", None) or getattr(ev, "team_name", None) or default_name
@@ -112,7 +112,9 @@ class AgnoStream:
         self._stopping: asyncio.Future[None] | None = None
         self._tool_errors: list[str] = []
         self._usage: list[tuple[str, dict[str, int]]] = []  # model requests not yet reported
-        self.spans = AgnoSpans(name, content=node_host(ctx).settings.trace_content)
+        host = node_host(ctx)
+        self.redact = host.redact
+        self.spans = AgnoSpans(name, content=host.settings.trace_content, redact=host.redact)
 
     async def events(self, stream: AsyncIterator[Any]) -> AsyncIterator[NodeEvent]:
         queue: asyncio.Queue[Any] = asyncio.Queue()
@@ -165,7 +167,7 @@ class AgnoStream:
             self._usage.append((usage_key(ev), usage_numbers(ev)))
         if top and kind == "RunPaused":
             self._pause(ev)
-        node_event = self.ctx.event(EventType.AGENT_EVENT, event_payload(ev, self.name))
+        node_event = self.ctx.event(EventType.AGENT_EVENT, event_payload(ev, self.name, self.redact))
         if not top:
             return node_event  # a member's event: forwarded, never ends the node
         if kind == "RunContent" and getattr(ev, "content", None):
@@ -174,10 +176,10 @@ class AgnoStream:
             # Not the end: Agno stores the session after its last event.
             self._complete(ev)
         elif kind == "RunError":
-            self._error = redact(str(getattr(ev, "content", "") or "model error"))
+            self._error = self.redact(str(getattr(ev, "content", "") or "model error"))
         elif kind == "ToolCallError":
             tool = getattr(getattr(ev, "tool", None), "tool_name", None) or "?"
-            self._tool_errors.append(f"{tool}: {redact(str(ev.error or ''))}"
+            self._tool_errors.append(f"{tool}: {self.redact(str(ev.error or ''))}"
                                      if hasattr(ev, "error") else str(tool))
         elif kind == "RunCancelled":
             self.cancelled = True
@@ -204,7 +206,7 @@ class AgnoStream:
             content = ev.content
             self.content = content if isinstance(content, str) else json.dumps(
                 json_safe(content))
-        self.content = redact(self.content)  # the node's output, as its events are
+        self.content = self.redact(self.content)  # the node's output, as its events are
         metrics = getattr(ev, "metrics", None)
         self.tokens_used = int(getattr(metrics, "total_tokens", 0) or 0)
 

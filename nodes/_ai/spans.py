@@ -31,13 +31,12 @@ outputs unless told otherwise.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
-
-from orchestrator.host.redaction import redact
 
 TRACER = "orchestrator.nodes.ai"
 SEMCONV_USAGE = {  # our usage number -> its GenAI attribute
@@ -48,7 +47,7 @@ SEMCONV_USAGE = {  # our usage number -> its GenAI attribute
 CONTENT_CHARS = 4000  # content attributes are cut here
 
 
-def _text(value: Any) -> str:
+def _text(value: Any, redact: Callable[[Any], Any]) -> str:
     text = value if isinstance(value, str) else json.dumps(value, default=str)
     return str(redact(text))[:CONTENT_CHARS]
 
@@ -72,10 +71,13 @@ def usage_key(ev: Any) -> str:
 class AgnoSpans:
     """Spans of one Agno run and the member runs inside it, keyed by Agno run id."""
 
-    def __init__(self, name: str, *, content: bool = False, spans_from: trace.Tracer | None = None) -> None:
+    def __init__(self, name: str, *, redact: Callable[[Any], Any], content: bool = False,
+                 spans_from: trace.Tracer | None = None) -> None:
+        """``redact``: the host's (``NodeHost.redact``), applied to content attributes."""
         self.tracer = spans_from or trace.get_tracer(TRACER)
         self.name = name
         self.content = content
+        self.redact = redact
         self.enabled = spans_from is not None or _has_provider()
         self._root = otel_context.get_current()
         self._agents: dict[str, Span] = {}
@@ -144,7 +146,7 @@ class AgnoSpans:
             "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name, "gen_ai.tool.call.id": call_id})
         args = getattr(tool, "tool_args", None)
         if self.content and args is not None:
-            span.set_attribute("gen_ai.tool.call.arguments", _text(args))
+            span.set_attribute("gen_ai.tool.call.arguments", _text(args, self.redact))
         self._tools[f"{run_id}/{call_id}"] = span
 
     def tool_ended(self, ev: Any, run_id: str) -> None:
@@ -157,7 +159,7 @@ class AgnoSpans:
             span.set_status(Status(StatusCode.ERROR, "tool call failed"))
             span.set_attribute("error.type", "tool_error")
         elif self.content and getattr(tool, "result", None) is not None:
-            span.set_attribute("gen_ai.tool.call.result", _text(getattr(tool, "result", None)))
+            span.set_attribute("gen_ai.tool.call.result", _text(getattr(tool, "result", None), self.redact))
         span.end()
 
     def run_ended(self, ev: Any, run_id: str) -> None:
@@ -169,7 +171,7 @@ class AgnoSpans:
             span.set_status(Status(StatusCode.ERROR, "agent run failed"))
             span.set_attribute("error.type", str(getattr(ev, "error_type", None) or "agent_error"))
         elif self.content and getattr(ev, "content", None) is not None:
-            span.set_attribute("gen_ai.output.text", _text(ev.content))
+            span.set_attribute("gen_ai.output.text", _text(ev.content, self.redact))
         metrics = getattr(ev, "metrics", None)
         for ours in ("input_tokens", "output_tokens"):
             value = getattr(metrics, ours, None)

@@ -37,6 +37,7 @@ from orchestrator.telemetry import tracing
 
 from . import (
     browser_auth,
+    connections,
     console_ui,
     cors,
     credential_usage,
@@ -82,6 +83,7 @@ def create_app(
     """Build the app. Without arguments: settings from the environment, the node registry
     from ``orchestrator.service.plugins``, a Redis client on ``Settings.redis_url``."""
     settings = settings or get_settings()
+    connections.configure(settings)  # the per-connection limits of the h11 protocol (PROTOCOL)
     key_ring(settings)  # a placeholder or malformed key stops the app here, naming the setting
     check_metrics_token(settings)
     owned: list[Redis] = []  # closed at shutdown: only a client this function created
@@ -95,7 +97,7 @@ def create_app(
     if registry is None:
         from orchestrator.service.plugins import get_registry
 
-        registry = get_registry()
+        registry = get_registry(settings)
     services = Services(settings, redis, registry, run_store=run_store, dispatch=dispatch)
     hub = events.make_hub(services)
 

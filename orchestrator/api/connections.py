@@ -1,7 +1,9 @@
 """The API server's guard against slow clients: header and body read deadlines and a bound
 on connections per client address, in uvicorn's h11 protocol.
 
-Contract (``orchestrator serve`` passes :data:`PROTOCOL` as uvicorn's ``http``):
+Contract (``orchestrator serve`` passes :data:`PROTOCOL` as uvicorn's ``http``; the app
+factory, run in each server process before it serves, hands it the settings with
+:func:`configure`):
 
 * a request's headers must arrive within ``Settings.api_header_timeout_s`` of the moment
   the server waits for them (the connection opened, or the previous response ended);
@@ -32,13 +34,12 @@ import asyncio
 import logging
 from collections import Counter
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from orchestrator.settings import get_settings
+from orchestrator.settings import ApiSettings
 
 logger = logging.getLogger("uvicorn.error")
 
@@ -53,14 +54,27 @@ class ConnectionLimits:
     body_timeout_s: float
     max_per_client: int  # 0: no bound
 
+    @classmethod
+    def from_settings(cls, settings: ApiSettings) -> ConnectionLimits:
+        return cls(settings.api_header_timeout_s, settings.api_body_timeout_s,
+                   settings.api_max_connections_per_client)
 
-@lru_cache(maxsize=1)
+
+_process_limits: list[ConnectionLimits] = []  # this server process's, set by configure()
+
+
+def configure(settings: ApiSettings) -> None:
+    """This server process's limits, from its settings: the app factory calls it (the
+    protocol is built by uvicorn, per connection, with no way to pass them)."""
+    _process_limits[:] = [ConnectionLimits.from_settings(settings)]
+
+
 def process_limits() -> ConnectionLimits:
-    """This server process's limits, read once from the settings (the protocol is built by
-    uvicorn, per connection, with no way to pass them)."""
-    settings = get_settings()
-    return ConnectionLimits(settings.api_header_timeout_s, settings.api_body_timeout_s,
-                            settings.api_max_connections_per_client)
+    """The limits :func:`configure` set; a RuntimeError if the process never built its app."""
+    if not _process_limits:
+        raise RuntimeError("GuardedH11Protocol needs the app factory (orchestrator.api:create_app) to run "
+                           "first in this process: it passes the API settings (connections.configure)")
+    return _process_limits[0]
 
 
 _per_client: Counter[str] = Counter()  # open connections of this process, by client address

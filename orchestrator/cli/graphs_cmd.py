@@ -74,7 +74,8 @@ def _run(args: argparse.Namespace) -> int:
         from orchestrator.service.plugins import get_registry
         from orchestrator.settings import load_settings
 
-        graph = validate(read_graph(args.file), get_registry(), load_settings())
+        settings = load_settings()
+        graph = validate(read_graph(args.file), get_registry(settings), settings)
         print(f"{args.file}: valid graph {graph['id']!r} with {len(graph['nodes'])} nodes")
         return 0
     with client(args) as api:

@@ -23,8 +23,9 @@ def nodes_command(args: argparse.Namespace) -> int:
     try:
         if args.local:
             from orchestrator.service.plugins import get_registry
+            from orchestrator.settings import load_settings
 
-            nodes = [d.model_dump(mode="json") for d in get_registry().definitions()]
+            nodes = [d.model_dump(mode="json") for d in get_registry(load_settings()).definitions()]
         else:
             with client(args) as api:
                 nodes = api.nodes()["nodes"]

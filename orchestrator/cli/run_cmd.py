@@ -258,9 +258,10 @@ def _run_owned(args: argparse.Namespace, raw: dict[str, Any], run_input: Any,
             from orchestrator.local.embedded_workers import WorkerProcesses
 
             err.print("[dim]starting an embedded redis-server (REDIS_URL is unset)…[/]")
-            url = stack.enter_context(EmbeddedRedis()).url
+            url = stack.enter_context(EmbeddedRedis(maxmemory_mb=settings.embedded_redis_maxmemory_mb)).url
             count = max(1, args.workers)
-            workers = WorkerProcesses(url, count=count, env=worker_env, grace_s=STOP_GRACE_S)
+            workers = WorkerProcesses(url, count=count, env=worker_env, grace_s=STOP_GRACE_S,
+                                      settings=settings)
             stack.callback(workers.stop)
             err.print(f"[dim]starting {count} Celery worker process{'es' if count > 1 else ''} "
                       f"({workers.pool} pool, {workers.concurrency} node steps at once each)"
@@ -269,7 +270,7 @@ def _run_owned(args: argparse.Namespace, raw: dict[str, Any], run_input: Any,
         elif args.offline:
             err.print("[yellow]note[/]: --offline only applies to workers this command starts")
         err.print("[dim]loading nodes and checking the graph…[/]")
-        registry = get_registry()
+        registry = get_registry(settings)
         try:
             start = trigger_node(raw, args.trigger)
             validate_graph(raw, registry, get_settings().graph_limits())

@@ -102,18 +102,20 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     with contextlib.ExitStack() as stack:
-        if get_settings().redis_url is None:
+        settings = get_settings()
+        if settings.redis_url is None:
             from orchestrator.local.embedded_redis import EmbeddedRedis
             from orchestrator.local.embedded_workers import WorkerProcesses
 
             print("starting an embedded redis-server (REDIS_URL is unset)…",
                   file=sys.stderr, flush=True)
-            server = stack.enter_context(EmbeddedRedis(unix_socket=False))
+            server = stack.enter_context(EmbeddedRedis(unix_socket=False,
+                                                       maxmemory_mb=settings.embedded_redis_maxmemory_mb))
             os.environ["REDIS_URL"] = server.url  # read by the app factory in each process
             get_settings.cache_clear()
             print(f"embedded redis at {server.url} (pid {server.pid})", flush=True)
             if args.local_workers > 0:
-                workers = WorkerProcesses(server.url, count=args.local_workers)
+                workers = WorkerProcesses(server.url, count=args.local_workers, settings=settings)
                 stack.callback(workers.stop)
                 print(f"starting {args.local_workers} Celery worker(s)…",
                       file=sys.stderr, flush=True)

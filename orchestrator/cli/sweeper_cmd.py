@@ -88,7 +88,7 @@ async def _sync(url: str) -> None:
     configure_beat(app, url, settings)
     client = redis_client.client(url, decode_responses=True)
     try:
-        report = await sync_schedules(app, GraphStore(client, get_registry(), settings))
+        report = await sync_schedules(app, GraphStore(client, get_registry(settings), settings))
         print(f"schedules: {len(report.added)} added, {len(report.updated)} updated, "
               f"{len(report.removed)} removed", flush=True)
         for problem in report.invalid:

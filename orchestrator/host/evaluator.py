@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.host.slots import LoopSlots
-from orchestrator.settings import get_settings
+from orchestrator.settings import Settings
 
 CHILD_SOURCE = Path(__file__).with_name("evaluator_child.py").read_text(encoding="utf-8")
 GRACE_S = 1.0  # past the expression's own timeout, before the child is killed
@@ -183,17 +183,18 @@ class EvaluatorPool:
 
 POOL = EvaluatorPool()
 atexit.register(POOL.close)
-_slots = LoopSlots(lambda: get_settings().transform_processes)
+_slots = LoopSlots()  # ORCH_TRANSFORM_PROCESSES of the settings passed on the loop's first use
 
 
-async def evaluate_jsonata(expression: str, value: Any, *, timeout_ms: int, max_depth: int) -> Any:
-    """The value of ``expression`` on ``value``, computed by a child under the limits above;
+async def evaluate_jsonata(expression: str, value: Any, *, settings: Settings, timeout_ms: int,
+                           max_depth: int) -> Any:
+    """The value of ``expression`` on ``value``, computed by a child under the limits above
+    and those of ``settings`` (the host's: a node calls :meth:`NodeHost.evaluate_jsonata`);
     a ValueError naming the parameter (and the limit, when one was reached)."""
-    settings = get_settings()
     request = {"expression": expression, "input": value, "timeout_ms": timeout_ms, "max_depth": max_depth,
                "cpu_s": timeout_ms / 1000 + GRACE_S}
     running: list[_Child] = []
-    async with _slots():
+    async with _slots(settings.transform_processes):
         try:
             limits = CallLimits(timeout_s=timeout_ms / 1000, memory_mb=settings.transform_memory_mb,
                                 max_reply_bytes=settings.max_output_bytes + REPLY_SLACK_BYTES,

@@ -14,9 +14,12 @@ What a node gets through it: the settings (``settings``), the run's workspace an
 folder (``workspace``, :meth:`NodeHost.workspace_file`), credentials
 (:meth:`NodeHost.credential`), files (:meth:`NodeHost.blobs`), files it may read from disk
 (:meth:`NodeHost.readable_path`) and the Redis URL for what it stores there (agent
-sessions). The egress-guarded HTTP clients (``orchestrator/host/egress/``,
-``orchestrator/host/http.py``), the sandbox (``orchestrator/host/sandbox/``), redaction
-and the JSONata evaluator are the rest of this package.
+sessions), and the host's own subsystems with its settings applied: the egress policy
+(:meth:`NodeHost.egress_policy`, for the guarded clients of ``orchestrator/host/egress/``
+and ``orchestrator/host/http.py``), the Code node's sandbox (:meth:`NodeHost.run_python`,
+``orchestrator/host/sandbox/``), the JSONata evaluator (:meth:`NodeHost.evaluate_jsonata`)
+and redaction (:meth:`NodeHost.redact`, :meth:`NodeHost.operator_secrets`). None of those
+modules reads the process settings: the host hands them its own.
 """
 
 from __future__ import annotations
@@ -27,10 +30,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from orchestrator.errors import RequestError
+from orchestrator.host import evaluator, redaction
 from orchestrator.host.credentials import DEFAULT_WORKSPACE, Credential, CredentialStore
 from orchestrator.host.egress.policy import EgressPolicy
+from orchestrator.host.sandbox.python import SandboxResult, run_python
 from orchestrator.host.workspace import checked_workspace, workspace_dir, workspace_file
 from orchestrator.kernel.errors import ConfigurationError, ParameterError
 from orchestrator.kernel.protocol import FlowContext
@@ -52,6 +58,23 @@ class NodeHost:
     def egress_policy(self) -> EgressPolicy:
         """Where this host lets a node connect (``ORCH_EGRESS_ALLOW_PRIVATE``, ``ORCH_EGRESS_ALLOW``)."""
         return EgressPolicy.from_settings(self.settings)
+
+    async def run_python(self, code: str, value: Any, *, timeout_s: float, memory_mb: int) -> SandboxResult:
+        """``code`` run in this host's sandbox (``orchestrator/host/sandbox/python.py``)."""
+        return await run_python(code, value, settings=self.settings, timeout_s=timeout_s, memory_mb=memory_mb)
+
+    async def evaluate_jsonata(self, expression: str, value: Any, *, timeout_ms: int, max_depth: int) -> Any:
+        """``expression`` on ``value`` in this host's evaluator pool (``orchestrator/host/evaluator.py``)."""
+        return await evaluator.evaluate_jsonata(expression, value, settings=self.settings, timeout_ms=timeout_ms,
+                                                max_depth=max_depth)
+
+    def operator_secrets(self) -> list[str]:
+        """The secret values of this host's configuration (``orchestrator/host/redaction.py``)."""
+        return redaction.operator_secrets(self.settings)
+
+    def redact(self, value: Any) -> Any:
+        """``value`` with this host's secrets (and the execution's registered ones) masked."""
+        return redaction.redact(value, self.settings)
 
     def need_redis(self) -> str:
         """The Redis URL, or a RequestError saying the node needs one."""
@@ -143,7 +166,10 @@ class HostFactory:
 def standalone() -> NodeHost:
     """The host of a run started with none (a local run, a node unit test): the process's
     settings (``load_settings``, read once per process), their Redis if any, workspace
-    ``default`` (a host without workers has no workspaces)."""
+    ``default`` (a host without workers has no workspaces).
+
+    An entry point, like the API app factory, the worker process, the CLI and beat: the one
+    place outside them allowed to read the process settings (tests/layout checks it)."""
     settings = load_settings()
     return NodeHost(settings=settings, redis_url=settings.redis_url)
 

@@ -29,6 +29,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from orchestrator.host.credentials import mask
+from orchestrator.settings import Settings
 
 SECRET_SUFFIXES = ("_KEY", "_KEYS", "_TOKEN", "_SECRET", "_PASSWORD")
 MIN_SECRET_CHARS = 6
@@ -65,11 +66,9 @@ def _keys_file(path: str | None) -> tuple[str, ...]:
         return ()
 
 
-def operator_secrets() -> list[str]:
-    """The operator's secret values (see the module docstring), longest first."""
-    from orchestrator.settings import get_settings
-
-    settings = get_settings()
+def operator_secrets(settings: Settings) -> list[str]:
+    """The operator's secret values (see the module docstring) for the host's ``settings``
+    (a node asks its host: :meth:`NodeHost.operator_secrets`), longest first."""
     try:
         from_file = settings.secrets
     except ValueError:  # a bad secrets file is reported where it is used
@@ -92,6 +91,7 @@ def mask_also(values: Iterable[str]) -> None:
         _ALSO.set(_ALSO.get() | extra)
 
 
-def redact(value: Any) -> Any:
-    """``value`` with every secret masked (walks str/list/dict)."""
-    return mask(value, [*operator_secrets(), *_ALSO.get()])
+def redact(value: Any, settings: Settings) -> Any:
+    """``value`` with every secret of ``settings`` and of this execution masked (walks
+    str/list/dict); a node calls :meth:`NodeHost.redact`."""
+    return mask(value, [*operator_secrets(settings), *_ALSO.get()])

@@ -161,7 +161,6 @@ def _check_depth(raw: dict[str, Any], graph_id: str) -> None:
     """A graph nested deeper than ``MAX_GRAPH_DEPTH`` is a GraphSchemaError naming the node:
     validation walks parameters recursively and the API answers graphs as JSON (pydantic
     stops at 255 levels), so a deeper one was a 500 at save and a draft that never opened."""
-
     if not nested_deeper_than(raw, MAX_GRAPH_DEPTH):
         return
     nodes = raw.get("nodes")

@@ -13,10 +13,11 @@ Contract:
   temp dir it created (never a ``dir`` the caller passed in).
 * ``url`` is a redis-py URL; ``broker_url`` is the same server as Celery/kombu spells it
   (``redis+socket://<path>?virtual_host=0`` for a socket).
-* Memory: ``maxmemory`` is ``maxmemory_mb`` (default ``ORCH_EMBEDDED_REDIS_MAXMEMORY_MB``,
-  1024; 0 = none) with ``maxmemory-policy noeviction``: past it Redis refuses writes with
-  an error the store names (``storage_budget.store_full``) and never evicts run state,
-  Celery's queues or files silently.
+* Memory: ``maxmemory`` is ``maxmemory_mb`` (the CLI passes its
+  ``ORCH_EMBEDDED_REDIS_MAXMEMORY_MB``; default that setting's default, 1024; 0 = none)
+  with ``maxmemory-policy noeviction``: past it Redis refuses writes with an error the
+  store names (``storage_budget.store_full``) and never evicts run state, Celery's queues
+  or files silently.
 """
 
 from __future__ import annotations
@@ -71,10 +72,10 @@ class EmbeddedRedis:
         dir: Path | None = None,
         maxmemory_mb: int | None = None,
     ) -> None:
-        if maxmemory_mb is None:
-            from orchestrator.settings import get_settings
+        if maxmemory_mb is None:  # the setting's declared default: this class reads no settings
+            from orchestrator.settings.store import StoreSettings
 
-            maxmemory_mb = get_settings().embedded_redis_maxmemory_mb
+            maxmemory_mb = int(StoreSettings.model_fields["embedded_redis_maxmemory_mb"].default)
         self.maxmemory_mb = maxmemory_mb
         self.unix_socket = unix_socket
         self.appendonly = appendonly

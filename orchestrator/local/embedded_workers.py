@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
-from orchestrator.settings import get_settings
+from orchestrator.settings import WorkerSettings
 
 QUEUE = "orchestrator"  # orchestrator.queue.app.NODE_QUEUE (kept literal: this module must not import celery)
 READY_FILE_ENV = "ORCH_WORKER_READY_FILE"  # orchestrator.queue.app.READY_FILE_ENV
@@ -44,7 +44,9 @@ class WorkerStartError(RuntimeError):
 
 
 class WorkerProcesses:
-    """``count`` Celery worker processes on ``redis_url``; a context manager."""
+    """``count`` Celery worker processes on ``redis_url``; a context manager. The pool and
+    its concurrency default to ``settings``' (the CLI passes the process settings; without
+    them, those settings' declared defaults)."""
 
     def __init__(
         self,
@@ -58,9 +60,10 @@ class WorkerProcesses:
         loglevel: str = "WARNING",
         start_timeout_s: float = START_TIMEOUT_S,
         grace_s: float = STOP_GRACE_S,
+        settings: WorkerSettings | None = None,
     ) -> None:
         self.redis_url = redis_url
-        settings = get_settings()
+        settings = settings or WorkerSettings.model_construct()
         self.count = count
         self.pool = pool or settings.worker_pool
         if concurrency is None:

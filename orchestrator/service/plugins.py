@@ -42,7 +42,7 @@ from pydantic import ValidationError
 from orchestrator.kernel.definition import NodeDefinition
 from orchestrator.kernel.errors import OrchestratorError
 from orchestrator.kernel.registry import Registry
-from orchestrator.settings import Settings, get_settings
+from orchestrator.settings import WorkerSettings
 
 __all__ = ["PluginError", "discover_folder", "get_registry", "load_registry"]
 
@@ -188,13 +188,12 @@ def _from_entry_point(ep: importlib.metadata.EntryPoint, *, strict: bool) -> lis
                       f"(definition, executor) pairs, got {type(loaded).__name__}")
 
 
-def load_registry(settings: Settings | None = None, *, extra_paths: Sequence[Path] = (),
+def load_registry(settings: WorkerSettings, *, extra_paths: Sequence[Path] = (),
                   strict: bool = True) -> Registry:
-    """A fresh registry of every node type found (see the module docstring for the order).
-
-    A type id found twice is a PluginError naming both sources.
+    """A fresh registry of every node type found with ``settings``' node discovery
+    (``ORCH_NODE_PATHS``, ``ORCH_NODE_ENTRY_POINT_GROUP``; see the module docstring for the
+    order). A type id found twice is a PluginError naming both sources.
     """
-    settings = settings or get_settings()
     found: list[Found] = []
     repo = _repo_nodes_dir()
     if repo is not None:
@@ -245,7 +244,13 @@ def colour_of(definition: NodeDefinition) -> str:
     return FALLBACK_PALETTE[digest[0] % len(FALLBACK_PALETTE)]
 
 
-@lru_cache(maxsize=1)
-def get_registry() -> Registry:
-    """The process-wide registry from the default settings (hosts call this)."""
-    return load_registry()
+def get_registry(settings: WorkerSettings) -> Registry:
+    """The process-wide registry for ``settings``' node discovery, built once (hosts call
+    this with the settings their entry point built)."""
+    return _registry(settings.node_paths, settings.node_entry_point_group)
+
+
+@lru_cache(maxsize=4)
+def _registry(node_paths: str, node_entry_point_group: str) -> Registry:
+    return load_registry(WorkerSettings.model_construct(node_paths=node_paths,
+                                                        node_entry_point_group=node_entry_point_group))

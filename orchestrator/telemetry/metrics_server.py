@@ -3,7 +3,8 @@
 A prefork worker is several processes; each child updates the shared metric objects in
 ``orchestrator.telemetry.metrics``. With ``ORCH_WORKER_METRICS_PORT`` set, ``orchestrator worker``
 points ``PROMETHEUS_MULTIPROC_DIR`` at a fresh folder before Celery starts (so every child
-writes its samples there) and the main process serves them all on that port.
+writes its samples there) and the main process serves them all on that port: the worker
+process (``workers/app.py``, an entry point) calls :func:`connect` with its settings.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from celery.signals import worker_init, worker_process_shutdown, worker_shutdown
 
-from orchestrator.settings import get_settings
+from orchestrator.settings import WorkerSettings
 
 log = logging.getLogger("workers.metrics")
 
@@ -23,9 +24,18 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 OWN_DIR_PREFIX = "orchestrator-metrics-"  # a folder `orchestrator worker` made, removed at shutdown
 
 
-@worker_init.connect
-def _serve_metrics(**_: Any) -> None:
-    port = get_settings().worker_metrics_port
+def connect(settings: WorkerSettings) -> None:
+    """Serve the metrics on ``ORCH_WORKER_METRICS_PORT`` of ``settings`` when the worker
+    starts (nothing when it is 0)."""
+    port = settings.worker_metrics_port
+
+    def serve(**_: Any) -> None:
+        _serve_metrics(port)
+
+    worker_init.connect(serve, weak=False, dispatch_uid="orchestrator.telemetry.metrics_server")
+
+
+def _serve_metrics(port: int) -> None:
     if not port:
         return
     if not os.environ.get(MULTIPROC_ENV):

@@ -14,13 +14,14 @@ from orchestrator.kernel.registry import Registry
 from orchestrator.kernel.store import RunStatus
 from orchestrator.service.approvals import ApprovalError, submit_approval
 from orchestrator.service.plugins import load_registry
+from orchestrator.settings import load_settings
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @pytest.fixture(scope="module")
 def registry() -> Registry:
-    return load_registry()
+    return load_registry(load_settings())
 
 
 @pytest.fixture(autouse=True)

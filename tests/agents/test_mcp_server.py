@@ -12,7 +12,7 @@ import pytest
 
 from orchestrator.host.sandbox import bwrap
 from orchestrator.kernel.errors import EgressDeniedError, ParameterError
-from orchestrator.settings import Settings
+from orchestrator.settings import Settings, load_settings
 from tests.agents.conftest import data_in, drain, load_executor, make_ctx
 
 agent = load_executor("agents/agent")
@@ -23,7 +23,7 @@ PROBE = Path(__file__).with_name("mcp_probe_server.py")
 
 
 async def test_agent_calls_the_echo_tool_of_a_stdio_mcp_server(allow_python: None) -> None:
-    assert bwrap.unavailable() is None, "needs bubblewrap (.ci/system-deps installs it)"
+    assert bwrap.unavailable(load_settings()) is None, "needs bubblewrap (.ci/system-deps installs it)"
     tools = await mcp_server.materialize(
         {"transport": "stdio", "command": f"{sys.executable} {SERVER}", "timeout_s": 30},
         "tools", make_ctx("m1", node_type="mcp_server"))

@@ -68,7 +68,7 @@ async def read_through_argument(path: Path | str) -> str:
 
 def bound(path: Path | str) -> list[str]:
     """The host paths the sandbox of ``command(path)`` binds (bubblewrap's --ro-bind sources)."""
-    argv = sandbox_command.confined_command(command(path), {}).args
+    argv = sandbox_command.confined_command(command(path), {}, get_settings()).args
     return [argv[i + 1] for i, a in enumerate(argv) if a == "--ro-bind"]
 
 

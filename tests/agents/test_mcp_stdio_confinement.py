@@ -256,7 +256,7 @@ def test_the_redis_socket_is_covered_inside_any_bind(host_folder: Path, monkeypa
     monkeypatch.setattr(sys, "prefix", str(host_folder))  # as if the venv held the socket
     get_settings.cache_clear()
     try:
-        argv = command.confined_command(f"{sys.executable} -c pass", {}).args
+        argv = command.confined_command(f"{sys.executable} -c pass", {}, get_settings()).args
     finally:
         server.close()
         get_settings.cache_clear()
@@ -307,11 +307,12 @@ async def test_a_server_whose_tools_cannot_be_listed_ends_with_the_run(allow_pyt
 WORKER = """
 import asyncio, sys
 from orchestrator.host.sandbox.command import confined_command
+from orchestrator.settings import load_settings
 from mcp import StdioServerParameters
 from agno.tools.mcp import MCPTools
 
 async def main():
-    confined = confined_command(sys.argv[1], {})
+    confined = confined_command(sys.argv[1], {}, load_settings())
     tools = MCPTools(server_params=StdioServerParameters(command=confined.program,
                      args=confined.args, env=confined.env), transport="stdio", timeout_seconds=60)
     await tools.connect()
@@ -342,7 +343,8 @@ NON_ROOT_UID = 4242
 NON_ROOT_WORKER = """
 import json, subprocess, sys
 from orchestrator.host.sandbox.command import confined_command
-confined = confined_command(sys.argv[1], {})
+from orchestrator.settings import load_settings
+confined = confined_command(sys.argv[1], {}, load_settings())
 done = subprocess.run([confined.program, *confined.args], env=confined.env, close_fds=True,
                       capture_output=True, text=True, timeout=60)
 print(done.stdout or done.stderr)

@@ -25,9 +25,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.host.sandbox import bwrap
-from orchestrator.host.sandbox import python as sandbox
 from orchestrator.host.sandbox.python import SandboxError, run_python
-from orchestrator.settings import Settings
+from orchestrator.settings import Settings, load_settings
 from tests.nodes.test_code import run_code
 
 SECRET = f"sk-fake-{uuid.uuid4().hex}"
@@ -36,7 +35,7 @@ HERE = Path(__file__).parent
 
 @pytest.fixture(autouse=True)
 def boundary_present() -> None:
-    missing = bwrap.unavailable()
+    missing = bwrap.unavailable(load_settings())
     assert missing is None, f"the sandbox tests need the OS boundary: {missing}"
 
 
@@ -49,7 +48,7 @@ def worker_secret(monkeypatch: pytest.MonkeyPatch) -> str:
 
 async def bare(code: str, **limits: float) -> object:
     """Run with the audit hook left out: only the OS boundary stands in the way."""
-    ran = await run_python(code, None, timeout_s=limits.get("timeout_s", 5),
+    ran = await run_python(code, None, settings=load_settings(), timeout_s=limits.get("timeout_s", 5),
                            memory_mb=int(limits.get("memory_mb", 256)), audit_hook=False)
     return ran.value
 
@@ -95,9 +94,7 @@ async def test_without_the_boundary_the_alias_spawn_works_which_is_why_weak_mode
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     weak = Settings(sandbox_allow_weak=True, sandbox_bwrap_path="no-such-bwrap")
-    monkeypatch.setattr(sandbox, "get_settings", lambda: weak)
-    monkeypatch.setattr(bwrap, "get_settings", lambda: weak)
-    out, _ = await run_code(POSIXSUBPROCESS_SPAWN)
+    out, _ = await run_code(POSIXSUBPROCESS_SPAWN, settings=weak)
     assert "spawned" in str(out.outputs["output"].value)
 
 
@@ -105,10 +102,8 @@ async def test_without_the_boundary_the_code_node_refuses_and_names_the_setting(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     closed = Settings(sandbox_bwrap_path="no-such-bwrap")
-    monkeypatch.setattr(sandbox, "get_settings", lambda: closed)
-    monkeypatch.setattr(bwrap, "get_settings", lambda: closed)
     with pytest.raises(SandboxError, match=r"bubblewrap.*ORCH_SANDBOX_ALLOW_WEAK") as refused:
-        await run_code("return 1")
+        await run_code("return 1", settings=closed)
     assert refused.value.kind == "unavailable"
 
 
@@ -121,14 +116,12 @@ async def test_a_bubblewrap_that_cannot_create_namespaces_means_refusal_unless_w
                     "exit 1\n")
     fake.chmod(0o755)
     settings = Settings(sandbox_bwrap_path=str(fake), sandbox_allow_weak=weak)
-    monkeypatch.setattr(sandbox, "get_settings", lambda: settings)
-    monkeypatch.setattr(bwrap, "get_settings", lambda: settings)
     if weak:
-        out, _ = await run_code("return 7")
+        out, _ = await run_code("return 7", settings=settings)
         assert out.outputs["output"].value == 7
         return
     with pytest.raises(SandboxError, match=r"No permissions.*ORCH_SANDBOX_ALLOW_WEAK"):
-        await run_code("return 7")
+        await run_code("return 7", settings=settings)
 
 
 READ_ENVIRONS = textwrap.dedent("""\
@@ -268,8 +261,9 @@ DIES_WITH_PARENT = textwrap.dedent("""\
     import asyncio, sys
     sys.path.insert(0, %r)
     from orchestrator.host.sandbox.python import run_python
+    from orchestrator.settings import load_settings
     async def main():
-        task = asyncio.ensure_future(run_python('import time\\ntime.sleep(60)', None,
+        task = asyncio.ensure_future(run_python('import time\\ntime.sleep(60)', None, settings=load_settings(),
                                                 timeout_s=60, memory_mb=128))
         await asyncio.sleep(1.0)
         print('ready', flush=True)
@@ -339,7 +333,7 @@ def test_a_read_only_path_under_tmp_is_visible_inside_the_sandbox(tmp_path: Path
     (tmp_path / "data.txt").write_text("seen inside\n")
     argv = bwrap.confine(
         ["/bin/sh", "-c", f"cat {tmp_path}/data.txt; echo x > {tmp_path}/new.txt || echo read-only"],
-        bwrap.Confinement(ro_paths=(str(tmp_path),)))
+        bwrap.Confinement(ro_paths=(str(tmp_path),)), load_settings())
     done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
     assert done.stdout.splitlines() == ["seen inside", "read-only"], done.stderr
     assert not (tmp_path / "new.txt").exists()
@@ -355,7 +349,7 @@ async def test_no_pipe_of_a_killed_sandbox_outlives_the_call() -> None:
         warnings.simplefilter("always", ResourceWarning)
         for code, timeout_s, kind in floods:
             with pytest.raises(SandboxError) as failed:
-                await run_python(code, None, timeout_s=timeout_s, memory_mb=256)
+                await run_python(code, None, settings=load_settings(), timeout_s=timeout_s, memory_mb=256)
             assert failed.value.kind == kind
         gc.collect()
     assert not [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
@@ -395,7 +389,9 @@ NON_ROOT_UID = 4242
 NON_ROOT_WORKER = textwrap.dedent("""\
     import asyncio, json, sys
     from orchestrator.host.sandbox.python import run_python
-    ran = asyncio.run(run_python(sys.argv[1], None, timeout_s=30, memory_mb=int(sys.argv[2])))
+    from orchestrator.settings import load_settings
+    ran = asyncio.run(run_python(sys.argv[1], None, settings=load_settings(), timeout_s=30,
+                                 memory_mb=int(sys.argv[2])))
     print(json.dumps(ran.value))
     """)
 SYSTEM_PYTHON = f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"

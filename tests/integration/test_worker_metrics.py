@@ -75,7 +75,7 @@ async def test_worker_metrics_count_node_runs_and_latency_by_node_type(
     from orchestrator.queue.app import make_celery
     from orchestrator.queue.dispatch import make_dispatch
     from orchestrator.service.plugins import get_registry
-    from orchestrator.settings import Settings
+    from orchestrator.settings import Settings, load_settings
     from orchestrator.store.redis_store import RedisRunStore
 
     server, port = metrics_worker
@@ -84,7 +84,8 @@ async def test_worker_metrics_count_node_runs_and_latency_by_node_type(
     store = RedisRunStore.from_url(server.url, Settings())
     try:
         for _ in range(3):
-            run_id = await start_run(store, get_registry(), CHAIN, RunRequest({"n": 1}), dispatch=make_dispatch(app))
+            run_id = await start_run(store, get_registry(load_settings()), CHAIN, RunRequest({"n": 1}),
+                                     dispatch=make_dispatch(app))
             await wait_for_terminal(store, run_id)
     finally:
         await store.close()
@@ -112,7 +113,7 @@ async def test_worker_metrics_count_model_tokens_and_cost_by_model_graph_and_wor
     from orchestrator.queue.app import make_celery
     from orchestrator.queue.dispatch import make_dispatch
     from orchestrator.service.plugins import get_registry
-    from orchestrator.settings import Settings
+    from orchestrator.settings import Settings, load_settings
     from orchestrator.store.redis_store import RedisRunStore
     from orchestrator.telemetry.pricing import load_table
     from orchestrator.telemetry.usage import summarize, usage_events
@@ -124,7 +125,8 @@ async def test_worker_metrics_count_model_tokens_and_cost_by_model_graph_and_wor
     try:
         run_ids = []
         for _ in range(2):
-            run_ids.append(await start_run(store, get_registry(), AGENT, RunRequest({}), dispatch=make_dispatch(app)))
+            run_ids.append(await start_run(store, get_registry(load_settings()), AGENT, RunRequest({}),
+                                           dispatch=make_dispatch(app)))
             await wait_for_terminal(store, run_ids[-1])
         totals = [summarize(await usage_events(store, r), load_table())["total"] for r in run_ids]
     finally:

@@ -25,6 +25,7 @@ from orchestrator.kernel.protocol import (
 )
 from orchestrator.kernel.registry import Registry
 from orchestrator.service.plugins import load_registry
+from orchestrator.settings import load_settings
 from tests.support import host_from
 
 SubgraphFn = Callable[[dict[str, Any], Any, str | None], Awaitable[SubgraphResult]]
@@ -36,7 +37,7 @@ def registry() -> Registry:
     """The repo's node registry, loaded once per test session."""
     global _REGISTRY
     if _REGISTRY is None:
-        _REGISTRY = load_registry()
+        _REGISTRY = load_registry(load_settings())
     return _REGISTRY
 
 

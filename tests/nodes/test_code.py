@@ -18,17 +18,18 @@ from orchestrator.kernel.errors import RunNotFoundError
 from orchestrator.kernel.local import LocalRunner
 from orchestrator.kernel.protocol import DataValue, EventType, ExecutionResult, NodeEvent
 from orchestrator.kernel.store import RunStatus
-from orchestrator.settings import get_settings
+from orchestrator.settings import Settings, get_settings
 from tests.nodes.node_harness import make_ctx, registry, values
 from tests.nodes.test_flow_graphs import edge, node
 from tests.support import claim
 
 
 async def run_code(
-    code: str, value: object = None, **params: object
+    code: str, value: object = None, *, settings: Settings | None = None, **params: object
 ) -> tuple[ExecutionResult, list[NodeEvent]]:
-    """Run the Code node; return its result and the events it emitted while running."""
-    ctx = make_ctx(node_type="code", node_name="Code")
+    """Run the Code node (on a host with ``settings``, default the process's); return its
+    result and the events it emitted while running."""
+    ctx = make_ctx(node_type="code", node_name="Code", services=None if settings is None else {"settings": settings})
     data = {"code": code, "timeout_s": 5, "memory_mb": 256, **params}
     try:
         out = await registry().get("code").executor.execute(  # type: ignore[attr-defined]
@@ -261,7 +262,7 @@ async def test_a_code_node_waiting_for_a_sandbox_slot_keeps_its_lease(
     monkeypatch.setattr(sandbox, "_run_python", quick)
     lease_s = 0.15
     runner = LocalRunner(registry(), options=StepOptions(lease_s=lease_s, cancel_poll_s=0.02))
-    slots = sandbox.sandbox_slots()
+    slots = sandbox.sandbox_slots(sandbox_slots)
     for _ in range(sandbox_slots):
         await slots.acquire()  # every slot taken: the node waits
     task = asyncio.ensure_future(runner.run(code_graph(64), None, run_id="r-slot"))

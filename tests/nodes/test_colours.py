@@ -5,8 +5,9 @@ from __future__ import annotations
 
 def test_every_discovered_node_has_a_palette_colour_by_category() -> None:
     from orchestrator.service.plugins import category_colours, colour_of, load_registry
+    from orchestrator.settings import load_settings
 
-    registry = load_registry()
+    registry = load_registry(load_settings())
     table = category_colours()
     assert {"trigger", "agents", "flow", "data", "rag", "integration"} <= set(table)
     for node_type in registry:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from orchestrator.host.evaluator import POOL, evaluate_jsonata
+from orchestrator.settings import load_settings
 from tests.nodes.node_harness import run_node, values
 
 ORDER = {"customer": "Ada", "items": [{"sku": "a", "price": 2.5, "qty": 2},
@@ -68,7 +69,7 @@ async def test_a_jsonata_step_running_past_the_timeout_is_killed() -> None:
     expression = '$match("' + "a" * 40 + '!", /^(a|aa)+$/)'
     began = time.monotonic()
     with pytest.raises(ValueError, match=r"ran past its 0\.2 s limit"):
-        await evaluate_jsonata(expression, None, timeout_ms=200, max_depth=500)
+        await evaluate_jsonata(expression, None, settings=load_settings(), timeout_ms=200, max_depth=500)
     assert time.monotonic() - began < 5  # 0.2 s + the grace of a second, on a busy machine
 
 
@@ -82,7 +83,7 @@ async def test_cancelling_a_transform_kills_its_child_at_once(monkeypatch: pytes
 
     monkeypatch.setattr(POOL, "call", call)
     work = asyncio.ensure_future(evaluate_jsonata('$match("' + "a" * 40 + '!", /^(a|aa)+$/)', None,
-                                                  timeout_ms=5000, max_depth=500))
+                                                  settings=load_settings(), timeout_ms=5000, max_depth=500))
     while not (started and started[0]):
         await asyncio.sleep(0.01)
     child = started[0][0]
@@ -94,10 +95,11 @@ async def test_cancelling_a_transform_kills_its_child_at_once(monkeypatch: pytes
 
 async def test_children_are_reused_and_a_stopped_one_is_replaced() -> None:
     expression = '$sum(items.(price * qty))'
-    first = await evaluate_jsonata(expression, ORDER, timeout_ms=5000, max_depth=500)
+    first = await evaluate_jsonata(expression, ORDER, settings=load_settings(), timeout_ms=5000, max_depth=500)
     pids = {child.proc.pid for child in POOL._idle}
-    assert await evaluate_jsonata(expression, ORDER, timeout_ms=5000, max_depth=500) == first == 9.0
+    again = await evaluate_jsonata(expression, ORDER, settings=load_settings(), timeout_ms=5000, max_depth=500)
+    assert again == first == 9.0
     assert {child.proc.pid for child in POOL._idle} == pids  # no new process for the second call
     with pytest.raises(ValueError, match="memory limit"):
-        await evaluate_jsonata('$pad("x", 1000000000)', None, timeout_ms=5000, max_depth=500)
-    assert await evaluate_jsonata(expression, ORDER, timeout_ms=5000, max_depth=500) == 9.0
+        await evaluate_jsonata('$pad("x", 1000000000)', None, settings=load_settings(), timeout_ms=5000, max_depth=500)
+    assert await evaluate_jsonata(expression, ORDER, settings=load_settings(), timeout_ms=5000, max_depth=500) == 9.0

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from nodes._shared.values import input_value, result
-from orchestrator.host.evaluator import evaluate_jsonata
+from orchestrator.host.node_host import node_host
 from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext
 
 TIMEOUT_MS = 5000
@@ -29,8 +29,8 @@ class JsonTransform:
         expression = data.get("expression")
         if not isinstance(expression, str) or not expression.strip():
             raise ValueError("parameter 'expression' must be a non-empty JSONata expression")
-        value = await evaluate_jsonata(expression, input_value(inputs), timeout_ms=TIMEOUT_MS,
-                                       max_depth=MAX_DEPTH)
+        value = await node_host(ctx).evaluate_jsonata(expression, input_value(inputs), timeout_ms=TIMEOUT_MS,
+                                                      max_depth=MAX_DEPTH)
         return result({"output": value})
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from nodes._shared.values import input_value, result
-from orchestrator.host.sandbox.python import SandboxError, run_python
+from orchestrator.host.node_host import node_host
+from orchestrator.host.sandbox.python import SandboxError
 from orchestrator.kernel.protocol import DataValue, EventType, ExecutionResult, FlowContext
 
 MAX_TIMEOUT_S = 60.0
@@ -49,9 +50,8 @@ class Code:
             raise ValueError("parameter 'code' must be Python source text")
         timeout_s, memory_mb = _limits(data)
         try:
-            ran = await run_python(
-                code, input_value(inputs), timeout_s=timeout_s, memory_mb=memory_mb
-            )
+            ran = await node_host(ctx).run_python(code, input_value(inputs), timeout_s=timeout_s,
+                                                  memory_mb=memory_mb)
         except SandboxError as exc:
             if exc.logs:
                 await ctx.emit(EventType.PROGRESS, {"logs": exc.logs})

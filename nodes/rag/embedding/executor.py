@@ -30,7 +30,6 @@ from orchestrator.host.credentials import mask
 from orchestrator.host.egress.policy import egress_client
 from orchestrator.host.endpoint import resolve_endpoint
 from orchestrator.host.node_host import node_host
-from orchestrator.host.redaction import redact
 from orchestrator.kernel.errors import OrchestratorError, ParameterError
 from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext
 
@@ -61,7 +60,7 @@ async def _embed(data: dict[str, Any], ctx: FlowContext, texts: list[str]) -> tu
             await ctx.report_usage(f"{provider}:{model}", {"input_tokens": embedder.input_tokens, "calls": 1})
             return spec, vectors
         except OrchestratorError as exc:
-            exc.message = redact(mask(exc.message, endpoint.secrets()))
+            exc.message = node_host(ctx).redact(mask(exc.message, endpoint.secrets()))
             raise
 
 

@@ -27,10 +27,9 @@ class _GuardedBackend(GuardedConnects, httpcore2.AsyncNetworkBackend):
     engine: ClassVar[ModuleType] = httpcore2
 
 
-def egress_client_httpx2(policy: EgressPolicy | None = None, **kwargs: Any) -> httpx2.AsyncClient:
-    """An ``httpx2.AsyncClient`` whose every connection passes ``policy`` (default: from the
-    settings); environment proxies are not used; no redirects unless ``follow_redirects``."""
-    policy = policy or EgressPolicy.from_settings()
+def egress_client_httpx2(policy: EgressPolicy, **kwargs: Any) -> httpx2.AsyncClient:
+    """An ``httpx2.AsyncClient`` whose every connection passes ``policy`` (a node's comes
+    from its host); environment proxies are not used; no redirects unless ``follow_redirects``."""
     kwargs.setdefault("follow_redirects", False)
     transport = guarded(httpx2.AsyncHTTPTransport(), _GuardedBackend(policy))
     return httpx2.AsyncClient(transport=transport, trust_env=False, **kwargs)

@@ -57,7 +57,7 @@ import httpcore
 import httpx
 
 from orchestrator.kernel.errors import EgressDeniedError
-from orchestrator.settings import Settings, get_settings
+from orchestrator.settings import EgressSettings
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -128,8 +128,7 @@ class EgressPolicy:
     allow_networks: tuple[IPNetwork, ...] = field(default_factory=tuple)
 
     @classmethod
-    def from_settings(cls, settings: Settings | None = None) -> EgressPolicy:
-        settings = settings or get_settings()
+    def from_settings(cls, settings: EgressSettings) -> EgressPolicy:
         return cls.build(settings.egress_allow_private, settings.egress_allow.split(","))
 
     @classmethod
@@ -270,10 +269,9 @@ def guarded(transport: Transport, backend: GuardedConnects) -> Transport:
     return transport
 
 
-def egress_client(policy: EgressPolicy | None = None, **kwargs: Any) -> httpx.AsyncClient:
-    """An ``httpx.AsyncClient`` for node traffic: every connection passes ``policy``
-    (default: from the settings); environment proxies are not used."""
-    policy = policy or EgressPolicy.from_settings()
+def egress_client(policy: EgressPolicy, **kwargs: Any) -> httpx.AsyncClient:
+    """An ``httpx.AsyncClient`` for node traffic: every connection passes ``policy`` (a
+    node's comes from its host: ``NodeHost.egress_policy``); environment proxies are not used."""
     kwargs.setdefault("follow_redirects", False)
     transport = guarded(httpx.AsyncHTTPTransport(), _GuardedBackend(policy))
     return httpx.AsyncClient(transport=transport, trust_env=False, **kwargs)

@@ -34,7 +34,7 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 
-from orchestrator.settings import get_settings
+from orchestrator.settings import SandboxSettings
 
 NOBODY = 65534
 SCRATCH = "/tmp"  # noqa: S108 -- a path inside the sandbox: its own tmpfs
@@ -56,9 +56,9 @@ class Confinement:
     covered: tuple[str, ...] = ()  # paths inside ro_paths hidden behind /dev/null (sockets)
 
 
-def bwrap_path() -> str | None:
-    configured = get_settings().sandbox_bwrap_path
-    return shutil.which(configured)
+def bwrap_path(settings: SandboxSettings) -> str | None:
+    """The bubblewrap binary ``ORCH_SANDBOX_BWRAP_PATH`` names, found on PATH, or None."""
+    return shutil.which(settings.sandbox_bwrap_path)
 
 
 def interpreter() -> str:
@@ -76,10 +76,10 @@ def prefixes() -> tuple[str, ...]:
     return tuple(seen)
 
 
-def unavailable() -> str | None:
-    """Why :func:`confine` cannot work on this machine, or ``None``."""
-    if bwrap_path() is None:
-        return (f"bubblewrap ('{get_settings().sandbox_bwrap_path}') is not installed "
+def unavailable(settings: SandboxSettings) -> str | None:
+    """Why :func:`confine` cannot work on this machine with ``settings``, or ``None``."""
+    if bwrap_path(settings) is None:
+        return (f"bubblewrap ('{settings.sandbox_bwrap_path}') is not installed "
                 "(Debian: apt-get install bubblewrap)")
     if os.geteuid() == 0 and shutil.which("setpriv") is None:
         return "setpriv (util-linux) is not installed; it drops root for the sandbox"
@@ -113,11 +113,12 @@ def _root_filesystem(extra: tuple[str, ...]) -> list[str]:
     return args
 
 
-def confine(argv: list[str], how: Confinement) -> list[str]:
-    """``argv`` wrapped in bubblewrap with the confinement ``how`` (see the module doc)."""
-    bwrap = bwrap_path()
+def confine(argv: list[str], how: Confinement, settings: SandboxSettings) -> list[str]:
+    """``argv`` wrapped in bubblewrap (the one ``settings`` name) with the confinement
+    ``how`` (see the module doc)."""
+    bwrap = bwrap_path(settings)
     if bwrap is None:
-        raise RuntimeError(unavailable() or "bubblewrap is not installed")
+        raise RuntimeError(unavailable(settings) or "bubblewrap is not installed")
     root = os.geteuid() == 0
     args = [bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc",
             "--unshare-uts", "--unshare-cgroup-try"]

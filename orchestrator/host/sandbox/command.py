@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from orchestrator.host.sandbox.binds import ArgumentRoots, argument_binds, known_sockets
 from orchestrator.host.sandbox.bwrap import Confinement, confine, prefixes, unavailable
 from orchestrator.host.sandbox.seccomp import SeccompUnavailable, command_bpf, program_path
-from orchestrator.settings import Settings, get_settings
+from orchestrator.settings import SandboxSettings, Settings
 
 PATH = "/usr/local/bin:/usr/bin:/bin"
 SHELL = "/bin/sh"
@@ -99,9 +99,9 @@ def limits(settings: Settings) -> list[str]:
             "--core=0", "--"]
 
 
-def missing_boundary() -> str | None:
-    """Why commands cannot be confined on this machine, or ``None``."""
-    missing = unavailable()
+def missing_boundary(settings: SandboxSettings) -> str | None:
+    """Why commands cannot be confined on this machine with ``settings``, or ``None``."""
+    missing = unavailable(settings)
     if missing is None and shutil.which("prlimit") is None:
         missing = "prlimit (util-linux) is not installed; it sets a server's resource limits"
     if missing is None and not os.access(SHELL, os.X_OK):
@@ -114,10 +114,9 @@ def missing_boundary() -> str | None:
     return missing
 
 
-def confined_command(command: str, env: dict[str, str],
-                     settings: Settings | None = None) -> ConfinedCommand:
-    """The argv (``sh`` then bubblewrap) that runs ``command`` confined; raises CommandRefused."""
-    settings = settings or get_settings()
+def confined_command(command: str, env: dict[str, str], settings: Settings) -> ConfinedCommand:
+    """The argv (``sh`` then bubblewrap) that runs ``command`` confined; raises CommandRefused.
+    ``settings``: the host's (a node passes ``node_host(ctx).settings``)."""
     try:
         argv = shlex.split(command)
     except ValueError as exc:
@@ -136,7 +135,7 @@ def confined_command(command: str, env: dict[str, str],
     inner_env = {"PATH": PATH, "HOME": "/tmp", **env}  # noqa: S108 -- the sandbox's own tmpfs
     if not settings.mcp_stdio_confine:
         return ConfinedCommand(program, argv[1:], inner_env)
-    missing = missing_boundary()
+    missing = missing_boundary(settings)
     if missing is not None:
         if not settings.sandbox_allow_weak:
             raise CommandRefused(f"the OS-level sandbox for stdio MCP servers cannot be set up: "
@@ -158,6 +157,6 @@ def confined_command(command: str, env: dict[str, str],
     how = Confinement(network=settings.mcp_stdio_network, ro_paths=tuple(dict.fromkeys(binds)),
                       env=inner_env, scratch_mb=tmpfs_mb, shm_mb=tmpfs_mb,
                       seccomp_fd=SECCOMP_FD, covered=tuple(dict.fromkeys(covered)))
-    full = confine([*limits(settings), program, *args], how)
+    full = confine([*limits(settings), program, *args], how, settings)
     return ConfinedCommand(SHELL, ["-c", OPEN_SECCOMP, program_path(command_bpf()), *full],
                            {"PATH": PATH})

@@ -1,6 +1,6 @@
 """Run a Python function body in a confined child process (the Code node's engine).
 
-``run_python(code, value, timeout_s=..., memory_mb=...)`` starts the worker's interpreter
+``run_python(code, value, settings=..., timeout_s=..., memory_mb=...)`` starts the worker's interpreter
 (``python -I -B -c <child.py>``) inside the OS-level boundary of
 ``bwrap.confine`` (namespaces, uid 65534, read-only interpreter, a tmpfs scratch of
 at most ``memory_mb`` and nothing else writable, no network) with the seccomp program of
@@ -46,7 +46,7 @@ from typing import Any
 from orchestrator.host.sandbox.bwrap import SCRATCH, Confinement, confine, interpreter, unavailable
 from orchestrator.host.sandbox.seccomp import SeccompUnavailable, confinement_bpf, no_exec_bpf, program_fd
 from orchestrator.host.slots import LoopSlots
-from orchestrator.settings import get_settings
+from orchestrator.settings import SandboxSettings, Settings
 
 CHILD_SOURCE = Path(__file__).with_name("child.py").read_text(encoding="utf-8")
 MARKER = "\x1e__code_node_result__"
@@ -93,26 +93,29 @@ def _crash(returncode: int, err: bytes, timeout_s: float, memory_mb: int) -> San
     return SandboxError(message, kind="crash")
 
 
-# The running loop's sandbox slots (ORCH_SANDBOX_MAX_CONCURRENT, read on the loop's first use).
-sandbox_slots = LoopSlots(lambda: get_settings().sandbox_max_concurrent)
+# The running loop's sandbox slots (ORCH_SANDBOX_MAX_CONCURRENT of the settings passed on
+# the loop's first use).
+sandbox_slots = LoopSlots()
 
 
 async def run_python(
-    code: str, value: Any, *, timeout_s: float, memory_mb: int, audit_hook: bool = True
+    code: str, value: Any, *, settings: Settings, timeout_s: float, memory_mb: int, audit_hook: bool = True
 ) -> SandboxResult:
     """Run ``code`` as the body of ``def main(input, items)``; return its value and prints.
 
-    Waits for one of the loop's :func:`sandbox_slots` first. ``audit_hook=False`` leaves
-    out the second layer (tests use it to show that the OS boundary alone stops an
-    attack); it is refused outside the OS boundary.
+    ``settings``: the host's (a node calls :meth:`NodeHost.run_python`). Waits for one of
+    the loop's :func:`sandbox_slots` first. ``audit_hook=False`` leaves out the second
+    layer (tests use it to show that the OS boundary alone stops an attack); it is refused
+    outside the OS boundary.
     """
-    async with sandbox_slots():
-        return await _run_python(code, value, timeout_s=timeout_s, memory_mb=memory_mb, audit_hook=audit_hook)
+    async with sandbox_slots(settings.sandbox_max_concurrent):
+        return await _run_python(code, value, settings=settings, timeout_s=timeout_s, memory_mb=memory_mb,
+                                 audit_hook=audit_hook)
 
 
-async def _run_python(code: str, value: Any, *, timeout_s: float, memory_mb: int,
+async def _run_python(code: str, value: Any, *, settings: Settings, timeout_s: float, memory_mb: int,
                       audit_hook: bool) -> SandboxResult:
-    boundary = await boundary_or_refusal()
+    boundary = await boundary_or_refusal(settings)
     if not audit_hook and not boundary:
         raise ValueError("audit_hook=False needs the OS-level boundary")
     scratch = SCRATCH if boundary else tempfile.mkdtemp(prefix="code-node-")
@@ -133,9 +136,9 @@ async def _run_python(code: str, value: Any, *, timeout_s: float, memory_mb: int
         seccomp_fd = program_fd(confinement_bpf())
         # Tmpfs pages are memory that RLIMIT_AS does not count: the scratch holds at most the
         # node's own memory budget, and /dev/shm nothing (read-only).
-        scratch_mb = min(get_settings().sandbox_scratch_mb, memory_mb)
+        scratch_mb = min(settings.sandbox_scratch_mb, memory_mb)
         how = Confinement(scratch_mb=scratch_mb, shm_mb=0, seccomp_fd=seccomp_fd)
-        argv = confine(argv, how)
+        argv = confine(argv, how, settings)
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv,
@@ -151,7 +154,7 @@ async def _run_python(code: str, value: Any, *, timeout_s: float, memory_mb: int
         if seccomp_fd is not None:
             os.close(seccomp_fd)
     timed_out = False
-    out_limit = get_settings().max_output_bytes + 8 * MAX_LOG_CHARS
+    out_limit = settings.max_output_bytes + 8 * MAX_LOG_CHARS
     try:
         out, err, flooded = await asyncio.wait_for(
             _exchange(proc, json.dumps(request).encode(), out_limit), timeout_s + STARTUP_GRACE_S
@@ -244,7 +247,7 @@ def _kill_group(pid: int) -> None:
 _PROBED: dict[tuple[str, ...], str | None] = {}  # bubblewrap command line -> why it fails
 
 
-async def _probe() -> str | None:
+async def _probe(settings: SandboxSettings) -> str | None:
     """Start an empty confined interpreter once per process; why it fails, or None.
 
     Catches what only running shows: user namespaces refused (Docker's default seccomp
@@ -252,7 +255,7 @@ async def _probe() -> str | None:
     """
     fd = program_fd(confinement_bpf())
     try:
-        argv = confine([interpreter(), "-I", "-c", "pass"], Confinement(seccomp_fd=fd))
+        argv = confine([interpreter(), "-I", "-c", "pass"], Confinement(seccomp_fd=fd), settings)
         key = tuple(a for a in argv if a != str(fd))
         if key in _PROBED:
             return _PROBED[key]
@@ -274,23 +277,23 @@ async def _probe() -> str | None:
     return _PROBED[key]
 
 
-async def boundary_or_refusal() -> bool:
-    """True when the OS-level boundary is used; False in the opted-in weak mode.
+async def boundary_or_refusal(settings: SandboxSettings) -> bool:
+    """True when the OS-level boundary is used; False in the weak mode ``settings`` opt into.
 
     Raises :class:`SandboxError` (kind ``unavailable``) naming what is missing and the
     setting that opts into the weak mode when the boundary cannot be set up.
     """
-    missing = unavailable()
+    missing = unavailable(settings)
     if missing is None:
         try:
             confinement_bpf()
         except SeccompUnavailable as exc:
             missing = str(exc)
     if missing is None:
-        missing = await _probe()
+        missing = await _probe(settings)
     if missing is None:
         return True
-    if get_settings().sandbox_allow_weak:
+    if settings.sandbox_allow_weak:
         return False
     raise SandboxError(
         f"the Code node's OS-level sandbox cannot be set up: {missing}. Install it, or set "
