@@ -8,6 +8,7 @@ reconnect logic.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -83,13 +84,16 @@ def test_webhook_run_streams_its_events_to_the_end(client: Client, api_url: str)
 
 
 def test_reconnect_with_last_event_id_misses_nothing_and_repeats_nothing(client: Client, api_url: str) -> None:
-    client.create_graph(slow_chain("it-resume"))
+    # Long enough that the run is still going when the first stream is dropped, however
+    # late that stream opens on a busy machine (0.4 s probes were a race: the stream could
+    # open after the run had finished).
+    client.create_graph(slow_chain("it-resume", delay_s=2.0))
     run_id = client.start_run("it-resume", {"x": 1})
     first: list[str] = []
     with httpx.stream("GET", f"{api_url}/runs/{run_id}/events", timeout=30) as response:
-        for event_id, event_type, _ in parse_frames(response.iter_lines()):
+        for event_id, event_type, data in parse_frames(response.iter_lines()):
             first.append(event_id or "")
-            if event_type == "started":
+            if event_type == "started" and json.loads(data).get("node_id") == "p1":
                 break  # drop the connection mid-run
     assert client.get_run(run_id)["status"] == "running"  # the disconnect did not cancel it
     rest = [event_id for event_id, _ in client.iter_events(run_id, last_event_id=first[-1])]
