@@ -21,6 +21,10 @@ class SandboxSettings(SettingsGroup):
     # Code node sandboxes running at once in one worker process; more wait for a slot
     # (nested Loops of Code nodes, wide fan-outs). Each may use its memory_mb and the scratch.
     sandbox_max_concurrent: int = 8
+    # The largest memory_mb a graph may give a Code node on this deployment (the node itself
+    # allows up to 4096): with sandbox_max_concurrent sandboxes a worker process may hold
+    # sandbox_max_concurrent x (this + scratch) MiB at once; size it to the host.
+    sandbox_max_memory_mb: int = 1024
     # JSON Transform evaluates JSONata in child processes (orchestrator/host/evaluator.py):
     # this many per worker process, each limited to this much address space.
     transform_processes: int = 2

@@ -14,7 +14,7 @@ import pytest
 from orchestrator.host.sandbox import python as sandbox
 from orchestrator.host.sandbox.python import SandboxError, SandboxResult
 from orchestrator.kernel.environment import StepOptions
-from orchestrator.kernel.errors import RunNotFoundError
+from orchestrator.kernel.errors import ParameterError, RunNotFoundError
 from orchestrator.kernel.local import LocalRunner
 from orchestrator.kernel.protocol import DataValue, EventType, ExecutionResult, NodeEvent
 from orchestrator.kernel.store import RunStatus
@@ -176,6 +176,16 @@ async def test_code_rejects_a_timeout_above_sixty_seconds() -> None:
 async def test_code_rejects_a_memory_limit_above_4096_mb() -> None:
     with pytest.raises(ValueError, match="'memory_mb' must be between 32 and 4096"):
         await run_code("return 1", memory_mb=8192)
+
+
+async def test_the_operator_caps_memory_mb_below_the_nodes_own_maximum() -> None:
+    """A graph author may ask up to 4096 MB; the deployment allows what its hosts hold
+    (ORCH_SANDBOX_MAX_MEMORY_MB, default 1024): eight sandboxes of 4 GiB outgrew a 24 GiB host."""
+    with pytest.raises(ParameterError, match=r"'memory_mb' is 2048; this deployment allows at most 1024 "
+                                             r"\(ORCH_SANDBOX_MAX_MEMORY_MB\)"):
+        await run_code("return 1", memory_mb=2048, settings=Settings())
+    out, _ = await run_code("return 1", memory_mb=2048, settings=Settings(sandbox_max_memory_mb=2048))
+    assert out.outputs["output"].value == 1
 
 
 # -- bounds a graph cannot lift: memory through an expression, sandboxes at once -------

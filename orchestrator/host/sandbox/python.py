@@ -46,6 +46,7 @@ from typing import Any
 from orchestrator.host.sandbox.bwrap import SCRATCH, Confinement, confine, interpreter, unavailable
 from orchestrator.host.sandbox.seccomp import SeccompUnavailable, confinement_bpf, no_exec_bpf, program_fd
 from orchestrator.host.slots import LoopSlots
+from orchestrator.kernel.errors import ParameterError
 from orchestrator.settings import SandboxSettings, Settings
 
 CHILD_SOURCE = Path(__file__).with_name("child.py").read_text(encoding="utf-8")
@@ -108,6 +109,10 @@ async def run_python(
     layer (tests use it to show that the OS boundary alone stops an attack); it is refused
     outside the OS boundary.
     """
+    if memory_mb > settings.sandbox_max_memory_mb:
+        raise ParameterError(
+            f"parameter 'memory_mb' is {memory_mb}; this deployment allows at most "
+            f"{settings.sandbox_max_memory_mb} (ORCH_SANDBOX_MAX_MEMORY_MB)")
     async with sandbox_slots(settings.sandbox_max_concurrent):
         return await _run_python(code, value, settings=settings, timeout_s=timeout_s, memory_mb=memory_mb,
                                  audit_hook=audit_hook)
