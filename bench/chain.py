@@ -65,10 +65,25 @@ def summary(samples_s: list[float]) -> dict[str, float]:
             "max_ms": round(max(ms), 2), "n": len(ms)}
 
 
+async def celery_chain_once(app: Any, client: Any) -> float:
+    """One raw Celery chain of ``CHAIN_LENGTH`` no-op tasks, publish to the last one's
+    done key: the baseline every chain bench measures beside the engine."""
+    from orchestrator.queue.app import NOOP_TASK
+
+    key = f"bench:done:{uuid.uuid4().hex}"
+    links = [app.signature(NOOP_TASK, immutable=True) for _ in range(CHAIN_LENGTH - 1)]
+    links.append(app.signature(NOOP_TASK, kwargs={"done_key": key}, immutable=True))
+    t0 = time.perf_counter()
+    chain(*links).apply_async()
+    if await client.blpop([key], timeout=10) is None:
+        raise RuntimeError("celery chain did not finish within 10 s")
+    return time.perf_counter() - t0
+
+
 async def bench(url: str, runs: int, warmup: int) -> dict[str, Any]:
     import redis.asyncio as aioredis
 
-    from orchestrator.queue.app import NOOP_TASK, make_celery
+    from orchestrator.queue.app import make_celery
     from orchestrator.queue.dispatch import make_dispatch
     from orchestrator.service.plugins import get_registry
     from orchestrator.service.runs import RunRequest, start_run
@@ -95,14 +110,7 @@ async def bench(url: str, runs: int, warmup: int) -> dict[str, Any]:
                     return time.perf_counter() - t0
 
     async def celery_once() -> float:
-        key = f"bench:done:{uuid.uuid4().hex}"
-        links = [app.signature(NOOP_TASK, immutable=True) for _ in range(CHAIN_LENGTH - 1)]
-        links.append(app.signature(NOOP_TASK, kwargs={"done_key": key}, immutable=True))
-        t0 = time.perf_counter()
-        chain(*links).apply_async()
-        if await client.blpop([key], timeout=10) is None:
-            raise RuntimeError("celery chain did not finish within 10 s")
-        return time.perf_counter() - t0
+        return await celery_chain_once(app, client)
 
     try:
         for _ in range(warmup):

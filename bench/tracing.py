@@ -27,16 +27,14 @@ import os
 import platform
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from celery import chain  # noqa: E402
 
-from bench.chain import CHAIN_LENGTH, chain_graph, summary  # noqa: E402
+from bench.chain import celery_chain_once, chain_graph, summary  # noqa: E402
 from bench.concurrency import PACK, engine_once  # noqa: E402
 from orchestrator.kernel.protocol import EventType  # noqa: E402
 from orchestrator.local.embedded_redis import EmbeddedRedis  # noqa: E402
@@ -82,19 +80,6 @@ class Side:
     async def close(self) -> None:
         await self.store.close()
         self.app.close()
-
-
-async def celery_chain_once(app: Any, client: Any) -> float:
-    from orchestrator.queue.app import NOOP_TASK
-
-    key = f"bench:done:{uuid.uuid4().hex}"
-    links = [app.signature(NOOP_TASK, immutable=True) for _ in range(CHAIN_LENGTH - 1)]
-    links.append(app.signature(NOOP_TASK, kwargs={"done_key": key}, immutable=True))
-    t0 = time.perf_counter()
-    chain(*links).apply_async()
-    if await client.blpop([key], timeout=10) is None:
-        raise RuntimeError("celery chain did not finish within 10 s")
-    return time.perf_counter() - t0
 
 
 async def chain_bench(off_url: str, on_url: str, runs: int, warmup: int) -> dict[str, Any]:
