@@ -19,7 +19,8 @@ sessions), and the host's own subsystems with its settings applied: the egress p
 and ``orchestrator/host/http.py``), the Code node's sandbox (:meth:`NodeHost.run_python`,
 ``orchestrator/host/sandbox/``), the JSONata evaluator (:meth:`NodeHost.evaluate_jsonata`)
 and redaction (:meth:`NodeHost.redact`, :meth:`NodeHost.operator_secrets`). None of those
-modules reads the process settings: the host hands them its own.
+modules reads the process settings: the host hands them its own. A worker's host also
+starts child runs (:meth:`NodeHost.start_child`, ``orchestrator/host/children.py``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import Any
 
 from orchestrator.errors import RequestError
 from orchestrator.host import evaluator, redaction
+from orchestrator.host.children import ChildRuns, ChildSpec
 from orchestrator.host.credentials import DEFAULT_WORKSPACE, Credential, CredentialStore
 from orchestrator.host.egress.policy import EgressPolicy
 from orchestrator.host.sandbox.python import SandboxResult, run_python
@@ -54,6 +56,16 @@ class NodeHost:
     settings: Settings
     redis_url: str | None = None  # None: a host with no Redis (no credentials, no files)
     workspace: str = DEFAULT_WORKSPACE
+    children: ChildRuns | None = None  # None: a host that runs no child runs (a local run)
+
+    async def start_child(self, spec: ChildSpec) -> str:
+        """Start the child run ``spec`` asks for (``orchestrator/service/children.py``);
+        its run id. A host without workers cannot: a ConfigurationError says so."""
+        if self.children is None:
+            raise ConfigurationError("running a stored graph as a child run needs workers (the host of this "
+                                     "run has none: run the graph through the API or `orchestrator run` "
+                                     "with workers)", run_id=spec.parent_run, node_id=spec.parent_node)
+        return await self.children.start(spec)
 
     def egress_policy(self) -> EgressPolicy:
         """Where this host lets a node connect (``ORCH_EGRESS_ALLOW_PRIVATE``, ``ORCH_EGRESS_ALLOW``)."""
@@ -146,16 +158,17 @@ class HostFactory:
     """Builds the :class:`NodeHost` of each run once, for one process's settings and Redis;
     the worker asks it with the run id and the workspace its claim carries."""
 
-    def __init__(self, settings: Settings, redis_url: str | None) -> None:
+    def __init__(self, settings: Settings, redis_url: str | None, children: ChildRuns | None = None) -> None:
         self.settings = settings
         self.redis_url = redis_url
+        self.children = children
         self._hosts: OrderedDict[str, NodeHost] = OrderedDict()
 
     def __call__(self, run_id: str, workspace: str | None) -> NodeHost:
         host = self._hosts.get(run_id)
         if host is None or host.workspace != (workspace or DEFAULT_WORKSPACE):
             host = NodeHost(settings=self.settings, redis_url=self.redis_url,
-                            workspace=checked_workspace(workspace or DEFAULT_WORKSPACE))
+                            workspace=checked_workspace(workspace or DEFAULT_WORKSPACE), children=self.children)
             self._hosts[run_id] = host
             while len(self._hosts) > MAX_CACHED_RUNS:
                 self._hosts.popitem(last=False)

@@ -66,6 +66,10 @@ key                                        type        what, TTL
                                                        saved_at): may be incomplete; graph_ttl_s
 {p}:ws:{ws}:drafts                         zset        graph id -> saved_at, drafts of one workspace;
                                                        graph_ttl_s (refreshed at each draft save)
+{p}:children                               hash        child run id -> {run, node} of the parent node waiting
+                                           for it, until settled (orchestrator/service/children.py);
+                                           no TTL (entries removed when settled)
+{p}:run:{id}:children                      set         every child run the run started; active TTL + retention
 =========================================  ==========  ==============================================
 """
 
@@ -185,6 +189,12 @@ class Keys:
             self.dispatched(run_id), self.events(run_id), self.adj(run_id), self.suspend(run_id),
             self.resume(run_id), self.queue(run_id), self.sent(run_id),
         ]
+
+    def children(self) -> str:
+        return f"{self.prefix}:children"
+
+    def run_children(self, run_id: str) -> str:
+        return f"{self.prefix}:run:{run_id}:children"
 
     def draft(self, graph_id: str) -> str:
         return f"{self.prefix}:draft:{graph_id}"
