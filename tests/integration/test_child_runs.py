@@ -1,0 +1,184 @@
+"""Child runs on real workers: an Execute Workflow node runs a stored graph as a child run.
+
+The API runs over real HTTP (uvicorn in a thread of the test process), the workers and
+redis-server are the session fixtures of ``tests/integration/conftest.py`` (two worker
+processes). Graphs are stored and runs started, cancelled and approved through the API.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from orchestrator.api import create_app
+from orchestrator.client import Client
+from orchestrator.kernel.registry import Registry
+from orchestrator.local.embedded_redis import EmbeddedRedis
+from orchestrator.local.embedded_workers import WorkerProcesses
+from orchestrator.settings import Settings
+from tests.fake_nodes import graph
+from tests.support.servers import serve_in_thread
+
+pytestmark = pytest.mark.integration
+
+WAIT_S = 30.0
+FAN = 6  # child branches: enough for both worker processes to take some
+A, B = 10, 4  # the child's agent asks to divide A by B
+
+
+@pytest.fixture
+def api_url(redis_server: EmbeddedRedis, workers: WorkerProcesses, registry: Registry) -> Iterator[str]:
+    settings = Settings(redis_url=redis_server.url, sse_ping_s=1.0)
+    with serve_in_thread(create_app(settings, registry=registry)) as url:
+        yield url
+
+
+@pytest.fixture
+def client(api_url: str) -> Iterator[Client]:
+    with Client(api_url) as c:
+        yield c
+
+
+def wait_for(client: Client, run_id: str, ready: Any, what: str, timeout_s: float = WAIT_S) -> dict[str, Any]:
+    """``GET /runs/{run_id}`` until ``ready(run)`` holds; an AssertionError naming ``what``."""
+    deadline = time.monotonic() + timeout_s
+    run = client.get_run(run_id)
+    while not ready(run):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"run {run_id}: {what} within {timeout_s} s; last seen {run['status']}, "
+                                 f"nodes {({n: s['status'] for n, s in run['nodes'].items()})}")
+        time.sleep(0.1)
+        run = client.get_run(run_id)
+    return run
+
+
+def ended(client: Client, run_id: str) -> dict[str, Any]:
+    return wait_for(client, run_id, lambda r: r["finished_at"] is not None, "no terminal state")
+
+
+def only_child(client: Client, parent: str) -> str:
+    run = wait_for(client, parent, lambda r: r["children"], "no child run started")
+    assert len(run["children"]) == 1
+    return str(run["children"][0])
+
+
+def parent_graph(graph_id: str, child_graph: str, **sub: Any) -> dict[str, Any]:
+    return graph(
+        [("t", "manual_trigger", "Start"),
+         ("sub", "execute_workflow", "Shared step", {"graph_id": child_graph, **sub}),
+         ("after", "probe", "After")],
+        [("t", "output", "sub", "input"), ("sub", "output", "after", "input")],
+        id=graph_id,
+    )
+
+
+def fan_graph(graph_id: str) -> dict[str, Any]:
+    branches = [f"p{i}" for i in range(FAN)]
+    return graph(
+        [("t", "manual_trigger", "Start"),
+         *[(b, "probe", f"Branch {i}", {"delay_s": 0.5, "value": i}) for i, b in enumerate(branches)],
+         ("join", "probe", "Join")],
+        [*[("t", "output", b, "input") for b in branches], *[(b, "output", "join", "input") for b in branches]],
+        id=graph_id,
+    )
+
+
+def test_a_parent_gets_the_output_of_a_child_graph_whose_nodes_run_on_two_workers(client: Client) -> None:
+    client.create_graph(fan_graph("it-child-fan"))
+    client.create_graph(parent_graph("it-parent-fan", "it-child-fan"))
+    parent = client.start_run("it-parent-fan", {"order": 7})
+    child = only_child(client, parent)
+    waiting = wait_for(client, parent, lambda r: r["nodes"]["sub"]["status"] in ("waiting", "succeeded"),
+                       "the sub-graph node never waited")
+    assert waiting["status"] in ("waiting", "succeeded")
+
+    done = ended(client, parent)
+    assert done["status"] == "succeeded", done["error"]
+    child_run = client.get_run(child)
+    assert child_run["status"] == "succeeded"
+    assert child_run["parent_run"] == parent and child_run["meta"]["parent_node"] == "sub"
+    assert child_run["graph_id"] == "it-child-fan" and child_run["meta"]["graph_version"] == 1
+    branches = [child_run["nodes"][f"p{i}"]["outputs"]["output"]["value"] for i in range(FAN)]
+    assert all(b["input"] == [{"order": 7}] for b in branches)  # the node's input became the child's input
+    assert len({b["pid"] for b in branches}) >= 2, "the child's nodes all ran on one worker process"
+    sub_output = done["nodes"]["sub"]["outputs"]["output"]["value"]
+    assert sub_output == child_run["output"]
+    assert sorted(item["value"] for item in sub_output["input"]) == list(range(FAN))
+    assert done["nodes"]["after"]["outputs"]["output"]["value"]["input"] == [sub_output]
+
+
+def test_cancelling_the_parent_mid_child_cancels_the_child(client: Client) -> None:
+    client.create_graph(graph([("t", "manual_trigger", "Start"), ("slow", "probe", "Slow", {"delay_s": 60})],
+                              [("t", "output", "slow", "input")], id="it-child-slow"))
+    client.create_graph(parent_graph("it-parent-slow", "it-child-slow"))
+    parent = client.start_run("it-parent-slow", {})
+    child = only_child(client, parent)
+    wait_for(client, child, lambda r: r["nodes"]["slow"]["status"] == "running", "the child's node never ran")
+
+    answer = client.cancel(parent)
+    assert answer["cancelled"] is True and answer["status"] == "cancelled"
+    stopped = wait_for(client, child, lambda r: r["status"] == "cancelled", "the child was not cancelled", 5.0)
+    assert stopped["nodes"]["slow"]["status"] == "cancelled"
+    assert "parent run" in stopped["error"]["message"]
+    assert client.get_run(parent)["nodes"]["after"]["status"] == "not_run"
+
+
+def test_a_failed_child_fails_the_parent_node_naming_the_child(client: Client) -> None:
+    client.create_graph(graph([("t", "manual_trigger", "Start"), ("b", "boom", "Boom", {"message": "bad row"})],
+                              [("t", "output", "b", "input")], id="it-child-boom"))
+    client.create_graph(parent_graph("it-parent-boom", "it-child-boom"))
+    parent = client.start_run("it-parent-boom", {})
+    done = ended(client, parent)
+    child = only_child(client, parent)
+    assert done["status"] == "failed"
+    assert done["nodes"]["sub"]["status"] == "failed" and done["nodes"]["after"]["status"] != "succeeded"
+    message = done["error"]["message"]
+    assert child in message and "failed" in message and "bad row" in message
+
+
+def test_a_graph_that_would_run_itself_is_refused_at_run_time(client: Client) -> None:
+    client.create_graph(parent_graph("it-loop-a", "it-loop-b"))
+    client.create_graph(parent_graph("it-loop-b", "it-loop-a"))
+    first = client.start_run("it-loop-a", {})
+    done = ended(client, first)
+    assert done["status"] == "failed"
+    second = only_child(client, first)
+    refused = client.get_run(second)
+    assert refused["status"] == "failed"
+    assert "would run inside itself (it-loop-a > it-loop-b > it-loop-a)" in refused["error"]["message"]
+    assert refused["children"] == []
+
+
+def approval_child(graph_id: str) -> dict[str, Any]:
+    script = [{"call": "divide", "args": {"a": A, "b": B}}, {"say": "Result: {tool_result}"}]
+    return graph(
+        [("t", "manual_trigger", "Start"),
+         ("assistant", "agent", "Assistant", {"model": "dryrun:approval", "script": script,
+                                              "prompt": "{{ input.message }}"}),
+         ("calc", "toolset", "Calculator", {"toolkits": ["calculator"], "requires_approval": ["divide"]})],
+        [("t", "output", "assistant", "input"), ("calc", "tools", "assistant", "tools", "link")],
+        id=graph_id,
+    )
+
+
+def test_an_approval_inside_the_child_is_answered_through_the_parent(client: Client, api_url: str) -> None:
+    client.create_graph(approval_child("it-child-approval"))
+    client.create_graph(parent_graph("it-parent-approval", "it-child-approval"))
+    parent = client.start_run("it-parent-approval", {"message": "divide"})
+    child = only_child(client, parent)
+    wait_for(client, child, lambda r: r["status"] == "waiting", "the child never asked for approval")
+    assert client.get_run(parent)["status"] == "waiting"
+
+    answer = httpx.post(f"{api_url}/runs/{parent}/approvals", json={"decision": "approve"}, timeout=10)
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {"run_id": child, "node_id": "assistant", "decision": "approve"}
+
+    done = ended(client, parent)
+    assert done["status"] == "succeeded", done["error"]
+    assert str(A / B) in done["nodes"]["sub"]["outputs"]["output"]["value"]["response"]
+    again = httpx.post(f"{api_url}/runs/{parent}/approvals", json={"decision": "approve"}, timeout=10)
+    assert again.status_code == 409, again.text
