@@ -35,13 +35,13 @@ from typing import Any
 
 from orchestrator.errors import RequestError
 from orchestrator.host import evaluator, redaction
-from orchestrator.host.children import ChildRuns, ChildSpec
+from orchestrator.host.children import ChildResult, ChildRuns, ChildSpec
 from orchestrator.host.credentials import DEFAULT_WORKSPACE, Credential, CredentialStore
 from orchestrator.host.egress.policy import EgressPolicy
 from orchestrator.host.sandbox.python import SandboxResult, run_python
 from orchestrator.host.workspace import checked_workspace, workspace_dir, workspace_file
 from orchestrator.kernel.errors import ConfigurationError, ParameterError
-from orchestrator.kernel.protocol import FlowContext
+from orchestrator.kernel.protocol import FlowContext, NodeEvent
 from orchestrator.settings import Settings, load_settings
 from orchestrator.store import redis_client
 from orchestrator.store.blobs import Blobs
@@ -61,11 +61,26 @@ class NodeHost:
     async def start_child(self, spec: ChildSpec) -> str:
         """Start the child run ``spec`` asks for (``orchestrator/service/children.py``);
         its run id. A host without workers cannot: a ConfigurationError says so."""
+        return await self._children(spec.parent_run, spec.parent_node).start(spec)
+
+    async def collect_children(self, run_ids: list[str]) -> dict[str, ChildResult]:
+        """How the ended ones among child runs ``run_ids`` ended (``ChildRuns.collect``)."""
+        return await self._children().collect(run_ids)
+
+    async def child_events(self, run_id: str) -> list[NodeEvent]:
+        """The node events of child run ``run_id``."""
+        return await self._children().node_events(run_id)
+
+    async def cancel_children(self, run_ids: list[str], reason: str) -> None:
+        """Cancel the active ones among child runs ``run_ids``."""
+        await self._children().cancel(run_ids, reason)
+
+    def _children(self, run_id: str | None = None, node_id: str | None = None) -> ChildRuns:
         if self.children is None:
-            raise ConfigurationError("running a stored graph as a child run needs workers (the host of this "
-                                     "run has none: run the graph through the API or `orchestrator run` "
-                                     "with workers)", run_id=spec.parent_run, node_id=spec.parent_node)
-        return await self.children.start(spec)
+            raise ConfigurationError("running a graph as a child run needs workers (the host of this run has "
+                                     "none: run the graph through the API or `orchestrator run` with workers)",
+                                     run_id=run_id, node_id=node_id)
+        return self.children
 
     def egress_policy(self) -> EgressPolicy:
         """Where this host lets a node connect (``ORCH_EGRESS_ALLOW_PRIVATE``, ``ORCH_EGRESS_ALLOW``)."""

@@ -40,11 +40,13 @@ import logging
 from typing import Any
 
 from orchestrator.errors import GraphNotFoundError
-from orchestrator.host.children import CHILD_RUN, ChildResult, ChildSpec
+from orchestrator.host.children import ChildResult, ChildSpec, waited_children
 from orchestrator.kernel.errors import ParameterError, RunNotFoundError
+from orchestrator.kernel.graph import ERROR_PORT
+from orchestrator.kernel.protocol import NodeEvent
 from orchestrator.kernel.store import NodeStatus, RunRecord, RunStatus
 from orchestrator.queue.dispatch import Dispatcher
-from orchestrator.service.approvals import Decision, submit_approval, waiting_nodes
+from orchestrator.service.approvals import ApprovalError, Decision, submit_approval, waiting_nodes
 from orchestrator.service.graph_store import DEFAULT_WORKSPACE
 from orchestrator.service.runs import RunRequest, Starter, start_run
 from orchestrator.settings import StoreSettings, WorkerSettings
@@ -53,6 +55,7 @@ from orchestrator.store.redis_store import RedisRunStore
 log = logging.getLogger("orchestrator.service.children")
 
 PARENT_LABEL = "parent_run"  # the plan label (and meta key) of a child run: its parent's id
+EVENT_PAGE = 1000  # events read per round trip (RedisRunStore.read_events' count)
 CASCADE_DEPTH = 32  # how deep a cancel or an approval follows child links (above any depth setting)
 
 
@@ -70,6 +73,22 @@ def final_output(plan: Any, outputs: dict[str, dict[str, Any]]) -> Any:
     if len(values) == 1:
         return next(iter(values.values()))
     return values or None
+
+
+def sink_values(plan: Any, outputs: dict[str, dict[str, Any]], states: dict[str, str]) -> list[Any]:
+    """The main output of each node that ran with no successor that ran, in plan order:
+    what ``SubgraphResult.sink_outputs`` holds for a nested graph run in process."""
+    ran = (NodeStatus.SUCCEEDED, NodeStatus.FAILED)
+    values: list[Any] = []
+    for node_id in plan.order:
+        ports = outputs.get(node_id)
+        if states.get(node_id) not in ran or not ports:
+            continue
+        if any(states.get(edge.target) in ran for edge in plan.nodes[node_id].out):
+            continue
+        port = "output" if "output" in ports else ERROR_PORT if ERROR_PORT in ports else next(iter(ports))
+        values.append(ports[port].value)
+    return values
 
 
 class ChildLinks:
@@ -109,11 +128,35 @@ class ChildLinks:
         record = await self.store.get_run(child_run)
         if record.status not in RunStatus.TERMINAL:
             return None
-        output = None
+        output: Any = None
+        sinks: list[Any] = []
         if record.status == RunStatus.SUCCEEDED:
             plan = await self.store.load_plan(child_run)
-            output = final_output(plan, await self.store.read_outputs(child_run, list(plan.order)))
-        return ChildResult(child_run, record.status, output, record.error)
+            outputs = await self.store.read_outputs(child_run, list(plan.order))
+            output = final_output(plan, outputs)
+            sinks = sink_values(plan, outputs, await self.store.node_states(child_run))
+        return ChildResult(child_run, record.status, output, record.error, sinks)
+
+    async def collect(self, run_ids: list[str]) -> dict[str, ChildResult]:
+        """Results of the ended ones among ``run_ids``; their links are dropped (settled)."""
+        ended: dict[str, ChildResult] = {}
+        for child in run_ids:
+            result = await self.result_of(child)
+            if result is not None:
+                ended[child] = result
+        if ended:
+            await self.redis.hdel(self.keys.children(), *ended)
+        return ended
+
+    async def node_events(self, run_id: str) -> list[NodeEvent]:
+        events: list[NodeEvent] = []
+        after = "0-0"
+        while True:
+            batch = await self.store.read_events(run_id, after=after)
+            events.extend(e for _, e in batch if e.node_id)
+            if len(batch) < EVENT_PAGE:
+                return events
+            after = batch[-1][0]
 
     async def settle(self, child_run: str) -> bool:
         """If ``child_run`` ended, resume the parent node waiting for it (True); if its
@@ -131,7 +174,7 @@ class ChildLinks:
             return False
         if result is None:
             if parent_status in RunStatus.TERMINAL:
-                await self.cancel(child_run, f"its parent run {parent} is {parent_status}")
+                await self.cancel_one(child_run, f"its parent run {parent} is {parent_status}")
                 return await self.settle(child_run)
             return False
         if await self.store.resume_node(parent, node, result.to_json()):
@@ -148,13 +191,25 @@ class ChildLinks:
     async def settle_waiting(self, parent_run: str, node_id: str) -> bool:
         """After ``node_id`` of ``parent_run`` suspended: settle the child it waits for (it
         may have ended before the node was marked waiting)."""
-        payload = await self.store.suspended_payload(parent_run, node_id) or {}
-        child = payload.get(CHILD_RUN)
-        return await self.settle(str(child)) if child else False
+        for child in waited_children(await self.store.suspended_payload(parent_run, node_id)):
+            if await self.settle(child):
+                return True
+        return False
 
-    async def cancel(self, run_id: str, reason: str) -> bool:
+    async def cancel_one(self, run_id: str, reason: str) -> bool:
         error = {"type": "RunCancelled", "code": "cancelled", "run_id": run_id, "message": f"cancelled: {reason}"}
         return bool(await self.store.finish_run(run_id, RunStatus.CANCELLED, error))
+
+    async def cancel(self, run_ids: list[str], reason: str) -> None:
+        """Cancel the active ones among ``run_ids`` and their children; unlink them all."""
+        for child in run_ids:
+            try:
+                await self.cancel_one(child, reason)
+            except RunNotFoundError:
+                continue
+            await self.after_finish(child)
+        if run_ids:
+            await self.redis.hdel(self.keys.children(), *run_ids)
 
     async def after_finish(self, run_id: str, depth: int = 0) -> None:
         """``run_id`` ended: resume its parent's node (if it is a child) and cancel its own
@@ -164,7 +219,7 @@ class ChildLinks:
             return
         for child in await self.children_of(run_id):
             try:
-                if await self.cancel(child, f"its parent run {run_id} ended"):
+                if await self.cancel_one(child, f"its parent run {run_id} ended"):
                     log.info("child run %s cancelled with its parent %s", child, run_id)
             except RunNotFoundError:
                 continue
@@ -186,11 +241,16 @@ class ChildLinks:
             candidates = [node_id] if node_id in waiting else waiting
             if len(candidates) != 1:
                 break
-            payload = await self.store.suspended_payload(current, str(candidates[0])) or {}
-            child = payload.get(CHILD_RUN)
-            if not child:  # the run that asks (the caller's own: as addressed)
-                return (run_id, node_id) if current == run_id else (current, str(candidates[0]))
-            current = str(child)
+            node = str(candidates[0])
+            waited = waited_children(await self.store.suspended_payload(current, node))
+            if not waited:  # the run that asks (the caller's own: as addressed)
+                return (run_id, node_id) if current == run_id else (current, node)
+            asking = [c for c in waited if await self.store.run_status(c) == RunStatus.WAITING]
+            if len(asking) != 1:
+                count = "none of them asks" if not asking else f"{len(asking)} of them ask ({', '.join(asking)})"
+                raise ApprovalError(f"node {node} waits for child runs {', '.join(waited)}: {count} for an "
+                                    "approval; answer a child run itself", run_id=current, node_id=node)
+            current = asking[0]
         return current, node_id
 
     async def _send(self, run_id: str, node_id: str) -> None:
@@ -231,12 +291,7 @@ class Children(ChildLinks):
         if await self.count(spec.parent_run) >= self.limits.child_max_per_run:
             raise self._refusal(spec, f"run {spec.parent_run} already started {self.limits.child_max_per_run} "
                                       "child runs (ORCH_CHILD_MAX_PER_RUN)")
-        try:
-            graph = await self.services.graphs.get(spec.graph_id, spec.version, workspace=meta["workspace"])
-        except GraphNotFoundError as exc:
-            raise self._refusal(spec, f"no stored graph {spec.graph_id!r} in workspace {meta['workspace']!r}"
-                                      + (f" at version {spec.version}" if spec.version is not None else "")
-                                      + f" ({exc.message})") from None
+        graph = spec.graph if spec.graph is not None else await self._stored(spec, meta)
         meta["graph_version"] = graph.get("version")
         request = RunRequest(spec.run_input, run_id=child_id, meta=meta,
                              deadline_s=await self._deadline_s(spec.parent_run, graph))
@@ -247,10 +302,19 @@ class Children(ChildLinks):
         except BaseException:
             await self.unlink(spec.parent_run, child_id)
             raise
-        await self.services.graphs.add_run(spec.graph_id, child_id)
+        if spec.graph is None:
+            await self.services.graphs.add_run(spec.graph_id, child_id)
         log.info("run %s node %s started child run %s of graph %s", spec.parent_run, spec.parent_node,
                  child_id, spec.graph_id)
         return child_id
+
+    async def _stored(self, spec: ChildSpec, meta: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return await self.services.graphs.get(spec.graph_id, spec.version, workspace=meta["workspace"])
+        except GraphNotFoundError as exc:
+            raise self._refusal(spec, f"no stored graph {spec.graph_id!r} in workspace {meta['workspace']!r}"
+                                      + (f" at version {spec.version}" if spec.version is not None else "")
+                                      + f" ({exc.message})") from None
 
     def _child_meta(self, spec: ChildSpec, parent: RunRecord) -> dict[str, Any]:
         """The child's record meta; refuses too deep a nesting and a graph in its own lineage."""
@@ -259,13 +323,21 @@ class Children(ChildLinks):
         if depth > self.limits.child_max_depth:
             raise self._refusal(spec, f"a child run would be {depth} levels deep; ORCH_CHILD_MAX_DEPTH is "
                                       f"{self.limits.child_max_depth}")
-        lineage = [*[str(g) for g in pmeta.get("graph_lineage") or []], parent.graph_id]
-        if spec.graph_id in lineage:
+        # The stored graphs around the child (an inline body is none: it cannot name itself).
+        lineage = [str(g) for g in pmeta.get("graph_lineage") or []]
+        if not pmeta.get("inline"):
+            lineage.append(parent.graph_id)
+        if spec.graph is None and spec.graph_id in lineage:
             path = " > ".join([*lineage, spec.graph_id])
             raise self._refusal(spec, f"graph {spec.graph_id!r} would run inside itself ({path})")
-        return {"workspace": str(pmeta.get("workspace") or DEFAULT_WORKSPACE), "trigger": "parent",
+        meta = {"workspace": str(pmeta.get("workspace") or DEFAULT_WORKSPACE), "trigger": "parent",
                 PARENT_LABEL: spec.parent_run, "parent_node": spec.parent_node, "child_depth": depth,
                 "graph_lineage": lineage}
+        if spec.graph is not None:
+            meta["inline"] = True
+        if spec.label:
+            meta["label"] = spec.label
+        return meta
 
     async def _deadline_s(self, parent_run: str, graph: dict[str, Any]) -> float | None:
         """No later than the parent's deadline (its score among the active runs)."""

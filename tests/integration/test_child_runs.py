@@ -182,3 +182,62 @@ def test_an_approval_inside_the_child_is_answered_through_the_parent(client: Cli
     assert str(A / B) in done["nodes"]["sub"]["outputs"]["output"]["value"]["response"]
     again = httpx.post(f"{api_url}/runs/{parent}/approvals", json={"decision": "approve"}, timeout=10)
     assert again.status_code == 409, again.text
+
+
+def loop_graph(graph_id: str, items: int, concurrency: int, delay_s: float) -> dict[str, Any]:
+    body = graph([("li", "loop_input", "Item"), ("mark", "probe", "Mark", {"delay_s": delay_s})],
+                 [("li", "output", "mark", "input")], id="body")
+    return graph([("t", "manual_trigger", "Start"),
+                  ("each", "loop", "For each", {"mode": "for_each", "items": list(range(items)), "body": body,
+                                                "concurrency": concurrency, "max_iterations": items})],
+                 [("t", "output", "each", "input")], id=graph_id)
+
+
+def most_at_once(spans: list[tuple[float, float]]) -> int:
+    """The largest number of (start, end) spans that overlap at one moment."""
+    edges = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
+    now = peak = 0
+    for _, step in edges:
+        now += step
+        peak = max(peak, now)
+    return peak
+
+
+def test_for_each_iterations_run_as_child_runs_on_both_workers_within_the_concurrency(client: Client) -> None:
+    items, concurrency = 12, 4
+    client.create_graph(loop_graph("it-loop-fan", items, concurrency, 0.6))
+    run_id = client.start_run("it-loop-fan", {})
+    done = ended(client, run_id)
+    assert done["status"] == "succeeded", done["error"]
+    results = done["nodes"]["each"]["outputs"]["output"]["value"]
+    assert results["iterations"] == items
+    assert [r["input"] for r in results["results"]] == [[i] for i in range(items)]  # item order
+    assert len(done["children"]) == items
+    assert len({r["pid"] for r in results["results"]}) >= 2, "every iteration ran on one worker process"
+    peak = most_at_once([(r["start"], r["end"]) for r in results["results"]])
+    assert 2 <= peak <= concurrency  # iterations overlap, never more than the Loop's concurrency
+    children = [client.get_run(c) for c in done["children"]]
+    assert sorted(c["meta"]["label"] for c in children) == sorted(f"For each[{i}]" for i in range(items))
+    assert all(c["parent_run"] == run_id and c["meta"]["inline"] for c in children)
+    # The body's nodes show in the Loop's events, labelled as the CLI prints them.
+    events = [e for _, e in client.iter_events(run_id)]
+    marks = [e["data"] for e in events if e["node_id"] == "each" and e["event_type"] == "completed"
+             and (e.get("data") or {}).get("inner_node_name") == "Mark"]
+    assert sorted(m["subgraph"] for m in marks) == sorted(f"For each[{i}]" for i in range(items))
+
+
+def test_a_failed_iteration_fails_the_loop_naming_its_index_and_cancels_the_others(client: Client) -> None:
+    body = graph([("li", "loop_input", "Item"), ("c", "conditional", "Odd?", {"condition": "{{ input == 3 }}"}),
+                  ("b", "boom", "Boom", {"message": "item three"}), ("slow", "probe", "Slow", {"delay_s": 20})],
+                 [("li", "output", "c", "input"), ("c", "true", "b", "input"), ("c", "false", "slow", "input")],
+                 id="body")
+    client.create_graph(graph([("t", "manual_trigger", "Start"),
+                               ("each", "loop", "For each", {"mode": "for_each", "items": [1, 2, 3],
+                                                             "body": body, "concurrency": 3})],
+                              [("t", "output", "each", "input")], id="it-loop-boom"))
+    run_id = client.start_run("it-loop-boom", {})
+    done = ended(client, run_id)
+    assert done["status"] == "failed"
+    assert done["error"]["message"].startswith("loop iteration 2 failed: ") and "item three" in done["error"]["message"]
+    others = [client.get_run(c) for c in done["children"]]
+    assert sorted(c["status"] for c in others) == ["cancelled", "cancelled", "failed"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from nodes._shared.values import input_value, result
-from orchestrator.host.children import ChildResult, ChildSpec, waiting_payload
+from orchestrator.host.children import ChildResult, ChildSpec, budget_error, resumed_result, waiting_payload
 from orchestrator.host.node_host import node_host
 from orchestrator.kernel.errors import NodeExecutionError, ParameterError, SuspendRequested
 from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext
@@ -22,13 +22,11 @@ from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext
 SUCCEEDED = "succeeded"
 
 
-def child_outcome(ctx: FlowContext, graph_id: str) -> ExecutionResult:
+def child_outcome(ctx: FlowContext, child: ChildResult, graph_id: str) -> ExecutionResult:
     """This node's result from the child run's result it was resumed with."""
-    raw = (ctx.resume or {}).get("input")
-    child = ChildResult.from_json(raw)
-    if child is None:
-        raise NodeExecutionError(f"resumed without a child run's result (got {type(raw).__name__})",
-                                 run_id=ctx.run_id, node_id=ctx.node_id, node_name=ctx.node_name)
+    over = budget_error(child)
+    if over is not None:
+        raise over
     if child.status != SUCCEEDED:
         reason = (child.error or {}).get("message") or "no error was recorded"
         raise NodeExecutionError(f"child run {child.run_id} of graph {graph_id!r} {child.status}: {reason}",
@@ -53,14 +51,15 @@ class ExecuteWorkflow:
         graph_id = str(data.get("graph_id") or "").strip()
         if not graph_id:
             raise ParameterError("parameter 'graph_id': name the stored graph to run", parameter="graph_id")
-        if ctx.resume is not None:
-            return child_outcome(ctx, graph_id)
+        ended = resumed_result(ctx.resume, ctx.attempt)
+        if ended is not None:
+            return child_outcome(ctx, ended, graph_id)
         given = data.get("input")
         run_input = input_value(inputs) if given is None or given == "" else given
         spec = ChildSpec(parent_run=ctx.run_id, parent_node=ctx.node_id, graph_id=graph_id, run_input=run_input,
                          version=version_of(data), attempt=ctx.attempt)
         child = await node_host(ctx).start_child(spec)
-        raise SuspendRequested(f"waiting for child run {child}", payload=waiting_payload(child, graph_id))
+        raise SuspendRequested(f"waiting for child run {child}", payload=waiting_payload(child, graph_id, ctx.attempt))
 
 
 executor = ExecuteWorkflow()
