@@ -47,7 +47,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from orchestrator.errors import StoreFullError
 from orchestrator.kernel.step import StepOutcome, run_step
-from orchestrator.kernel.store import NodeStatus, RunStatus
+from orchestrator.kernel.store import NodeStatus
 from orchestrator.queue.app import DRAIN_TASK, NODE_TASK, NOOP_TASK
 from orchestrator.queue.dispatch import send_drains, send_nodes
 from orchestrator.service.children import PARENT_LABEL
@@ -101,7 +101,7 @@ async def _settle_children(run_id: str, node_id: str, outcome: StepOutcome) -> N
     if outcome.status == NodeStatus.WAITING:
         await state.children.settle_waiting(run_id, node_id)
     elif not outcome.ready and (await state.store.load_plan(run_id)).labels.get(PARENT_LABEL):
-        if await state.store.run_status(run_id) in RunStatus.TERMINAL:
+        if await state.children.ended([run_id]):  # a fresh read (run_status may answer from its cache)
             await state.children.after_finish(run_id)
 
 

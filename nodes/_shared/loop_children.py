@@ -126,9 +126,9 @@ async def for_each(body: dict[str, Any], items: list[Any], concurrency: int, ctx
         if result.status != SUCCEEDED:
             raise await loop.fail(index, result)
         progress.done[str(index)] = sink_value(result)
-    while len(progress.running) < concurrency and progress.next < len(items):
-        await loop.start(progress.next, items[progress.next])
-        progress.next += 1
+    starting = range(progress.next, min(len(items), progress.next + concurrency - len(progress.running)))
+    await asyncio.gather(*(loop.start(i, items[i]) for i in starting))  # each start is a few round trips
+    progress.next = max(progress.next, starting.stop)
     if progress.running:
         raise progress.suspend(ctx)
     return [progress.done[str(i)] for i in range(len(items))]

@@ -140,7 +140,7 @@ class ChildLinks:
     async def collect(self, run_ids: list[str]) -> dict[str, ChildResult]:
         """Results of the ended ones among ``run_ids``; their links are dropped (settled)."""
         ended: dict[str, ChildResult] = {}
-        for child in run_ids:
+        for child in await self.ended(run_ids):
             result = await self.result_of(child)
             if result is not None:
                 ended[child] = result
@@ -191,10 +191,21 @@ class ChildLinks:
     async def settle_waiting(self, parent_run: str, node_id: str) -> bool:
         """After ``node_id`` of ``parent_run`` suspended: settle the child it waits for (it
         may have ended before the node was marked waiting)."""
-        for child in waited_children(await self.store.suspended_payload(parent_run, node_id)):
+        waited = waited_children(await self.store.suspended_payload(parent_run, node_id))
+        for child in await self.ended(waited):
             if await self.settle(child):
                 return True
         return False
+
+    async def ended(self, run_ids: list[str]) -> list[str]:
+        """Those of ``run_ids`` whose record says they ended (one round trip)."""
+        if not run_ids:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for run_id in run_ids:
+                pipe.hget(self.keys.run(run_id), "status")
+            statuses = await pipe.execute()
+        return [r for r, status in zip(run_ids, statuses, strict=True) if status in RunStatus.TERMINAL]
 
     async def cancel_one(self, run_id: str, reason: str) -> bool:
         error = {"type": "RunCancelled", "code": "cancelled", "run_id": run_id, "message": f"cancelled: {reason}"}
