@@ -241,3 +241,40 @@ def test_a_failed_iteration_fails_the_loop_naming_its_index_and_cancels_the_othe
     assert done["error"]["message"].startswith("loop iteration 2 failed: ") and "item three" in done["error"]["message"]
     others = [client.get_run(c) for c in done["children"]]
     assert sorted(c["status"] for c in others) == ["cancelled", "cancelled", "failed"]
+
+
+def agent_with_workflow_tool(graph_id: str, tool_graph: str) -> dict[str, Any]:
+    script = [{"call": "lookup", "args": {"input": {"a": 2, "b": 3}}}, {"say": "Result: {tool_result}"}]
+    return graph(
+        [("t", "manual_trigger", "Start"),
+         ("assistant", "agent", "Assistant", {"model": "dryrun:wf", "script": script, "prompt": "{{ input.message }}"}),
+         ("tool", "workflow_tool", "Lookup", {"graph_id": tool_graph, "tool_name": "lookup",
+                                              "description": "Look a pair of numbers up"})],
+        [("t", "output", "assistant", "input"), ("tool", "tools", "assistant", "tools", "link")],
+        id=graph_id,
+    )
+
+
+def test_an_agent_calls_a_stored_graph_as_a_tool_and_reads_its_output(client: Client) -> None:
+    client.create_graph(graph([("t", "manual_trigger", "Start"), ("p", "probe", "Look up", {"value": "graph-done"})],
+                              [("t", "output", "p", "input")], id="it-tool-graph"))
+    client.create_graph(agent_with_workflow_tool("it-agent-tool", "it-tool-graph"))
+    run_id = client.start_run("it-agent-tool", {"message": "look it up"})
+    done = ended(client, run_id)
+    assert done["status"] == "succeeded", done["error"]
+    [child] = done["children"]
+    child_run = client.get_run(child)
+    assert child_run["status"] == "succeeded" and child_run["meta"]["label"] == "Assistant > lookup"
+    assert child_run["nodes"]["p"]["outputs"]["output"]["value"]["input"] == [{"a": 2, "b": 3}]
+    response = done["nodes"]["assistant"]["outputs"]["output"]["value"]["response"]
+    assert '"value": "graph-done"' in response and '"a": 2' in response
+
+
+def test_a_failing_graph_tool_gives_the_model_its_error_instead_of_failing_the_agent(client: Client) -> None:
+    client.create_graph(graph([("t", "manual_trigger", "Start"), ("b", "boom", "Boom", {"message": "no such pair"})],
+                              [("t", "output", "b", "input")], id="it-tool-boom"))
+    client.create_graph(agent_with_workflow_tool("it-agent-tool-boom", "it-tool-boom"))
+    done = ended(client, client.start_run("it-agent-tool-boom", {"message": "look it up"}))
+    assert done["status"] == "succeeded", done["error"]
+    response = done["nodes"]["assistant"]["outputs"]["output"]["value"]["response"]
+    assert response.startswith("Result: error (failed): ") and "no such pair" in response
