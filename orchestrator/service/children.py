@@ -167,10 +167,15 @@ class ChildLinks:
         link = json.loads(raw)
         parent, node = str(link["run"]), str(link["node"])
         try:
-            result = await self.result_of(child_run)
             parent_status = await self.store.run_status(parent)
-        except RunNotFoundError:  # expired, or never stored: nothing to settle any more
+        except RunNotFoundError:  # the parent expired: nothing waits any more
             await self.unlink(parent, child_run)
+            return False
+        try:
+            result = await self.result_of(child_run)
+        except RunNotFoundError:  # linked but not stored (yet: the link comes first, or its start failed)
+            if parent_status in RunStatus.TERMINAL:
+                await self.unlink(parent, child_run)
             return False
         if result is None:
             if parent_status in RunStatus.TERMINAL:
@@ -197,15 +202,19 @@ class ChildLinks:
                 return True
         return False
 
-    async def ended(self, run_ids: list[str]) -> list[str]:
-        """Those of ``run_ids`` whose record says they ended (one round trip)."""
+    async def statuses(self, run_ids: list[str]) -> dict[str, str | None]:
+        """Each run's status (None: unknown or expired), in one round trip."""
         if not run_ids:
-            return []
+            return {}
         async with self.redis.pipeline(transaction=False) as pipe:
             for run_id in run_ids:
                 pipe.hget(self.keys.run(run_id), "status")
-            statuses = await pipe.execute()
-        return [r for r, status in zip(run_ids, statuses, strict=True) if status in RunStatus.TERMINAL]
+            found = await pipe.execute()
+        return dict(zip(run_ids, found, strict=True))
+
+    async def ended(self, run_ids: list[str]) -> list[str]:
+        """Those of ``run_ids`` whose record says they ended (one round trip)."""
+        return [r for r, status in (await self.statuses(run_ids)).items() if status in RunStatus.TERMINAL]
 
     async def cancel_one(self, run_id: str, reason: str) -> bool:
         error = {"type": "RunCancelled", "code": "cancelled", "run_id": run_id, "message": f"cancelled: {reason}"}
@@ -237,10 +246,18 @@ class ChildLinks:
             await self.after_finish(child, depth + 1)
 
     async def reconcile(self) -> int:
-        """The sweeper's pass over every unsettled link: how many parent nodes it resumed."""
+        """The sweeper's pass over every unsettled link: how many parent nodes it resumed.
+        Statuses are read in two pipelined round trips (children, then their parents); only
+        an ended child, or a child of an ended parent, costs more."""
+        links = {str(c): json.loads(raw) for c, raw in (await self.redis.hgetall(self.keys.children())).items()}
+        children = await self.statuses(list(links))
+        over = {c for c, status in children.items() if status in RunStatus.TERMINAL}
+        parents = await self.statuses(sorted({str(link["run"]) for c, link in links.items() if c not in over}))
+        orphaned = {p for p, status in parents.items() if status is None or status in RunStatus.TERMINAL}
         resumed = 0
-        for child in list(await self.redis.hkeys(self.keys.children())):
-            resumed += await self.settle(str(child))
+        for child, link in links.items():
+            if child in over or str(link["run"]) in orphaned:  # settle resumes, cancels or drops the link
+                resumed += await self.settle(child)
         return resumed
 
     async def approval_target(self, run_id: str, node_id: str | None) -> tuple[str, str | None]:

@@ -278,3 +278,26 @@ def test_a_failing_graph_tool_gives_the_model_its_error_instead_of_failing_the_a
     assert done["status"] == "succeeded", done["error"]
     response = done["nodes"]["assistant"]["outputs"]["output"]["value"]["response"]
     assert response.startswith("Result: error (failed): ") and "no such pair" in response
+
+
+async def test_the_sweeper_cancels_the_child_of_a_parent_that_ended_another_way(client: Client, store: Any) -> None:
+    from orchestrator.service.sweeper import Sweeper
+
+    client.create_graph(graph([("t", "manual_trigger", "Start"), ("slow", "probe", "Slow", {"delay_s": 60})],
+                              [("t", "output", "slow", "input")], id="it-child-orphan"))
+    client.create_graph({**parent_graph("it-parent-orphan", "it-child-orphan"), "settings": {"deadline_s": 600}})
+    parent = client.start_run("it-parent-orphan", {})
+    child = only_child(client, parent)
+    keys = store.keys
+    # The child (default deadline: an hour) ends by its parent's deadline (to the milliseconds between
+    # reading it and storing the child).
+    own = await store.redis.zscore(keys.active_runs(), child)
+    assert abs(own - await store.redis.zscore(keys.active_runs(), parent)) < 1.0
+    # The parent's deadline passes (the sweeper ends it; no API call cancels the child).
+    assert await store.finish_run(parent, "timed_out", {"code": "run_timed_out", "message": "deadline"})
+    assert (await store.get_run(child)).status in ("queued", "running")
+    report = await Sweeper(store, lambda run_id, nodes: None, store.settings).sweep_once()
+    assert report.locked
+    stopped = await store.get_run(child)
+    assert stopped.status == "cancelled" and f"its parent run {parent} is timed_out" in stopped.error["message"]
+    assert await store.redis.hget(keys.children(), child) is None  # settled: nothing left to reconcile
