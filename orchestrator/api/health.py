@@ -71,9 +71,14 @@ async def prometheus(request: Request, services: Services = SERVICES) -> Respons
     docstring)."""
     authorize_metrics(request, services.settings)
     try:
-        from orchestrator.queue.app import NODE_QUEUE
+        from orchestrator.queue import depth
+        from orchestrator.queue.app import NODE_QUEUE, is_amqp
 
         queues = [NODE_QUEUE]
+        broker = services.settings.broker_url
+        if broker and is_amqp(broker):  # the node queue is RabbitMQ's, not a Redis list
+            queues = []
+            metrics.QUEUE_DEPTH.labels(queue=NODE_QUEUE).set(await depth.node_queue_depth(broker))
     except ImportError:  # an API-only install samples no queue
         queues = []
     try:

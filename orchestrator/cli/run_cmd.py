@@ -35,6 +35,7 @@ from orchestrator.kernel.protocol import BinaryRef, EventType, NodeEvent
 from orchestrator.kernel.registry import Registry
 from orchestrator.kernel.scheduling import RunPlan
 from orchestrator.kernel.store import NodeStatus, RunStatus
+from orchestrator.local.embedded_workers import WorkerStartError
 from orchestrator.settings import get_settings
 from orchestrator.store import redis_client
 from orchestrator.telemetry import tracing, usage
@@ -238,6 +239,9 @@ def run_command(args: argparse.Namespace) -> int:
     except KeyboardInterrupt as exc:  # the ExitStack has stopped the workers and redis
         err.print("terminated" if isinstance(exc, Terminated) else "interrupted")
         return interrupted_exit_code(exc)
+    except WorkerStartError as exc:  # e.g. a broker that refuses the login: its own words, one line
+        err.print(Text.assemble(("error", "bold red"), ": ", printable(exc.summary)), soft_wrap=True)
+        return 1
 
 
 def _run_owned(args: argparse.Namespace, raw: dict[str, Any], run_input: Any,

@@ -40,7 +40,13 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the folder holding orchest
 
 
 class WorkerStartError(RuntimeError):
-    """A worker exited or did not become ready; the message carries its log tail."""
+    """A worker exited or did not become ready; the message carries its log tail,
+    ``summary`` what happened and the log's last line (the error, for a one-line report)."""
+
+    def __init__(self, what: str, tail: str) -> None:
+        super().__init__(f"{what}: {tail}")
+        last = next((line.strip() for line in reversed(tail.splitlines()) if line.strip()), "")
+        self.summary = f"{what}: {last}" if last else what
 
 
 class WorkerProcesses:
@@ -137,12 +143,11 @@ class WorkerProcesses:
                 elif self.procs[i].poll() is not None:
                     code = self.procs[i].returncode
                     tail = self.log_tail(i)
-                    raise WorkerStartError(f"worker w{i} exited with code {code}: {tail}")
+                    raise WorkerStartError(f"worker w{i} exited with code {code}", tail)
             if waiting and time.monotonic() > deadline:
                 i = min(waiting)
-                raise WorkerStartError(
-                    f"worker w{i} not ready after {self.start_timeout_s:.0f} s: {self.log_tail(i)}"
-                )
+                raise WorkerStartError(f"worker w{i} not ready after {self.start_timeout_s:.0f} s",
+                                       self.log_tail(i))
             time.sleep(0.05)
 
     def log_tail(self, index: int, max_chars: int = 3000) -> str:

@@ -6,6 +6,17 @@ run store, never in Celery results); ``url`` may name another Redis than the set
 (the CLI's embedded server, the bench). The
 worker process's own instance, with the node tasks registered, is ``workers.app``.
 
+``Settings.broker_url`` (``ORCH_BROKER_URL``) moves the broker off the state Redis: an
+``amqp://`` URL puts node messages on RabbitMQ, in one durable quorum queue (replicated,
+the queue type RabbitMQ recommends for work that must not be lost), with publisher confirms
+(a publish returns once the broker has the message) and Celery's native delayed delivery for
+retries (a delayed message waits in RabbitMQ, not in a worker's memory). Everything else
+below holds on both brokers; RabbitMQ adds real acknowledgements: a killed worker's channel
+closes and the broker redelivers its unacked messages at once (the claim refuses a copy while
+a live lease holds the node). RabbitMQ's ``consumer_timeout`` (30 min by default) must be
+above the longest node, since a message stays unacked while its node runs
+(deploy/rabbitmq/rabbitmq.conf).
+
 Settings and why (measured in notes/celery-redis.md §2):
 
 * ``task_acks_late`` + ``task_reject_on_worker_lost``: a pool child killed mid-node puts
@@ -28,6 +39,7 @@ from collections.abc import Sequence
 from urllib.parse import parse_qs, urlsplit
 
 from celery import Celery
+from kombu import Exchange, Queue
 
 from orchestrator.settings import WorkerSettings
 
@@ -48,8 +60,22 @@ def broker_url(redis_url: str) -> str:
     return f"redis+socket://{parts.path}?virtual_host={db}"
 
 
+AMQP_SCHEMES = frozenset({"amqp", "amqps", "pyamqp"})
+
+
+def is_amqp(url: str) -> bool:
+    """Whether ``url`` names a RabbitMQ (AMQP 0.9.1) broker."""
+    return urlsplit(url).scheme in AMQP_SCHEMES
+
+
 def configure(app: Celery, redis_url: str, settings: WorkerSettings) -> None:
-    """Apply the project's broker and worker settings to ``app``."""
+    """Apply the project's broker and worker settings to ``app``: the broker is
+    ``settings.broker_url`` when set, else the Redis of ``redis_url``."""
+    if settings.broker_url and is_amqp(settings.broker_url):
+        _configure_amqp(app, settings.broker_url)
+        return
+    if settings.broker_url:
+        redis_url = settings.broker_url
     app.conf.update(
         broker_url=broker_url(redis_url),
         result_backend=None,
@@ -69,6 +95,35 @@ def configure(app: Celery, redis_url: str, settings: WorkerSettings) -> None:
             # 1: every tick scans (kombu's default 10 makes the sweep ~10x the interval)
             "unacked_restore_throttle": 1,
         },
+        task_routes={name: {"queue": NODE_QUEUE} for name in (NODE_TASK, DRAIN_TASK, NOOP_TASK)},
+    )
+
+
+def _configure_amqp(app: Celery, url: str) -> None:
+    """RabbitMQ: the node queue is a durable quorum queue on a topic exchange (Celery's
+    native delayed delivery, which retries need, refuses direct exchanges)."""
+    exchange = Exchange(NODE_QUEUE, type="topic", durable=True)
+    queue = Queue(NODE_QUEUE, exchange, routing_key=NODE_QUEUE, durable=True,
+                  queue_arguments={"x-queue-type": "quorum"})
+    app.conf.update(
+        broker_url=url,
+        result_backend=None,
+        task_ignore_result=True,
+        task_serializer="json",
+        accept_content=["json"],
+        task_queues=[queue],
+        task_default_queue=NODE_QUEUE,
+        task_default_exchange=NODE_QUEUE,
+        task_default_exchange_type="topic",
+        task_default_routing_key=NODE_QUEUE,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        worker_detect_quorum_queues=True,  # per-consumer prefetch: quorum queues refuse global QoS
+        worker_hijack_root_logger=False,
+        worker_redirect_stdouts=False,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={"confirm_publish": True},
         task_routes={name: {"queue": NODE_QUEUE} for name in (NODE_TASK, DRAIN_TASK, NOOP_TASK)},
     )
 

@@ -10,12 +10,13 @@ id, makes a second delivery harmless.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Sequence
 from typing import Protocol
 
 from celery import Celery
 
-from orchestrator.queue.app import DRAIN_TASK, NODE_QUEUE, NODE_TASK
+from orchestrator.queue.app import DRAIN_TASK, NODE_QUEUE, NODE_TASK, is_amqp
 
 
 class Dispatcher(Protocol):
@@ -34,9 +35,13 @@ def send_nodes(app: Celery, run_id: str, node_ids: Sequence[str], *,
                countdown_s: float | None = None) -> None:
     """Publish one node task per id in ONE Redis round trip (kombu's ``Producer.batch``
     buffers the LPUSHes in a pipeline flushed when the block ends), over one pooled
-    producer connection. ``countdown_s`` delays delivery (a node's retry)."""
+    producer connection. ``countdown_s`` delays delivery (a node's retry); on RabbitMQ it is
+    rounded up to whole seconds, the unit of Celery's native delayed delivery (rounded down,
+    a 0.5 s delay would arrive at once and be sent back until due)."""
     if not node_ids:
         return
+    if countdown_s is not None and countdown_s > 0 and is_amqp(str(app.conf.broker_url)):
+        countdown_s = float(math.ceil(countdown_s))
     with app.producer_or_acquire() as producer, producer.batch():
         for node_id in node_ids:
             app.send_task(

@@ -12,6 +12,10 @@ from orchestrator.settings.base import SettingsGroup
 
 
 class WorkerSettings(SettingsGroup):
+    # The Celery broker when it is not the state Redis: an ``amqp://`` URL puts node messages
+    # on RabbitMQ (a quorum queue; orchestrator/queue/app.py, docs/deployment.md). Unset:
+    # the broker is REDIS_URL's Redis (the embedded default and small deployments).
+    broker_url: str | None = None
     node_lease_s: float = 60.0  # a running node's lease; renewed by a heartbeat while it runs
     # kombu's redelivery of unacked messages, counted on each worker's own clock. The
     # sweeper is the redelivery path (lost leases, lost messages, overdue retries): keep

@@ -88,3 +88,17 @@ def test_runs_start_on_a_busy_server_says_so_and_when_to_retry(api_url: str) -> 
     assert "server busy" in done.stderr and "ORCH_MAX_QUEUED_NODES" in done.stderr
     assert "retry after 7 s" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_run_whose_worker_cannot_start_says_why_in_one_line() -> None:
+    """A worker that exits at start (here: a pool name Celery does not know) ends
+    `orchestrator run` with one error line carrying the worker's own words, no traceback."""
+    env = {**_cli_env(), "ORCH_WORKER_POOL": "no-such-pool"}
+    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "run", "examples/branch_merge.json",
+                           "--input", '{"score": 3}'], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=90)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert "worker w0 exited with code 2" in line
+    assert "'no-such-pool' is not one of" in line

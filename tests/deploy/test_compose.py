@@ -17,9 +17,9 @@ import pytest
 
 from orchestrator.local.embedded_redis import free_port
 
-from .harness import API_KEY, Launcher, argv_of, load_compose, replace_option, require_cli, wait_until
+from .harness import API_KEY, ROOT, Launcher, argv_of, load_compose, replace_option, require_cli, wait_until
 
-DATA_SERVICES = {"redis", "pgvector", "minio"}  # third-party images beside the app's
+DATA_SERVICES = {"redis", "rabbitmq", "pgvector", "minio"}  # third-party images beside the app's
 STARTUP_TIMEOUT_S = 60.0
 STAY_UP_S = 3.0
 ERROR_LINE = re.compile(r"Traceback|\bERROR\b|\bCRITICAL\b|^error:", re.MULTILINE)
@@ -45,6 +45,30 @@ def test_redis_keeps_an_append_only_file_on_a_named_volume(compose: dict[str, An
     volume = redis["volumes"][0].split(":")[0]
     assert volume in compose["volumes"], f"redis stores /data on {volume!r}, not a named volume"
     assert "redis-cli" in " ".join(redis["healthcheck"]["test"])
+
+
+def test_the_rabbitmq_layout_is_a_profile_that_every_app_service_follows() -> None:
+    """`docker compose --profile rabbitmq up` with ORCH_BROKER_URL set moves the broker;
+    without them the single-Redis layout is unchanged (the broker URL is empty)."""
+    from orchestrator.settings import Settings
+
+    url = "amqp://orchestrator:s3cret@rabbitmq:5672//"
+    both = load_compose({"ORCH_API_KEYS": API_KEY, "ORCH_BROKER_URL": url, "RABBITMQ_PASSWORD": "s3cret"})
+    single = load_compose({"ORCH_API_KEYS": API_KEY})
+    rabbit = both["services"]["rabbitmq"]
+    assert rabbit["profiles"] == ["rabbitmq"]
+    assert rabbit["environment"]["RABBITMQ_DEFAULT_PASS"] == "s3cret"
+    assert "ports" not in rabbit, "the broker is not published outside the network"
+    data, conf = rabbit["volumes"][0].split(":")[0], rabbit["volumes"][1].split(":")[0]
+    assert data in both["volumes"]
+    timeout_ms = int(re.search(r"^consumer_timeout = (\d+)", (ROOT / conf).read_text(), re.MULTILINE)[1])
+    assert timeout_ms > Settings().run_deadline_s * 1000, "a node of a run within its deadline outlives the timeout"
+    for name, service in app_services(both).items():
+        assert service["environment"]["ORCH_BROKER_URL"] == url, name
+        assert service["depends_on"]["rabbitmq"] == {"condition": "service_healthy", "required": False}, name
+    for name, service in app_services(single).items():
+        assert service["environment"]["ORCH_BROKER_URL"] == "", name
+        assert not Settings(broker_url=service["environment"]["ORCH_BROKER_URL"]).broker_url
 
 
 def test_redis_never_evicts_queued_tasks(compose: dict[str, Any]) -> None:

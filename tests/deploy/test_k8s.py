@@ -126,3 +126,61 @@ def test_the_shipped_placeholder_secret_is_refused_at_api_start() -> None:
     keys = secret["stringData"]["ORCH_API_KEYS"]
     with pytest.raises(ConfigurationError, match="placeholder"):
         key_ring(Settings(api_keys=keys))
+
+
+# -- the RabbitMQ layout (deploy/k8s-rabbitmq: the base plus RabbitMQ as the broker) ----------
+
+RABBIT_DIR = K8S_DIR.parent / "k8s-rabbitmq"
+
+
+def overlay() -> dict[str, list[dict[str, Any]]]:
+    import yaml
+
+    return {path.name: [d for d in yaml.safe_load_all(path.read_text()) if d]
+            for path in sorted(RABBIT_DIR.glob("*.yaml"))}
+
+
+def test_the_rabbitmq_overlay_builds_on_the_base_and_lists_its_files() -> None:
+    docs = overlay()
+    (kustomization,) = docs.pop("kustomization.yaml")
+    assert "../k8s" in kustomization["resources"]
+    listed = set(kustomization["resources"]) | {p["path"] for p in kustomization["patches"]}
+    assert set(docs) <= listed, f"files the overlay does not apply: {set(docs) - listed}"
+    base = {(doc["kind"], doc["metadata"]["name"]) for _, doc in documents() if "metadata" in doc}
+    for patch in kustomization["patches"]:
+        (doc,) = docs[patch["path"]]
+        assert (doc["kind"], doc["metadata"]["name"]) in base, f"{patch['path']} patches nothing in the base"
+
+
+def test_every_role_gets_a_broker_url_on_the_rabbitmq_service() -> None:
+    from urllib.parse import urlsplit
+
+    from orchestrator.queue.app import is_amqp
+
+    docs = overlay()
+    (secret,) = docs["broker.yaml"]
+    url = secret["stringData"]["ORCH_BROKER_URL"]
+    assert is_amqp(url)
+    services = {d["metadata"]["name"]: d for d in docs["rabbitmq.yaml"] if d["kind"] == "Service"}
+    assert urlsplit(url).hostname in services
+    assert urlsplit(url).port == services["rabbitmq"]["spec"]["ports"][0]["port"]
+    for name in ("api", "worker", "beat", "sweeper"):  # each loads the patched secret
+        sources = [s for c in containers(by_kind("Deployment")[name]) for s in c.get("envFrom", [])]
+        assert {"secretRef": {"name": secret["metadata"]["name"]}} in sources, name
+
+
+def test_rabbitmq_keeps_the_deployment_s_consumer_timeout() -> None:
+    conf = (K8S_DIR.parent / "rabbitmq" / "rabbitmq.conf").read_text()
+    wanted = next(line for line in conf.splitlines() if line.startswith("consumer_timeout"))
+    (config,) = [d for d in overlay()["rabbitmq.yaml"] if d["kind"] == "ConfigMap"]
+    assert wanted in config["data"]["90-orchestrator.conf"].splitlines()
+
+
+def test_workers_scale_on_the_rabbitmq_queue_backlog() -> None:
+    from orchestrator.queue.app import NODE_QUEUE
+
+    (scaled,) = overlay()["scaledobject.yaml"]
+    triggers = {t["type"]: t for t in scaled["spec"]["triggers"]}
+    assert "redis" not in triggers, "the node queue is not a Redis list on this layout"
+    assert triggers["rabbitmq"]["metadata"]["queueName"] == NODE_QUEUE
+    assert triggers["rabbitmq"]["metadata"]["hostFromEnv"] == "ORCH_BROKER_URL"

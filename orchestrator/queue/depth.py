@@ -1,0 +1,82 @@
+"""How many node messages wait in a RabbitMQ broker's node queue, for back-pressure.
+
+On the Redis broker the node queue is a Redis list, which admission reads with ``LLEN`` in
+the same round trip as the runs' queues. On RabbitMQ it is the quorum queue's message count
+(a passive ``queue.declare``: messages ready for delivery, not those a worker holds). A
+start must not wait on the broker, so :func:`node_queue_depth` answers the last sample and
+refreshes it in a thread when it is older than ``MAX_AGE_S`` (single flight: one sample at a
+time per process); the first call of a process waits for one sample. A broker that cannot be
+reached counts as 0 queued (the publish that follows fails the start with a clear error
+anyway), and the error is logged without the URL (it carries the password).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from typing import Any
+
+from kombu import Connection
+
+from orchestrator.queue.app import NODE_QUEUE
+
+log = logging.getLogger("orchestrator.queue.depth")
+
+MAX_AGE_S = 0.5
+CONNECT_TIMEOUT_S = 2.0
+
+
+class _Sampler:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.value = 0
+        self.at = float("-inf")
+        self.lock = threading.Lock()
+        self.refreshing: asyncio.Future[None] | None = None
+        self.conn: Connection | None = None
+
+    def sample(self) -> None:
+        with self.lock:
+            try:
+                if self.conn is None:
+                    self.conn = Connection(self.url, connect_timeout=CONNECT_TIMEOUT_S)
+                channel: Any = self.conn.default_channel  # an amqp Channel (kombu types it as StdChannel)
+                _, count, _ = channel.queue_declare(NODE_QUEUE, passive=True)
+                self.value = int(count)
+            except Exception as exc:  # any broker error: count 0, reconnect next time
+                if "NOT_FOUND" in str(exc):  # no worker declared the queue yet: nothing queued
+                    self.value = 0
+                else:
+                    log.warning("broker queue depth unavailable: %s", type(exc).__name__)
+                if self.conn is not None:
+                    self.conn.release()
+                self.conn = None
+            self.at = time.monotonic()
+
+
+_samplers: dict[str, _Sampler] = {}
+
+
+async def node_queue_depth(url: str) -> int:
+    """The node queue's message count on the RabbitMQ broker at ``url``, at most
+    ``MAX_AGE_S`` old after the first call (see the module)."""
+    sampler = _samplers.get(url)
+    if sampler is None:
+        sampler = _samplers[url] = _Sampler(url)
+    loop = asyncio.get_running_loop()
+    if sampler.refreshing is None and time.monotonic() - sampler.at > MAX_AGE_S:
+        sampler.refreshing = loop.run_in_executor(None, sampler.sample)
+        sampler.refreshing.add_done_callback(lambda _: setattr(sampler, "refreshing", None))
+    if sampler.at == float("-inf") and sampler.refreshing is not None:
+        await asyncio.shield(sampler.refreshing)
+    return sampler.value
+
+
+def reset() -> None:
+    """Forget every sample (tests; a process after fork)."""
+    for sampler in _samplers.values():
+        if sampler.conn is not None:
+            sampler.conn.release()
+    _samplers.clear()
