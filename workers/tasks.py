@@ -50,7 +50,7 @@ from orchestrator.kernel.step import StepOutcome, run_step
 from orchestrator.kernel.store import NodeStatus
 from orchestrator.queue.app import DRAIN_TASK, NODE_TASK, NOOP_TASK
 from orchestrator.queue.dispatch import send_drains, send_nodes
-from orchestrator.service.children import PARENT_LABEL
+from orchestrator.service.child_links import PARENT_LABEL
 from orchestrator.service.plugins import get_registry
 from orchestrator.settings import load_settings
 from orchestrator.telemetry import metrics, model_metrics, tracing
@@ -95,12 +95,16 @@ async def _step(run_id: str, node_id: str, *, promised: bool) -> StepOutcome:
 
 async def _settle_children(run_id: str, node_id: str, outcome: StepOutcome) -> None:
     """Child runs (``orchestrator/service/children.py``): a node that suspended for a
-    child that already ended is resumed; a child run that this step ended resumes its
-    parent's node. Runs without a parent cost nothing (the plan's label, cached)."""
+    child that already ended is resumed; a child's node that asks for an approval is
+    announced to its parent; a child run that this step ended resumes its parent's node.
+    Runs without a parent cost nothing (the plan's label, cached)."""
     state = process_state()
+    child = bool((await state.store.load_plan(run_id)).labels.get(PARENT_LABEL))
     if outcome.status == NodeStatus.WAITING:
         await state.children.settle_waiting(run_id, node_id)
-    elif not outcome.ready and (await state.store.load_plan(run_id)).labels.get(PARENT_LABEL):
+        if child:  # a question it asks is shown (and answered) through its parent
+            await state.children.announce_waiting(run_id, node_id)
+    elif child and not outcome.ready:
         if await state.children.ended([run_id]):  # a fresh read (run_status may answer from its cache)
             await state.children.after_finish(run_id)
 

@@ -18,7 +18,7 @@ from typing import Any
 from orchestrator.kernel.errors import ParameterError, RunNotFoundError
 from orchestrator.kernel.protocol import DataValue
 from orchestrator.kernel.store import RunRecord
-from orchestrator.service.children import ChildLinks, final_output
+from orchestrator.service.child_links import ChildLinks, final_output
 from orchestrator.service.graph_store import DEFAULT_WORKSPACE
 from orchestrator.service.runs import RunRequest, admit_and_start
 from orchestrator.store.redis_store import RedisRunStore

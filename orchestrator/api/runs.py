@@ -121,7 +121,7 @@ async def approve(run_id: str, body: Approval, services: Services = SERVICES,
     A node of the run that waits for a child run passes the approval on to the child (and
     its children): ``run_id`` in the answer is the run whose node was resumed."""
     from orchestrator.service.approvals import submit_approval
-    from orchestrator.service.children import submit_approval_through
+    from orchestrator.service.child_links import submit_approval_through
 
     await owned_run(services, run_id, who.workspace)
     links = child_links(services)

@@ -56,7 +56,7 @@ from typing import Any, cast
 from orchestrator.kernel.protocol import EventType, NodeEvent
 from orchestrator.kernel.store import NodeCompletion, NodeStatus, RunStatus
 from orchestrator.queue.dispatch import Dispatcher
-from orchestrator.service.children import ChildLinks
+from orchestrator.service.child_links import ChildLinks
 from orchestrator.settings import Settings
 from orchestrator.store import redis_client
 from orchestrator.store.keys import Keys

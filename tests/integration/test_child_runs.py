@@ -7,6 +7,7 @@ processes). Graphs are stored and runs started, cancelled and approved through t
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -15,7 +16,7 @@ import httpx
 import pytest
 
 from orchestrator.api import create_app
-from orchestrator.client import Client
+from orchestrator.client import Client, parse_frames
 from orchestrator.kernel.registry import Registry
 from orchestrator.local.embedded_redis import EmbeddedRedis
 from orchestrator.local.embedded_workers import WorkerProcesses
@@ -153,6 +154,25 @@ def test_a_graph_that_would_run_itself_is_refused_at_run_time(client: Client) ->
     assert refused["children"] == []
 
 
+def read_parent_events(api_url: str, run_id: str, timeout_s: float) -> list[tuple[str, dict[str, Any]]]:
+    """The run's events so far, until its stream has been quiet for a moment (it is waiting)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with httpx.Client(base_url=api_url, timeout=httpx.Timeout(2.0, read=1.0)) as http:
+            events: list[tuple[str, dict[str, Any]]] = []
+            try:
+                with http.stream("GET", f"/runs/{run_id}/events") as response:
+                    for event_id, _, data in parse_frames(response.iter_lines()):
+                        events.append((event_id or "", json.loads(data)))
+            except httpx.ReadTimeout:
+                pass  # a waiting run's stream stays open: what came so far is what we want
+        if any((e.get("data") or {}).get("event") == "approval_requested" for _, e in events):
+            return events
+        if time.monotonic() > deadline:
+            return events
+        time.sleep(0.2)
+
+
 def approval_child(graph_id: str) -> dict[str, Any]:
     script = [{"call": "divide", "args": {"a": A, "b": B}}, {"say": "Result: {tool_result}"}]
     return graph(
@@ -172,6 +192,11 @@ def test_an_approval_inside_the_child_is_answered_through_the_parent(client: Cli
     child = only_child(client, parent)
     wait_for(client, child, lambda r: r["status"] == "waiting", "the child never asked for approval")
     assert client.get_run(parent)["status"] == "waiting"
+    # The question shows in the parent's own stream (the console's banner, a chat stream), on its waiting node.
+    [asked] = [e for _, e in read_parent_events(api_url, parent, 10.0)
+               if (e.get("data") or {}).get("event") == "approval_requested"]
+    assert asked["node_id"] == "sub" and asked["data"]["child_run"] == child
+    assert [t["tool_name"] for t in asked["data"]["tool_calls"]] == ["divide"]
 
     answer = httpx.post(f"{api_url}/runs/{parent}/approvals", json={"decision": "approve"}, timeout=10)
     assert answer.status_code == 200, answer.text
