@@ -23,7 +23,13 @@ One mechanism, on the existing suspend/resume path:
    the sweeper's pass (:meth:`ChildLinks.reconcile`) for anything a crash lost.
 4. A parent that ends (cancelled, timed out, failed) cancels its active children
    (:meth:`ChildLinks.after_finish`, recursively); an approval asked inside a child is
-   answered through the parent's run (:func:`submit_approval_through`).
+   shown on the parent's waiting node (:meth:`ChildLinks.announce_waiting`) and answered
+   through the parent's run (:func:`submit_approval_through`).
+
+Users: the Execute Workflow node (``nodes/flow/execute_workflow``), a Loop's iterations on
+workers (``nodes/_shared/loop_children.py``: an inline body, ``ChildSpec.graph``) and an
+agent's workflow tools (``nodes/_ai/workflow_tools.py``). The links half (settle, cancel,
+reconcile, collect, approvals) is ``orchestrator/service/child_links.py``.
 
 Bounds (``orchestrator/settings/worker.py``): ``ORCH_CHILD_MAX_DEPTH`` (a child of a child
 ... of a run), ``ORCH_CHILD_MAX_PER_RUN`` (children one run may start); a graph that would
