@@ -153,3 +153,21 @@ async def test_a_failed_iteration_cancels_the_running_ones_and_names_its_index()
     with pytest.raises(RuntimeError, match="loop iteration 1 failed: bad item"):
         await loop_children.for_each(BODY, [1, 2, 3], 3, ctx_with(children, resume={"payload": first.value.payload}))
     assert sorted(children.cancelled) == ["child-0-1", "child-2-1"]
+
+
+async def test_a_distributed_until_feeds_each_result_into_the_next_iteration_until_the_condition_holds() -> None:
+    children = FakeChildren()
+    condition = "{{ input >= 3 }}"
+    with pytest.raises(SuspendRequested) as paused:
+        await loop_children.until(BODY, 1, condition, 5, ctx_with(children))
+    for step, result in enumerate([2, 3]):
+        [running] = paused.value.payload[CHILD_RUNS]
+        children.ended[running] = ChildResult(running, "succeeded", sinks=[result])
+        ctx = ctx_with(children, resume={"payload": paused.value.payload})
+        if result < 3:
+            with pytest.raises(SuspendRequested) as paused:
+                await loop_children.until(BODY, 1, condition, 5, ctx)
+            assert children.started[step + 1].run_input == result  # the last result is the next input
+        else:
+            assert await loop_children.until(BODY, 1, condition, 5, ctx) == (3, 2)
+    assert [s.run_input for s in children.started] == [1, 2]
