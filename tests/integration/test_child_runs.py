@@ -7,6 +7,7 @@ processes). Graphs are stored and runs started, cancelled and approved through t
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections.abc import Iterator
@@ -326,3 +327,26 @@ async def test_the_sweeper_cancels_the_child_of_a_parent_that_ended_another_way(
     stopped = await store.get_run(child)
     assert stopped.status == "cancelled" and f"its parent run {parent} is timed_out" in stopped.error["message"]
     assert await store.redis.hget(keys.children(), child) is None  # settled: nothing left to reconcile
+
+
+def test_a_child_deeper_than_the_depth_bound_is_refused_naming_the_setting(client: Client) -> None:
+    depth = Settings().child_max_depth
+    levels = [f"it-depth-{i}" for i in range(depth + 2)]
+    leaf = graph([("t", "manual_trigger", "Start"), ("p", "probe", "Leaf")], [("t", "output", "p", "input")],
+                 id=levels[-1])
+    client.create_graph(leaf)
+    for graph_id, inner in itertools.pairwise(levels):
+        client.create_graph(parent_graph(graph_id, inner))
+    root = client.start_run(levels[0], {})
+    assert ended(client, root)["status"] == "failed"
+    run_id, chain = root, []
+    while True:
+        run = client.get_run(run_id)
+        chain.append(run)
+        if not run["children"]:
+            break
+        [run_id] = run["children"]
+    assert len(chain) == depth + 1  # the root and `depth` levels of children; the next was refused
+    refusal = f"a child run would be {depth + 1} levels deep; ORCH_CHILD_MAX_DEPTH is {depth}"
+    assert refusal in chain[-1]["error"]["message"]
+    assert all(r["status"] == "failed" for r in chain)
