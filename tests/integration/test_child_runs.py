@@ -199,7 +199,9 @@ def test_an_approval_inside_the_child_is_answered_through_the_parent(client: Cli
     assert asked["node_id"] == "sub" and asked["data"]["child_run"] == child
     assert [t["tool_name"] for t in asked["data"]["tool_calls"]] == ["divide"]
 
-    answer = httpx.post(f"{api_url}/runs/{parent}/approvals", json={"decision": "approve"}, timeout=10)
+    # As the console's banner sends it: the parent's waiting node.
+    answer = httpx.post(f"{api_url}/runs/{parent}/approvals", json={"decision": "approve", "node_id": "sub"},
+                        timeout=10)
     assert answer.status_code == 200, answer.text
     assert answer.json() == {"run_id": child, "node_id": "assistant", "decision": "approve"}
 
