@@ -23,7 +23,7 @@ from orchestrator.kernel.graph import ERROR_PORT
 from orchestrator.kernel.protocol import EventType, NodeEvent
 from orchestrator.kernel.store import NodeStatus, RunStatus
 from orchestrator.queue.dispatch import Dispatcher
-from orchestrator.service.approvals import ApprovalError, Decision, submit_approval, waiting_nodes
+from orchestrator.service.approvals import ApprovalError, Decision, submit_approval
 from orchestrator.settings import StoreSettings
 from orchestrator.store.redis_store import RedisRunStore
 
@@ -260,24 +260,28 @@ class ChildLinks:
 
     async def approval_target(self, run_id: str, node_id: str | None) -> tuple[str, str | None]:
         """Where an approval addressed to ``run_id`` (and ``node_id``, optional) goes: down
-        through every waiting node that waits for a child run, to the run that asks."""
-        current = run_id
+        through the child runs that wait for a decision (of ``node_id``'s children when it
+        is given), to the run that asks; ``run_id`` itself when none of its children asks.
+        A run may be busy (a Loop collecting its other iterations) while a child asks."""
+        current, node = run_id, node_id
         for _ in range(CASCADE_DEPTH):
-            waiting = await waiting_nodes(self.store, current)
-            candidates = [node_id] if node_id in waiting else waiting
-            if len(candidates) != 1:
+            asking = await self._asking(current, node)
+            if not asking:
                 break
-            node = str(candidates[0])
-            waited = waited_children(await self.store.suspended_payload(current, node))
-            if not waited:  # the run that asks (the caller's own: as addressed)
-                return (run_id, node_id) if current == run_id else (current, node)
-            asking = [c for c in waited if await self.store.run_status(c) == RunStatus.WAITING]
-            if len(asking) != 1:
-                count = "none of them asks" if not asking else f"{len(asking)} of them ask ({', '.join(asking)})"
-                raise ApprovalError(f"node {node} waits for child runs {', '.join(waited)}: {count} for an "
-                                    "approval; answer a child run itself", run_id=current, node_id=node)
-            current = asking[0]
-        return current, node_id
+            if len(asking) > 1:
+                raise ApprovalError(f"child runs {', '.join(asking)} each ask for an approval; answer a child run "
+                                    "itself", run_id=current, node_id=node)
+            current, node = asking[0], None
+        return (run_id, node_id) if current == run_id else (current, node)
+
+    async def _asking(self, run_id: str, node_id: str | None) -> list[str]:
+        """The children of ``run_id`` (started by ``node_id``, if given) that wait for a decision."""
+        waiting = [c for c, status in (await self.statuses(await self.children_of(run_id))).items()
+                   if status == RunStatus.WAITING]
+        if node_id is None or not waiting:
+            return waiting
+        links = await self.redis.hmget(self.keys.children(), waiting)
+        return [c for c, raw in zip(waiting, links, strict=True) if raw and json.loads(raw)["node"] == node_id]
 
     async def _send(self, run_id: str, node_id: str) -> None:
         sent = self.dispatch(run_id, [node_id])
