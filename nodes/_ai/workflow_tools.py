@@ -23,7 +23,7 @@ from typing import Any
 from agno.run.requirement import RunRequirement
 from agno.tools import Toolkit, tool
 
-from orchestrator.host.children import CHILD_RUNS, ChildResult, ChildSpec
+from orchestrator.host.children import CHILD_RUNS, ChildResult, ChildSpec, report_child_usage
 from orchestrator.host.node_host import node_host
 from orchestrator.kernel.errors import SuspendRequested
 from orchestrator.kernel.protocol import EventType, FlowContext
@@ -112,6 +112,7 @@ async def resolved(ctx: FlowContext) -> list[RunRequirement]:
     waiting = {child: call for call, child in calls.items() if call not in results}
     for child, result in (await node_host(ctx).collect_children(list(waiting))).items():
         results[waiting.pop(child)] = tool_result(result)
+        await report_child_usage(ctx, result)  # the agent's usage (and its run's budget) counts the graph's
         await ctx.emit(EventType.AGENT_EVENT, {"event": "workflow_tool_completed", "child_run": child,
                                                "status": result.status})
     if waiting:

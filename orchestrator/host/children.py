@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from orchestrator.kernel.errors import UsageBudgetError
-from orchestrator.kernel.protocol import NodeEvent
+from orchestrator.kernel.protocol import FlowContext, NodeEvent
 
 CHILD_RUN = "child_run"  # the suspend payload's key naming the child run a node waits for
 CHILD_RUNS = "child_runs"  # ... or the child runs (a list), any of which ending resumes it
@@ -54,18 +54,30 @@ class ChildResult:
     # The main output of each node that ran with no successor that ran (in graph order),
     # as a nested graph's ``SubgraphResult.sink_outputs``: what a loop iteration yields.
     sinks: list[Any] = field(default_factory=list)
+    # The model usage the child's events carry, by "provider:model" (as a node's ``data.usage``):
+    # the waiting node reports it as its own, so the parent's budget and usage count it.
+    usage: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "status": self.status, "output": self.output, "error": self.error,
-                "sinks": self.sinks}
+                "sinks": self.sinks, "usage": self.usage}
 
     @classmethod
     def from_json(cls, raw: Any) -> ChildResult | None:
         if not isinstance(raw, dict) or not raw.get("run_id") or not raw.get("status"):
             return None
-        error, sinks = raw.get("error"), raw.get("sinks")
+        error, sinks, usage = raw.get("error"), raw.get("sinks"), raw.get("usage")
         return cls(str(raw["run_id"]), str(raw["status"]), raw.get("output"),
-                   error if isinstance(error, dict) else None, sinks if isinstance(sinks, list) else [])
+                   error if isinstance(error, dict) else None, sinks if isinstance(sinks, list) else [],
+                   usage if isinstance(usage, dict) else {})
+
+
+async def report_child_usage(ctx: FlowContext, result: ChildResult) -> None:
+    """Report what the child's models used as the waiting node's own usage (its budget is
+    checked then: ``UsageBudgetError`` when the parent is over it)."""
+    for key, numbers in result.usage.items():
+        if isinstance(numbers, dict):
+            await ctx.report_usage(str(key), numbers)
 
 
 def budget_error(result: ChildResult) -> UsageBudgetError | None:

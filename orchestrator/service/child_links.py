@@ -26,6 +26,7 @@ from orchestrator.queue.dispatch import Dispatcher
 from orchestrator.service.approvals import ApprovalError, Decision, submit_approval
 from orchestrator.settings import StoreSettings
 from orchestrator.store.redis_store import RedisRunStore
+from orchestrator.telemetry.budgets import spent
 
 log = logging.getLogger("orchestrator.service.child_links")
 
@@ -106,7 +107,8 @@ class ChildLinks:
             outputs = await self.store.read_outputs(child_run, list(plan.order))
             output = final_output(plan, outputs)
             sinks = sink_values(plan, outputs, await self.store.node_states(child_run))
-        return ChildResult(child_run, record.status, output, record.error, sinks)
+        _, used = await spent(self.store, child_run)
+        return ChildResult(child_run, record.status, output, record.error, sinks, used.to_json())
 
     async def collect(self, run_ids: list[str]) -> dict[str, ChildResult]:
         """Results of the ended ones among ``run_ids``; their links are dropped (settled)."""

@@ -352,3 +352,20 @@ def test_a_child_deeper_than_the_depth_bound_is_refused_naming_the_setting(clien
     refusal = f"a child run would be {depth + 1} levels deep; ORCH_CHILD_MAX_DEPTH is {depth}"
     assert refusal in chain[-1]["error"]["message"]
     assert all(r["status"] == "failed" for r in chain)
+
+
+def test_a_child_s_model_usage_counts_under_the_parent_node_and_against_its_budget(client: Client) -> None:
+    client.create_graph(graph([("t", "manual_trigger", "Start"),
+                               ("llm", "llm_completion", "Summarize", {"model": "dryrun:m", "prompt": "say hi"})],
+                              [("t", "output", "llm", "input")], id="it-child-llm"))
+    client.create_graph(parent_graph("it-parent-llm", "it-child-llm"))
+    done = ended(client, client.start_run("it-parent-llm", {}))
+    assert done["status"] == "succeeded", done["error"]
+    assert done["nodes"]["sub"]["usage"]["by_model"]["dryrun:m"]["calls"] == 1
+    used = done["usage"]["total_tokens"]
+    # A parent whose budget the child's usage passes fails with the budget error (whatever the error mode).
+    client.create_graph({**parent_graph("it-parent-llm-tight", "it-child-llm"),
+                         "settings": {"budget": {"max_tokens": used - 1}}})
+    over = ended(client, client.start_run("it-parent-llm-tight", {}))
+    assert over["status"] == "failed"
+    assert over["error"]["message"].startswith("run budget max_tokens exceeded")

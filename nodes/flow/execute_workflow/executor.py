@@ -14,7 +14,14 @@ from __future__ import annotations
 from typing import Any
 
 from nodes._shared.values import input_value, result
-from orchestrator.host.children import ChildResult, ChildSpec, budget_error, resumed_result, waiting_payload
+from orchestrator.host.children import (
+    ChildResult,
+    ChildSpec,
+    budget_error,
+    report_child_usage,
+    resumed_result,
+    waiting_payload,
+)
 from orchestrator.host.node_host import node_host
 from orchestrator.kernel.errors import NodeExecutionError, ParameterError, SuspendRequested
 from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext
@@ -22,8 +29,10 @@ from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext
 SUCCEEDED = "succeeded"
 
 
-def child_outcome(ctx: FlowContext, child: ChildResult, graph_id: str) -> ExecutionResult:
-    """This node's result from the child run's result it was resumed with."""
+async def child_outcome(ctx: FlowContext, child: ChildResult, graph_id: str) -> ExecutionResult:
+    """This node's result from the child run's result it was resumed with (what the
+    child's models used counts as this node's usage)."""
+    await report_child_usage(ctx, child)
     over = budget_error(child)
     if over is not None:
         raise over
@@ -53,7 +62,7 @@ class ExecuteWorkflow:
             raise ParameterError("parameter 'graph_id': name the stored graph to run", parameter="graph_id")
         ended = resumed_result(ctx.resume, ctx.attempt)
         if ended is not None:
-            return child_outcome(ctx, ended, graph_id)
+            return await child_outcome(ctx, ended, graph_id)
         given = data.get("input")
         run_input = input_value(inputs) if given is None or given == "" else given
         spec = ChildSpec(parent_run=ctx.run_id, parent_node=ctx.node_id, graph_id=graph_id, run_input=run_input,
