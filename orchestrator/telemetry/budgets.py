@@ -20,8 +20,9 @@ node fails with ``UsageBudgetError`` naming the field, the limit and where it wa
 and the run fails with it (whatever the node's error mode; never retried). A child run
 with no budget of its own (a Loop's iteration on workers, an Execute Workflow's graph)
 spends from its parent's: its nodes check the parent's usage so far, which counts a
-child's usage once the parent collected it (a Loop: when the iteration ended, so
-``concurrency`` iterations may pass the budget together). Runs with no budget pay
+child's usage once the parent collected it (a Loop copies an ended iteration's events; an
+Execute Workflow node or a workflow tool reports the child's usage as its own), so
+``concurrency`` iterations may pass the budget together. Runs with no budget pay
 nothing: the budget is looked up once per run and process. With one, each
 check reads only the run's events appended since the process's previous check.
 """
