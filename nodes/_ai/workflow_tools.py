@@ -79,6 +79,13 @@ def is_workflow_pause(ctx: FlowContext) -> bool:
     return CALLS in payload and payload.get("attempt") == ctx.attempt
 
 
+def is_stale_pause(ctx: FlowContext) -> bool:
+    """Is the resume a workflow-tool pause of an earlier attempt (this execution is a
+    retry, which starts over)?"""
+    payload = (ctx.resume or {}).get("payload") or {}
+    return CALLS in payload and payload.get("attempt") != ctx.attempt
+
+
 async def start_calls(ctx: FlowContext, calls: list[tuple[str, WorkflowTool, Any]],
                       paused: dict[str, Any]) -> SuspendRequested:
     """Start each call's child run; the suspension that waits for them (``paused``: the

@@ -72,7 +72,7 @@ class AgentExecutor:
         runner = await build_runner(data, ctx)
         name = str(runner.name)
         session_id = _session(ctx)
-        if ctx.resume is not None:
+        if ctx.resume is not None and not workflow_tools.is_stale_pause(ctx):
             payload = ctx.resume.get("payload") or {}
             run_id = str(payload.get("agno_run_id") or agno_run_id(ctx))
             if workflow_tools.is_workflow_pause(ctx):  # workflow tools' child runs ended
