@@ -104,7 +104,8 @@ async def _settle_children(run_id: str, node_id: str, outcome: StepOutcome) -> N
         await state.children.settle_waiting(run_id, node_id)
         if child:  # a question it asks is shown (and answered) through its parent
             await state.children.announce_waiting(run_id, node_id)
-    elif child and not outcome.ready:
+    elif not outcome.ready and (child or outcome.status == NodeStatus.FAILED):
+        # A child's end resumes its parent; a run that failed cancels its children at once.
         if await state.children.ended([run_id]):  # a fresh read (run_status may answer from its cache)
             await state.children.after_finish(run_id)
 

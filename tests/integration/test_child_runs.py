@@ -34,7 +34,8 @@ A, B = 10, 4  # the child's agent asks to divide A by B
 
 @pytest.fixture
 def api_url(redis_server: EmbeddedRedis, workers: WorkerProcesses, registry: Registry) -> Iterator[str]:
-    settings = Settings(redis_url=redis_server.url, sse_ping_s=1.0)
+    # No sweeper in the API: what the workers and the API do at once is tested apart from it.
+    settings = Settings(redis_url=redis_server.url, sse_ping_s=1.0, api_run_sweeper=False)
     with serve_in_thread(create_app(settings, registry=registry)) as url:
         yield url
 
@@ -369,3 +370,19 @@ def test_a_child_s_model_usage_counts_under_the_parent_node_and_against_its_budg
     over = ended(client, client.start_run("it-parent-llm-tight", {}))
     assert over["status"] == "failed"
     assert over["error"]["message"].startswith("run budget max_tokens exceeded")
+
+
+def test_a_parent_failing_on_another_branch_cancels_its_child_at_once(client: Client) -> None:
+    client.create_graph(graph([("t", "manual_trigger", "Start"), ("slow", "probe", "Slow", {"delay_s": 60})],
+                              [("t", "output", "slow", "input")], id="it-child-sibling"))
+    client.create_graph(graph(
+        [("t", "manual_trigger", "Start"), ("sub", "execute_workflow", "Slow step", {"graph_id": "it-child-sibling"}),
+         ("wait", "probe", "Later", {"delay_s": 1.5}), ("b", "boom", "Boom", {"message": "other branch"})],
+        [("t", "output", "sub", "input"), ("t", "output", "wait", "input"), ("wait", "output", "b", "input")],
+        id="it-parent-sibling"))
+    parent = client.start_run("it-parent-sibling", {})
+    child = only_child(client, parent)
+    assert ended(client, parent)["status"] == "failed"
+    # No sweeper runs here: the worker whose step failed the run cancels its child.
+    stopped = wait_for(client, child, lambda r: r["status"] == "cancelled", "the child was not cancelled", 2.0)
+    assert f"its parent run {parent} ended" in stopped["error"]["message"]
