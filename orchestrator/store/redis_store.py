@@ -42,13 +42,14 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any, cast
 
 from redis.asyncio import Redis
 
-from orchestrator.errors import StorageBudgetError
+from orchestrator.errors import GraphConflictError, StorageBudgetError
 from orchestrator.kernel.errors import OrchestratorError, RunNotFoundError
 from orchestrator.kernel.protocol import DataValue, EventType, NodeEvent
 from orchestrator.kernel.scheduling import RunPlan
@@ -115,6 +116,46 @@ def over_budget(run_id: str, node_id: str, completion: NodeCompletion, exc: Stor
     return NodeCompletion(status=NodeStatus.FAILED, error=info, stop_run=True, events=[event])
 
 
+def _encoded(plan: RunPlan) -> tuple[str, str, str, str, str]:
+    """create.lua's plan arguments except the run id and labels: the plan JSON without
+    them, the order, the pending counts, the adjacency and the start nodes; built once per
+    compiled plan (kept in ``plan.memo``)."""
+    cached = plan.memo.get("redis_create")
+    if cached is None:
+        raw = plan.to_json()
+        body = {k: v for k, v in raw.items() if k not in ("run_id", "labels")}
+        cached = (_dumps(body), _dumps(plan.order), _dumps({n: p.pending for n, p in plan.nodes.items()}),
+                  _dumps({nid: _dumps(a) for nid, a in adjacency(plan).items()}), _dumps(plan.start))
+        plan.memo["redis_create"] = cached
+    return cast(tuple[str, str, str, str, str], cached)
+
+
+@dataclass(frozen=True)
+class StartGuard:
+    """What create.lua checks before it creates a run of a stored graph (see there): the
+    graph's hash and run index keys, the creation time and workspace the plan was
+    compiled for, its version and whether that must be the latest, and how long the run
+    index keeps a run id."""
+
+    graph_key: str
+    runs_key: str
+    created_at: str
+    workspace: str
+    version: int
+    latest: bool
+    keep_s: int
+
+    def to_json(self) -> str:
+        return _dumps({"created_at": self.created_at, "workspace": self.workspace, "version": self.version,
+                       "latest": self.latest, "keep_s": self.keep_s})
+
+
+class StaleGraphError(GraphConflictError):
+    """A start guard refused the run: the stored graph moved on (a new version, deleted)
+    since its plan was compiled. Nothing was stored; the starter compiles again and
+    retries (a 409 only if the graph keeps changing under it)."""
+
+
 def adjacency(plan: RunPlan) -> dict[str, dict[str, Any]]:
     """Per-node data ``complete.lua`` needs, derived from the plan."""
     in_ports: dict[str, list[str]] = {n: [] for n in plan.order}
@@ -169,10 +210,12 @@ class RedisRunStore(RunStore):
         lua/prelude.lua expects."""
         return self.keys.run_keys(run_id)
 
-    async def _call(self, script: str, run_id: str, args: list[Any], node_id: str = "") -> Any:
+    async def _call(self, script: str, run_id: str, args: list[Any], node_id: str = "",
+                    extra_keys: Sequence[str] = ()) -> Any:
         keys = [*self.all_run_keys(run_id), self.keys.active_runs(), self.keys.queued_nodes()]
         if node_id:
             keys.append(self.keys.lease(run_id, node_id))
+        keys += extra_keys
         s = self.settings
         # ARGV[5] is unused: the scripts read the time from Redis (one clock for all hosts).
         head: list[Any] = [s.events_maxlen, self.keys.notify(run_id), s.active_ttl_s, s.retention_s, ""]
@@ -223,7 +266,8 @@ class RedisRunStore(RunStore):
     # -- RunStore ---------------------------------------------------------------------
 
     async def create_run(
-        self, plan: RunPlan, record: RunRecord, *, deadline_s: float | None = None
+        self, plan: RunPlan, record: RunRecord, *, deadline_s: float | None = None,
+        guard: StartGuard | None = None,
     ) -> None:
         """Store plan and record, mark start nodes ready and sent, append ``run_started``.
         Idempotent.
@@ -231,7 +275,12 @@ class RedisRunStore(RunStore):
         ``deadline_s`` (default ``Settings.run_deadline_s``) from now by Redis's clock is
         the run's score in ``runs:active``, which the sweeper compares with the same clock
         to time runs out. ``created_at`` is Redis's time too (``record.created_at`` is not
-        used: the caller's clock may be off).
+        used: the caller's clock may be off). With ``guard``, the run is created only while
+        the stored graph is the one the plan was compiled from, in the same script (else
+        :class:`StaleGraphError`, nothing stored), and joins the graph's run index.
+
+        The plan's encoded parts are built once per compiled plan (``plan.memo``, shared by
+        every run :meth:`RunPlan.for_run` makes of it): a run adds only its id and labels.
         """
         run_id = plan.run_id
         if deadline_s is None:
@@ -246,14 +295,17 @@ class RedisRunStore(RunStore):
             "remaining": str(len(plan.order)),
             "workspace": str(record.meta.get("workspace") or DEFAULT_WORKSPACE),
         }
-        adj = {nid: _dumps(a) for nid, a in adjacency(plan).items()}
+        body, order, pending, adj, start = _encoded(plan)
         started = self._run_event(run_id, EventType.RUN_STARTED,
                                   {"graph_id": record.graph_id, "start": plan.start})
-        await self._call("create", run_id, [
-            _dumps(fields), _dumps(plan.to_json()), _dumps(plan.order),
-            _dumps({n: p.pending for n, p in plan.nodes.items()}), _dumps(adj),
-            _dumps(plan.start), repr(float(deadline_s)), run_id, started,
-        ])
+        plan_json = f'{{"run_id":{_dumps(run_id)},"labels":{_dumps(plan.labels)},{body[1:]}'
+        created = await self._call("create", run_id, [
+            _dumps(fields), plan_json, order, pending, adj, start, repr(float(deadline_s)), run_id, started,
+            "" if guard is None else guard.to_json(),
+        ], extra_keys=() if guard is None else (guard.graph_key, guard.runs_key))
+        if int(created) < 0:
+            raise StaleGraphError(f"graph {record.graph_id!r} changed while the run was starting; start it again",
+                                  run_id=run_id, graph_id=record.graph_id)
         self._remember(plan)
         self._know_workspace(run_id, fields["workspace"])
 
