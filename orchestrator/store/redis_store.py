@@ -190,6 +190,7 @@ class RedisRunStore(RunStore):
         # Commands of concurrent node steps share round trips (orchestrator/store/batching.py).
         self._batch = CommandBatcher(redis)
         self._plans: OrderedDict[str, RunPlan] = OrderedDict()
+        self._loading: dict[str, asyncio.Future[RunPlan]] = {}  # plans being fetched (single flight)
         self._event_templates: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._statuses: OrderedDict[str, tuple[float, asyncio.Future[Any]]] = OrderedDict()
         self.budget = StorageBudget(redis, self.settings, call=self._batch.script)
@@ -316,12 +317,28 @@ class RedisRunStore(RunStore):
             self._plans.popitem(last=False)
 
     async def load_plan(self, run_id: str) -> RunPlan:
-        """The run's plan; cached in process (plans never change)."""
+        """The run's plan; cached in process (plans never change), and loaded in single
+        flight: however many of a run's nodes start at once on a process that has not
+        seen the run, one GET and one parse serve them all (and one plan object, so the
+        step function builds its graph once)."""
         cached = self._plans.get(run_id)
         if cached is not None:
             self._plans.move_to_end(run_id)
             return cached
-        raw = await self.redis.get(self.keys.plan(run_id))
+        loading = self._loading.get(run_id)
+        if loading is None:
+            loading = asyncio.ensure_future(self._fetch_plan(run_id))
+            self._loading[run_id] = loading
+            loading.add_done_callback(lambda done: self._loaded(run_id, done))
+        return await asyncio.shield(loading)
+
+    def _loaded(self, run_id: str, done: asyncio.Future[RunPlan]) -> None:
+        self._loading.pop(run_id, None)
+        if not done.cancelled():
+            done.exception()  # retrieved here too: every waiter may have gone
+
+    async def _fetch_plan(self, run_id: str) -> RunPlan:
+        raw = await self._batch.execute("GET", self.keys.plan(run_id))
         if raw is None:
             raise RunNotFoundError("no such run (unknown or expired)", run_id=run_id)
         plan = RunPlan.from_json(json.loads(raw))
