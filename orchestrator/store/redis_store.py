@@ -16,7 +16,10 @@ Per-node adjacency is stored at ``create_run`` in a hash (node -> JSON ``{out, r
 in_ports, type, name, rank}``) so the scripts never parse the plan. Each event is one
 stream entry with a single field ``e`` (the NodeEvent JSON), followed by a ``PUBLISH``
 of its id on the run's notify channel (a wake-up hint only). Every key carries a TTL:
-``active_ttl_s`` while the run is active, ``retention_s`` once it ended.
+``active_ttl_s`` while the run is active, ``retention_s`` once it ended. ``create.lua``
+creates every key the nodes fill (and empty) with a placeholder member ``:`` (no node id
+begins with it), so the TTL it sets holds for the run's life; a completion renews it only
+once half of it has passed (one ``TTL`` read), not an ``EXPIRE`` per key per node.
 
 One clock: every time the scripts store or compare (deadlines, retry due times, sent
 times, event timestamps, ``created_at``/``finished_at``) is Redis's ``TIME``, read inside
@@ -25,7 +28,8 @@ the script; a host's clock never enters the run state. Event JSON is written wit
 
 Storage budgets (``orchestrator/store/storage_budget.py``): the bytes a completion stores (its
 outputs and events) and the events a node appends are counted against the run's and its
-workspace's budgets before they are stored; a completion that would pass one is stored
+workspace's budgets before they are stored (a completion's inside ``complete.lua``: one
+round trip); a completion that would pass one is stored
 as the node's failure naming the budget instead, and its run stops. Appended events are
 counted in chunks of ``EVENT_COUNT_CHUNK_BYTES`` (one script call per chunk, not per
 token); a refused chunk fails the node through its executor. A Redis that refuses writes
@@ -389,6 +393,8 @@ class RedisRunStore(RunStore):
         kind, claims, *rest = reply
         if kind == "run":
             run_input, session_id, resume, attempt, token, workspace, *stored = rest
+            if workspace:
+                self._know_workspace(run_id, workspace)  # what the budgets of its completion need
             outputs = {
                 stored[i]: {port: DataValue.from_json(v) for port, v in json.loads(stored[i + 1]).items()}
                 for i in range(0, len(stored), 2)
@@ -448,14 +454,26 @@ class RedisRunStore(RunStore):
         self, run_id: str, node_id: str, completion: NodeCompletion, *, take: int | None = None,
         token: int | None = None,
     ) -> Ready:
+        """Apply ``completion`` in one script call, which also counts its bytes against the
+        storage budgets (see the module docstring): a refusal comes back instead of being
+        applied, and the node's failure naming the budget is stored in a second call."""
         args = self._completion_args(run_id, node_id, completion, take, token)
         stored = len(args["outputs"]) + len(args["payload"]) + sum(len(e) for e in args["events"])
-        try:
-            await self.count_bytes(run_id, stored + self._event_bytes.pop(run_id, 0))
-        except StorageBudgetError as exc:
-            completion = over_budget(run_id, node_id, completion, exc)
+        nbytes = stored + self._event_bytes.pop(run_id, 0)
+        budget, workspace, budget_keys = "", "", list[Any]()
+        if self.budget.enabled and nbytes > 0:
+            workspace = await self._workspace(run_id)
+            _, budget_keys, (count, ws_max, run_max, expire_at) = self.budget.request(nbytes, workspace=workspace)
+            budget = _dumps({"bytes": count, "ws_max": ws_max, "run_max": run_max, "expire_at": expire_at})
+        reply = await self._call("complete", run_id, [_dumps(args), budget], node_id, extra_keys=budget_keys)
+        if reply[0] == "budget":
+            try:
+                self.budget.check(str(reply[1]), int(reply[2]), nbytes, workspace=workspace, run_id=run_id)
+            except StorageBudgetError as exc:
+                completion = over_budget(run_id, node_id, completion, exc)
             args = self._completion_args(run_id, node_id, completion, take, token)
-        queued, backlog, *nodes = await self._call("complete", run_id, [_dumps(args)], node_id)
+            reply = await self._call("complete", run_id, [_dumps(args), ""], node_id)
+        queued, backlog, *nodes = reply
         if queued == "stale":
             metrics.STALE_REFUSED.labels(action="complete").inc()
             return Ready(stale=True)

@@ -31,6 +31,13 @@ end
 local deadline = string.format('%.6f', NOW_S + tonumber(ARGV[12]))
 redis.call('HSET', K_RUN, 'created_at', NOW, 'deadline', deadline)
 redis.call('SET', K_PLAN, ARGV[7])
+-- The hashes and sets the nodes fill (and empty) exist from now on (':' begins no node id), so the TTL set
+-- below covers them and no completion has to set it again (prelude refresh_active_ttl).
+redis.call('HSET', K_OUT, ':', '')
+redis.call('HSET', K_LIVE, ':', '0')
+redis.call('HSET', K_CLAIMS, ':stale', 0)
+redis.call('HSET', K_SENT, ':', '0')  -- never pending: the sweeper sends nothing for it
+redis.call('SADD', K_DISPATCHED, ':')
 for _, node in ipairs(cjson.decode(ARGV[8])) do
   redis.call('HSET', K_NODES, node, 'pending')
 end

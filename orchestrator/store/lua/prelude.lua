@@ -47,6 +47,13 @@ local function expire_all(ttl_s)
   end
 end
 
+-- An active run's keys get ACTIVE_TTL at create (the hashes its nodes fill exist from
+-- then on); progress renews it only once half of it has passed: one TTL read per
+-- completion, not an EXPIRE of every key. The run's end sets RETENTION on all of them.
+local function refresh_active_ttl()
+  if redis.call('TTL', K_RUN) < tonumber(ACTIVE_TTL) / 2 then expire_all(ACTIVE_TTL) end
+end
+
 -- A key created after create_run inherits the run record's remaining TTL.
 local function ensure_ttl(key)
   if redis.call('PTTL', key) == -1 then
@@ -163,6 +170,7 @@ local function hand_over(ready, take)
     redis.call('RPUSH', K_QUEUE, n)
     redis.call('SADD', K_DISPATCHED, n)
   end
+  if #ready > 0 then ensure_ttl(K_QUEUE) end  -- the queue comes and goes as it empties
   count_queued(#ready)
   local out = {#ready, 0}
   for _, n in ipairs(take_queued(take)) do table.insert(out, n) end
