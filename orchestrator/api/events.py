@@ -81,15 +81,16 @@ def make_hub(services: Services) -> EventHub:
     return EventHub(services.redis, services.keys, run_over)
 
 
-async def frames(hub: EventHub, run_id: str, after: str, fmt: str) -> AsyncGenerator[ServerSentEvent, None]:
+async def frames(hub: EventHub, run_id: str, after: str, fmt: str) -> AsyncGenerator[bytes, None]:
+    """The run's SSE frames, each batch of deliveries as one chunk of bytes: every event
+    is encoded once for all its subscribers (``Delivery.frame``, ``chat_frame``)."""
     metrics.SSE_STREAMS.inc()
     try:
-        async for delivery in hub.subscribe(run_id, after):
+        async for batch in hub.subscribe_batches(run_id, after):
             if fmt == "chat":
-                for frame in chat_frames(delivery):
-                    yield frame
+                yield b"".join(chat_frame(delivery) for delivery in batch)
             else:
-                yield ServerSentEvent(data=delivery.json, event=delivery.event.event_type, id=delivery.stream_id)
+                yield b"".join(delivery.frame for delivery in batch)
     finally:
         metrics.SSE_STREAMS.dec()  # synchronous: an await here would be cancelled on disconnect
 
@@ -120,17 +121,22 @@ async def while_allowed(source: AsyncGenerator[Item, None], allowed: Callable[[]
             step.cancel()  # synchronous: an await here would be cancelled on disconnect
 
 
-def chat_frames(delivery: Delivery) -> list[ServerSentEvent]:
-    """The chat protocol messages of one event; the stream id on the last one."""
-    messages = chat_events(delivery.event)
-    return [
-        ServerSentEvent(
-            data=json.dumps(message),
-            event=str(message.get("type", "message")),
-            id=delivery.stream_id if i == len(messages) - 1 else None,
+def chat_frame(delivery: Delivery) -> bytes:
+    """The chat protocol messages of one event as SSE frames, the stream id on the last
+    one; encoded once per delivery however many chat clients follow the run."""
+    cached: bytes | None = delivery.memo.get("chat")
+    if cached is None:
+        messages = chat_events(delivery.event)
+        cached = b"".join(
+            ServerSentEvent(
+                data=json.dumps(message),
+                event=str(message.get("type", "message")),
+                id=delivery.stream_id if i == len(messages) - 1 else None,
+            ).encode()
+            for i, message in enumerate(messages)
         )
-        for i, message in enumerate(messages)
-    ]
+        delivery.memo["chat"] = cached
+    return cached
 
 
 @router.get("/runs/{run_id}/events", response_class=EventSourceResponse)
