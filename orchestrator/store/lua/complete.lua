@@ -62,7 +62,9 @@ if ARGV[7] and ARGV[7] ~= '' then
   local used = tonumber(redis.call('HGET', K_RUN, 'bytes') or '0')
   if budget.run_max > 0 and used + budget.bytes > budget.run_max then return {'budget', 'run', used} end
   local total = 0
-  for i = 19, #KEYS do total = total + tonumber(redis.call('GET', KEYS[i]) or '0') end
+  for _, used_that_day in ipairs(redis.call('MGET', unpack(KEYS, 19))) do
+    total = total + tonumber(used_that_day or '0')
+  end
   if budget.ws_max > 0 and total + budget.bytes > budget.ws_max then return {'budget', 'workspace', total} end
   redis.call('HINCRBY', K_RUN, 'bytes', budget.bytes)
   redis.call('INCRBY', KEYS[19], budget.bytes)
