@@ -7,7 +7,9 @@ Starts its own redis-server and one worker process (the default pool), runs chai
 Redis's ``MONITOR`` meanwhile: commands sent by clients (``EVALSHA``, ``GET``, the
 broker's) and commands run inside scripts are counted apart. The cost of one node is the
 difference between the chains over the 10 added nodes, so what a run costs once (start,
-end) drops out. Prints JSON per added node: client commands (the bench's own ``XREAD`` that follows the
+end) drops out. Also times ``--timed`` runs of each chain without MONITOR: the time per
+added node (median chain-20 minus chain-10, over 10) against a Redis round trip (median
+PING from the bench process). Prints JSON per added node: client commands (the bench's own ``XREAD`` that follows the
 run included), script commands, EXPIREs, each by name.
 """
 
@@ -16,7 +18,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -29,7 +33,7 @@ from orchestrator.local.embedded_redis import EmbeddedRedis  # noqa: E402
 from orchestrator.local.embedded_workers import WorkerProcesses  # noqa: E402
 
 
-async def count_commands(url: str, length: int, runs: int) -> Counter[str]:
+async def count_commands(url: str, length: int, runs: int, timed: int) -> tuple[Counter[str], list[float]]:
     import redis.asyncio as aioredis
 
     from orchestrator.kernel.protocol import EventType
@@ -58,6 +62,11 @@ async def count_commands(url: str, length: int, runs: int) -> Counter[str]:
                     return
 
     await one_run()  # warm: scripts loaded, plan caches
+    durations: list[float] = []
+    for _ in range(timed):  # timed without MONITOR, which slows Redis down
+        t0 = time.perf_counter()
+        await one_run()
+        durations.append(time.perf_counter() - t0)
     try:
         async with watcher.monitor() as monitor:
             async def listen() -> None:
@@ -76,7 +85,24 @@ async def count_commands(url: str, length: int, runs: int) -> Counter[str]:
         await watcher.aclose()
         await store.close()
         app.close()
-    return counts
+    return counts, durations
+
+
+async def round_trip_s(url: str, samples: int = 500) -> float:
+    """Median time of one PING from this process: a Redis round trip."""
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis.from_url(url)
+    try:
+        await client.ping()
+        times = []
+        for _ in range(samples):
+            t0 = time.perf_counter()
+            await client.ping()
+            times.append(time.perf_counter() - t0)
+    finally:
+        await client.aclose()
+    return statistics.median(times)
 
 
 def per_node(short: Counter[str], long: Counter[str], runs: int, added: int) -> dict[str, Any]:
@@ -104,11 +130,18 @@ def per_node(short: Counter[str], long: Counter[str], runs: int, added: int) -> 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--timed", type=int, default=30, help="timed runs of each chain (no MONITOR)")
     args = parser.parse_args()
     with EmbeddedRedis(unix_socket=False) as server, WorkerProcesses(server.url, count=1) as workers:
-        short = asyncio.run(count_commands(server.url, 10, args.runs))
-        long = asyncio.run(count_commands(server.url, 20, args.runs))
+        short, short_s = asyncio.run(count_commands(server.url, 10, args.runs, args.timed))
+        long, long_s = asyncio.run(count_commands(server.url, 20, args.runs, args.timed))
+        rtt_s = asyncio.run(round_trip_s(server.url))
+    node_ms = (statistics.median(long_s) - statistics.median(short_s)) / 10 * 1000
     result = {"per_added_chain_node": per_node(short, long, args.runs, 10),
+              "time_per_added_node_ms": round(node_ms, 3), "redis_round_trip_ms": round(rtt_s * 1000, 3),
+              "node_vs_round_trip": round(node_ms / (rtt_s * 1000), 1),
+              "chain_p50_ms": {"10": round(statistics.median(short_s) * 1000, 2),
+                               "20": round(statistics.median(long_s) * 1000, 2)},
               "worker": f"-P {workers.pool} -c {workers.concurrency}", "runs": args.runs}
     print(json.dumps(result, indent=2))
 
