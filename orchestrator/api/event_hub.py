@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -52,6 +53,7 @@ BATCH = 200
 QUEUE_SIZE = 2_000
 
 RunOver = Callable[[str], Awaitable[bool]]  # run id -> is it over (terminal or gone)?
+Allowed = Callable[[], bool]  # may this subscriber go on (e.g. its API key is still known)?
 
 
 @dataclass(frozen=True)
@@ -86,9 +88,62 @@ class _End:
 END = _End()
 
 
+class _Mailbox:
+    """A subscriber's bounded queue. Waiting on it costs a future (and, with a timeout,
+    one timer), not a task: with thousands of subscribers, a task per wait was a third of
+    the cost of a delivery."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.items: deque[Delivery | _End] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, item: Delivery) -> bool:
+        """Queue ``item``; False (nothing queued) when the mailbox is full."""
+        if len(self.items) >= self.size:
+            return False
+        self.items.append(item)
+        self._wake()
+        return True
+
+    def end(self) -> None:
+        """Queue the end of the iteration (always fits: one past the bound at most)."""
+        self.items.append(END)
+        self._wake()
+
+    def take_all(self) -> list[Delivery | _End]:
+        items = list(self.items)
+        self.items.clear()
+        return items
+
+    async def wait(self, timeout_s: float | None = None) -> None:
+        """Until something is queued, or ``timeout_s`` passed."""
+        if self.items:
+            return
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiter = waiter
+        timer = loop.call_later(timeout_s, _release, waiter) if timeout_s is not None else None
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+
+    def _wake(self) -> None:
+        if self._waiter is not None:
+            _release(self._waiter)
+
+
+def _release(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 @dataclass(eq=False)
 class _Subscriber:
-    queue: asyncio.Queue[Delivery | _End]
+    mailbox: _Mailbox
     dropped: bool = False
 
 
@@ -171,32 +226,43 @@ class EventHub:
                 for delivery in batch:
                     yield delivery
 
-    async def subscribe_batches(self, run_id: str, after: str = "0-0") -> AsyncGenerator[list[Delivery], None]:
+    async def subscribe_batches(self, run_id: str, after: str = "0-0", *, allowed: Allowed | None = None,
+                                check_every_s: float = 2.0) -> AsyncGenerator[list[Delivery], None]:
         """:meth:`subscribe`'s deliveries in the batches they arrive in: a replayed page, or
         what the reader queued while the subscriber was away. A stream sends a batch as one
-        write (with thousands of clients, a write per event was the cost)."""
-        subscriber = _Subscriber(asyncio.Queue(self.queue_size))
+        write (with thousands of clients, a write per event was the cost).
+
+        With ``allowed``, the iteration ends (without the terminal event) as soon as it
+        answers False: checked before each batch and every ``check_every_s`` while idle."""
+        subscriber = _Subscriber(_Mailbox(self.queue_size))
         channel = self._join(run_id, subscriber)
         try:
             await asyncio.shield(channel.started)  # the reader's start id is fixed first
             last = after
             async for page in self._replay(run_id, after):
+                if allowed is not None and not allowed():
+                    return
                 page = _through_terminal(page)
                 last = page[-1].stream_id
                 yield page
                 if page[-1].terminal:
                     return
             seen = _StreamIdFloor(last)
+            idle_s = check_every_s if allowed is not None else None
             while True:
-                items = [await subscriber.queue.get()]
-                while not subscriber.queue.empty() and not isinstance(items[-1], _End):
-                    items.append(subscriber.queue.get_nowait())
+                await subscriber.mailbox.wait(idle_s)
+                if allowed is not None and not allowed():
+                    return
+                items = subscriber.mailbox.take_all()
+                if not items:
+                    continue
+                ended = any(isinstance(i, _End) for i in items)
                 batch = _through_terminal([i for i in items if isinstance(i, Delivery) and seen.passes(i.stream_id)])
                 if batch:
                     yield batch
                     if batch[-1].terminal:
                         return
-                if isinstance(items[-1], _End):
+                if ended:
                     return
         finally:
             reader = self._leave(channel, subscriber)
@@ -279,9 +345,7 @@ class EventHub:
         """Queue ``batch`` to every subscriber; True once the run's terminal event passed."""
         for delivery in batch:
             for subscriber in list(channel.subscribers):
-                try:
-                    subscriber.queue.put_nowait(delivery)
-                except asyncio.QueueFull:
+                if not subscriber.mailbox.put(delivery):
                     self._drop(channel, subscriber)
             if delivery.terminal:
                 return True
@@ -292,9 +356,8 @@ class EventHub:
         self.dropped += 1
         subscriber.dropped = True
         channel.subscribers.discard(subscriber)
-        while not subscriber.queue.empty():
-            subscriber.queue.get_nowait()
-        subscriber.queue.put_nowait(END)
+        subscriber.mailbox.take_all()
+        subscriber.mailbox.end()
 
     def _close(self, channel: _Channel) -> None:
         """The reader is done: new subscribers get a new channel, current ones end."""
@@ -303,10 +366,7 @@ class EventHub:
         if not channel.started.done():
             channel.started.set_result(None)
         for subscriber in list(channel.subscribers):
-            try:
-                subscriber.queue.put_nowait(END)
-            except asyncio.QueueFull:
-                self._drop(channel, subscriber)
+            subscriber.mailbox.end()
 
     def _dedicated_client(self) -> Redis:
         """A client with one connection of its own, for blocking reads."""
