@@ -1,9 +1,13 @@
 """Starting a run: validate, compile, store, dispatch the start nodes.
 
-The API, the CLI and tests call :func:`start_run` with a :class:`RunRequest` (the run's
-input and options); from then on workers drive the run through the store's barrier. The
-caller provides ``dispatch(run_id, node_ids)`` (for the Celery deployment
-``orchestrator.queue.dispatch.make_dispatch(app)``), sync or async.
+A run of a stored graph (manual starts, webhooks, chat messages, schedules) starts with
+:func:`start_stored`, from the version's cached, compiled plan (no validation, no
+compilation; ``plan_cache.py``). The CLI, reruns, test steps and tests call
+:func:`start_run` with a graph and a :class:`RunRequest` (the run's input and options),
+which validates (remembered per graph content) and compiles. From then on workers drive
+the run through the store's barrier. The caller provides ``dispatch(run_id, node_ids)``
+(for the Celery deployment ``orchestrator.queue.dispatch.make_dispatch(app)``, or
+``make_async_dispatch`` on an event loop), sync or async.
 """
 
 from __future__ import annotations
