@@ -13,10 +13,10 @@ from fastapi.responses import JSONResponse
 
 from orchestrator.kernel.errors import ParameterError, RunStateError
 from orchestrator.kernel.store import RunStatus
-from orchestrator.service.runs import RunRequest
+from orchestrator.service.runs import RunRequest, StoredGraph
 
 from .auth import role
-from .launch import StoredGraph, find_node, launch, owned_run, relaunch, run_detail, start_node
+from .launch import find_node, launch, owned_run, relaunch, run_detail, start_node
 from .models import Approval, GraphId, Rerun, StartRun
 from .principal import Principal
 from .services import Services, get_services

@@ -204,3 +204,12 @@ def parse_graph(raw: Any) -> Graph:
                 graph_id=graph.id, edge_id=edge.id,
             )
     return graph
+
+
+def trusted_graph(raw: dict[str, Any]) -> Graph:
+    """A :class:`Graph` of JSON that ``parse_graph`` already accepted (a compiled plan's
+    snapshot, written by ``Graph.to_json`` after validation): pydantic-core builds it,
+    without the depth walk, the channel checks and the error mapping of ``parse_graph``
+    (measured on a 51-node graph: 0.7 ms against 1.7 ms; pydantic's ``model_construct``,
+    which skips validation, was slower than both). Never call it on JSON from outside."""
+    return Graph.model_validate(raw)

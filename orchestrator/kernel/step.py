@@ -27,7 +27,7 @@ from .errors import (
     SuspendRequested,
 )
 from .expressions import Scope
-from .graph import ERROR_PORT, Graph, Node, parse_graph
+from .graph import ERROR_PORT, Graph, Node, trusted_graph
 from .observer import ObservedEnd, ObservedNode, observe, with_usage
 from .output_limits import check_outputs
 from .parameters import resolve_parameters_off_loop
@@ -56,9 +56,10 @@ class StepOutcome:
 
 
 def _graph_for(plan: RunPlan) -> Graph:
-    """The plan's graph snapshot, parsed once per plan object (stores cache plans)."""
+    """The plan's graph snapshot, built once per plan object (stores cache plans, and load
+    one run's plan once per process); validated when the run was compiled, so trusted."""
     if plan.parsed is None:
-        plan.parsed = parse_graph(plan.graph)
+        plan.parsed = trusted_graph(plan.graph)
     graph: Graph = plan.parsed
     return graph
 

@@ -36,6 +36,10 @@ key                                        type        what, TTL
                                                        active TTL, deleted at 0
 {p}:graph:{gid}                            hash        graph record (latest version, name, created); graph_ttl_s
 {p}:graph:{gid}:v:{n}                      string      graph JSON of version n; graph_ttl_s
+{p}:graph:{gid}:plans                      hash        "{n}:{registry fingerprint}:{start}" -> the version's
+                                                       validated, compiled plan JSON (no run id), so a
+                                                       start neither validates nor compiles; graph_ttl_s,
+                                                       deleted with the graph
 {p}:graphs                                 zset        graph id -> updated_at (every workspace)
 {p}:ws:{ws}:graphs                         zset        graph id -> updated_at, graphs of one workspace
 {p}:sweeper:lock                           string      one sweeper pass at a time; PX of the pass
@@ -140,6 +144,9 @@ class Keys:
 
     def graph_version(self, graph_id: str, version: int) -> str:
         return f"{self.prefix}:graph:{graph_id}:v:{version}"
+
+    def graph_plans(self, graph_id: str) -> str:
+        return f"{self.prefix}:graph:{graph_id}:plans"
 
     def graphs(self) -> str:
         return f"{self.prefix}:graphs"
