@@ -39,6 +39,7 @@ from orchestrator.kernel.validation import GraphLimits, validate_graph
 from orchestrator.service.plan_cache import GraphHead, PlanCache, StoredPlan, compile_template, fingerprint, start_key
 from orchestrator.settings import KernelLimits, Settings
 from orchestrator.store.keys import Keys
+from orchestrator.telemetry.budgets import graph_budget
 
 WEBHOOK_NODE_TYPE = "webhook_trigger"  # the trigger type whose data.path routes POST /hooks/{path}
 HOOK_PATH_PATTERN = r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+){0,15}"  # at most 16 segments
@@ -70,6 +71,7 @@ def validate(raw: Any, registry: Registry, settings: KernelLimits) -> dict[str, 
     normalized graph JSON."""
     limits = settings.graph_limits()
     normalized: dict[str, Any] = validate_graph(raw, registry, limits).graph.to_json()
+    graph_budget(normalized)  # a malformed settings.budget is refused when saved, not at each start
     return normalized
 
 
@@ -176,6 +178,7 @@ class GraphStore:
             if ttl:
                 pipe.expire(self.keys.graph(gid), ttl)
             await pipe.execute()
+        self.plans.forget(gid)  # this process's next start reads the new head (others: the start guard)
         return graph
 
     async def _path_taken(self, path: str, owner: str, gid: str) -> GraphConflictError:
@@ -216,6 +219,7 @@ class GraphStore:
             pipe.zrem(self.keys.graphs(), graph_id)
             pipe.zrem(self.keys.workspace_graphs(_field(record, "workspace", DEFAULT_WORKSPACE)), graph_id)
             await pipe.execute()
+        self.plans.forget(graph_id)
 
     async def set_webhook_secret(self, graph_id: str, secret: str, *, workspace: str | None = None) -> None:
         await self._require(graph_id, workspace)
