@@ -45,6 +45,10 @@ key                                        type        what, TTL
                                                        default; another workspace's under
                                                        {p}:agno:ws:{ws}:*; retention
                                                        (table in nodes/_ai/storage.py)
+{p}:limit:{key}                            hash        a rate limit's state (GCRA time, 429 block, learned
+                                                       rate, grants of the last 60 s); 1 day idle
+{p}:limit:{key}:r                          zset        holder -> reserved slot time of a refused acquire;
+                                                       1 day idle (entries dropped after 10 min)
 {p}:hooks                                  hash        webhook path -> graph id (kept with the graphs)
 {p}:graph:{gid}:runs                       zset        run id -> created_at; trimmed with retention
 {p}:hooksig:{sha256}                       string      an accepted webhook signature; 2 x webhook_tolerance_s
@@ -185,6 +189,9 @@ class Keys:
             self.dispatched(run_id), self.events(run_id), self.adj(run_id), self.suspend(run_id),
             self.resume(run_id), self.queue(run_id), self.sent(run_id),
         ]
+
+    def limit(self, key: str) -> str:
+        return f"{self.prefix}:limit:{key}"
 
     def draft(self, graph_id: str) -> str:
         return f"{self.prefix}:draft:{graph_id}"
