@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import AsyncIterator, Iterator
 
@@ -36,7 +37,7 @@ async def test_a_quota_is_spaced_and_refusals_get_distinct_reserved_slots(limite
     waits = [(await limiter.take([ten_per_s], holder=f"h{i}")).wait_s for i in range(5)]
     assert waits[0] == 0
     # each later holder is refused with its own slot, 0.1 s apart: no herd wakes at once
-    assert all(0.05 < b - a < 0.15 for a, b in zip(waits, waits[1:], strict=False))
+    assert all(0.05 < b - a < 0.15 for a, b in itertools.pairwise(waits))
     await asyncio.sleep(waits[2] + 0.02)
     again = await limiter.take([ten_per_s], holder="h2")
     assert again.wait_s == 0  # the reservation is taken, no new slot charged
