@@ -1,7 +1,7 @@
 """Rate limits a step asks for before a node runs, and the interface that enforces them.
 
 A node's ``settings.limits`` names limits: a ``key`` (text, or an expression over the run's
-input and the node's direct input: ``"per-user:{{ run.input.user }}"``), a quota of
+input and the node's direct input: ``"per-user:{{ $run.input.user }}"``), a quota of
 ``rate`` units per ``per_s`` seconds, and the ``cost`` of one execution in units. The step
 resolves the keys with the run's scope and asks the environment's :class:`Limiter` once
 for all of them, before the executor runs. A limiter that refuses answers how long to wait;
