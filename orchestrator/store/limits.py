@@ -11,7 +11,7 @@ O(1) memory, one HMGET/HSET per key), with two additions:
 * **Adaptive limits.** A provider's 429 (:meth:`RateLimiter.penalize`) blocks the key for
   everyone until its ``Retry-After`` and cuts its rate: a key with no declared rate learns
   one (90% of what was granted in the last 60 s), a declared one runs below its rate; each
-  later 429 cuts by 20% (once per cool-down), each grant adds 0.2% back (AIMD).
+  later 429 cuts by 20% (once per cool-down), each grant adds 0.05% back (AIMD).
 
 Why GCRA rather than a sliding-window log: measured in ``bench/flow_control.py`` (the
 ``limiter`` section), one acquire costs about the same on both, but the log keeps one

@@ -133,7 +133,7 @@ for i, limit in ipairs(args.limits) do
     -- Additive increase of a learned rate, back towards the declared one (or unlimited).
     local state = states[i]
     if state.learned > 0 then
-      local grown = state.learned * 1.002 + 0.001
+      local grown = state.learned * 1.0005 + 0.001
       if not limit.learn and grown >= limit.rate then
         redis.call('HDEL', key, 'learned')
       else
