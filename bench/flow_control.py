@@ -140,7 +140,7 @@ class Harness:
         counts: dict[str, int] = {}
         after, status = "0-0", ""
         while not status:
-            for event_id, event in await self.store.read_events(run_id, after=after, count=5000, block_ms=30_000):
+            for event_id, event in await self.store.read_events(run_id, after=after, count=5000, block_ms=1000):
                 after = event_id
                 counts[event.event_type] = counts.get(event.event_type, 0) + 1
                 if not event.node_id and event.event_type in EventType.TERMINAL:

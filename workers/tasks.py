@@ -49,6 +49,7 @@ from orchestrator.errors import StoreFullError
 from orchestrator.kernel.step import StepOutcome, run_step
 from orchestrator.queue.app import DRAIN_TASK, NODE_TASK, NOOP_TASK
 from orchestrator.queue.dispatch import send_drains, send_nodes
+from orchestrator.service import admission
 from orchestrator.service.plugins import get_registry
 from orchestrator.settings import load_settings
 from orchestrator.telemetry import metrics, model_metrics, tracing
@@ -137,7 +138,22 @@ async def run_here(run_id: str, node_id: str, *, promised: bool = False) -> Step
         branches += [asyncio.ensure_future(run_here(run_id, n, promised=True)) for n in outcome.ready[1:]]
     if branches:
         await asyncio.gather(*branches)
+    await _release_if_ended(run_id)
     return outcome
+
+
+async def _release_if_ended(run_id: str) -> None:
+    """A run under a concurrency key that ended frees its place: the next waiting runs of
+    its key start (``orchestrator/service/admission.py``). Graphs without one cost nothing."""
+    store = process_state().store
+    plan = await store.load_plan(run_id)  # cached in process
+    if not (plan.graph.get("settings") or {}).get("concurrency"):
+        return
+
+    async def dispatch(next_run: str, nodes: list[str]) -> None:
+        await _publish(send_nodes, next_run, nodes)
+
+    await admission.release_if_ended(store, run_id, dispatch)
 
 
 async def _wake(run_id: str, waiting: int) -> None:
