@@ -147,10 +147,12 @@ class Gate:
         self.keys = keys
         self._script = redis.register_script(_SCRIPT)
 
-    async def _call(self, run_id: str, args: dict[str, Any]) -> list[Any]:
+    def _keys(self, run_id: str) -> list[str]:
         k = self.keys
-        keys = [k.run(run_id), k.ready(run_id), k.dispatched(run_id), k.sent(run_id), f"{k.prefix}:cc"]
-        reply: list[Any] = await self._script(keys=keys, args=[json.dumps({**args, "run": run_id})])
+        return [k.run(run_id), k.ready(run_id), k.dispatched(run_id), k.sent(run_id), k.concurrency()]
+
+    async def _call(self, run_id: str, args: dict[str, Any]) -> list[Any]:
+        reply: list[Any] = await self._script(keys=self._keys(run_id), args=[json.dumps({**args, "run": run_id})])
         return reply
 
     async def admit(self, held: Held, run_id: str, start: list[str]) -> list[Any]:
@@ -163,8 +165,11 @@ class Gate:
             "op": "release", "scope": held.scope, "key": held.key, "max": held.rule.max_runs,
             "strategy": held.rule.strategy})]
 
-    async def unhold(self, run_id: str, start: list[str]) -> None:
-        await self._call(run_id, {"op": "unhold", "scope": "", "key": "", "start": start})
+    async def unhold(self, run_id: str, start: list[str]) -> bool:
+        """Start a held run (False: it had ended meanwhile, e.g. cancelled while queued)."""
+        reply = await self._script(keys=self._keys(run_id), args=[json.dumps(
+            {"op": "unhold", "scope": "", "key": "", "start": start, "run": run_id})])
+        return bool(int(reply))
 
     async def position(self, held: Held, run_id: str) -> int:
         reply = await self._call(run_id, {"op": "position", "scope": held.scope, "key": held.key})
@@ -238,12 +243,18 @@ async def release(store: Any, run_id: str, dispatch: Any) -> list[str]:
     if found is None:
         return []
     held, _ = found
-    started = await gate.release(held, run_id)
-    for next_run in started:
-        plan = await store.load_plan(next_run)
-        await gate.unhold(next_run, list(plan.start))
-        await _dispatch(dispatch, next_run, list(plan.start))
-        log.info("run %s started: a place of concurrency key %r was freed by run %s", next_run, held.key, run_id)
+    started: list[str] = []
+    ended = [run_id]
+    while ended:  # a run taken from the queue that had ended meanwhile frees its place again
+        freed = ended.pop()
+        for next_run in await gate.release(held, freed):
+            plan = await store.load_plan(next_run)
+            if not await gate.unhold(next_run, list(plan.start)):
+                ended.append(next_run)
+                continue
+            await _dispatch(dispatch, next_run, list(plan.start))
+            started.append(next_run)
+            log.info("run %s started: concurrency key %r has a free place (run %s ended)", next_run, held.key, freed)
     return started
 
 

@@ -3,8 +3,8 @@
 --   op: 'admit' | 'release' | 'position' | 'unhold'
 --   scope (workspace:graph), key (the run's evaluated key), run, max, strategy
 --   (queue | round_robin | cancel_in_progress | cancel_newest), start: [start node ids]
--- KEYS[1..4]: the run's record, ready, dispatched and sent keys (admit: a held run's start
--- nodes are taken off them, so nothing (the sweeper included) sends them; release gives
+-- KEYS[1..4]: the run's record, ready, dispatched and sent keys (admit: a held run is
+-- 'queued' and its start nodes are taken off them, so nothing (the sweeper included) sends them; release gives
 -- the keys of nothing: the runs it starts are put back by the caller's 'unhold').
 -- KEYS[5]: the prefix of this product's concurrency keys ({p}:cc).
 -- Keys under KEYS[5]..':'..scope: ':run:'..key zset running runs (score: admission order);
@@ -50,6 +50,8 @@ if args.op == 'unhold' then
   -- as create.lua does, so the sweeper sends one whose message is lost
   local t = redis.call('TIME')
   local now = string.format('%d.%06d', t[1], t[2])
+  if redis.call('HGET', KEYS[1], 'status') ~= 'queued' then return 0 end  -- it ended meanwhile
+  redis.call('HSET', KEYS[1], 'status', 'running')
   for _, node in ipairs(args.start) do
     redis.call('SADD', KEYS[2], node)
     redis.call('SADD', KEYS[3], node)
@@ -89,6 +91,7 @@ if args.op == 'admit' then
     redis.call('SREM', KEYS[3], node)
     redis.call('HDEL', KEYS[4], node)
   end
+  redis.call('HSET', KEYS[1], 'status', 'queued')
   local seq = redis.call('INCR', SEQ)
   redis.call('ZADD', Q, seq, args.run)
   if rr and redis.call('ZCARD', Q) == 1 then redis.call('RPUSH', RR, args.key) end
