@@ -27,6 +27,7 @@ Request node's origin; ``:rpm`` / ``:tpm`` appended.
 from __future__ import annotations
 
 import json
+import logging
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,9 @@ from orchestrator.kernel.errors import WaitRequested
 from orchestrator.kernel.limits import LimitRequest
 from orchestrator.kernel.protocol import FlowContext
 from orchestrator.settings import Settings
+from orchestrator.store.limits import UNAVAILABLE, UNAVAILABLE_WAIT_S
+
+log = logging.getLogger("orchestrator.flow")
 
 HEADROOM = 0.98  # declared quotas run at 98%: arrivals jitter around their granted slots
 PER_MINUTE_S = 60.0
@@ -104,8 +108,10 @@ class FlowGate:
             return
         self._sent += 1
         estimate = estimate_tokens(body) if limits.tpm else 0
-        got = await limiter.take(limits.requests(estimate),
-                                 holder=f"{self.ctx.execution_key}:{self._sent}")
+        try:
+            got = await limiter.take(limits.requests(estimate), holder=f"{self.ctx.execution_key}:{self._sent}")
+        except UNAVAILABLE:  # the limit cannot be asked: wait and ask again, never call blindly
+            self._raise(UNAVAILABLE_WAIT_S, {"limit": limits.key, "source": "limiter_unavailable"})
         if got.wait_s > 0:
             self._raise(got.wait_s, {"limit": got.key, "source": "provider_limit"})
         if limits.tpm:
@@ -116,7 +122,11 @@ class FlowGate:
         limiter = node_host(self.ctx).limiter
         request = limits.requests(0)[0]
         if limiter is not None:
-            await limiter.penalize(request, retry_after_s)
+            try:
+                await limiter.penalize(request, retry_after_s)
+            except UNAVAILABLE:
+                log.warning("run %s node %s: a 429 of %s could not be shared (Redis unavailable)",
+                            self.ctx.run_id, self.ctx.node_id, request.key)
         self._raise(max(MIN_WAIT_S, retry_after_s or 0.0), {"limit": request.key, "source": "provider_429"})
 
     async def settle(self, tokens_used: int) -> None:
@@ -125,7 +135,11 @@ class FlowGate:
         if not self._charged or limiter is None:
             return
         request, estimate = self._charged.pop(0)
-        await limiter.adjust(request, tokens_used - estimate)
+        try:
+            await limiter.adjust(request, tokens_used - estimate)
+        except UNAVAILABLE:  # the estimate stays charged: the key runs a little slow, never fast
+            log.warning("run %s node %s: tokens of %s not corrected (Redis unavailable)",
+                        self.ctx.run_id, self.ctx.node_id, request.key)
 
     def _raise(self, wait_s: float, reason: dict[str, Any]) -> None:
         self.signal = WaitRequested(f"waiting for {reason['limit']}", delay_s=wait_s, reason=reason,

@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from orchestrator.kernel.limits import LimitDecision, LimitRequest
 from orchestrator.store.keys import Keys
@@ -39,6 +41,8 @@ from orchestrator.telemetry import flow_metrics
 
 _SOURCE = (Path(__file__).parent / "lua" / "limit.lua").read_text()
 DEFAULT_TTL_S = 86400.0
+UNAVAILABLE_WAIT_S = 1.0  # a limiter Redis cannot answer: the node waits this long and asks again
+UNAVAILABLE = (RedisConnectionError, RedisTimeoutError)
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,10 @@ class RateLimiter:
         """The kernel's interface: a node's own limits, scoped to its workspace."""
         scoped = [LimitRequest(key=f"ws:{workspace or 'default'}:{r.key}", rate=r.rate, per_s=r.per_s,
                                cost=r.cost, burst=r.burst, learn=r.learn) for r in requests]
-        got = await self.take(scoped, holder=holder)
+        try:
+            got = await self.take(scoped, holder=holder)
+        except UNAVAILABLE:  # a node waits for a limit that cannot be asked; it never fails for it
+            return LimitDecision(UNAVAILABLE_WAIT_S, "limiter unavailable")
         return LimitDecision(got.wait_s, got.key)
 
     async def adjust(self, request: LimitRequest, delta: float) -> None:
