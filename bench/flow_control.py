@@ -3,8 +3,9 @@ enforces its quota with 429s.
 
 A local OpenAI-compatible stub (the test suite's, ``tests/agents/openai_stub.py``) answers
 at most ``--rpm`` chat requests in any sliding ``--window-s`` window and 429 beyond it, with
-``Retry-After`` (seconds until the window's oldest request leaves it). ``--nodes`` Agent nodes
-(one run, fanned out from one trigger) call it through the operator's endpoint, on 2 worker
+``Retry-After`` (seconds until the window's oldest request leaves it). ``--nodes`` model nodes
+(``llm_completion``: an Agno Agent without session storage, one streamed call each; one run,
+fanned out from one trigger, each with 3 attempts for infrastructure hiccups) call it through the operator's endpoint, on 2 worker
 processes (threads pool, ``ORCH_NODE_CONCURRENCY`` 100 each). Phases, in one run of this
 script, on one embedded Redis:
 
@@ -101,8 +102,9 @@ def agents_graph(nodes: int) -> dict[str, Any]:
     items = [{"id": "t", "type": "manual_trigger", "name": "Start", "data": {}}]
     edges = []
     for i in range(nodes):
-        items.append({"id": f"a{i}", "type": "agent", "name": f"Agent {i}",
-                      "data": {"prompt": f"question {i}", "model": MODEL, "history": False}})
+        items.append({"id": f"a{i}", "type": "llm_completion", "name": f"Model {i}",
+                      "data": {"prompt": f"question {i}", "model": MODEL},
+                      "settings": {"retry": {"max_attempts": 3, "initial_interval_s": 1}}})
         edges.append({"id": f"e{i}", "source": "t", "sourceHandle": "output", "target": f"a{i}",
                       "targetHandle": "input", "data": {"channel": "flow"}})
     return {"id": f"bench-flow-{nodes}", "nodes": items, "edges": edges}
@@ -193,6 +195,7 @@ async def phase(url: str, stub: QuotaStub, nodes: int, *, free_probe: bool) -> d
         counts = await harness.finish(run_id)
         out = quota_figures(stub.log, stub.rpm, stub.window_s, stub.window_s)
         out["throttled_events"] = counts.get(EventType.THROTTLED, 0)
+        out["retry_events"] = counts.get(EventType.RETRY, 0)
         out["agents_completed"] = counts.get(EventType.COMPLETED, 0) - 1  # minus the trigger
         if free_probe:
             out["free_node_ms_while_agents_wait"] = free_ms

@@ -84,3 +84,12 @@ async def test_many_concurrent_acquires_never_grant_more_than_the_quota(limiter:
     assert 1 <= len(granted) <= 1 + elapsed * 20 + 1  # slots fall due while the calls go on
     # every one of the 200 got its own slot, 50 ms apart: the last is ~10 s out
     assert 199 / 20 - elapsed - 0.1 <= max(r.wait_s for r in results) <= 199 / 20 + 0.1
+
+
+async def test_an_execution_that_runs_again_under_the_same_holder_is_counted_once(limiter: RateLimiter) -> None:
+    one_a_minute = LimitRequest("once", rate=1, per_s=60)
+    assert (await limiter.take([one_a_minute], holder="run:node:1")).wait_s == 0
+    # its worker died; the node runs again (same attempt, same holder): no second charge
+    assert (await limiter.take([one_a_minute], holder="run:node:1")).wait_s == 0
+    other = await limiter.take([one_a_minute], holder="run:other:1")
+    assert 58 < other.wait_s <= 60  # and the unit it used is not given back either

@@ -14,7 +14,9 @@
 --   b:<second mod 60> / s:<second mod 60> units granted in that second and which second it
 --   was (a ring of the last 60 s, for learning). KEYS[i]..':r' a zset holder -> reserved time
 --   (reservations never taken, of holders that died or whose run ended, are dropped after
---   STALE_S).
+--   STALE_S). KEYS[i]..':g' a zset holder -> when it was granted (kept STALE_S): the same
+--   holder asking again (its node re-run after its worker died) is granted without a new
+--   charge, so an execution that runs twice is counted once.
 -- Returns {wait_ms, limiting index (1-based, 0 when granted), effective rate of each limit...}
 local args = cjson.decode(ARGV[1])
 local t = redis.call('TIME')
@@ -92,7 +94,10 @@ for i, limit in ipairs(args.limits) do
   reply_rates[i] = tostring(rate or 0)
   redis.call('ZREMRANGEBYSCORE', key .. ':r', '-inf', now - STALE_S)
   local reserved = holder ~= '' and tonumber(redis.call('ZSCORE', key .. ':r', holder)) or nil
-  if reserved then
+  local granted_before = holder ~= '' and redis.call('ZSCORE', key .. ':g', holder) or nil
+  if granted_before then
+    plans[i] = {kind = 'again', at = now}
+  elseif reserved then
     plans[i] = {kind = 'reserved', at = reserved}
     if reserved - now > wait then wait, limiting = reserved - now, i end
   elseif rate and rate > 0 then
@@ -118,7 +123,9 @@ for i, limit in ipairs(args.limits) do
   if plan.kind == 'slot' then
     redis.call('HSET', key, 'tat', string.format('%.6f', plan.tat))
   end
-  if wait > 0 then
+  if plan.kind == 'again' then
+    -- counted when it was first granted
+  elseif wait > 0 then
     -- Refused: the slot is this holder's at its time (no thundering herd of re-asks).
     if holder ~= '' and plan.kind ~= 'reserved' then
       redis.call('ZADD', key .. ':r', string.format('%.6f', now + wait), holder)
@@ -126,6 +133,11 @@ for i, limit in ipairs(args.limits) do
     end
   else
     if plan.kind == 'reserved' then redis.call('ZREM', key .. ':r', holder) end
+    if holder ~= '' then
+      redis.call('ZREMRANGEBYSCORE', key .. ':g', '-inf', now - STALE_S)
+      redis.call('ZADD', key .. ':g', string.format('%.6f', now), holder)
+      redis.call('EXPIRE', key .. ':g', ttl)
+    end
     if tonumber(redis.call('HGET', key, 's:' .. slot)) ~= second then
       redis.call('HSET', key, 's:' .. slot, second, 'b:' .. slot, 0)
     end
