@@ -6,8 +6,8 @@ at most ``--rpm`` chat requests in any sliding ``--window-s`` window and 429 bey
 ``Retry-After`` (seconds until the window's oldest request leaves it). ``--nodes`` model nodes
 (``llm_completion``: an Agno Agent without session storage, one streamed call each; one run,
 fanned out from one trigger, each with 3 attempts for infrastructure hiccups) call it
-through the operator's endpoint, on 2 worker processes (threads pool, ``ORCH_NODE_CONCURRENCY`` 100 each). Phases, in one run of this
-script, on one embedded Redis:
+through the operator's endpoint, on 2 worker processes (threads pool,
+``ORCH_NODE_CONCURRENCY`` 100 each). Phases, in one run of this script, on one embedded Redis:
 
 * ``declared``: the quota is configured once for the endpoint (``ORCH_MODEL_LIMITS``
   ``{"<stub>": {"rpm": N}}``). Reported: provider 429s (goal 0), throughput as a share of the
