@@ -17,6 +17,10 @@ through the operator's endpoint, on 2 worker processes (threads pool,
 * ``adaptive``: no limit configured. The first burst meets 429s; each 429 blocks the key
   for every worker until ``Retry-After`` and teaches it a rate. Reported: 429s as a share of
   calls made after the first ``--window-s`` (goal < 5%), and over the whole phase.
+* ``fairness``: workspace ``a`` starts ``--flood`` ``bench_sleep`` nodes of ``--flood-delay-s``
+  (one run, fanned out), then workspace ``b`` starts one 3-node run (trigger -> sleep 0 ->
+  sleep 0): the time from b's start to its end, beside the same run on the idle cluster
+  (the baseline, measured first) and the flood's own length.
 * ``limiter``: one acquire of the GCRA script (``orchestrator/store/lua/limit.lua``) against
   a sliding-window log in a sorted set (the other usual design, written here for the
   comparison), same Redis, sequential calls: microseconds per acquire and the bytes one key
@@ -57,6 +61,8 @@ RESULTS = ROOT / "bench" / "results"
 WORKERS = 2
 CONCURRENCY = 100
 MODEL = "openai-like:bench-model"
+LEASE_S = 10.0  # node leases (the workers' ORCH_NODE_LEASE_S): a node whose worker lost it is re-sent sooner
+SWEEP_PERIOD_S = 1.0
 
 
 class _QuotaHandler(_Handler):
@@ -125,11 +131,20 @@ class Harness:
         from orchestrator.settings import Settings
         from orchestrator.store.redis_store import RedisRunStore
 
-        settings = Settings(node_paths=str(PACK))
+        settings = Settings(node_paths=str(PACK), node_lease_s=LEASE_S)
         self.registry = load_registry(settings)
         self.store = RedisRunStore.from_url(url, settings)
         self.app = make_celery(url, settings)
         self.dispatch = make_dispatch(self.app)
+        self.settings = settings
+        self._sweeping: asyncio.Task[None] | None = None
+
+    def sweep(self) -> None:
+        """The sweeper a deployment runs (``orchestrator sweeper``): lost leases, lost sends."""
+        from orchestrator.service.sweeper import Sweeper
+
+        sweeper = Sweeper(self.store, self.dispatch, self.settings)
+        self._sweeping = asyncio.ensure_future(sweeper.run_forever(SWEEP_PERIOD_S))
 
     async def start(self, graph: dict[str, Any]) -> str:
         from orchestrator.service.runs import RunRequest, start_run
@@ -157,6 +172,9 @@ class Harness:
         return round((time.monotonic() - started) * 1000, 1)
 
     async def close(self) -> None:
+        if self._sweeping is not None:
+            self._sweeping.cancel()
+            await asyncio.gather(self._sweeping, return_exceptions=True)
         await self.store.close()
         self.app.close()
 
@@ -180,6 +198,7 @@ def quota_figures(log: list[tuple[float, int]], rpm: int, window_s: float, settl
 
 async def phase(url: str, stub: QuotaStub, nodes: int, *, free_probe: bool) -> dict[str, Any]:
     harness = Harness(url)
+    harness.sweep()
     try:
         if free_probe:
             await harness.free_latency_ms()  # warm-up: plans, connections, imports
@@ -201,6 +220,55 @@ async def phase(url: str, stub: QuotaStub, nodes: int, *, free_probe: bool) -> d
             out["free_node_ms_while_agents_wait"] = free_ms
             out["free_node_ms_idle_baseline"] = baseline_ms
         return out
+    finally:
+        await harness.close()
+
+
+def flood_graph(nodes: int, delay_s: float) -> dict[str, Any]:
+    items = [{"id": "t", "type": "manual_trigger", "name": "Start", "data": {}}]
+    edges = []
+    for i in range(nodes):
+        items.append({"id": f"s{i}", "type": "bench_sleep", "name": f"S{i}", "data": {"delay_s": delay_s}})
+        edges.append({"id": f"e{i}", "source": "t", "sourceHandle": "output", "target": f"s{i}",
+                      "targetHandle": "input", "data": {"channel": "flow"}})
+    return {"id": "bench-flood", "nodes": items, "edges": edges}
+
+
+SMALL_GRAPH = {"id": "bench-small", "nodes": [
+    {"id": "t", "type": "manual_trigger", "name": "Start", "data": {}},
+    {"id": "a", "type": "bench_sleep", "name": "A", "data": {"delay_s": 0}},
+    {"id": "b", "type": "bench_sleep", "name": "B", "data": {"delay_s": 0}}],
+    "edges": [{"id": "e1", "source": "t", "sourceHandle": "output", "target": "a", "targetHandle": "input",
+               "data": {"channel": "flow"}},
+              {"id": "e2", "source": "a", "sourceHandle": "output", "target": "b", "targetHandle": "input",
+               "data": {"channel": "flow"}}]}
+
+
+async def fairness(url: str, flood: int, delay_s: float) -> dict[str, Any]:
+    from orchestrator.service.runs import RunRequest, start_run
+
+    harness = Harness(url)
+    harness.sweep()
+
+    async def small() -> float:
+        started = time.monotonic()
+        run_id = await start_run(harness.store, harness.registry, SMALL_GRAPH,
+                                 RunRequest({}, meta={"workspace": "b"}), dispatch=harness.dispatch)
+        await harness.finish(run_id)
+        return round(time.monotonic() - started, 3)
+
+    try:
+        await small()  # warm-up
+        idle_s = await small()
+        started = time.monotonic()
+        big = await start_run(harness.store, harness.registry, flood_graph(flood, delay_s),
+                              RunRequest({}, meta={"workspace": "a"}, deadline_s=3600), dispatch=harness.dispatch)
+        await asyncio.sleep(2.0)  # the flood is under way
+        during_s = await small()
+        await harness.finish(big)
+        return {"small_run_s_during_flood": during_s, "small_run_s_idle_baseline": idle_s,
+                "flood_s": round(time.monotonic() - started, 1), "flood_nodes": flood,
+                "flood_node_delay_s": delay_s}
     finally:
         await harness.close()
 
@@ -251,17 +319,23 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--rpm", type=int, default=600)
     parser.add_argument("--window-s", type=float, default=60.0)
-    parser.add_argument("--phases", default="limiter,declared,adaptive")
+    parser.add_argument("--flood", type=int, default=5000)
+    parser.add_argument("--flood-delay-s", type=float, default=1.0)
+    parser.add_argument("--phases", default="limiter,fairness,declared,adaptive")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     phases = args.phases.split(",")
     result: dict[str, Any] = {}
     with EmbeddedRedis(unix_socket=False) as server, QuotaStub(args.rpm, args.window_s) as stub:
         base_env = {"ORCH_NODE_PATHS": str(PACK), "ORCH_OPENAI_BASE_URL": stub.base_url,
-                    "OPENAI_API_KEY": "sk-bench"}
+                    "OPENAI_API_KEY": "sk-bench", "ORCH_NODE_LEASE_S": str(LEASE_S)}
         if "limiter" in phases:
             result["limiter"] = asyncio.run(limiter_figures(server.url))
             print(f"limiter: {result['limiter']}", file=sys.stderr)
+        if "fairness" in phases:
+            with WorkerProcesses(server.url, count=WORKERS, pool="threads", concurrency=CONCURRENCY, env=base_env):
+                result["fairness"] = asyncio.run(fairness(server.url, args.flood, args.flood_delay_s))
+            print(f"fairness: {result['fairness']}", file=sys.stderr)
         for name in ("declared", "adaptive"):
             if name not in phases:
                 continue
