@@ -18,7 +18,7 @@ through the operator's endpoint, on 2 worker processes (threads pool,
   for every worker until ``Retry-After`` and teaches it a rate. Reported: 429s as a share of
   calls made after the first ``--window-s`` (goal < 5%), and over the whole phase.
 * ``fairness``: workspace ``a`` starts ``--flood`` ``bench_sleep`` nodes of ``--flood-delay-s``
-  (one run, fanned out), then workspace ``b`` starts one 3-node run (trigger -> sleep 0 ->
+  (two runs, each fanned out from its trigger), then workspace ``b`` starts one 3-node run (trigger -> sleep 0 ->
   sleep 0): the time from b's start to its end, beside the same run on the idle cluster
   (the baseline, measured first) and the flood's own length.
 * ``limiter``: one acquire of the GCRA script (``orchestrator/store/lua/limit.lua``) against
@@ -244,7 +244,13 @@ SMALL_GRAPH = {"id": "bench-small", "nodes": [
                "data": {"channel": "flow"}}]}
 
 
-async def fairness(url: str, flood: int, delay_s: float) -> dict[str, Any]:
+ONE_NODE = {"id": "bench-one", "nodes": [{"id": "s", "type": "bench_sleep", "name": "S", "data": {"delay_s": 1.0}}],
+            "edges": []}
+
+
+async def fairness(url: str, flood: int, delay_s: float, shape: str) -> dict[str, Any]:
+    """``shape`` ``fanout``: the flood is two runs fanned out; ``runs``: ``flood`` runs of one
+    node each (every one a node message on the broker queue, ahead of b's)."""
     from orchestrator.service.runs import RunRequest, start_run
 
     harness = Harness(url)
@@ -261,12 +267,21 @@ async def fairness(url: str, flood: int, delay_s: float) -> dict[str, Any]:
         await small()  # warm-up
         idle_s = await small()
         started = time.monotonic()
-        big = await start_run(harness.store, harness.registry, flood_graph(flood, delay_s),
-                              RunRequest({}, meta={"workspace": "a"}, deadline_s=3600), dispatch=harness.dispatch)
+        if shape == "fanout":
+            bigs = [await start_run(harness.store, harness.registry, flood_graph(part, delay_s),
+                                    RunRequest({}, meta={"workspace": "a"}, deadline_s=3600),
+                                    dispatch=harness.dispatch)
+                    for part in (flood // 2, flood - flood // 2)]  # a graph has at most 5,000 nodes
+        else:
+            one = {**ONE_NODE, "nodes": [{**ONE_NODE["nodes"][0], "data": {"delay_s": delay_s}}]}
+            bigs = [await start_run(harness.store, harness.registry, one,
+                                    RunRequest({}, start=["s"], meta={"workspace": "a"}, deadline_s=3600),
+                                    dispatch=harness.dispatch) for _ in range(flood)]
         await asyncio.sleep(2.0)  # the flood is under way
         during_s = await small()
-        await harness.finish(big)
-        return {"small_run_s_during_flood": during_s, "small_run_s_idle_baseline": idle_s,
+        for big in bigs:
+            await harness.finish(big)
+        return {"flood_shape": shape, "small_run_s_during_flood": during_s, "small_run_s_idle_baseline": idle_s,
                 "flood_s": round(time.monotonic() - started, 1), "flood_nodes": flood,
                 "flood_node_delay_s": delay_s}
     finally:
@@ -334,8 +349,10 @@ def main() -> int:
             print(f"limiter: {result['limiter']}", file=sys.stderr)
         if "fairness" in phases:
             with WorkerProcesses(server.url, count=WORKERS, pool="threads", concurrency=CONCURRENCY, env=base_env):
-                result["fairness"] = asyncio.run(fairness(server.url, args.flood, args.flood_delay_s))
-            print(f"fairness: {result['fairness']}", file=sys.stderr)
+                for shape in ("fanout", "runs"):
+                    result[f"fairness_{shape}"] = asyncio.run(fairness(server.url, args.flood, args.flood_delay_s,
+                                                                       shape))
+                    print(f"fairness {shape}: {result[f'fairness_{shape}']}", file=sys.stderr)
         for name in ("declared", "adaptive"):
             if name not in phases:
                 continue

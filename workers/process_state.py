@@ -99,7 +99,6 @@ class Slots:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.in_flight = 0
-        self._freed: asyncio.Event | None = None
 
     def free(self) -> int:
         return max(0, self.capacity - self.in_flight)
@@ -118,18 +117,6 @@ class Slots:
         if count <= 0:
             return
         self.in_flight -= count
-        if self._freed is not None:
-            self._freed.set()
-
-    async def wait_free(self) -> int:
-        """Until a slot is free (on the loop; the caller's pool thread waits, not the
-        loop), then reserve every free slot; how many."""
-        while not self.free():
-            if self._freed is None:
-                self._freed = asyncio.Event()
-            self._freed.clear()
-            await self._freed.wait()
-        return self.reserve_free()
 
 
 class Handover:
