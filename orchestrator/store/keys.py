@@ -49,6 +49,9 @@ key                                        type        what, TTL
                                                        rate, grants of the last 60 s); 1 day idle
 {p}:limit:{key}:r                          zset        holder -> reserved slot time of a refused acquire;
                                                        1 day idle (entries dropped after 10 min)
+{p}:limit:{key}:g                          zset        holder -> when it was granted (a re-run of the same
+                                                       execution is not charged again); 1 day idle
+                                                       (entries dropped after 10 min)
 {p}:cc:{ws}:{gid}:run:{key}                zset        runs of a concurrency key in progress; 1 day idle
 {p}:cc:{ws}:{gid}:q:{key}                  zset        runs waiting for a place under that key (FIFO); 1 day idle
 {p}:cc:{ws}:{gid}:all / :rr / :seq         zset/list/  every key's runs in progress (round_robin), the keys
