@@ -12,8 +12,9 @@ through the operator's endpoint, on 2 worker processes (threads pool,
 * ``declared``: the quota is configured once for the endpoint (``ORCH_MODEL_LIMITS``
   ``{"<stub>": {"rpm": N}}``). Reported: provider 429s (goal 0), throughput as a share of the
   quota from the first to the last request (goal >= 95%), and the latency of a free node
-  (one ``bench_sleep`` with 0 s, its own run) started while the agents wait, beside the same
-  run's latency on the idle cluster measured first (the baseline): waiting holds no slot.
+  (one ``bench_sleep`` with 0 s, its own run) started while the model nodes make their first
+  tries (each one runs once to learn it must wait: CPU) and again 40 s in (all of them parked
+  on their reservations, no slot held), beside the same run on the idle cluster (baseline).
 * ``adaptive``: no limit configured. The first burst meets 429s; each 429 blocks the key
   for every worker until ``Retry-After`` and teaches it a rate. Reported: 429s as a share of
   calls made after the first ``--window-s`` (goal < 5%), and over the whole phase.
@@ -63,6 +64,7 @@ CONCURRENCY = 100
 MODEL = "openai-like:bench-model"
 LEASE_S = 10.0  # node leases (the workers' ORCH_NODE_LEASE_S): a node whose worker lost it is re-sent sooner
 SWEEP_PERIOD_S = 1.0
+STEADY_AFTER_S = 40.0  # the second free-node probe, this long after the model nodes started
 
 
 class _QuotaHandler(_Handler):
@@ -205,19 +207,23 @@ async def phase(url: str, stub: QuotaStub, nodes: int, *, free_probe: bool) -> d
         baseline_ms = await harness.free_latency_ms() if free_probe else None
         stub.reset()
         run_id = await harness.start(agents_graph(nodes))
-        free_ms = None
+        started_phase = time.monotonic()
+        free_ms = steady_ms = None
         if free_probe:
             while len(stub.log) < min(nodes, 50):  # the agents are calling and waiting by now
                 await asyncio.sleep(0.2)
             await asyncio.sleep(2)
-            free_ms = await harness.free_latency_ms()
+            free_ms = await harness.free_latency_ms()  # while every model node makes its first try
+            await asyncio.sleep(max(0.0, started_phase + STEADY_AFTER_S - time.monotonic()))
+            steady_ms = await harness.free_latency_ms()  # every model node parked on its reservation
         counts = await harness.finish(run_id)
         out = quota_figures(stub.log, stub.rpm, stub.window_s, stub.window_s)
         out["throttled_events"] = counts.get(EventType.THROTTLED, 0)
         out["retry_events"] = counts.get(EventType.RETRY, 0)
         out["agents_completed"] = counts.get(EventType.COMPLETED, 0) - 1  # minus the trigger
         if free_probe:
-            out["free_node_ms_while_agents_wait"] = free_ms
+            out["free_node_ms_during_first_tries"] = free_ms
+            out[f"free_node_ms_at_{STEADY_AFTER_S:.0f}s_all_waiting"] = steady_ms
             out["free_node_ms_idle_baseline"] = baseline_ms
         return out
     finally:
