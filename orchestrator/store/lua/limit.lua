@@ -25,7 +25,6 @@ local ttl = math.max(1, math.ceil(args.ttl_s or 3600))
 local WINDOW = 60  -- seconds of grant history kept for learning a rate from a 429
 local MIN_FACTOR = 0.05
 local STALE_S = 600
-local LATE_S = 2  -- a reservation taken this late is dropped: its holder takes a fresh slot
 
 local function num(v, d) return tonumber(v) or d end
 
@@ -95,12 +94,6 @@ for i, limit in ipairs(args.limits) do
   reply_rates[i] = tostring(rate or 0)
   redis.call('ZREMRANGEBYSCORE', key .. ':r', '-inf', now - STALE_S)
   local reserved = holder ~= '' and tonumber(redis.call('ZSCORE', key .. ':r', holder)) or nil
-  if reserved and reserved < now - LATE_S then
-    -- Its holder came back long after its slot (a loaded worker): sending now would bunch
-    -- with the on-time slots in the provider's window; it queues again instead.
-    redis.call('ZREM', key .. ':r', holder)
-    reserved = nil
-  end
   local granted_before = holder ~= '' and redis.call('ZSCORE', key .. ':g', holder) or nil
   if granted_before then
     plans[i] = {kind = 'again', at = now}
