@@ -23,8 +23,8 @@ number (~120 bytes); and GCRA's spacing (burst 1) never puts more than the quota
 window, which is what a provider's sliding window checks.
 
 Keys: ``{p}:limit:<key>`` (hash), ``{p}:limit:<key>:r`` (zset of reservations) and
-``{p}:limit:<key>:g`` (zset of holders granted in the last 10 minutes: a node re-run under the
-same attempt, after its worker died, is not charged twice), expiring after ``ttl_s`` of
+``{p}:limit:<key>:g`` (zset of holders granted in the last 10 minutes, for a node's own limits:
+a node re-run under the same attempt, after its worker died, is not charged twice), expiring after ``ttl_s`` of
 idleness (a day by default).
 """
 
@@ -77,12 +77,16 @@ class RateLimiter:
         reply: list[Any] = await self._script(keys=keys, args=[json.dumps({**args, "ttl_s": self.ttl_s})])
         return reply
 
-    async def take(self, requests: Sequence[LimitRequest], *, holder: str) -> Acquired:
-        """Acquire every request at once (fully scoped keys); see the module docstring."""
+    async def take(self, requests: Sequence[LimitRequest], *, holder: str, once: bool = False) -> Acquired:
+        """Acquire every request at once (fully scoped keys); see the module docstring.
+        ``once``: ``holder`` is charged once however often it asks (a node execution that
+        runs again after its worker died); without it every grant is a new charge (each of a
+        provider's requests is a new call)."""
         if not requests:
             return Acquired(0.0, "", ())
         reply = await self._call([self.keys.limit(r.key) for r in requests],
-                                 {"op": "acquire", "holder": holder, "limits": [_spec(r) for r in requests]})
+                                 {"op": "acquire", "holder": holder, "once": once,
+                                  "limits": [_spec(r) for r in requests]})
         wait_s = int(reply[0]) / 1000
         index = int(reply[1])
         rates = tuple(float(x) for x in reply[2:])
@@ -97,7 +101,7 @@ class RateLimiter:
         scoped = [LimitRequest(key=f"ws:{workspace or 'default'}:{r.key}", rate=r.rate, per_s=r.per_s,
                                cost=r.cost, burst=r.burst, learn=r.learn) for r in requests]
         try:
-            got = await self.take(scoped, holder=holder)
+            got = await self.take(scoped, holder=holder, once=True)
         except UNAVAILABLE:  # a node waits for a limit that cannot be asked; it never fails for it
             return LimitDecision(UNAVAILABLE_WAIT_S, "limiter unavailable")
         return LimitDecision(got.wait_s, got.key)

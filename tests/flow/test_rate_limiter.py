@@ -88,8 +88,15 @@ async def test_many_concurrent_acquires_never_grant_more_than_the_quota(limiter:
 
 async def test_an_execution_that_runs_again_under_the_same_holder_is_counted_once(limiter: RateLimiter) -> None:
     one_a_minute = LimitRequest("once", rate=1, per_s=60)
-    assert (await limiter.take([one_a_minute], holder="run:node:1")).wait_s == 0
+    assert (await limiter.take([one_a_minute], holder="run:node:1", once=True)).wait_s == 0
     # its worker died; the node runs again (same attempt, same holder): no second charge
-    assert (await limiter.take([one_a_minute], holder="run:node:1")).wait_s == 0
-    other = await limiter.take([one_a_minute], holder="run:other:1")
+    assert (await limiter.take([one_a_minute], holder="run:node:1", once=True)).wait_s == 0
+    other = await limiter.take([one_a_minute], holder="run:other:1", once=True)
     assert 58 < other.wait_s <= 60  # and the unit it used is not given back either
+
+
+async def test_each_request_of_a_provider_is_a_new_charge_even_under_the_same_holder(limiter: RateLimiter) -> None:
+    one_a_minute = LimitRequest("calls", rate=1, per_s=60)
+    assert (await limiter.take([one_a_minute], holder="run:node:1:1")).wait_s == 0
+    # the request got a 429 and the node runs again: its new call is a new charge
+    assert (await limiter.take([one_a_minute], holder="run:node:1:1")).wait_s > 58

@@ -6,6 +6,9 @@
 --           rate, it runs at what it learned from 429s, unlimited until the first)
 --   holder: who asks (a node execution key): a refused acquire reserves the slot for it, and
 --           its next acquire at or after that time takes the reservation instead of a new slot
+--   once: (acquire) the holder is charged once however often it asks (a node's own limits:
+--         an execution run again after its worker died); false for a provider's requests,
+--         each of which is a new call
 --   delta: (adjust) units to add (+) or give back (-), e.g. real tokens minus the estimate
 --   retry_after_s: (penalize) what the provider's Retry-After said (0: none)
 --   ttl_s: how long an idle state hash lives
@@ -94,7 +97,7 @@ for i, limit in ipairs(args.limits) do
   reply_rates[i] = tostring(rate or 0)
   redis.call('ZREMRANGEBYSCORE', key .. ':r', '-inf', now - STALE_S)
   local reserved = holder ~= '' and tonumber(redis.call('ZSCORE', key .. ':r', holder)) or nil
-  local granted_before = holder ~= '' and redis.call('ZSCORE', key .. ':g', holder) or nil
+  local granted_before = args.once and holder ~= '' and redis.call('ZSCORE', key .. ':g', holder) or nil
   if granted_before then
     plans[i] = {kind = 'again', at = now}
   elseif reserved then
@@ -133,7 +136,7 @@ for i, limit in ipairs(args.limits) do
     end
   else
     if plan.kind == 'reserved' then redis.call('ZREM', key .. ':r', holder) end
-    if holder ~= '' then
+    if args.once and holder ~= '' then
       redis.call('ZREMRANGEBYSCORE', key .. ':g', '-inf', now - STALE_S)
       redis.call('ZADD', key .. ':g', string.format('%.6f', now), holder)
       redis.call('EXPIRE', key .. ':g', ttl)
