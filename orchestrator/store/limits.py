@@ -9,9 +9,12 @@ O(1) memory, one HMGET/HSET per key), with two additions:
   key wake one slot apart rather than all at once (no herd re-asking every window).
   Reservations never taken (the run ended) are dropped after 10 minutes.
 * **Adaptive limits.** A provider's 429 (:meth:`RateLimiter.penalize`) blocks the key for
-  everyone until its ``Retry-After`` and cuts its rate: a key with no declared rate learns
-  one (90% of what was granted in the last 60 s), a declared one runs below its rate; each
-  later 429 cuts by 20% (once per cool-down), each grant adds 0.05% back (AIMD).
+  everyone until its ``Retry-After`` and cuts its rate, once per cool-down (the larger of
+  1 s and the ``Retry-After``), not once per 429 of the same burst: a key with no declared
+  rate learns one (90% of what was granted in the last 60 s), then each cut is 20% and each
+  grant adds 0.05% back (it probes upwards slowly); a declared rate is cut 20% at a time
+  but never below half of it, and each grant adds back 0.2% of it (the quota again within
+  ~250 grants). Additive increase, multiplicative decrease.
 
 Why GCRA rather than a sliding-window log: measured in ``bench/flow_control.py`` (the
 ``limiter`` section), one sequential acquire through this class costs 250-370 us on this

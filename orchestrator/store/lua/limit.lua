@@ -26,7 +26,6 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
 local ttl = math.max(1, math.ceil(args.ttl_s or 3600))
 local WINDOW = 60  -- seconds of grant history kept for learning a rate from a 429
-local MIN_FACTOR = 0.05
 local STALE_S = 600
 
 local function num(v, d) return tonumber(v) or d end
@@ -50,18 +49,19 @@ if args.op == 'penalize' then
   local cooldown = math.max(1, num(args.retry_after_s, 0))
   if now - state.cut >= cooldown then
     local learned = state.learned
-    if learned <= 0 then
+    if not limit.learn then
+      -- A declared quota: run 20% below where it ran, never below half of it.
+      learned = math.max((learned > 0 and learned or limit.rate) * 0.8, limit.rate * 0.5)
+    elseif learned <= 0 then
       -- What was granted over the last WINDOW seconds, a little under, per per_s.
       local granted = 0
       for slot = 0, WINDOW - 1 do
         local f = redis.call('HMGET', key, 's:' .. slot, 'b:' .. slot)
         if tonumber(f[1]) and tonumber(f[1]) > now - WINDOW then granted = granted + num(f[2], 0) end
       end
-      local per_s = num(limit.per_s, 60)
-      learned = math.max(1, granted * 0.9 * per_s / WINDOW)
-      if not limit.learn then learned = math.min(learned, limit.rate) end
+      learned = math.max(1, granted * 0.9 * num(limit.per_s, 60) / WINDOW)
     else
-      learned = math.max(learned * 0.8, MIN_FACTOR * (limit.learn and learned or limit.rate))
+      learned = math.max(learned * 0.8, 1)
     end
     redis.call('HSET', key, 'learned', string.format('%.6f', learned), 'cut', string.format('%.6f', now))
   end
@@ -148,7 +148,8 @@ for i, limit in ipairs(args.limits) do
     -- Additive increase of a learned rate, back towards the declared one (or unlimited).
     local state = states[i]
     if state.learned > 0 then
-      local grown = state.learned * 1.0005 + 0.001
+      -- declared: back to the quota within ~250 grants; learned: probe upwards slowly
+      local grown = limit.learn and (state.learned * 1.0005 + 0.001) or (state.learned + limit.rate * 0.002)
       if not limit.learn and grown >= limit.rate then
         redis.call('HDEL', key, 'learned')
       else
