@@ -340,6 +340,7 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--rpm", type=int, default=600)
     parser.add_argument("--window-s", type=float, default=60.0)
+    parser.add_argument("--concurrency", type=int, default=CONCURRENCY, help="node steps per worker process")
     parser.add_argument("--flood", type=int, default=5000)
     parser.add_argument("--flood-delay-s", type=float, default=1.0)
     parser.add_argument("--phases", default="limiter,fairness,declared,adaptive")
@@ -368,11 +369,12 @@ def main() -> int:
             # a fresh key prefix per phase: what the first phase taught is not the second's
             env["ORCH_KEY_PREFIX"] = f"b{uuid.uuid4().hex[:6]}"
             os.environ["ORCH_KEY_PREFIX"] = env["ORCH_KEY_PREFIX"]
-            with WorkerProcesses(server.url, count=WORKERS, pool="threads", concurrency=CONCURRENCY, env=env):
+            with WorkerProcesses(server.url, count=WORKERS, pool="threads", concurrency=args.concurrency, env=env):
                 result[name] = asyncio.run(phase(server.url, stub, args.nodes, free_probe=name == "declared"))
             print(f"{name}: {result[name]}", file=sys.stderr)
     result["config"] = {"nodes": args.nodes, "rpm": args.rpm, "window_s": args.window_s,
-                        "workers": f"{WORKERS} processes, -P threads -c {CONCURRENCY}",
+                        "workers": f"{WORKERS} processes, -P threads -c {args.concurrency} (model phases), "
+                                   f"-c {CONCURRENCY} (fairness)",
                         "python": platform.python_version(), "cpus": os.cpu_count(),
                         "at": time.strftime("%Y-%m-%dT%H:%M:%S")}
     text = json.dumps(result, indent=2)
