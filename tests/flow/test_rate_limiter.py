@@ -100,3 +100,14 @@ async def test_each_request_of_a_provider_is_a_new_charge_even_under_the_same_ho
     assert (await limiter.take([one_a_minute], holder="run:node:1:1")).wait_s == 0
     # the request got a 429 and the node runs again: its new call is a new charge
     assert (await limiter.take([one_a_minute], holder="run:node:1:1")).wait_s > 58
+
+
+async def test_holders_that_come_back_late_together_go_out_at_the_rate_not_in_a_burst(limiter: RateLimiter) -> None:
+    ten_per_s = LimitRequest("late", rate=10, per_s=1)
+    for i in range(20):  # 20 reservations, 0.1 s apart
+        await limiter.take([ten_per_s], holder=f"h{i}")
+    await asyncio.sleep(2.2)  # every holder is late now; they all come back at once
+    results = [await limiter.take([ten_per_s], holder=f"h{i}") for i in range(20)]
+    granted = [r for r in results if r.wait_s == 0]
+    assert 8 <= len(granted) <= 13  # about one second's worth goes out now ...
+    assert all(0 < r.wait_s <= 1.1 for r in results if r.wait_s)  # ... the rest shortly after

@@ -27,6 +27,7 @@ local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
 local ttl = math.max(1, math.ceil(args.ttl_s or 3600))
 local WINDOW = 60  -- seconds of grant history kept for learning a rate from a 429
 local STALE_S = 600
+local SMOOTH_S = 1  -- grants that fall due together (late holders) go out at most this far ahead of the rate
 
 local function num(v, d) return tonumber(v) or d end
 
@@ -36,8 +37,9 @@ local function effective_rate(limit, state)
 end
 
 local function load(key)
-  local f = redis.call('HMGET', key, 'tat', 'blocked', 'learned', 'cut')
-  return {tat = num(f[1], 0), blocked = num(f[2], 0), learned = num(f[3], 0), cut = num(f[4], 0)}
+  local f = redis.call('HMGET', key, 'tat', 'blocked', 'learned', 'cut', 'gtat')
+  return {tat = num(f[1], 0), blocked = num(f[2], 0), learned = num(f[3], 0), cut = num(f[4], 0),
+          gtat = num(f[5], 0)}
 end
 
 if args.op == 'penalize' then
@@ -119,6 +121,24 @@ for i, limit in ipairs(args.limits) do
   end
 end
 
+-- The grants themselves are spaced too ('gtat', a second GCRA on what actually goes out):
+-- holders that come back late all at once (a loaded worker) trickle out at the rate instead
+-- of bunching in the provider's window; they keep their reservations meanwhile.
+local grant_at = {}
+if wait <= 0 then
+  for i, limit in ipairs(args.limits) do
+    local rate = tonumber(reply_rates[i]) or 0
+    if rate > 0 and plans[i].kind ~= 'again' then
+      local interval = limit.per_s / rate
+      local cost = num(limit.cost, 1)
+      local g = math.max(states[i].gtat, now) + cost * interval
+      grant_at[i] = g
+      local early = g - now - math.max(SMOOTH_S, cost * interval)
+      if early > wait then wait, limiting = early, i end
+    end
+  end
+end
+
 local second = math.floor(now)
 local slot = second % WINDOW
 for i, limit in ipairs(args.limits) do
@@ -136,6 +156,7 @@ for i, limit in ipairs(args.limits) do
     end
   else
     if plan.kind == 'reserved' then redis.call('ZREM', key .. ':r', holder) end
+    if grant_at[i] then redis.call('HSET', key, 'gtat', string.format('%.6f', grant_at[i])) end
     if args.once and holder ~= '' then
       redis.call('ZREMRANGEBYSCORE', key .. ':g', '-inf', now - STALE_S)
       redis.call('ZADD', key .. ':g', string.format('%.6f', now), holder)
