@@ -8,6 +8,10 @@ O(1) memory, one HMGET/HSET per key), with two additions:
   free meanwhile) and its acquire takes the reservation. So a thousand nodes waiting on one
   key wake one slot apart rather than all at once (no herd re-asking every window).
   Reservations never taken (the run ended) are dropped after 10 minutes.
+* **Spaced grants.** What actually goes out is spaced by a second GCRA ("gtat"): holders
+  that come back late together (a loaded worker) are granted at most 1 s ahead of the rate
+  and the rest told to wait the difference, keeping their reservations; without it, late
+  holders bunched in the provider's window (measured: 143-737 429s of 1,000 calls, then 0).
 * **Adaptive limits.** A provider's 429 (:meth:`RateLimiter.penalize`) blocks the key for
   everyone until its ``Retry-After`` and cuts its rate, once per cool-down (the larger of
   1 s and the ``Retry-After``), not once per 429 of the same burst: a key with no declared
