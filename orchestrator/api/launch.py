@@ -16,7 +16,8 @@ from typing import Any
 
 from orchestrator.kernel.errors import ParameterError, RunNotFoundError
 from orchestrator.kernel.protocol import DataValue
-from orchestrator.kernel.store import RunRecord
+from orchestrator.kernel.store import RunRecord, RunStatus
+from orchestrator.service import admission
 from orchestrator.service.graph_store import DEFAULT_WORKSPACE
 from orchestrator.service.runs import RunRequest, StoredGraph, admit_and_start, start_stored
 from orchestrator.telemetry import usage
@@ -122,6 +123,9 @@ async def run_detail(services: Services, run_id: str, *, usage_too: bool = True)
         "output": final_output(plan.order, plan, outputs),
         **trace_of(plan.labels, services.settings.trace_link_template),
     }
+    if record.status == RunStatus.QUEUED and (plan.graph.get("settings") or {}).get("concurrency"):
+        # waiting for a place under its graph's concurrency key (service/admission.py)
+        detail["queue_position"] = await admission.queue_position(services.runs, run_id)
     if not usage_too:  # the usage is summed from the whole event stream: skipped when not wanted
         return detail
     prices = load_table(services.settings.price_table_path)

@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 
 from orchestrator.kernel.errors import ParameterError, RunStateError
 from orchestrator.kernel.store import RunStatus
+from orchestrator.service import admission
 from orchestrator.service.runs import RunRequest, StoredGraph
 
 from .auth import role
@@ -67,6 +68,8 @@ async def cancel(run_id: str, services: Services = SERVICES, who: Principal = RU
         RunStatus.CANCELLED,
         {"type": "RunCancelled", "code": "cancelled", "message": "cancelled through the API"},
     )
+    # a run under a concurrency key frees its place (or leaves its queue): the next starts
+    await admission.release(services.runs, run_id, services.dispatch)
     record = await services.runs.get_run(run_id)
     return {"run_id": run_id, "cancelled": done, "status": record.status}
 

@@ -43,6 +43,7 @@ from orchestrator.kernel.protocol import FlowContext
 from orchestrator.settings import Settings, load_settings
 from orchestrator.store import redis_client
 from orchestrator.store.blobs import Blobs
+from orchestrator.store.limits import RateLimiter
 
 MAX_CACHED_RUNS = 4096  # a worker keeps the hosts of its recent runs (a few hundred bytes each)
 
@@ -54,6 +55,7 @@ class NodeHost:
     settings: Settings
     redis_url: str | None = None  # None: a host with no Redis (no credentials, no files)
     workspace: str = DEFAULT_WORKSPACE
+    limiter: RateLimiter | None = None  # cluster-wide rate limits (orchestrator/host/flow.py)
 
     def egress_policy(self) -> EgressPolicy:
         """Where this host lets a node connect (``ORCH_EGRESS_ALLOW_PRIVATE``, ``ORCH_EGRESS_ALLOW``)."""
@@ -146,16 +148,17 @@ class HostFactory:
     """Builds the :class:`NodeHost` of each run once, for one process's settings and Redis;
     the worker asks it with the run id and the workspace its claim carries."""
 
-    def __init__(self, settings: Settings, redis_url: str | None) -> None:
+    def __init__(self, settings: Settings, redis_url: str | None, limiter: RateLimiter | None = None) -> None:
         self.settings = settings
         self.redis_url = redis_url
+        self.limiter = limiter
         self._hosts: OrderedDict[str, NodeHost] = OrderedDict()
 
     def __call__(self, run_id: str, workspace: str | None) -> NodeHost:
         host = self._hosts.get(run_id)
         if host is None or host.workspace != (workspace or DEFAULT_WORKSPACE):
             host = NodeHost(settings=self.settings, redis_url=self.redis_url,
-                            workspace=checked_workspace(workspace or DEFAULT_WORKSPACE))
+                            workspace=checked_workspace(workspace or DEFAULT_WORKSPACE), limiter=self.limiter)
             self._hosts[run_id] = host
             while len(self._hosts) > MAX_CACHED_RUNS:
                 self._hosts.popitem(last=False)

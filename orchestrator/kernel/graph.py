@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import ChannelError, GraphSchemaError
+from .limits import LimitSpec
 from .nesting import nested_deeper_than
 
 ERROR_PORT = "error"  # the output handle a node gets when its error mode is "error_port"
@@ -46,6 +47,7 @@ class NodeSettings(BaseModel):
     on_error: ErrorMode = "stop"
     timeout_s: float | None = Field(default=None, gt=0)
     disabled: bool = False
+    limits: list[LimitSpec] = Field(default_factory=list, max_length=8)  # rate limits (kernel/limits.py)
 
 
 class Node(BaseModel):

@@ -13,7 +13,6 @@ the run through the store's barrier. The caller provides ``dispatch(run_id, node
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import time
 import uuid
@@ -29,6 +28,7 @@ from orchestrator.kernel.scheduling import RunPlan
 from orchestrator.kernel.store import RunRecord, RunStatus, RunStore
 from orchestrator.kernel.validation import DEFAULT_GRAPH_LIMITS, GraphLimits, ValidatedGraph, validate_graph
 from orchestrator.queue.dispatch import Dispatcher
+from orchestrator.service import admission
 from orchestrator.service.graph_store import DEFAULT_WORKSPACE
 from orchestrator.service.plan_cache import StoredPlan, choose_start, graph_deadline_s
 from orchestrator.settings import Settings
@@ -139,6 +139,8 @@ class _Start:
 async def _store_and_dispatch(store: RunStore, start: _Start, request: RunRequest, dispatch: Dispatcher) -> str:
     plan = start.plan
     run_id, meta = plan.run_id, dict(request.meta or {})
+    held = admission.held_by({"id": start.graph_id, "settings": plan.graph.get("settings") or {}},
+                             request.run_input, str(meta.get("workspace") or DEFAULT_WORKSPACE))
     version = meta.get("graph_version", start.graph_version)
     record = RunRecord(
         run_id=run_id,
@@ -165,10 +167,9 @@ async def _store_and_dispatch(store: RunStore, start: _Start, request: RunReques
             await store.finish_run(run_id, RunStatus.FAILED, exc.to_dict())
             raise
     # create_run marked the start nodes sent (Redis's clock): a message lost on the way,
-    # or a send that fails, is sent again by the sweeper after its grace.
-    sent = dispatch(run_id, list(plan.start))
-    if inspect.isawaitable(sent):
-        await sent
+    # or a send that fails, is sent again by the sweeper after its grace. A graph with
+    # settings.concurrency may hold the run instead (admission.py).
+    await admission.admit(store, held, run_id, list(plan.start), dispatch)
     return run_id
 
 
@@ -197,7 +198,6 @@ async def admit_and_start(services: Starter, graph: dict[str, Any], request: Run
     else the new run's id (queued, not finished), listed under its graph and counted.
     ``request.meta`` carries ``workspace`` and ``graph_version``; ``meta.trigger`` is
     ``trigger``."""
-    from orchestrator.service import admission
     from orchestrator.telemetry import metrics
 
     await admission.check(services.redis, services.settings)

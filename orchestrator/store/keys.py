@@ -49,6 +49,18 @@ key                                        type        what, TTL
                                                        default; another workspace's under
                                                        {p}:agno:ws:{ws}:*; retention
                                                        (table in nodes/_ai/storage.py)
+{p}:limit:{key}                            hash        a rate limit's state (GCRA time, 429 block, learned
+                                                       rate, grants of the last 60 s); 1 day idle
+{p}:limit:{key}:r                          zset        holder -> reserved slot time of a refused acquire;
+                                                       1 day idle (entries dropped after 10 min)
+{p}:limit:{key}:g                          zset        holder -> when it was granted (a re-run of the same
+                                                       execution is not charged again); 1 day idle
+                                                       (entries dropped after 10 min)
+{p}:cc:{ws}:{gid}:run:{key}                zset        runs of a concurrency key in progress; 1 day idle
+{p}:cc:{ws}:{gid}:q:{key}                  zset        runs waiting for a place under that key (FIFO); 1 day idle
+{p}:cc:{ws}:{gid}:all / :rr / :seq         zset/list/  every key's runs in progress (round_robin), the keys
+                                           string      with waiting runs in turn order, the order counter;
+                                                       1 day idle
 {p}:hooks                                  hash        webhook path -> graph id (kept with the graphs)
 {p}:graph:{gid}:runs                       zset        run id -> created_at; trimmed with retention
 {p}:hooksig:{sha256}                       string      an accepted webhook signature; 2 x webhook_tolerance_s
@@ -192,6 +204,13 @@ class Keys:
             self.dispatched(run_id), self.events(run_id), self.adj(run_id), self.suspend(run_id),
             self.resume(run_id), self.queue(run_id), self.sent(run_id),
         ]
+
+    def concurrency(self) -> str:
+        """The stem of the concurrency-key state (``service/admission.py``, ``lua/concurrency.lua``)."""
+        return f"{self.prefix}:cc"
+
+    def limit(self, key: str) -> str:
+        return f"{self.prefix}:limit:{key}"
 
     def draft(self, graph_id: str) -> str:
         return f"{self.prefix}:draft:{graph_id}"
