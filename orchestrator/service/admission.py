@@ -54,7 +54,7 @@ from redis.asyncio import Redis
 
 from orchestrator.errors import OverloadedError
 from orchestrator.kernel.errors import EvaluationError, ExpressionError, GraphSchemaError, ParameterError
-from orchestrator.kernel.expressions import Scope, render, stringify
+from orchestrator.kernel.expressions import Scope, check_syntax, render, stringify
 from orchestrator.kernel.store import RunStatus
 from orchestrator.queue import depth
 from orchestrator.queue.app import NODE_QUEUE, is_amqp
@@ -119,6 +119,20 @@ def concurrency_of(graph: dict[str, Any]) -> Concurrency | None:
         where = ".".join(str(p) for p in first["loc"])
         raise GraphSchemaError(f"settings.concurrency.{where}: {first['msg']}",
                                graph_id=str(graph.get("id") or "")) from None
+
+
+def check_concurrency(graph: dict[str, Any]) -> None:
+    """At save: ``settings.concurrency`` well formed and its key expression parses (a
+    GraphSchemaError / ParameterError naming the field), so a stored graph cannot fail every
+    start for it."""
+    rule = concurrency_of(graph)
+    if rule is None:
+        return
+    try:
+        check_syntax(rule.key)
+    except ExpressionError as exc:
+        raise ParameterError(f"settings.concurrency.key: {exc.message}", graph_id=str(graph.get("id") or ""),
+                             parameter="settings.concurrency.key") from None
 
 
 def key_of(rule: Concurrency, run_input: Any, graph_id: str) -> str:

@@ -36,6 +36,7 @@ from orchestrator.kernel.errors import GraphSchemaError, ParameterError
 from orchestrator.kernel.graph import ID_PATTERN
 from orchestrator.kernel.registry import Registry
 from orchestrator.kernel.validation import GraphLimits, validate_graph
+from orchestrator.service import admission
 from orchestrator.service.plan_cache import GraphHead, PlanCache, StoredPlan, compile_template, fingerprint, start_key
 from orchestrator.settings import KernelLimits, Settings
 from orchestrator.store.keys import Keys
@@ -71,7 +72,8 @@ def validate(raw: Any, registry: Registry, settings: KernelLimits) -> dict[str, 
     normalized graph JSON."""
     limits = settings.graph_limits()
     normalized: dict[str, Any] = validate_graph(raw, registry, limits).graph.to_json()
-    graph_budget(normalized)  # a malformed settings.budget is refused when saved, not at each start
+    graph_budget(normalized)  # a malformed settings.budget or settings.concurrency is refused when
+    admission.check_concurrency(normalized)  # saved, not at each start
     return normalized
 
 
