@@ -214,13 +214,16 @@ class ApiProcess:
 
 @contextmanager
 def system(workers: int = 1, concurrency: int = 2, api: bool = True,
-           api_redis_max_connections: int | None = None) -> Iterator[dict[str, Any]]:
-    """An EmbeddedRedis, ``workers`` Celery workers and (optionally) the API, all ours."""
+           api_redis_max_connections: int | None = None,
+           api_env: dict[str, str] | None = None) -> Iterator[dict[str, Any]]:
+    """An EmbeddedRedis, ``workers`` Celery workers and (optionally) the API, all ours;
+    ``api_env`` adds settings of the API process only."""
     workdir = Path(tempfile.mkdtemp(prefix="orc-bench-"))
     pack = write_pack(workdir)
     env = {"ORCH_NODE_PATHS": str(pack)}
     with EmbeddedRedis(unix_socket=False) as server:
-        api_proc = (ApiProcess(server.url, env, workdir, redis_max_connections=api_redis_max_connections)
+        api_proc = (ApiProcess(server.url, {**env, **(api_env or {})}, workdir,
+                               redis_max_connections=api_redis_max_connections)
                     if api else None)
         try:
             with WorkerProcesses(server.url, count=workers, concurrency=concurrency, env=env):

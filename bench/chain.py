@@ -139,14 +139,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--concurrency", type=int, default=2, help="worker pool processes")
+    parser.add_argument("--concurrency", type=int, default=2,
+                        help="the worker's concurrency (node steps in flight with the default threads pool)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     with EmbeddedRedis() as server, WorkerProcesses(server.url, count=1,
-                                                    concurrency=args.concurrency):
+                                                    concurrency=args.concurrency) as workers:
         result = asyncio.run(bench(server.url, args.runs, args.warmup))
+    # The pool the worker really ran (the settings' default, ``-P threads`` unless
+    # ORCH_WORKER_POOL says otherwise), as its command line named it.
     result["config"] = {"runs": args.runs, "warmup": args.warmup, "chain_length": CHAIN_LENGTH,
-                        "worker_pool": f"prefork c{args.concurrency}", "redis": "embedded, unix socket",
+                        "worker_pool": f"-P {workers.pool} -c {workers.concurrency}", "redis": "embedded, unix socket",
                         "python": platform.python_version(), "machine": platform.machine(),
                         "at": time.strftime("%Y-%m-%dT%H:%M:%S")}
     text = json.dumps(result, indent=2)

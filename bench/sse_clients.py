@@ -185,7 +185,11 @@ def main() -> None:
     # Each client costs one socket here and one in the API (the API reads each run once).
     fd_limit = raise_fd_limit(4 * args.clients + 1024)
     started = time.monotonic()
-    with system(workers=1, concurrency=1, api_redis_max_connections=args.api_redis_max_connections or None) as sys_:
+    # Every client connects from 127.0.0.1: the API's per-client connection bound
+    # (ORCH_API_MAX_CONNECTIONS_PER_CLIENT, 100 by default) would refuse all but 100.
+    per_client = {"ORCH_API_MAX_CONNECTIONS_PER_CLIENT": str(args.clients + 100)}
+    with system(workers=1, concurrency=1, api_redis_max_connections=args.api_redis_max_connections or None,
+                api_env=per_client) as sys_:
         result = asyncio.run(measure(sys_["api"], sys_["redis"].url, sys_["pack"], args.clients,
                                      args.events, args.interval_ms, args.start_delay_s))
         result["api_redis_url"] = sys_["api"].redis_url

@@ -23,6 +23,7 @@ tasks once ``workers.beat`` is in the node app's include list.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -34,9 +35,9 @@ from orchestrator.kernel.errors import OrchestratorError
 from orchestrator.kernel.registry import Registry
 from orchestrator.kernel.store import RunStore
 from orchestrator.queue.app import DEFAULT_REDIS_URL
-from orchestrator.queue.dispatch import Dispatcher, make_dispatch
+from orchestrator.queue.dispatch import Dispatcher, make_async_dispatch
 from orchestrator.service.graph_store import GraphStore
-from orchestrator.service.runs import RunRequest, admit_and_start
+from orchestrator.service.runs import RunRequest, StoredGraph, start_stored
 from orchestrator.service.schedules import (
     FIRE_TASK,
     SCHEDULE_NODE_TYPE,
@@ -82,11 +83,10 @@ async def start_scheduled(services: ScheduleServices, graph_id: str, node_id: st
     if node is None or node.get("type") != SCHEDULE_NODE_TYPE:
         log.warning("schedule of graph %s: node %s is no longer a schedule trigger", graph_id, node_id)
         return None
-    meta = {"node_id": node_id, "graph_version": graph.get("version"),
-            "workspace": await services.graphs.workspace_of(graph_id)}
     try:
-        run_id = await admit_and_start(services, graph, RunRequest(None, start=[node_id], meta=meta),
-                                       trigger="schedule")
+        run_id = await start_stored(services, StoredGraph(graph_id, version=graph.get("version")),
+                                    RunRequest(None, start=[node_id], meta={"node_id": node_id}),
+                                    trigger="schedule")
     except OverloadedError as exc:
         metrics.SCHEDULES_SKIPPED.labels(reason="overloaded").inc()
         log.warning("schedule of graph %s node %s skipped: %s", graph_id, node_id, exc.message)
@@ -95,11 +95,22 @@ async def start_scheduled(services: ScheduleServices, graph_id: str, node_id: st
     return run_id
 
 
+_dispatch: tuple[int, Dispatcher] | None = None
+
+
+def _dispatcher() -> Dispatcher:
+    """This process's async dispatcher (its publish threads), built once per process."""
+    global _dispatch
+    if _dispatch is None or _dispatch[0] != os.getpid():
+        _dispatch = (os.getpid(), make_async_dispatch(celery_app))
+    return _dispatch[1]
+
+
 async def fire(graph_id: str, node_id: str) -> str | None:
     """:func:`start_scheduled` with this worker process's Redis, store and registry."""
     state = process_state()
     services = ScheduleServices(redis=state.redis, settings=state.settings, run_store=state.store,
-                                registry=state.registry, dispatch=make_dispatch(celery_app))
+                                registry=state.registry, dispatch=_dispatcher())
     return await start_scheduled(services, graph_id, node_id)
 
 

@@ -44,6 +44,8 @@ from orchestrator.service.graph_store import GraphStore
 from orchestrator.service.plugins import get_registry
 from orchestrator.settings import Settings, get_settings
 from orchestrator.store import redis_client
+from orchestrator.store.keys import Keys
+from orchestrator.store.limits import RateLimiter
 from orchestrator.store.redis_store import RedisRunStore
 from orchestrator.telemetry.hooks import step_hooks
 
@@ -103,7 +105,6 @@ class Slots:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.in_flight = 0
-        self._freed: asyncio.Event | None = None
 
     def free(self) -> int:
         return max(0, self.capacity - self.in_flight)
@@ -122,18 +123,6 @@ class Slots:
         if count <= 0:
             return
         self.in_flight -= count
-        if self._freed is not None:
-            self._freed.set()
-
-    async def wait_free(self) -> int:
-        """Until a slot is free (on the loop; the caller's pool thread waits, not the
-        loop), then reserve every free slot; how many."""
-        while not self.free():
-            if self._freed is None:
-                self._freed = asyncio.Event()
-            self._freed.clear()
-            await self._freed.wait()
-        return self.reserve_free()
 
 
 class Handover:
@@ -212,6 +201,7 @@ def _build() -> ProcessState:
     store = RedisRunStore(client, settings)
     registry = get_registry(settings)
     me = worker_id()
+    limiter = RateLimiter(client, Keys(settings.key_prefix))  # cluster-wide rate limits
     children = Children(WorkerServices(client, settings, registry, GraphStore(client, registry, settings), store,
                                        _dispatch), store)
     env = StepEnvironment(
@@ -223,8 +213,9 @@ def _build() -> ProcessState:
                             graph_limits=settings.graph_limits(),
                             **step_hooks(store, settings, service="orchestrator-worker")),
         artifacts=ArtifactCache(max_runs=MAX_CACHED_RUNS),
-        host_for=HostFactory(settings, url, children),  # each run's NodeHost, built once
+        host_for=HostFactory(settings, url, limiter=limiter, children=children),  # each run's NodeHost, built once
         subgraphs=run_nested,
+        limiter=limiter,
     )
     return ProcessState(pid=os.getpid(), worker_id=me, settings=settings, runner=runner, redis=client,
                         store=store, registry=registry, env=env, children=children)

@@ -38,6 +38,7 @@ from agno.models.utils import get_model
 
 from nodes._ai.dryrun import DryRunModel
 from orchestrator.host.endpoint import resolve_endpoint
+from orchestrator.host.flow import gate_for
 from orchestrator.host.node_host import node_host
 from orchestrator.host.redaction import mask_also
 from orchestrator.kernel.errors import ParameterError
@@ -127,7 +128,8 @@ async def resolve_model(spec: str | dict[str, Any] | None, ctx: FlowContext, *,
         endpoint = await resolve_endpoint(ctx, base_url=extra.get("base_url", ""),
                                           credential=extra.get("credential", ""), parameter="model")
         mask_also(endpoint.secrets())
-        model = openai_model(provider, model_id, endpoint, endpoint.policy(settings), host.operator_secrets)
+        model = openai_model(provider, model_id, endpoint, endpoint.policy(settings), host.operator_secrets,
+                             gate_for(ctx))
     else:
         if extra:
             raise ParameterError(f"model spec {spec_label(spec)!r}: base_url and credential apply to "

@@ -14,7 +14,10 @@ model's OpenAI client is given an httpx2 client (the SDK's engine) that:
   headers the SDK fills from the worker's environment (``OpenAI-Organization`` and
   ``OpenAI-Project`` from ``OPENAI_ORG_ID`` / ``OPENAI_PROJECT_ID``, anything from
   ``OPENAI_CUSTOM_HEADERS``) and any other header carrying an operator secret, and sends
-  exactly ``Authorization: Bearer <the credential's key>``.
+  exactly ``Authorization: Bearer <the credential's key>``;
+* asks the node execution's flow gate before each request (the endpoint's provider limits,
+  cluster-wide) and tells it a 429 (``orchestrator/host/flow.py``): a request that must
+  wait raises ``WaitRequested`` and the node is rescheduled with its slot free.
 
 Only the async client exists: Agno's synchronous calls (``Agent.run``) are refused, as
 nodes always run models asynchronously. The client is closed when the model is collected
@@ -37,6 +40,8 @@ from orchestrator.host.egress.httpx2 import egress_client_httpx2
 from orchestrator.host.egress.origins import Origin
 from orchestrator.host.egress.policy import EgressPolicy
 from orchestrator.host.endpoint import Endpoint
+from orchestrator.host.flow import FlowGate
+from orchestrator.host.http import retry_after_s
 from orchestrator.kernel.errors import EgressDeniedError
 
 # Headers the OpenAI SDK fills from the worker's environment.
@@ -44,9 +49,11 @@ ENVIRONMENT_HEADERS = frozenset({"openai-organization", "openai-project"})
 SYNC_REFUSED = "synchronous model calls are not supported in nodes; run the agent with arun"
 
 
-def http_client(endpoint: Endpoint, policy: EgressPolicy, secrets: Callable[[], list[str]]) -> httpx2.AsyncClient:
+def http_client(endpoint: Endpoint, policy: EgressPolicy, secrets: Callable[[], list[str]],
+                gate: FlowGate | None = None) -> httpx2.AsyncClient:
     """The httpx2 client of one model (see the module docstring); ``secrets``: the host's
-    operator secrets (``NodeHost.operator_secrets``), asked at each request."""
+    operator secrets (``NodeHost.operator_secrets``), asked at each request; ``gate``: the
+    node execution's flow gate (None: no limits)."""
 
     async def guard(request: httpx2.Request) -> None:
         origin = Origin.of(str(request.url))
@@ -61,8 +68,17 @@ def http_client(endpoint: Endpoint, policy: EgressPolicy, secrets: Callable[[], 
                 del request.headers[name]
         request.headers["Authorization"] = f"Bearer {endpoint.api_key}"
 
+    async def flow_before(request: httpx2.Request) -> None:
+        if gate is not None and endpoint.limits is not None:
+            await gate.before(endpoint.limits, request.content)
+
+    async def flow_after(response: httpx2.Response) -> None:
+        if response.status_code == 429 and gate is not None and endpoint.limits is not None:
+            await response.aclose()
+            await gate.refused(endpoint.limits, retry_after_s(response.headers.get("retry-after")))
+
     return egress_client_httpx2(policy, timeout=DEFAULT_TIMEOUT, limits=DEFAULT_CONNECTION_LIMITS,
-                                event_hooks={"request": [guard]})
+                                event_hooks={"request": [guard, flow_before], "response": [flow_after]})
 
 
 class EndpointOpenAIChat(OpenAIChat):
@@ -71,6 +87,7 @@ class EndpointOpenAIChat(OpenAIChat):
     endpoint: Endpoint
     egress: EgressPolicy
     secrets: Callable[[], list[str]]
+    gate: FlowGate | None = None
 
     def get_client(self) -> OpenAI:
         raise RuntimeError(SYNC_REFUSED)
@@ -79,7 +96,7 @@ class EndpointOpenAIChat(OpenAIChat):
         if self.async_client is not None and not self.async_client.is_closed():
             return self.async_client
         params: dict[str, Any] = self._get_client_params()
-        params["http_client"] = http_client(self.endpoint, self.egress, self.secrets)
+        params["http_client"] = http_client(self.endpoint, self.egress, self.secrets, self.gate)
         self.async_client = AsyncOpenAI(**params)
         return self.async_client
 
@@ -98,9 +115,10 @@ class EndpointOpenAILike(EndpointOpenAIChat, OpenAILike):
 
 
 def openai_model(provider: str, model_id: str, endpoint: Endpoint, policy: EgressPolicy,
-                 secrets: Callable[[], list[str]]) -> Model:
+                 secrets: Callable[[], list[str]], gate: FlowGate | None = None) -> Model:
     """Agno's model for ``openai-chat`` / ``openai-like`` at ``endpoint``; ``secrets``: the
-    host's operator secrets, never sent to an endpoint the operator did not configure."""
+    host's operator secrets, never sent to an endpoint the operator did not configure;
+    ``gate``: the node execution's flow gate (provider limits and 429s)."""
     kwargs: dict[str, Any] = {"id": model_id, "base_url": endpoint.base_url, "max_retries": 0}
     model: EndpointOpenAIChat
     if provider == "openai-like":
@@ -109,5 +127,5 @@ def openai_model(provider: str, model_id: str, endpoint: Endpoint, policy: Egres
         # No key: Agno looks for OPENAI_API_KEY, which resolve_endpoint already read for
         # the operator's endpoints (the only ones that can come without a key).
         model = EndpointOpenAIChat(api_key=endpoint.api_key or None, **kwargs)
-    model.endpoint, model.egress, model.secrets = endpoint, policy, secrets
+    model.endpoint, model.egress, model.secrets, model.gate = endpoint, policy, secrets, gate
     return model

@@ -16,7 +16,10 @@ RunPaused           ``paused`` holds the requirements (the caller suspends the n
 
 Every model request's token counts (``ModelRequestCompleted``, members' too) are
 reported with ``ctx.report_usage("<provider>:<model>", {...})`` as they come, so a run
-budget is checked between model calls; ``AgnoSpans`` (``spans.py``) traces the run.
+budget is checked between model calls, and the tokens a provider limit charged as an
+estimate before the call are corrected (``orchestrator/host/flow.py``); ``AgnoSpans``
+(``spans.py``) traces the run. A model request that had to wait for a provider limit (or got
+a 429) ends the node with the kernel's ``WaitRequested``, whatever Agno made of it.
 
 Errors and cancellation are raised once the stream has ended (Agno stores the run
 after its terminal event). Team events carry a ``Team`` prefix (``TeamRunCompleted``); both are handled. Member
@@ -32,6 +35,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from nodes._ai.spans import AgnoSpans, usage_key, usage_numbers
+from orchestrator.host.flow import gate_for, pending_signal
 from orchestrator.host.node_host import node_host
 from orchestrator.kernel.errors import RunCancelled
 from orchestrator.kernel.protocol import EventType, FlowContext, NodeEvent
@@ -136,10 +140,12 @@ class AgnoStream:
             while (ev := await queue.get()) is not _END:
                 if isinstance(ev, BaseException):
                     ended = True
-                    raise ev
+                    raise pending_signal(self.ctx) or ev
                 node_event = self._observe(ev)
                 while self._usage:  # may raise UsageBudgetError: the run stops here
-                    await self.ctx.report_usage(*self._usage.pop(0))
+                    key, numbers = self._usage.pop(0)
+                    await gate_for(self.ctx).settle(int(numbers.get("total_tokens", 0) or 0))
+                    await self.ctx.report_usage(key, numbers)
                 if node_event is not None:
                     yield node_event
             ended = True
@@ -186,6 +192,9 @@ class AgnoStream:
         return node_event
 
     def _raise_outcome(self) -> None:
+        signal = pending_signal(self.ctx)
+        if signal is not None:
+            raise signal
         if self._error is not None:
             raise RuntimeError(f"agent {self.name!r} failed: {self._error}")
         if self.cancelled:

@@ -2,7 +2,8 @@
 
 ``POST /credentials`` ``{name, type, values, origins}`` stores (or replaces) one and
 answers its description (name, type, value names, public values such as a base URL, the
-origins); ``PATCH /credentials/{name}`` ``{origins}`` replaces only the origins (the
+origins, the provider limits); ``PATCH /credentials/{name}`` ``{origins?, limits?}`` replaces
+only those (the
 secret need not be sent again: how an admin enables a credential stored before origins
 existed); ``GET`` lists or describes; ``DELETE /credentials/{name}`` removes one.
 ``origins`` lists where nodes may send the credential (``https://api.example.com``,
@@ -36,11 +37,15 @@ class CredentialIn(BaseModel):
     origins: list[str] = Field(default_factory=list, max_length=64,
                                description="scheme://host[:port] (host may start with '*.') the "
                                            "credential may be sent to")
+    limits: dict[str, int] = Field(default_factory=dict, max_length=2,
+                                   description="the provider's limits for this key, shared by every node "
+                                               "using it: rpm (requests/min), tpm (tokens/min)")
 
 
 class OriginsIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    origins: list[str] = Field(max_length=64)
+    origins: list[str] | None = Field(default=None, max_length=64)
+    limits: dict[str, int] | None = Field(default=None, max_length=2)
 
 
 VIEWER = Depends(role("viewer"))
@@ -54,7 +59,7 @@ def store_of(services: Services, workspace: str = DEFAULT_WORKSPACE) -> Credenti
 @router.post("/credentials", status_code=201)
 async def put_credential(body: CredentialIn, services: Services = Depends(get_services),  # noqa: B008
                          who: Principal = ADMIN) -> dict[str, Any]:
-    credential = validate(body.name, body.type, body.values, body.origins)
+    credential = validate(body.name, body.type, body.values, body.origins, body.limits)
     await store_of(services, who.workspace).put(credential)
     return credential.describe()
 
@@ -62,7 +67,7 @@ async def put_credential(body: CredentialIn, services: Services = Depends(get_se
 @router.patch("/credentials/{name}")
 async def set_credential_origins(name: str, body: OriginsIn, services: Services = Depends(get_services),  # noqa: B008
                                  who: Principal = ADMIN) -> dict[str, Any]:
-    return (await store_of(services, who.workspace).set_origins(name, body.origins)).describe()
+    return (await store_of(services, who.workspace).set_origins(name, body.origins, body.limits)).describe()
 
 
 @router.get("/credentials")

@@ -8,8 +8,10 @@ One hub lives on ``app.state`` for the life of the process. Contract:
   short calls), and puts every entry into each subscriber's bounded queue. The reader
   stops when its last subscriber leaves, after the run's terminal event, or once the run
   is over (or gone) and nothing is left to read; its subscribers' streams then end.
-* :meth:`EventHub.subscribe` yields ``Delivery`` items (stream id, event, JSON) after a
-  given stream id, each exactly once and in stream order, until the terminal event.
+* :meth:`EventHub.subscribe` yields ``Delivery`` items (stream id, event, JSON, SSE frame;
+  each encoded once for all subscribers) after a given stream id, each exactly once and
+  in stream order, until the terminal event; :meth:`EventHub.subscribe_batches` the same
+  in the batches they arrive in (a stream writes a batch at once).
   It joins race-free: the queue is registered first, the reader's start id is known
   before the history is read, history is replayed with short ``XRANGE`` pages (a pooled
   connection only for the call), then the queue is drained skipping ids <= the last
@@ -25,13 +27,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections import deque
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 from redis.asyncio import ConnectionPool, Redis
 from redis.exceptions import RedisError
+from sse_starlette import ServerSentEvent
 
 from orchestrator.kernel.protocol import EventType, NodeEvent
 from orchestrator.store.keys import Keys
@@ -48,6 +53,7 @@ BATCH = 200
 QUEUE_SIZE = 2_000
 
 RunOver = Callable[[str], Awaitable[bool]]  # run id -> is it over (terminal or gone)?
+Allowed = Callable[[], bool]  # may this subscriber go on (e.g. its API key is still known)?
 
 
 @dataclass(frozen=True)
@@ -56,11 +62,19 @@ class Delivery:
 
     stream_id: str
     event: NodeEvent
+    # Other encodings a stream derives once for every subscriber (e.g. the chat frames).
+    memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @cached_property
     def json(self) -> str:
         """The event's JSON, serialized once however many subscribers send it."""
         return json.dumps(self.event.to_json())
+
+    @cached_property
+    def frame(self) -> bytes:
+        """The event as one SSE frame (``id:``, ``event:``, ``data:``), encoded once however
+        many subscribers send it."""
+        return ServerSentEvent(data=self.json, event=self.event.event_type, id=self.stream_id).encode()
 
     @property
     def terminal(self) -> bool:
@@ -74,9 +88,62 @@ class _End:
 END = _End()
 
 
+class _Mailbox:
+    """A subscriber's bounded queue. Waiting on it costs a future (and, with a timeout,
+    one timer), not a task: with thousands of subscribers, a task per wait was a third of
+    the cost of a delivery."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.items: deque[Delivery | _End] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, item: Delivery) -> bool:
+        """Queue ``item``; False (nothing queued) when the mailbox is full."""
+        if len(self.items) >= self.size:
+            return False
+        self.items.append(item)
+        self._wake()
+        return True
+
+    def end(self) -> None:
+        """Queue the end of the iteration (always fits: one past the bound at most)."""
+        self.items.append(END)
+        self._wake()
+
+    def take_all(self) -> list[Delivery | _End]:
+        items = list(self.items)
+        self.items.clear()
+        return items
+
+    async def wait(self, timeout_s: float | None = None) -> None:
+        """Until something is queued, or ``timeout_s`` passed."""
+        if self.items:
+            return
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiter = waiter
+        timer = loop.call_later(timeout_s, _release, waiter) if timeout_s is not None else None
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+
+    def _wake(self) -> None:
+        if self._waiter is not None:
+            _release(self._waiter)
+
+
+def _release(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 @dataclass(eq=False)
 class _Subscriber:
-    queue: asyncio.Queue[Delivery | _End]
+    mailbox: _Mailbox
     dropped: bool = False
 
 
@@ -93,6 +160,14 @@ def stream_id_after(stream_id: str) -> str:
     """The smallest stream id greater than ``stream_id`` (an inclusive XRANGE start)."""
     ms, _, seq = stream_id.partition("-")
     return f"{int(ms)}-{int(seq or 0) + 1}"
+
+
+def _through_terminal(batch: list[Delivery]) -> list[Delivery]:
+    """``batch`` up to and including its first terminal delivery."""
+    for i, delivery in enumerate(batch):
+        if delivery.terminal:
+            return batch[:i + 1]
+    return batch
 
 
 def _parse(entries: list[Any]) -> list[Delivery]:
@@ -146,25 +221,49 @@ class EventHub:
 
     async def subscribe(self, run_id: str, after: str = "0-0") -> AsyncIterator[Delivery]:
         """Deliveries after stream id ``after``, in order, each once, to the terminal one."""
-        subscriber = _Subscriber(asyncio.Queue(self.queue_size))
+        async with aclosing(self.subscribe_batches(run_id, after)) as batches:
+            async for batch in batches:
+                for delivery in batch:
+                    yield delivery
+
+    async def subscribe_batches(self, run_id: str, after: str = "0-0", *, allowed: Allowed | None = None,
+                                check_every_s: float = 2.0) -> AsyncGenerator[list[Delivery], None]:
+        """:meth:`subscribe`'s deliveries in the batches they arrive in: a replayed page, or
+        what the reader queued while the subscriber was away. A stream sends a batch as one
+        write (with thousands of clients, a write per event was the cost).
+
+        With ``allowed``, the iteration ends (without the terminal event) as soon as it
+        answers False: checked before each batch and every ``check_every_s`` while idle."""
+        subscriber = _Subscriber(_Mailbox(self.queue_size))
         channel = self._join(run_id, subscriber)
         try:
             await asyncio.shield(channel.started)  # the reader's start id is fixed first
             last = after
-            async for delivery in self._replay(run_id, after):
-                last = delivery.stream_id
-                yield delivery
-                if delivery.terminal:
+            async for page in self._replay(run_id, after):
+                if allowed is not None and not allowed():
+                    return
+                page = _through_terminal(page)
+                last = page[-1].stream_id
+                yield page
+                if page[-1].terminal:
                     return
             seen = _StreamIdFloor(last)
+            idle_s = check_every_s if allowed is not None else None
             while True:
-                item = await subscriber.queue.get()
-                if isinstance(item, _End):
+                await subscriber.mailbox.wait(idle_s)
+                if allowed is not None and not allowed():
                     return
-                if seen.passes(item.stream_id):
-                    yield item
-                    if item.terminal:
+                items = subscriber.mailbox.take_all()
+                if not items:
+                    continue
+                ended = any(isinstance(i, _End) for i in items)
+                batch = _through_terminal([i for i in items if isinstance(i, Delivery) and seen.passes(i.stream_id)])
+                if batch:
+                    yield batch
+                    if batch[-1].terminal:
                         return
+                if ended:
+                    return
         finally:
             reader = self._leave(channel, subscriber)
             if reader is not None and not reader.done():
@@ -194,12 +293,13 @@ class EventHub:
                 channel.task.cancel()
         return channel.task
 
-    async def _replay(self, run_id: str, after: str) -> AsyncIterator[Delivery]:
+    async def _replay(self, run_id: str, after: str) -> AsyncIterator[list[Delivery]]:
+        """The stream after ``after`` in non-empty pages of up to ``batch`` entries."""
         key, start = self.keys.events(run_id), stream_id_after(after)
         while True:
             entries: Any = await _cancellable(self.redis.xrange(key, min=start, max="+", count=self.batch))
-            for delivery in _parse(entries or []):
-                yield delivery
+            if entries:
+                yield _parse(entries)
             if not entries or len(entries) < self.batch:
                 return
             start = stream_id_after(entries[-1][0])
@@ -245,9 +345,7 @@ class EventHub:
         """Queue ``batch`` to every subscriber; True once the run's terminal event passed."""
         for delivery in batch:
             for subscriber in list(channel.subscribers):
-                try:
-                    subscriber.queue.put_nowait(delivery)
-                except asyncio.QueueFull:
+                if not subscriber.mailbox.put(delivery):
                     self._drop(channel, subscriber)
             if delivery.terminal:
                 return True
@@ -258,9 +356,8 @@ class EventHub:
         self.dropped += 1
         subscriber.dropped = True
         channel.subscribers.discard(subscriber)
-        while not subscriber.queue.empty():
-            subscriber.queue.get_nowait()
-        subscriber.queue.put_nowait(END)
+        subscriber.mailbox.take_all()
+        subscriber.mailbox.end()
 
     def _close(self, channel: _Channel) -> None:
         """The reader is done: new subscribers get a new channel, current ones end."""
@@ -269,10 +366,7 @@ class EventHub:
         if not channel.started.done():
             channel.started.set_result(None)
         for subscriber in list(channel.subscribers):
-            try:
-                subscriber.queue.put_nowait(END)
-            except asyncio.QueueFull:
-                self._drop(channel, subscriber)
+            subscriber.mailbox.end()
 
     def _dedicated_client(self) -> Redis:
         """A client with one connection of its own, for blocking reads."""

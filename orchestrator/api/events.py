@@ -17,18 +17,17 @@ Contract:
   keep up is cut off (the stream ends without a terminal event) and resumes with
   ``Last-Event-ID``, losing nothing;
 * a stream whose key is removed from the configuration ends within
-  ``STREAM_KEY_CHECK_S`` (``while_allowed``), like every other request of that key.
+  ``STREAM_KEY_CHECK_S`` (``frames``' ``allowed``), like every other request of that key.
 
 ``follow`` is the same sequence for in-process callers that need no fan-out.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import Any, Literal, TypeVar
+from collections.abc import AsyncGenerator
+from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -39,7 +38,7 @@ from orchestrator.kernel.store import RunStatus
 from orchestrator.telemetry import metrics
 
 from .auth import role
-from .event_hub import Delivery, EventHub
+from .event_hub import Allowed, Delivery, EventHub
 from .launch import owned_run
 from .principal import Principal, key_ring
 from .services import Services, get_services
@@ -48,7 +47,6 @@ router = APIRouter(tags=["events"])
 
 STREAM_ID = re.compile(r"^\d{1,20}(-\d{1,20})?$")
 STREAM_KEY_CHECK_S = 2.0  # an open stream of a removed key ends within this long
-Item = TypeVar("Item")
 
 
 def start_id(header: str | None, after: str | None) -> str:
@@ -81,56 +79,39 @@ def make_hub(services: Services) -> EventHub:
     return EventHub(services.redis, services.keys, run_over)
 
 
-async def frames(hub: EventHub, run_id: str, after: str, fmt: str) -> AsyncGenerator[ServerSentEvent, None]:
+async def frames(hub: EventHub, run_id: str, after: str, fmt: str,
+                 allowed: Allowed | None = None) -> AsyncGenerator[bytes, None]:
+    """The run's SSE frames, each batch of deliveries as one chunk of bytes: every event
+    is encoded once for all its subscribers (``Delivery.frame``, ``chat_frame``). With
+    ``allowed`` the stream ends once it answers False (checked before each batch and
+    every ``STREAM_KEY_CHECK_S`` while idle)."""
     metrics.SSE_STREAMS.inc()
     try:
-        async for delivery in hub.subscribe(run_id, after):
+        async for batch in hub.subscribe_batches(run_id, after, allowed=allowed, check_every_s=STREAM_KEY_CHECK_S):
             if fmt == "chat":
-                for frame in chat_frames(delivery):
-                    yield frame
+                yield b"".join(chat_frame(delivery) for delivery in batch)
             else:
-                yield ServerSentEvent(data=delivery.json, event=delivery.event.event_type, id=delivery.stream_id)
+                yield b"".join(delivery.frame for delivery in batch)
     finally:
         metrics.SSE_STREAMS.dec()  # synchronous: an await here would be cancelled on disconnect
 
 
-async def while_allowed(source: AsyncGenerator[Item, None], allowed: Callable[[], bool],
-                        every_s: float = STREAM_KEY_CHECK_S) -> AsyncIterator[Item]:
-    """``source``'s items while ``allowed()`` holds: checked before each item and every
-    ``every_s`` while ``source`` is idle. Each step of ``source`` runs in a task of its own,
-    so stopping while it waits cancels that task (``source`` runs its own cleanup there)."""
-    step: asyncio.Future[Item] | None = None
-    try:
-        while True:
-            step = asyncio.ensure_future(anext(source))
-            while not step.done():
-                await asyncio.wait([step], timeout=every_s)
-                if not step.done() and not allowed():
-                    return  # the finally cancels the step: the source cleans up in its task
-            try:
-                item = step.result()
-            except StopAsyncIteration:
-                return
-            if not allowed():
-                await source.aclose()  # suspended at its yield: its cleanup runs now
-                return
-            yield item
-    finally:
-        if step is not None and not step.done():
-            step.cancel()  # synchronous: an await here would be cancelled on disconnect
-
-
-def chat_frames(delivery: Delivery) -> list[ServerSentEvent]:
-    """The chat protocol messages of one event; the stream id on the last one."""
-    messages = chat_events(delivery.event)
-    return [
-        ServerSentEvent(
-            data=json.dumps(message),
-            event=str(message.get("type", "message")),
-            id=delivery.stream_id if i == len(messages) - 1 else None,
+def chat_frame(delivery: Delivery) -> bytes:
+    """The chat protocol messages of one event as SSE frames, the stream id on the last
+    one; encoded once per delivery however many chat clients follow the run."""
+    cached: bytes | None = delivery.memo.get("chat")
+    if cached is None:
+        messages = chat_events(delivery.event)
+        cached = b"".join(
+            ServerSentEvent(
+                data=json.dumps(message),
+                event=str(message.get("type", "message")),
+                id=delivery.stream_id if i == len(messages) - 1 else None,
+            ).encode()
+            for i, message in enumerate(messages)
         )
-        for i, message in enumerate(messages)
-    ]
+        delivery.memo["chat"] = cached
+    return cached
 
 
 @router.get("/runs/{run_id}/events", response_class=EventSourceResponse)
@@ -147,8 +128,7 @@ async def run_events(
     await owned_run(services, run_id, who.workspace)  # 404 before the stream starts
     settings = services.settings
     return EventSourceResponse(
-        while_allowed(frames(request.app.state.event_hub, run_id, cursor, format),
-                      lambda: key_ring(settings).knows(who)),
+        frames(request.app.state.event_hub, run_id, cursor, format, lambda: key_ring(settings).knows(who)),
         ping=services.settings.sse_ping_s,
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

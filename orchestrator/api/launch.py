@@ -1,9 +1,9 @@
 """Starting runs of stored graphs, and summarizing a run for responses.
 
-Every run the API starts goes through ``orchestrator/service/runs.py:admit_and_start``: a manual
-start, a webhook and a chat message through :func:`launch` (the graph is read, and so
-validated again, from the graph store; the run records the version it ran,
-``meta.graph_version``), a rerun through :func:`relaunch` (the old run's graph snapshot).
+A manual start, a webhook and a chat message go through :func:`launch`
+(``orchestrator/service/runs.py:start_stored``: the stored version's cached, compiled
+plan; the run records the version it ran, ``meta.graph_version``); a rerun through
+:func:`relaunch` (the old run's graph snapshot, ``admit_and_start``).
 It checks back-pressure first (``orchestrator/service/admission.py``: 429 with ``Retry-After``,
 nothing stored), then starts the run, which belongs to its graph's workspace
 (``meta.workspace``) and is listed under the graph. Scheduled runs start in the workers
@@ -12,15 +12,15 @@ nothing stored), then starts the run, which belongs to its graph's workspace
 
 from __future__ import annotations
 
-from dataclasses import KW_ONLY, dataclass, replace
 from typing import Any
 
 from orchestrator.kernel.errors import ParameterError, RunNotFoundError
 from orchestrator.kernel.protocol import DataValue
-from orchestrator.kernel.store import RunRecord
+from orchestrator.kernel.store import RunRecord, RunStatus
+from orchestrator.service import admission
 from orchestrator.service.child_links import ChildLinks, final_output
 from orchestrator.service.graph_store import DEFAULT_WORKSPACE
-from orchestrator.service.runs import RunRequest, admit_and_start
+from orchestrator.service.runs import RunRequest, StoredGraph, admit_and_start, start_stored
 from orchestrator.store.redis_store import RedisRunStore
 from orchestrator.telemetry import usage
 from orchestrator.telemetry.pricing import load_table
@@ -58,28 +58,12 @@ def start_node(graph: dict[str, Any], ref: str, services: Services) -> str:
     return str(node["id"])
 
 
-@dataclass(frozen=True)
-class StoredGraph:
-    """Which stored graph :func:`launch` runs: ``graph_id`` at ``version`` (default: the
-    latest), looked up in ``workspace`` (the caller's; None: any workspace)."""
-
-    graph_id: str
-    _: KW_ONLY
-    version: int | None = None
-    workspace: str | None = None
-
-
 async def launch(services: Services, source: StoredGraph, request: RunRequest, *, trigger: str) -> str:
     """Start a run of a stored graph; returns the run id (the run is queued, not finished).
-
-    With ``source.workspace`` (the caller's), a graph of another workspace is unknown
-    (404). The run belongs to the graph's workspace (``meta.workspace``) and records the
-    version it ran (``meta.graph_version``). Raises ``OverloadedError`` (429) before
-    storing anything while the queue is over its bound."""
-    graph = await services.graphs.get(source.graph_id, source.version, workspace=source.workspace)
-    owner = source.workspace or await services.graphs.workspace_of(source.graph_id)
-    run_meta = {"graph_version": graph["version"], **(request.meta or {}), "workspace": owner}
-    return await admit_and_start(services, graph, replace(request, meta=run_meta), trigger=trigger)
+    See ``orchestrator/service/runs.py:start_stored``: the version's cached plan, the
+    graph's workspace, the version it ran in ``meta.graph_version``, 404 for a graph of
+    another ``source.workspace``, 429 (nothing stored) while the queue is over its bound."""
+    return await start_stored(services, source, request, trigger=trigger)
 
 
 async def relaunch(services: Services, old: RunRecord, graph: dict[str, Any], from_node: str,
@@ -151,6 +135,9 @@ async def run_detail(services: Services, run_id: str, *, usage_too: bool = True)
         "output": final_output(plan, outputs),
         **trace_of(plan.labels, services.settings.trace_link_template),
     }
+    if record.status == RunStatus.QUEUED and (plan.graph.get("settings") or {}).get("concurrency"):
+        # waiting for a place under its graph's concurrency key (service/admission.py)
+        detail["queue_position"] = await admission.queue_position(services.runs, run_id)
     if not usage_too:  # the usage is summed from the whole event stream: skipped when not wanted
         return detail
     prices = load_table(services.settings.price_table_path)

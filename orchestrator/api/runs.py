@@ -13,10 +13,11 @@ from fastapi.responses import JSONResponse
 
 from orchestrator.kernel.errors import ParameterError, RunStateError
 from orchestrator.kernel.store import RunStatus
-from orchestrator.service.runs import RunRequest
+from orchestrator.service import admission
+from orchestrator.service.runs import RunRequest, StoredGraph
 
 from .auth import role
-from .launch import StoredGraph, child_links, find_node, launch, owned_run, relaunch, run_detail, start_node
+from .launch import child_links, find_node, launch, owned_run, relaunch, run_detail, start_node
 from .models import Approval, GraphId, Rerun, StartRun
 from .principal import Principal
 from .services import Services, get_services
@@ -67,6 +68,8 @@ async def cancel(run_id: str, services: Services = SERVICES, who: Principal = RU
         RunStatus.CANCELLED,
         {"type": "RunCancelled", "code": "cancelled", "message": "cancelled through the API"},
     )
+    # a run under a concurrency key frees its place (or leaves its queue): the next starts
+    await admission.release(services.runs, run_id, services.dispatch)
     links = child_links(services)
     if links is not None:  # its child runs end with it; a child's end resumes its parent
         await links.after_finish(run_id)

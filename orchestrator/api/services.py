@@ -55,10 +55,11 @@ class Services:
     def dispatch(self) -> Dispatcher:
         if self._dispatch is None:
             from orchestrator.queue.app import make_celery
-            from orchestrator.queue.dispatch import make_dispatch
+            from orchestrator.queue.dispatch import make_async_dispatch
 
-            # A Celery app bound to this app's Redis (not the env default the module reads).
-            self._dispatch = make_dispatch(make_celery(self.redis_url, self.settings))
+            # A Celery app bound to this app's Redis (not the env default the module reads),
+            # published off the event loop.
+            self._dispatch = make_async_dispatch(make_celery(self.redis_url, self.settings))
         return self._dispatch
 
 

@@ -26,12 +26,12 @@ from orchestrator.errors import AuthError
 from orchestrator.kernel.errors import GraphError, ParameterError
 from orchestrator.kernel.protocol import EventType
 from orchestrator.service.graph_store import WEBHOOK_NODE_TYPE, webhook_paths
-from orchestrator.service.runs import RunRequest
+from orchestrator.service.runs import RunRequest, StoredGraph
 from orchestrator.settings import Settings
 
 from .auth import role
 from .event_hub import EventHub
-from .launch import StoredGraph, launch, nodes_of_type, run_detail
+from .launch import launch, nodes_of_type, run_detail
 from .models import ChatId, ChatMessage
 from .principal import Principal
 from .services import Services, get_services

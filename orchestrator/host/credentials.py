@@ -30,6 +30,10 @@ Fernet token (AES-128-CBC + HMAC-SHA256, from ``cryptography``) of the JSON
 comma-separated, newest first, form a ``MultiFernet`` (the first encrypts, any decrypts);
 :meth:`CredentialStore.rotate` re-encrypts every credential with the first key.
 
+Provider limits: a credential may carry ``limits`` ``{"rpm": n, "tpm": n}``, the requests
+and tokens per minute its provider allows the key; every model node using the credential
+shares them, cluster-wide (``orchestrator/host/flow.py``), without a graph repeating them.
+
 Nothing here returns a value to an API caller: :meth:`describe` gives name, type, the
 value *names* and the creation time. :func:`mask` replaces known secret values in text.
 Workspaces: every method takes the store's ``workspace`` ("default" until the API's keys
@@ -40,7 +44,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
@@ -74,6 +78,7 @@ class Credential:
     values: dict[str, str]
     created_at: float = 0.0
     origins: tuple[str, ...] = ()  # origin patterns it may be sent to (see the module docstring)
+    limits: dict[str, int] = field(default_factory=dict)  # provider limits: rpm, tpm (module docstring)
 
     def secrets(self) -> list[str]:
         """The secret values (for masking)."""
@@ -82,7 +87,7 @@ class Credential:
     def describe(self) -> dict[str, Any]:
         public = {k: v for k, v in self.values.items() if k in PUBLIC_VALUES}
         return {"name": self.name, "type": self.type, "fields": sorted(self.values), "public": public,
-                "origins": list(self.origins), "created_at": self.created_at}
+                "origins": list(self.origins), "limits": dict(self.limits), "created_at": self.created_at}
 
     def allowed(self, endpoint: str | None = None) -> tuple[OriginPattern, ...]:
         """Where it may be sent: its origins and the origin of its own ``base_url``; with
@@ -115,7 +120,26 @@ class Credential:
                 f"not to {origin}; {fix}")
 
 
-def validate(name: str, type_: str, values: dict[str, Any], origins: list[str] | None = None) -> Credential:
+LIMIT_NAMES = ("rpm", "tpm")  # requests and tokens per minute
+MAX_LIMIT = 10**9
+
+
+def check_limits(name: str, limits: dict[str, Any] | None) -> dict[str, int]:
+    """``limits`` as stored, or a RequestError naming the bad entry."""
+    checked: dict[str, int] = {}
+    for key, value in (limits or {}).items():
+        if key not in LIMIT_NAMES:
+            raise RequestError(f"credential {name!r}: limits take {', '.join(LIMIT_NAMES)}; unknown: {key!r}",
+                               parameter="limits")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_LIMIT:
+            raise RequestError(f"credential {name!r}: limits.{key} must be a whole number from 1 to "
+                               f"{MAX_LIMIT}; got {value!r}", parameter="limits")
+        checked[key] = value
+    return checked
+
+
+def validate(name: str, type_: str, values: dict[str, Any], origins: list[str] | None = None,
+             limits: dict[str, Any] | None = None) -> Credential:
     """A credential, or a RequestError naming the bad name, type, value or origin."""
     if not isinstance(name, str) or not name or len(name) > 128 or not name.replace("-", "").replace("_", "") \
             .replace(".", "").isalnum():
@@ -138,7 +162,7 @@ def validate(name: str, type_: str, values: dict[str, Any], origins: list[str] |
         except ValueError as exc:
             raise RequestError(f"credential {name!r}: base_url {exc}", parameter="values") from None
     return Credential(name, type_, {k: str(v) for k, v in values.items() if v is not None}, time.time(),
-                      check_origins(name, type_, origins or []))
+                      check_origins(name, type_, origins or []), check_limits(name, limits))
 
 
 def check_origins(name: str, type_: str, origins: list[str]) -> tuple[str, ...]:
@@ -195,7 +219,7 @@ class CredentialStore:
     async def put(self, credential: Credential) -> None:
         """Store (or replace) ``credential``."""
         body = {"type": credential.type, "values": credential.values, "created_at": credential.created_at,
-                "origins": list(credential.origins)}
+                "origins": list(credential.origins), "limits": credential.limits}
         token = fernet(self.settings).encrypt(json.dumps(body).encode()).decode()
         await self.redis.hset(self.key, credential.name, token)
 
@@ -214,12 +238,15 @@ class CredentialStore:
             raise RequestError(f"credential {name!r} cannot be decrypted with ORCH_CREDENTIALS_KEY "
                                "(was the key rotated away?)", parameter="credential") from None
         return Credential(name, body["type"], dict(body["values"]), float(body.get("created_at", 0.0)),
-                          tuple(body.get("origins") or ()))
+                          tuple(body.get("origins") or ()), dict(body.get("limits") or {}))
 
-    async def set_origins(self, name: str, origins: list[str]) -> Credential:
-        """Replace the origins of the stored credential ``name`` (its values unchanged)."""
+    async def set_origins(self, name: str, origins: list[str] | None,
+                          limits: dict[str, Any] | None = None) -> Credential:
+        """Replace the origins and/or the limits (None: kept) of the stored credential
+        ``name`` (its values unchanged)."""
         found = await self.get(name)
-        updated = replace(found, origins=check_origins(name, found.type, origins))
+        updated = replace(found, origins=found.origins if origins is None else check_origins(name, found.type, origins),
+                          limits=found.limits if limits is None else check_limits(name, limits))
         await self.put(updated)
         return updated
 

@@ -37,6 +37,7 @@ import httpx
 
 from orchestrator.host.egress.origins import Origin
 from orchestrator.host.egress.policy import EgressPolicy
+from orchestrator.host.flow import ProviderLimits, operator_limits
 from orchestrator.host.node_host import node_host
 from orchestrator.kernel.errors import ParameterError
 from orchestrator.kernel.protocol import FlowContext
@@ -53,6 +54,7 @@ class Endpoint:
     api_key: str  # "" when the operator configured none
     operator: bool  # an endpoint the operator configured (its host passes the egress policy)
     credential: str = ""  # the credential whose key this is, or ""
+    limits: ProviderLimits | None = None  # the provider limits its calls share (host/flow.py)
 
     @property
     def origin(self) -> Origin:
@@ -121,11 +123,14 @@ async def resolve_endpoint(ctx: FlowContext, *, base_url: Any = "", credential: 
         if refusal is not None:
             raise ParameterError(f"parameter {parameter!r}: {refusal}", parameter=parameter)
         key = found.values.get("key") or found.values.get("token", "")
-        return Endpoint(url, key, url in operator_urls, found.name)
+        limits = ProviderLimits(f"cred:{host.workspace}:{found.name}", **found.limits)
+        return Endpoint(url, key, url in operator_urls, found.name, limits)
     if chosen and chosen not in operator_urls:
         raise ParameterError(
             f"parameter {parameter!r}: base_url {chosen!r} is not a model endpoint the operator "
             "configured (ORCH_OPENAI_BASE_URL, ORCH_MODEL_BASE_URLS), and the worker's key is sent to "
             "no other; name an api_key credential that holds this base_url, or ask the operator to "
             "list it in ORCH_MODEL_BASE_URLS", parameter=parameter)
-    return Endpoint(chosen or default, operator_key(settings), True)
+    url = chosen or default
+    return Endpoint(url, operator_key(settings), True,
+                    limits=ProviderLimits(f"endpoint:{url}", **operator_limits(settings, url)))

@@ -3,9 +3,13 @@
 :func:`fetch` sends an :class:`HttpCall` with :func:`orchestrator.host.egress.policy.egress_client`
 (every connection, redirects included, checked after DNS), attaches a credential's auth,
 reads at most ``max_bytes`` of the body, and translates httpx's errors into the error
-tree. Statuses: 429 and 5xx raise ``RetryRequested`` (with ``Retry-After`` as the delay,
-capped at ``MAX_RETRY_AFTER_S``) when ``retry_statuses`` is on, so the node's retry
-policy decides whether another attempt follows; other 4xx/5xx raise
+tree. Statuses, when ``retry_statuses`` is on: a 429 raises ``WaitRequested`` through the
+execution's flow gate (``orchestrator/host/flow.py``): the node waits ``Retry-After`` (capped
+at ``MAX_RETRY_AFTER_S``) with its slot free, no attempt counted, and the origin's key
+(``origin:<workspace>:<origin>``) is blocked and its rate cut for every node of the
+workspace; each request first asks that key (unlimited until its first 429). 5xx raise
+``RetryRequested`` (``Retry-After`` as the delay), so the node's retry policy decides
+whether another attempt follows. Other 4xx/5xx raise
 ``NodeExecutionError`` when ``fail_on_status`` is on, else the response is returned.
 Secret values of the credential are masked in every error message, and returned on the
 response (``secrets``) so callers mask them in what they output.
@@ -30,7 +34,9 @@ from typing import Any
 import httpx
 
 from orchestrator.host.credentials import Credential, mask
+from orchestrator.host.egress.origins import Origin
 from orchestrator.host.egress.policy import egress_client
+from orchestrator.host.flow import ProviderLimits, gate_for
 from orchestrator.host.node_host import node_host
 from orchestrator.kernel.errors import (
     EgressDeniedError,
@@ -132,6 +138,14 @@ def retry_after_s(value: str | None) -> float | None:
     return max(0.0, min(seconds, MAX_RETRY_AFTER_S))
 
 
+def _origin_limits(workspace: str, url: str) -> ProviderLimits | None:
+    """The flow-control key of ``url``'s origin in ``workspace`` (None: no origin to key on)."""
+    try:
+        return ProviderLimits(f"origin:{workspace}:{Origin.of(url)}")
+    except ValueError:
+        return None
+
+
 async def fetch(ctx: FlowContext, call: HttpCall) -> HttpResponse:
     """Send ``call`` (see the module docstring)."""
     if not call.url.lower().startswith(("http://", "https://")):
@@ -142,6 +156,9 @@ async def fetch(ctx: FlowContext, call: HttpCall) -> HttpResponse:
         auth = CredentialAuth(await host.credential(call.credential, AUTH_TYPES))
     secrets = auth.secrets if auth is not None else []
     hooks: dict[str, list[Any]] = {"request": [auth.attach]} if auth is not None else {}
+    limits = _origin_limits(host.workspace, call.url) if call.retry_statuses else None
+    if limits is not None:
+        await gate_for(ctx).before(limits)
     started = time.perf_counter()
     try:
         async with egress_client(host.egress_policy(), timeout=httpx.Timeout(call.timeout_s),
@@ -179,6 +196,8 @@ async def fetch(ctx: FlowContext, call: HttpCall) -> HttpResponse:
                        round((time.perf_counter() - started) * 1000, 1), secrets,
                        auth.credential if auth is not None else None)
     where = f"{call.method} {mask(call.url, secrets)}"
+    if out.status == 429 and limits is not None:
+        await gate_for(ctx).refused(limits, retry_after_s(out.headers.get("retry-after")))
     if out.status in RETRY_STATUSES and call.retry_statuses:
         raise RetryRequested(f"{where} answered {out.status}",
                              delay_s=retry_after_s(out.headers.get("retry-after")))

@@ -45,6 +45,7 @@ from orchestrator.kernel.protocol import FlowContext, NodeEvent
 from orchestrator.settings import Settings, load_settings
 from orchestrator.store import redis_client
 from orchestrator.store.blobs import Blobs
+from orchestrator.store.limits import RateLimiter
 
 MAX_CACHED_RUNS = 4096  # a worker keeps the hosts of its recent runs (a few hundred bytes each)
 
@@ -56,6 +57,7 @@ class NodeHost:
     settings: Settings
     redis_url: str | None = None  # None: a host with no Redis (no credentials, no files)
     workspace: str = DEFAULT_WORKSPACE
+    limiter: RateLimiter | None = None  # cluster-wide rate limits (orchestrator/host/flow.py)
     children: ChildRuns | None = None  # None: a host that runs no child runs (a local run)
 
     async def start_child(self, spec: ChildSpec) -> str:
@@ -173,9 +175,11 @@ class HostFactory:
     """Builds the :class:`NodeHost` of each run once, for one process's settings and Redis;
     the worker asks it with the run id and the workspace its claim carries."""
 
-    def __init__(self, settings: Settings, redis_url: str | None, children: ChildRuns | None = None) -> None:
+    def __init__(self, settings: Settings, redis_url: str | None, *, limiter: RateLimiter | None = None,
+                 children: ChildRuns | None = None) -> None:
         self.settings = settings
         self.redis_url = redis_url
+        self.limiter = limiter
         self.children = children
         self._hosts: OrderedDict[str, NodeHost] = OrderedDict()
 
@@ -183,7 +187,8 @@ class HostFactory:
         host = self._hosts.get(run_id)
         if host is None or host.workspace != (workspace or DEFAULT_WORKSPACE):
             host = NodeHost(settings=self.settings, redis_url=self.redis_url,
-                            workspace=checked_workspace(workspace or DEFAULT_WORKSPACE), children=self.children)
+                            workspace=checked_workspace(workspace or DEFAULT_WORKSPACE), limiter=self.limiter,
+                            children=self.children)
             self._hosts[run_id] = host
             while len(self._hosts) > MAX_CACHED_RUNS:
                 self._hosts.popitem(last=False)

@@ -31,6 +31,8 @@
     ├── ConfigurationError             a setting is unusable (e.g. a placeholder API key)
     └── ControlSignal                  not failures: they steer a run
         ├── RetryRequested             an executor asks to be retried (optionally after a delay)
+        ├── WaitRequested              a node must wait for a limit: rescheduled after a delay,
+                                       its slot freed, the attempt not counted
         ├── SuspendRequested           an executor pauses its node until the run is resumed
         ├── RunCancelled               the run was cancelled while the node ran
         └── NodeSuperseded             a later claim of the node took over (its lease had
@@ -252,6 +254,21 @@ class RetryRequested(ControlSignal):
     def __init__(self, message: str = "retry requested", *, delay_s: float | None = None, **kw: Any):
         super().__init__(message, **kw)
         self.delay_s = delay_s
+
+
+class WaitRequested(ControlSignal):
+    """A node must wait (a rate limit, a provider's 429) before it can run: the step frees
+    its slot and schedules the same attempt again after ``delay_s`` (the retry schedule,
+    counting no attempt). ``reason`` (JSON) says for what, e.g. ``{"limit": key}``; it rides
+    on the node's ``throttled`` event."""
+
+    code = "throttled"
+
+    def __init__(self, message: str = "waiting for a limit", *, delay_s: float,
+                 reason: dict[str, Any] | None = None, **kw: Any):
+        super().__init__(message, **kw)
+        self.delay_s = max(0.0, delay_s)
+        self.reason = reason or {}
 
 
 class SuspendRequested(ControlSignal):

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import ChannelError, GraphSchemaError
+from .limits import LimitSpec
 from .nesting import nested_deeper_than
 
 ERROR_PORT = "error"  # the output handle a node gets when its error mode is "error_port"
@@ -46,6 +47,7 @@ class NodeSettings(BaseModel):
     on_error: ErrorMode = "stop"
     timeout_s: float | None = Field(default=None, gt=0)
     disabled: bool = False
+    limits: list[LimitSpec] = Field(default_factory=list, max_length=8)  # rate limits (kernel/limits.py)
 
 
 class Node(BaseModel):
@@ -204,3 +206,12 @@ def parse_graph(raw: Any) -> Graph:
                 graph_id=graph.id, edge_id=edge.id,
             )
     return graph
+
+
+def trusted_graph(raw: dict[str, Any]) -> Graph:
+    """A :class:`Graph` of JSON that ``parse_graph`` already accepted (a compiled plan's
+    snapshot, written by ``Graph.to_json`` after validation): pydantic-core builds it,
+    without the depth walk, the channel checks and the error mapping of ``parse_graph``
+    (measured on a 51-node graph: 0.7 ms against 1.7 ms; pydantic's ``model_construct``,
+    which skips validation, was slower than both). Never call it on JSON from outside."""
+    return Graph.model_validate(raw)

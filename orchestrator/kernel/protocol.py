@@ -77,6 +77,7 @@ class EventType:
     COMPLETED = "completed"
     ERROR = "error"
     RETRY = "retry"
+    THROTTLED = "throttled"  # the node waits for a limit (data: delay_s and what it waits for)
     SKIPPED = "skipped"
     NOT_RUN = "not_run"  # the run ended before this node ran
     CANCELLED = "cancelled"  # the run ended while this node ran (data.reason: the run's status)

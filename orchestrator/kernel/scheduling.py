@@ -80,7 +80,19 @@ class RunPlan:
     labels: dict[str, str] = field(default_factory=dict)
     # The parsed graph, cached on the plan object by the step function (not serialized).
     parsed: Any = field(default=None, init=False, repr=False, compare=False)
+    # What a host derives once from a plan (e.g. its encoded form), shared by every plan
+    # ``for_run`` makes from the same one (not serialized).
+    memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     _rank: dict[str, int] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def for_run(self, run_id: str) -> RunPlan:
+        """The same plan for run ``run_id`` (no labels): a compiled plan reused by every
+        run of one graph version. Graph, nodes, refs and the parsed graph are shared, not
+        copied: plans are never changed after compilation."""
+        plan = RunPlan(run_id=run_id, graph=self.graph, start=self.start, order=self.order, nodes=self.nodes,
+                       refs=self.refs, memo=self.memo)
+        plan.parsed, plan._rank = self.parsed, self._rank
+        return plan
 
     def rank(self) -> dict[str, int]:
         """Each node's index in ``order``, built once per plan object."""

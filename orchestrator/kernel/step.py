@@ -25,9 +25,11 @@ from .errors import (
     RetryRequested,
     RunCancelled,
     SuspendRequested,
+    WaitRequested,
 )
 from .expressions import Scope
-from .graph import ERROR_PORT, Graph, Node, parse_graph
+from .graph import ERROR_PORT, Graph, Node, trusted_graph
+from .limits import resolve_limits
 from .observer import ObservedEnd, ObservedNode, observe, with_usage
 from .output_limits import check_outputs
 from .parameters import resolve_parameters_off_loop
@@ -56,9 +58,10 @@ class StepOutcome:
 
 
 def _graph_for(plan: RunPlan) -> Graph:
-    """The plan's graph snapshot, parsed once per plan object (stores cache plans)."""
+    """The plan's graph snapshot, built once per plan object (stores cache plans, and load
+    one run's plan once per process); validated when the run was compiled, so trusted."""
     if plan.parsed is None:
-        plan.parsed = parse_graph(plan.graph)
+        plan.parsed = trusted_graph(plan.graph)
     graph: Graph = plan.parsed
     return graph
 
@@ -268,6 +271,7 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch,
         if node.settings.disabled:
             result = _pass_through(definition, gathered)
         else:
+            await _acquire_limits(step, claim, scope)
             wires = await _link_wires(runtime, node, definition, gathered)
             data = await resolve_parameters_off_loop(node, definition, wires, scope)
             resolved = parameter_preview(data)
@@ -283,6 +287,12 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch,
                 scope.spending.stop("the node execution it belongs to has ended")
             check_outputs(node, definition, result, max_bytes=step.options.max_output_bytes,
                           max_depth=step.options.max_output_depth)
+    except WaitRequested as exc:
+        log.info("run %s node %s waits %.2fs for %s", plan.run_id, node.id, exc.delay_s, exc.reason)
+        throttled = step.event(EventType.THROTTLED, {"delay_s": round(exc.delay_s, 3), **exc.reason,
+                                                     "message": exc.message}, attempt)
+        return NodeCompletion(status=NodeStatus.RETRYING, events=[throttled], next_attempt=attempt,
+                              retry_delay_s=exc.delay_s), exc.delay_s
     except SuspendRequested as exc:
         log.info("run %s node %s suspended", plan.run_id, node.id)
         return NodeCompletion(status=NodeStatus.WAITING, payload=exc.payload), None
@@ -310,6 +320,20 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch,
     completed = step.event(EventType.COMPLETED, {"outputs": preview, "outputs_truncated": cut,
                                                  "parameters": resolved}, attempt)
     return NodeCompletion(status=NodeStatus.SUCCEEDED, outputs=result.outputs, events=[*extra, completed]), None
+
+
+async def _acquire_limits(step: StepContext, claim: Claim, scope: Scope) -> None:
+    """The node's ``settings.limits``, acquired at once from the process's limiter; a
+    refusal raises WaitRequested (kernel/limits.py)."""
+    limiter, node = step.env.limiter, step.node
+    if limiter is None or not node.settings.limits:
+        return
+    requests = resolve_limits(node.settings.limits, scope, node_id=node.id, node_name=node.name)
+    decision = await limiter.acquire(requests, holder=f"{step.plan.run_id}:{node.id}:{claim.attempt}",
+                                     workspace=claim.workspace)
+    if decision.wait_s > 0:
+        raise WaitRequested(f"rate limit {decision.key!r}", delay_s=decision.wait_s,
+                            reason={"limit": decision.key, "source": "node"})
 
 
 async def _link_wires(runtime: GraphRuntime, node: Node, definition: NodeDefinition,

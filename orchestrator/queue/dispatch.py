@@ -3,15 +3,20 @@ messages of one call in one Redis round trip; and drain messages, which carry no
 let a worker with free slots take nodes from a run's queue.
 
 ``make_dispatch(app)`` returns the ``dispatch(run_id, node_ids)`` callable that
-``orchestrator.service.runs.start_run`` and the node task use. Task ids are ``"{run_id}:{node_id}"``
+``orchestrator.service.runs.start_run`` and the node task use; ``make_async_dispatch(app)``
+the one an event loop uses (the API, schedules): kombu's client is synchronous, so its
+publish runs on a small thread pool of its own and the loop never waits on the broker's
+socket. Task ids are ``"{run_id}:{node_id}"``
 so logs, revokes and a redelivered message all name the same node; the run store, not the
 id, makes a second delivery harmless.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Awaitable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 from celery import Celery
@@ -69,5 +74,19 @@ def make_dispatch(app: Celery) -> Dispatcher:
 
     def dispatch(run_id: str, node_ids: list[str]) -> None:
         send_nodes(app, run_id, node_ids)
+
+    return dispatch
+
+
+PUBLISH_THREADS = 2  # threads one async dispatcher publishes on (kombu's producer pool is thread-safe)
+
+
+def make_async_dispatch(app: Celery, *, threads: int = PUBLISH_THREADS) -> Dispatcher:
+    """An async ``dispatch(run_id, node_ids)`` bound to ``app``'s broker whose publish runs
+    on its own ``threads`` (see the module docstring): awaiting it never blocks the loop."""
+    pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="orchestrator-publish")
+
+    async def dispatch(run_id: str, node_ids: list[str]) -> None:
+        await asyncio.get_running_loop().run_in_executor(pool, send_nodes, app, run_id, node_ids)
 
     return dispatch

@@ -2,6 +2,7 @@
 
 Keys (``orchestrator/store/keys.py``): ``{p}:graph:{gid}`` (hash: latest version, name,
 times, webhook secret), ``{p}:graph:{gid}:v:{n}`` (graph JSON of version n),
+``{p}:graph:{gid}:plans`` (compiled plans per version, ``plan_cache.py``),
 ``{p}:graphs`` (zset gid -> updated_at), ``{p}:graph:{gid}:runs`` (zset run id ->
 created_at) and ``{p}:hooks`` (hash webhook path -> gid).
 
@@ -9,7 +10,9 @@ Contract:
 
 * every saved version passed ``validate_graph`` with the node registry, and so does every
   version read back (a registry change can invalidate a stored graph: the read raises
-  the ``GraphError`` naming the node);
+  the ``GraphError`` naming the node); a version validated once with a registry is not
+  validated again in the same process (versions never change), and its compiled plan is
+  kept in Redis for every process (``orchestrator/service/plan_cache.py``);
 * an update writes version n+1; old versions stay readable;
 * a webhook path belongs to one graph; saving a second graph with the same path raises
   :class:`GraphConflictError`, which names the holder only when it is of the same
@@ -30,10 +33,14 @@ from redis.asyncio import Redis
 
 from orchestrator.errors import GraphConflictError, GraphNotFoundError
 from orchestrator.kernel.errors import GraphSchemaError, ParameterError
-from orchestrator.kernel.graph import ID_PATTERN, parse_graph
+from orchestrator.kernel.graph import ID_PATTERN
 from orchestrator.kernel.registry import Registry
+from orchestrator.kernel.validation import GraphLimits, validate_graph
+from orchestrator.service import admission
+from orchestrator.service.plan_cache import GraphHead, PlanCache, StoredPlan, compile_template, fingerprint, start_key
 from orchestrator.settings import KernelLimits, Settings
 from orchestrator.store.keys import Keys
+from orchestrator.telemetry.budgets import graph_budget
 
 WEBHOOK_NODE_TYPE = "webhook_trigger"  # the trigger type whose data.path routes POST /hooks/{path}
 HOOK_PATH_PATTERN = r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+){0,15}"  # at most 16 segments
@@ -63,15 +70,10 @@ class GraphSummary:
 def validate(raw: Any, registry: Registry, settings: KernelLimits) -> dict[str, Any]:
     """Validate ``raw`` with the node registry and the bounds of ``settings``; return the
     normalized graph JSON."""
-    try:
-        from orchestrator.kernel.validation import validate_graph
-    except ImportError:  # the validator module is optional in stripped-down builds
-        graph = parse_graph(raw)
-        for node in graph.nodes:
-            registry.get(node.type, graph_id=graph.id, node_id=node.id, node_name=node.name)
-        return graph.to_json()
     limits = settings.graph_limits()
     normalized: dict[str, Any] = validate_graph(raw, registry, limits).graph.to_json()
+    graph_budget(normalized)  # a malformed settings.budget or settings.concurrency is refused when
+    admission.check_concurrency(normalized)  # saved, not at each start
     return normalized
 
 
@@ -101,6 +103,14 @@ class GraphStore:
         self.settings = settings
         self.keys = Keys(settings.key_prefix)
         self.hooks_key = self.keys.hooks()
+        self.plans = PlanCache()  # validated graphs and compiled plans per version (plan_cache.py)
+        self._limits: GraphLimits | None = None
+
+    @property
+    def limits(self) -> GraphLimits:
+        if self._limits is None:
+            self._limits = self.settings.graph_limits()
+        return self._limits
 
     # -- writes ------------------------------------------------------------------------
 
@@ -170,6 +180,7 @@ class GraphStore:
             if ttl:
                 pipe.expire(self.keys.graph(gid), ttl)
             await pipe.execute()
+        self.plans.forget(gid)  # this process's next start reads the new head (others: the start guard)
         return graph
 
     async def _path_taken(self, path: str, owner: str, gid: str) -> GraphConflictError:
@@ -204,11 +215,13 @@ class GraphStore:
             pipe.delete(
                 self.keys.graph(graph_id),
                 self.keys.graph_runs(graph_id),
+                self.keys.graph_plans(graph_id),
                 *[self.keys.graph_version(graph_id, n) for n in range(1, latest + 1)],
             )
             pipe.zrem(self.keys.graphs(), graph_id)
             pipe.zrem(self.keys.workspace_graphs(_field(record, "workspace", DEFAULT_WORKSPACE)), graph_id)
             await pipe.execute()
+        self.plans.forget(graph_id)
 
     async def set_webhook_secret(self, graph_id: str, secret: str, *, workspace: str | None = None) -> None:
         await self._require(graph_id, workspace)
@@ -227,19 +240,72 @@ class GraphStore:
 
     async def get(self, graph_id: str, version: int | None = None, *,
                   workspace: str | None = None) -> dict[str, Any]:
-        """The graph JSON of ``version`` (latest by default), validated again. With
-        ``workspace``, a graph of another workspace is unknown (404)."""
-        latest = await self._require(graph_id, workspace)
-        n = latest if version is None else version
+        """The graph JSON of ``version`` (latest by default), validated with the current
+        registry (once per version and registry in this process). With ``workspace``, a
+        graph of another workspace is unknown (404)."""
+        head = await self.head(graph_id, workspace)
+        n = head.latest if version is None else version
+        text = await self._validated(head, n)
+        graph: dict[str, Any] = json.loads(text)  # a fresh copy: callers may change it
+        return graph
+
+    async def _validated(self, head: GraphHead, n: int) -> str:
+        """Version ``n``'s validated JSON (``version`` set) as text."""
+        fp = fingerprint(self.registry, self.limits)
+        text = self.plans.graph(head, n, fp)
+        if text is not None:
+            return text
         raw = None
-        if 0 < n <= latest:
-            raw = await self.redis.get(self.keys.graph_version(graph_id, n))
+        if 0 < n <= head.latest:
+            raw = await self.redis.get(self.keys.graph_version(head.graph_id, n))
         if raw is None:
-            raise GraphNotFoundError(f"graph {graph_id!r} has no version {n}", graph_id=graph_id)
-        graph = json.loads(raw)
-        validated = validate(graph, self.registry, self.settings)
+            raise GraphNotFoundError(f"graph {head.graph_id!r} has no version {n}", graph_id=head.graph_id)
+        validated = validate(json.loads(raw), self.registry, self.settings)
         validated["version"] = n
-        return validated
+        text = json.dumps(validated)
+        self.plans.keep_graph(head, n, fp, text)
+        return text
+
+    async def compiled(self, graph_id: str, version: int | None, start: list[str] | None, *,
+                       workspace: str | None = None, fresh: bool = False) -> StoredPlan:
+        """The validated, compiled plan of ``version`` (latest by default) started at
+        ``start`` (default: the graph's single trigger): from this process's cache, else
+        from Redis's (``{p}:graph:{gid}:plans``), else validated and compiled now and kept
+        in both. The graph's head comes from this process's memory unless ``fresh`` (or
+        unknown): a start guards the run with it (``StartGuard``), and reads it again
+        only when the guard refuses. Graph faults raise their ``GraphError``."""
+        head = None if fresh else self.plans.head(graph_id)
+        if head is None or (version is not None and version > head.latest):
+            head = await self.head(graph_id, workspace)
+        elif workspace is not None and head.workspace != workspace:
+            raise GraphNotFoundError(f"unknown graph {graph_id!r}", graph_id=graph_id)
+        n = head.latest if version is None else version
+        if not 0 < n <= head.latest:
+            raise GraphNotFoundError(f"graph {graph_id!r} has no version {n}", graph_id=graph_id)
+        fp, key = fingerprint(self.registry, self.limits), start_key(start)
+        stored = self.plans.plan(head, n, fp, key)
+        if stored is not None:
+            return stored
+        field = f"{head.created_at}:{n}:{fp}:{key}"
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hget(self.keys.graph_plans(graph_id), field)
+            pipe.get(self.keys.graph_version(graph_id, n))
+            raw, graph = await pipe.execute()
+        if raw is not None and graph is not None:  # validated with this registry when it was kept
+            validated = json.loads(graph)
+            validated["version"] = n
+            stored = StoredPlan.from_json(head, n, _text(raw), validated)
+        else:
+            vg = validate_graph(json.loads(await self._validated(head, n)), self.registry, self.limits)
+            plan, deadline_s = compile_template(vg, start)
+            stored = StoredPlan(head, n, plan, deadline_s)
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.hset(self.keys.graph_plans(graph_id), field, stored.to_json())
+                if self.settings.graph_ttl_s:
+                    pipe.expire(self.keys.graph_plans(graph_id), self.settings.graph_ttl_s)
+                await pipe.execute()
+        self.plans.keep_plan(stored, fp, key)
+        return stored
 
     async def versions(self, graph_id: str, *, workspace: str | None = None) -> list[int]:
         latest = await self._require(graph_id, workspace)
@@ -292,11 +358,21 @@ class GraphStore:
         return DEFAULT_WORKSPACE if owner is None else _text(owner)
 
     async def _require(self, graph_id: str, workspace: str | None = None) -> int:
-        latest, owner = await self.redis.hmget(self.keys.graph(graph_id), ["latest", "workspace"])
+        return (await self.head(graph_id, workspace)).latest
+
+    async def head(self, graph_id: str, workspace: str | None = None) -> GraphHead:
+        """The graph's latest version, creation time and workspace (one read); remembered
+        for :meth:`compiled`. ``GraphNotFoundError`` when unknown or of another
+        ``workspace``."""
+        latest, owner, created = await self.redis.hmget(self.keys.graph(graph_id),
+                                                        ["latest", "workspace", "created_at"])
         owner_ws = DEFAULT_WORKSPACE if owner is None else _text(owner)
         if latest is None or (workspace is not None and owner_ws != workspace):
+            self.plans.forget(graph_id)
             raise GraphNotFoundError(f"unknown graph {graph_id!r}", graph_id=graph_id)
-        return int(_text(latest))
+        head = GraphHead(graph_id, int(_text(latest)), "" if created is None else _text(created), owner_ws)
+        self.plans.know_head(head)
+        return head
 
     async def _hook_paths_of(self, graph_id: str) -> set[str]:
         index = await self.redis.hgetall(self.hooks_key)

@@ -1,15 +1,18 @@
 """Starting a run: validate, compile, store, dispatch the start nodes.
 
-The API, the CLI and tests call :func:`start_run` with a :class:`RunRequest` (the run's
-input and options); from then on workers drive the run through the store's barrier. The
-caller provides ``dispatch(run_id, node_ids)`` (for the Celery deployment
-``orchestrator.queue.dispatch.make_dispatch(app)``), sync or async.
+A run of a stored graph (manual starts, webhooks, chat messages, schedules) starts with
+:func:`start_stored`, from the version's cached, compiled plan (no validation, no
+compilation; ``plan_cache.py``). The CLI, reruns, test steps and tests call
+:func:`start_run` with a graph and a :class:`RunRequest` (the run's input and options),
+which validates (remembered per graph content) and compiles. From then on workers drive
+the run through the store's barrier. The caller provides ``dispatch(run_id, node_ids)``
+(for the Celery deployment ``orchestrator.queue.dispatch.make_dispatch(app)``, or
+``make_async_dispatch`` on an event loop), sync or async.
 """
 
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import time
 import uuid
@@ -19,15 +22,17 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from orchestrator.errors import StorageBudgetError
 from orchestrator.kernel.compile import compile_run
-from orchestrator.kernel.errors import GraphError
 from orchestrator.kernel.protocol import DataValue
 from orchestrator.kernel.registry import Registry
 from orchestrator.kernel.scheduling import RunPlan
 from orchestrator.kernel.store import RunRecord, RunStatus, RunStore
 from orchestrator.kernel.validation import DEFAULT_GRAPH_LIMITS, GraphLimits, ValidatedGraph, validate_graph
 from orchestrator.queue.dispatch import Dispatcher
+from orchestrator.service import admission
 from orchestrator.service.graph_store import DEFAULT_WORKSPACE
+from orchestrator.service.plan_cache import StoredPlan, choose_start, graph_deadline_s
 from orchestrator.settings import Settings
+from orchestrator.store.redis_store import RedisRunStore, StaleGraphError, StartGuard
 from orchestrator.telemetry import tracing
 from orchestrator.telemetry.budgets import graph_budget
 
@@ -57,37 +62,8 @@ def validated(graph: dict[str, Any], registry: Registry, limits: GraphLimits = D
     return vg
 
 
-def choose_start(vg: ValidatedGraph, start: list[str] | None) -> list[str]:
-    """``start`` as given, else the graph's single trigger node.
-
-    Raises ``GraphError`` when there is no trigger, or several and no choice (naming them).
-    """
-    if start is not None:
-        if not start:
-            raise GraphError("a run needs at least one start node", graph_id=vg.graph.id)
-        return list(start)
-    triggers = vg.start_nodes()
-    if not triggers:
-        raise GraphError("the graph has no trigger node to start a run from; pass start=[node id]",
-                         graph_id=vg.graph.id)
-    if len(triggers) > 1:
-        names = ", ".join(f'{n} ("{vg.graph.node_by_id[n].name}")' for n in triggers)
-        raise GraphError(f"the graph has several trigger nodes ({names}); choose one with start",
-                         graph_id=vg.graph.id)
-    return triggers
-
-
 def _deadline_s(vg: ValidatedGraph, deadline_s: float | None) -> float | None:
-    if deadline_s is not None:
-        return deadline_s
-    raw = vg.graph.settings.get("deadline_s")
-    if raw is None:
-        return None
-    try:
-        return float(raw)
-    except (TypeError, ValueError):
-        raise GraphError(f"graph setting deadline_s must be a number of seconds, not {raw!r}",
-                         graph_id=vg.graph.id, parameter="deadline_s") from None
+    return deadline_s if deadline_s is not None else graph_deadline_s(vg)
 
 
 INPUT_COUNTED_FROM = 64 * 1024  # a run input this large counts toward the workspace's storage budget
@@ -145,17 +121,33 @@ async def start_run(
         plan.labels.update(trace_labels, workspace=str(meta.get("workspace") or DEFAULT_WORKSPACE))
         if meta.get("parent_run"):  # a child run: its end resumes the parent (service/children.py)
             plan.labels["parent_run"] = str(meta["parent_run"])
-        return await _store_and_dispatch(store, vg, plan, replace(request, meta=meta), dispatch)
+        return await _store_and_dispatch(store, _Start(plan, vg.graph.id, vg.graph.version,
+                                                       _deadline_s(vg, request.deadline_s)),
+                                         replace(request, meta=meta), dispatch)
 
 
-async def _store_and_dispatch(store: RunStore, vg: ValidatedGraph, plan: RunPlan, request: RunRequest,
-                              dispatch: Dispatcher) -> str:
+@dataclass(frozen=True)
+class _Start:
+    """A compiled run about to be stored: its plan, its graph's id and version, its
+    deadline, and (a stored graph's run on the Redis store) the guard create.lua checks."""
+
+    plan: RunPlan
+    graph_id: str
+    graph_version: int | None
+    deadline_s: float | None
+    guard: StartGuard | None = None
+
+
+async def _store_and_dispatch(store: RunStore, start: _Start, request: RunRequest, dispatch: Dispatcher) -> str:
+    plan = start.plan
     run_id, meta = plan.run_id, dict(request.meta or {})
-    version = meta.get("graph_version", vg.graph.version)
+    held = admission.held_by({"id": start.graph_id, "settings": plan.graph.get("settings") or {}},
+                             request.run_input, str(meta.get("workspace") or DEFAULT_WORKSPACE))
+    version = meta.get("graph_version", start.graph_version)
     record = RunRecord(
         run_id=run_id,
         status=RunStatus.QUEUED,
-        graph_id=vg.graph.id,
+        graph_id=start.graph_id,
         graph_version=int(version) if version is not None else None,
         created_at=time.time(),
         run_input=request.run_input,
@@ -166,7 +158,10 @@ async def _store_and_dispatch(store: RunStore, vg: ValidatedGraph, plan: RunPlan
     size = len(json.dumps(request.run_input, default=str).encode()) if budget is not None else 0
     if budget is not None and size >= INPUT_COUNTED_FROM:  # smaller: no round trip (bounded like the record)
         await budget.reserve(size, workspace=str(meta.get("workspace") or "default"))
-    await store.create_run(plan, record, deadline_s=_deadline_s(vg, request.deadline_s))
+    if start.guard is not None and isinstance(store, RedisRunStore):
+        await store.create_run(plan, record, deadline_s=start.deadline_s, guard=start.guard)
+    else:
+        await store.create_run(plan, record, deadline_s=start.deadline_s)
     if request.seed_outputs:
         try:
             await store.seed_outputs(run_id, request.seed_outputs)
@@ -174,10 +169,9 @@ async def _store_and_dispatch(store: RunStore, vg: ValidatedGraph, plan: RunPlan
             await store.finish_run(run_id, RunStatus.FAILED, exc.to_dict())
             raise
     # create_run marked the start nodes sent (Redis's clock): a message lost on the way,
-    # or a send that fails, is sent again by the sweeper after its grace.
-    sent = dispatch(run_id, list(plan.start))
-    if inspect.isawaitable(sent):
-        await sent
+    # or a send that fails, is sent again by the sweeper after its grace. A graph with
+    # settings.concurrency may hold the run instead (admission.py).
+    await admission.admit(store, held, run_id, list(plan.start), dispatch)
     return run_id
 
 
@@ -206,7 +200,6 @@ async def admit_and_start(services: Starter, graph: dict[str, Any], request: Run
     else the new run's id (queued, not finished), listed under its graph and counted.
     ``request.meta`` carries ``workspace`` and ``graph_version``; ``meta.trigger`` is
     ``trigger``."""
-    from orchestrator.service import admission
     from orchestrator.telemetry import metrics
 
     await admission.check(services.redis, services.settings)
@@ -216,4 +209,65 @@ async def admit_and_start(services: Starter, graph: dict[str, Any], request: Run
     if graph.get("id"):
         await services.graphs.add_run(str(graph["id"]), run_id)
     metrics.RUNS_STARTED.labels(trigger=trigger).inc()
+    return run_id
+
+
+@dataclass(frozen=True)
+class StoredGraph:
+    """Which stored graph :func:`start_stored` runs: ``graph_id`` at ``version`` (default:
+    the latest), looked up in ``workspace`` (the caller's; None: any workspace)."""
+
+    graph_id: str
+    _: KW_ONLY
+    version: int | None = None
+    workspace: str | None = None
+
+
+async def start_stored(services: Starter, source: StoredGraph, request: RunRequest, *, trigger: str) -> str:
+    """The one way a run of a stored graph starts (manual starts, webhooks, chat messages,
+    schedules): admitted like :func:`admit_and_start`, then started from the version's
+    cached, compiled plan (``orchestrator/service/plan_cache.py``): no validation, no
+    compilation, and on a warm process two Redis round trips (admission; the create
+    script, which also checks the graph is still that version and lists the run under it)
+    before the start nodes are published.
+
+    The run belongs to the graph's workspace (``meta.workspace``) and records the version
+    it ran (``meta.graph_version``). With ``source.workspace`` a graph of another
+    workspace is unknown (404). Raises ``OverloadedError`` before storing anything while
+    the queue is over its bound."""
+    from orchestrator.service import admission
+    from orchestrator.telemetry import metrics
+
+    await admission.check(services.redis, services.settings)
+    stored = await services.graphs.compiled(source.graph_id, source.version, request.start,
+                                            workspace=source.workspace)
+    try:
+        run_id = await _start_compiled(services, stored, source, request, trigger)
+    except StaleGraphError:  # the graph changed since this process compiled it: read it again, once
+        stored = await services.graphs.compiled(source.graph_id, source.version, request.start,
+                                                workspace=source.workspace, fresh=True)
+        run_id = await _start_compiled(services, stored, source, request, trigger)
+    metrics.RUNS_STARTED.labels(trigger=trigger).inc()
+    return run_id
+
+
+async def _start_compiled(services: Starter, stored: StoredPlan, source: StoredGraph, request: RunRequest,
+                          trigger: str) -> str:
+    head, keys = stored.head, services.graphs.keys
+    meta = {"graph_version": stored.version, **(request.meta or {}), "workspace": head.workspace,
+            "trigger": trigger}
+    run_id = request.run_id or uuid.uuid4().hex
+    plan = stored.plan.for_run(run_id)
+    guard = StartGuard(graph_key=keys.graph(head.graph_id), runs_key=keys.graph_runs(head.graph_id),
+                       created_at=head.created_at, workspace=head.workspace, version=stored.version,
+                       latest=source.version is None, keep_s=int(services.settings.retention_s))
+    deadline_s = request.deadline_s if request.deadline_s is not None else stored.deadline_s
+    start = _Start(plan, head.graph_id, stored.version, deadline_s, guard)
+    with tracing.run_span(run_id, head.graph_id, trigger=trigger,
+                          rerun_of=str(meta.get("rerun_of") or "")) as trace_labels:
+        plan.labels.update(trace_labels, workspace=head.workspace)
+        run_id = await _store_and_dispatch(services.run_store, start, replace(request, meta=meta),
+                                           services.dispatch)
+    if not isinstance(services.run_store, RedisRunStore):  # create.lua lists the run under its graph
+        await services.graphs.add_run(head.graph_id, run_id)
     return run_id

@@ -5,7 +5,8 @@ script stamps with, never this host's) and does these things for the runs in
 ``{p}:runs:active`` (scored by deadline):
 
 * a run past its deadline is ended ``timed_out`` (``store.finish_run``: it appends
-  ``run_timed_out`` and gives the run's keys the retention TTL);
+  ``run_timed_out`` and gives the run's keys the retention TTL), and frees its place under
+  its graph's concurrency key (``admission.release``);
 * a node marked ``running`` whose lease key is gone lost its worker (the heartbeat that
   renews the lease stopped): its task is sent again, and the next claim takes the free
   lease (under a new fencing token, which makes the lost worker's completion stale) and
@@ -56,6 +57,7 @@ from typing import Any, cast
 from orchestrator.kernel.protocol import EventType, NodeEvent
 from orchestrator.kernel.store import NodeCompletion, NodeStatus, RunStatus
 from orchestrator.queue.dispatch import Dispatcher
+from orchestrator.service import admission
 from orchestrator.service.child_links import ChildLinks
 from orchestrator.settings import Settings
 from orchestrator.store import redis_client
@@ -174,6 +176,7 @@ class Sweeper:
             if await self.store.finish_run(run_id, RunStatus.TIMED_OUT, error):
                 log.warning("run %s timed out (deadline passed)", run_id)
                 report.timed_out.append(run_id)
+                await admission.release(self.store, run_id, self.dispatch)  # its concurrency place
 
     async def _check_nodes(self, now: float, report: SweepReport) -> None:
         seen: set[tuple[str, str]] = set()

@@ -24,6 +24,11 @@ class ModelSettings(SettingsGroup):
     # any other base URL from a graph is refused (a workspace's own endpoint comes with
     # an api_key credential, which carries its base_url and key).
     model_base_urls: str = ""
+    # Provider limits of the operator's endpoints, shared by every node and workspace that
+    # calls them through the operator's key: a JSON object of base URL -> {"rpm": n,
+    # "tpm": n} (requests and tokens per minute), e.g. '{"https://api.openai.com/v1":
+    # {"rpm": 500, "tpm": 200000}}'. An endpoint not listed learns a rate from its 429s.
+    model_limits: str = ""
     # A folder of dry-run scripts (JSON lists of steps) that a "dryrun:<name>.json" model
     # may name, relative to it; unset: scripts come only from a node's "script" parameter.
     dryrun_scripts_dir: str = ""

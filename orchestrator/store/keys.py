@@ -36,6 +36,10 @@ key                                        type        what, TTL
                                                        active TTL, deleted at 0
 {p}:graph:{gid}                            hash        graph record (latest version, name, created); graph_ttl_s
 {p}:graph:{gid}:v:{n}                      string      graph JSON of version n; graph_ttl_s
+{p}:graph:{gid}:plans                      hash        "{n}:{registry fingerprint}:{start}" -> the version's
+                                                       validated, compiled plan JSON (no run id), so a
+                                                       start neither validates nor compiles; graph_ttl_s,
+                                                       deleted with the graph
 {p}:graphs                                 zset        graph id -> updated_at (every workspace)
 {p}:ws:{ws}:graphs                         zset        graph id -> updated_at, graphs of one workspace
 {p}:sweeper:lock                           string      one sweeper pass at a time; PX of the pass
@@ -45,6 +49,18 @@ key                                        type        what, TTL
                                                        default; another workspace's under
                                                        {p}:agno:ws:{ws}:*; retention
                                                        (table in nodes/_ai/storage.py)
+{p}:limit:{key}                            hash        a rate limit's state (GCRA time, 429 block, learned
+                                                       rate, grants of the last 60 s); 1 day idle
+{p}:limit:{key}:r                          zset        holder -> reserved slot time of a refused acquire;
+                                                       1 day idle (entries dropped after 10 min)
+{p}:limit:{key}:g                          zset        holder -> when it was granted (a re-run of the same
+                                                       execution is not charged again); 1 day idle
+                                                       (entries dropped after 10 min)
+{p}:cc:{ws}:{gid}:run:{key}                zset        runs of a concurrency key in progress; 1 day idle
+{p}:cc:{ws}:{gid}:q:{key}                  zset        runs waiting for a place under that key (FIFO); 1 day idle
+{p}:cc:{ws}:{gid}:all / :rr / :seq         zset/list/  every key's runs in progress (round_robin), the keys
+                                           string      with waiting runs in turn order, the order counter;
+                                                       1 day idle
 {p}:hooks                                  hash        webhook path -> graph id (kept with the graphs)
 {p}:graph:{gid}:runs                       zset        run id -> created_at; trimmed with retention
 {p}:hooksig:{sha256}                       string      an accepted webhook signature; 2 x webhook_tolerance_s
@@ -145,6 +161,9 @@ class Keys:
     def graph_version(self, graph_id: str, version: int) -> str:
         return f"{self.prefix}:graph:{graph_id}:v:{version}"
 
+    def graph_plans(self, graph_id: str) -> str:
+        return f"{self.prefix}:graph:{graph_id}:plans"
+
     def graphs(self) -> str:
         return f"{self.prefix}:graphs"
 
@@ -189,6 +208,13 @@ class Keys:
             self.dispatched(run_id), self.events(run_id), self.adj(run_id), self.suspend(run_id),
             self.resume(run_id), self.queue(run_id), self.sent(run_id),
         ]
+
+    def concurrency(self) -> str:
+        """The stem of the concurrency-key state (``service/admission.py``, ``lua/concurrency.lua``)."""
+        return f"{self.prefix}:cc"
+
+    def limit(self, key: str) -> str:
+        return f"{self.prefix}:limit:{key}"
 
     def children(self) -> str:
         return f"{self.prefix}:children"

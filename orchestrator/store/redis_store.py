@@ -16,7 +16,10 @@ Per-node adjacency is stored at ``create_run`` in a hash (node -> JSON ``{out, r
 in_ports, type, name, rank}``) so the scripts never parse the plan. Each event is one
 stream entry with a single field ``e`` (the NodeEvent JSON), followed by a ``PUBLISH``
 of its id on the run's notify channel (a wake-up hint only). Every key carries a TTL:
-``active_ttl_s`` while the run is active, ``retention_s`` once it ended.
+``active_ttl_s`` while the run is active, ``retention_s`` once it ended. ``create.lua``
+creates every key the nodes fill (and empty) with a placeholder member ``:`` (no node id
+begins with it), so the TTL it sets holds for the run's life; a completion renews it only
+once half of it has passed (one ``TTL`` read), not an ``EXPIRE`` per key per node.
 
 One clock: every time the scripts store or compare (deadlines, retry due times, sent
 times, event timestamps, ``created_at``/``finished_at``) is Redis's ``TIME``, read inside
@@ -25,7 +28,8 @@ the script; a host's clock never enters the run state. Event JSON is written wit
 
 Storage budgets (``orchestrator/store/storage_budget.py``): the bytes a completion stores (its
 outputs and events) and the events a node appends are counted against the run's and its
-workspace's budgets before they are stored; a completion that would pass one is stored
+workspace's budgets before they are stored (a completion's inside ``complete.lua``: one
+round trip); a completion that would pass one is stored
 as the node's failure naming the budget instead, and its run stops. Appended events are
 counted in chunks of ``EVENT_COUNT_CHUNK_BYTES`` (one script call per chunk, not per
 token); a refused chunk fails the node through its executor. A Redis that refuses writes
@@ -42,13 +46,14 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any, cast
 
 from redis.asyncio import Redis
 
-from orchestrator.errors import StorageBudgetError
+from orchestrator.errors import GraphConflictError, StorageBudgetError
 from orchestrator.kernel.errors import OrchestratorError, RunNotFoundError
 from orchestrator.kernel.protocol import DataValue, EventType, NodeEvent
 from orchestrator.kernel.scheduling import RunPlan
@@ -115,6 +120,46 @@ def over_budget(run_id: str, node_id: str, completion: NodeCompletion, exc: Stor
     return NodeCompletion(status=NodeStatus.FAILED, error=info, stop_run=True, events=[event])
 
 
+def _encoded(plan: RunPlan) -> tuple[str, str, str, str, str]:
+    """create.lua's plan arguments except the run id and labels: the plan JSON without
+    them, the order, the pending counts, the adjacency and the start nodes; built once per
+    compiled plan (kept in ``plan.memo``)."""
+    cached = plan.memo.get("redis_create")
+    if cached is None:
+        raw = plan.to_json()
+        body = {k: v for k, v in raw.items() if k not in ("run_id", "labels")}
+        cached = (_dumps(body), _dumps(plan.order), _dumps({n: p.pending for n, p in plan.nodes.items()}),
+                  _dumps({nid: _dumps(a) for nid, a in adjacency(plan).items()}), _dumps(plan.start))
+        plan.memo["redis_create"] = cached
+    return cast(tuple[str, str, str, str, str], cached)
+
+
+@dataclass(frozen=True)
+class StartGuard:
+    """What create.lua checks before it creates a run of a stored graph (see there): the
+    graph's hash and run index keys, the creation time and workspace the plan was
+    compiled for, its version and whether that must be the latest, and how long the run
+    index keeps a run id."""
+
+    graph_key: str
+    runs_key: str
+    created_at: str
+    workspace: str
+    version: int
+    latest: bool
+    keep_s: int
+
+    def to_json(self) -> str:
+        return _dumps({"created_at": self.created_at, "workspace": self.workspace, "version": self.version,
+                       "latest": self.latest, "keep_s": self.keep_s})
+
+
+class StaleGraphError(GraphConflictError):
+    """A start guard refused the run: the stored graph moved on (a new version, deleted)
+    since its plan was compiled. Nothing was stored; the starter compiles again and
+    retries (a 409 only if the graph keeps changing under it)."""
+
+
 def adjacency(plan: RunPlan) -> dict[str, dict[str, Any]]:
     """Per-node data ``complete.lua`` needs, derived from the plan."""
     in_ports: dict[str, list[str]] = {n: [] for n in plan.order}
@@ -149,6 +194,7 @@ class RedisRunStore(RunStore):
         # Commands of concurrent node steps share round trips (orchestrator/store/batching.py).
         self._batch = CommandBatcher(redis)
         self._plans: OrderedDict[str, RunPlan] = OrderedDict()
+        self._loading: dict[str, asyncio.Future[RunPlan]] = {}  # plans being fetched (single flight)
         self._event_templates: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._statuses: OrderedDict[str, tuple[float, asyncio.Future[Any]]] = OrderedDict()
         self.budget = StorageBudget(redis, self.settings, call=self._batch.script)
@@ -169,10 +215,12 @@ class RedisRunStore(RunStore):
         lua/prelude.lua expects."""
         return self.keys.run_keys(run_id)
 
-    async def _call(self, script: str, run_id: str, args: list[Any], node_id: str = "") -> Any:
+    async def _call(self, script: str, run_id: str, args: list[Any], node_id: str = "",
+                    extra_keys: Sequence[str] = ()) -> Any:
         keys = [*self.all_run_keys(run_id), self.keys.active_runs(), self.keys.queued_nodes()]
         if node_id:
             keys.append(self.keys.lease(run_id, node_id))
+        keys += extra_keys
         s = self.settings
         # ARGV[5] is unused: the scripts read the time from Redis (one clock for all hosts).
         head: list[Any] = [s.events_maxlen, self.keys.notify(run_id), s.active_ttl_s, s.retention_s, ""]
@@ -223,7 +271,8 @@ class RedisRunStore(RunStore):
     # -- RunStore ---------------------------------------------------------------------
 
     async def create_run(
-        self, plan: RunPlan, record: RunRecord, *, deadline_s: float | None = None
+        self, plan: RunPlan, record: RunRecord, *, deadline_s: float | None = None,
+        guard: StartGuard | None = None,
     ) -> None:
         """Store plan and record, mark start nodes ready and sent, append ``run_started``.
         Idempotent.
@@ -231,7 +280,12 @@ class RedisRunStore(RunStore):
         ``deadline_s`` (default ``Settings.run_deadline_s``) from now by Redis's clock is
         the run's score in ``runs:active``, which the sweeper compares with the same clock
         to time runs out. ``created_at`` is Redis's time too (``record.created_at`` is not
-        used: the caller's clock may be off).
+        used: the caller's clock may be off). With ``guard``, the run is created only while
+        the stored graph is the one the plan was compiled from, in the same script (else
+        :class:`StaleGraphError`, nothing stored), and joins the graph's run index.
+
+        The plan's encoded parts are built once per compiled plan (``plan.memo``, shared by
+        every run :meth:`RunPlan.for_run` makes of it): a run adds only its id and labels.
         """
         run_id = plan.run_id
         if deadline_s is None:
@@ -246,14 +300,17 @@ class RedisRunStore(RunStore):
             "remaining": str(len(plan.order)),
             "workspace": str(record.meta.get("workspace") or DEFAULT_WORKSPACE),
         }
-        adj = {nid: _dumps(a) for nid, a in adjacency(plan).items()}
+        body, order, pending, adj, start = _encoded(plan)
         started = self._run_event(run_id, EventType.RUN_STARTED,
                                   {"graph_id": record.graph_id, "start": plan.start})
-        await self._call("create", run_id, [
-            _dumps(fields), _dumps(plan.to_json()), _dumps(plan.order),
-            _dumps({n: p.pending for n, p in plan.nodes.items()}), _dumps(adj),
-            _dumps(plan.start), repr(float(deadline_s)), run_id, started,
-        ])
+        plan_json = f'{{"run_id":{_dumps(run_id)},"labels":{_dumps(plan.labels)},{body[1:]}'
+        created = await self._call("create", run_id, [
+            _dumps(fields), plan_json, order, pending, adj, start, repr(float(deadline_s)), run_id, started,
+            "" if guard is None else guard.to_json(),
+        ], extra_keys=() if guard is None else (guard.graph_key, guard.runs_key))
+        if int(created) < 0:
+            raise StaleGraphError(f"graph {record.graph_id!r} changed while the run was starting; start it again",
+                                  run_id=run_id, graph_id=record.graph_id)
         self._remember(plan)
         self._know_workspace(run_id, fields["workspace"])
 
@@ -264,12 +321,28 @@ class RedisRunStore(RunStore):
             self._plans.popitem(last=False)
 
     async def load_plan(self, run_id: str) -> RunPlan:
-        """The run's plan; cached in process (plans never change)."""
+        """The run's plan; cached in process (plans never change), and loaded in single
+        flight: however many of a run's nodes start at once on a process that has not
+        seen the run, one GET and one parse serve them all (and one plan object, so the
+        step function builds its graph once)."""
         cached = self._plans.get(run_id)
         if cached is not None:
             self._plans.move_to_end(run_id)
             return cached
-        raw = await self.redis.get(self.keys.plan(run_id))
+        loading = self._loading.get(run_id)
+        if loading is None:
+            loading = asyncio.ensure_future(self._fetch_plan(run_id))
+            self._loading[run_id] = loading
+            loading.add_done_callback(lambda done: self._loaded(run_id, done))
+        return await asyncio.shield(loading)
+
+    def _loaded(self, run_id: str, done: asyncio.Future[RunPlan]) -> None:
+        self._loading.pop(run_id, None)
+        if not done.cancelled():
+            done.exception()  # retrieved here too: every waiter may have gone
+
+    async def _fetch_plan(self, run_id: str) -> RunPlan:
+        raw = await self._batch.execute("GET", self.keys.plan(run_id))
         if raw is None:
             raise RunNotFoundError("no such run (unknown or expired)", run_id=run_id)
         plan = RunPlan.from_json(json.loads(raw))
@@ -320,6 +393,8 @@ class RedisRunStore(RunStore):
         kind, claims, *rest = reply
         if kind == "run":
             run_input, session_id, resume, attempt, token, workspace, *stored = rest
+            if workspace:
+                self._know_workspace(run_id, workspace)  # what the budgets of its completion need
             outputs = {
                 stored[i]: {port: DataValue.from_json(v) for port, v in json.loads(stored[i + 1]).items()}
                 for i in range(0, len(stored), 2)
@@ -379,14 +454,26 @@ class RedisRunStore(RunStore):
         self, run_id: str, node_id: str, completion: NodeCompletion, *, take: int | None = None,
         token: int | None = None,
     ) -> Ready:
+        """Apply ``completion`` in one script call, which also counts its bytes against the
+        storage budgets (see the module docstring): a refusal comes back instead of being
+        applied, and the node's failure naming the budget is stored in a second call."""
         args = self._completion_args(run_id, node_id, completion, take, token)
         stored = len(args["outputs"]) + len(args["payload"]) + sum(len(e) for e in args["events"])
-        try:
-            await self.count_bytes(run_id, stored + self._event_bytes.pop(run_id, 0))
-        except StorageBudgetError as exc:
-            completion = over_budget(run_id, node_id, completion, exc)
+        nbytes = stored + self._event_bytes.pop(run_id, 0)
+        budget, workspace, budget_keys = "", "", list[Any]()
+        if self.budget.enabled and nbytes > 0:
+            workspace = await self._workspace(run_id)
+            _, budget_keys, (count, ws_max, run_max, expire_at) = self.budget.request(nbytes, workspace=workspace)
+            budget = _dumps({"bytes": count, "ws_max": ws_max, "run_max": run_max, "expire_at": expire_at})
+        reply = await self._call("complete", run_id, [_dumps(args), budget], node_id, extra_keys=budget_keys)
+        if reply[0] == "budget":
+            try:
+                self.budget.check(str(reply[1]), int(reply[2]), nbytes, workspace=workspace, run_id=run_id)
+            except StorageBudgetError as exc:
+                completion = over_budget(run_id, node_id, completion, exc)
             args = self._completion_args(run_id, node_id, completion, take, token)
-        queued, backlog, *nodes = await self._call("complete", run_id, [_dumps(args)], node_id)
+            reply = await self._call("complete", run_id, [_dumps(args), ""], node_id)
+        queued, backlog, *nodes = reply
         if queued == "stale":
             metrics.STALE_REFUSED.labels(action="complete").inc()
             return Ready(stale=True)

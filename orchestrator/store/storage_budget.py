@@ -149,27 +149,39 @@ class StorageBudget:
         :class:`StorageBudgetError` naming the budget they would pass."""
         if nbytes <= 0 or not self.enabled:
             return None
-        days = self._days(time.time())
-        keys: list[Any] = [self.keys.workspace_bytes(workspace, day) for day in days]
+        days, keys, args = self.request(nbytes, workspace=workspace)
         if run_id is not None:
             keys.append(self.keys.run(run_id))
+        verdict, used = await self._call(self._reserve, keys, [*args, "1" if run_id is not None else "0"])
+        kind = _text(verdict)
+        self.check(kind, int(used), nbytes, workspace=workspace, run_id=run_id)
+        return days[0] if kind == "ok" else None
+
+    def request(self, nbytes: int, *, workspace: str) -> tuple[list[int], list[Any], list[Any]]:
+        """What a reservation of ``nbytes`` for ``workspace`` passes to a script: the days,
+        the day counters' keys (today's first), and (bytes, workspace budget, run budget,
+        today's counter expires at). ``orchestrator/store/lua/complete.lua`` reserves a
+        completion's bytes with them in the same script that stores it."""
+        days = self._days(time.time())
+        keys: list[Any] = [self.keys.workspace_bytes(workspace, day) for day in days]
         expire_at = (days[0] + 1) * DAY_S + self.counted_s
-        verdict, used = await self._call(self._reserve, keys, [
-            nbytes, self.workspace_max_bytes, self.run_max_bytes, expire_at, "1" if run_id is not None else "0"])
-        kind, used = _text(verdict), int(used)
-        if kind == "run":
+        return days, keys, [nbytes, self.workspace_max_bytes, self.run_max_bytes, expire_at]
+
+    def check(self, verdict: str, used: int, nbytes: int, *, workspace: str, run_id: str | None) -> None:
+        """Raise the :class:`StorageBudgetError` of a refused reservation's ``verdict``
+        (``run`` / ``workspace``; ``ok`` and ``gone`` pass)."""
+        if verdict == "run":
             raise StorageBudgetError(
                 f"run {run_id} would keep {used + nbytes} bytes of outputs, events and files in the store, "
                 f"above its budget ORCH_RUN_MAX_BYTES ({self.run_max_bytes} bytes)",
                 limit="ORCH_RUN_MAX_BYTES", used=used, requested=nbytes, bound=self.run_max_bytes, run_id=run_id)
-        if kind == "workspace":
+        if verdict == "workspace":
             raise StorageBudgetError(
                 f"workspace {workspace!r} would keep {used + nbytes} bytes of outputs, events and files in the store, "
                 f"above its budget ORCH_WORKSPACE_MAX_BYTES ({self.workspace_max_bytes} bytes); they count until "
                 "they expire (ORCH_RETENTION_S)",
                 limit="ORCH_WORKSPACE_MAX_BYTES", used=used, requested=nbytes, bound=self.workspace_max_bytes,
                 run_id=run_id)
-        return days[0] if kind == "ok" else None
 
     async def release(self, nbytes: int, *, workspace: str, day: int) -> None:
         """Give back ``nbytes`` counted on ``day`` (a file deleted before it expired)."""

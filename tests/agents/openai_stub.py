@@ -42,7 +42,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.requests.append({"headers": {k.lower(): v for k, v in self.headers.items()},
                                      "body": body})
         if self.server.fail_status:
-            self._send(self.server.fail_status, {"error": {"message": "stub failure"}})
+            self._send(self.server.fail_status, {"error": {"message": "stub failure"}},
+                       {"Retry-After": self.server.retry_after} if self.server.retry_after else None)
             return
         if self.path.endswith("/embeddings"):
             self._embeddings(body)
@@ -114,9 +115,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(f"data: {json.dumps(payload)}\n\n".encode())
         self.wfile.flush()
 
-    def _send(self, status: int, payload: dict[str, Any]) -> None:
+    def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         raw = json.dumps(payload).encode()
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(raw)))
         self.end_headers()
@@ -131,6 +134,7 @@ class StubServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.requests: list[dict[str, Any]] = []
         self.fail_status = 0
+        self.retry_after = ""  # the Retry-After header of a failure, if any
         self.chunk_delay_s = 0.0  # pause between streamed chunks
         self.echo_auth = False  # answer with the request's Authorization header
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)

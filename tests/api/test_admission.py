@@ -111,8 +111,9 @@ async def test_a_scheduled_fire_over_the_bound_is_skipped_logged_and_counted(
 
 
 def test_every_run_start_of_the_api_and_the_workers_is_admitted() -> None:
-    """In the API and the workers, ``start_run`` is called only by ``admit_and_start``,
-    which checks admission first."""
+    """In the API and the workers, ``start_run`` is called only by ``admit_and_start``, and
+    a stored graph's compiled plan is started (``_start_compiled``) only by
+    ``start_stored``; both check admission first."""
     callers: set[tuple[str, str]] = set()
     paths = [*(ROOT / "orchestrator" / "api").rglob("*.py"), *(ROOT / "workers").rglob("*.py"),
              ROOT / "orchestrator" / "service" / "runs.py"]
@@ -120,7 +121,8 @@ def test_every_run_start_of_the_api_and_the_workers_is_admitted() -> None:
         tree = ast.parse(path.read_text())
         for func in (n for n in ast.walk(tree) if isinstance(n, ast.AsyncFunctionDef | ast.FunctionDef)):
             names = {ast.unparse(c.func) for c in ast.walk(func) if isinstance(c, ast.Call)}
-            if any(n == "start_run" or n.endswith(".start_run") for n in names):
+            if any(n in ("start_run", "_start_compiled") or n.endswith(".start_run") for n in names):
                 callers.add((path.relative_to(ROOT).as_posix(), func.name))
                 assert "admission.check" in names, f"{path.name}:{func.name} starts a run without admission.check"
-    assert callers == {("orchestrator/service/runs.py", "admit_and_start")}
+    assert callers == {("orchestrator/service/runs.py", "admit_and_start"),
+                       ("orchestrator/service/runs.py", "start_stored")}

@@ -130,3 +130,15 @@ def test_origin_patterns_match_scheme_host_and_port(pattern: str, url: str, allo
     from orchestrator.host.egress.origins import allows, parse_patterns
 
     assert allows(parse_patterns([pattern]), url) is allowed
+
+
+async def test_a_credentials_provider_limits_are_stored_shown_and_changed_without_the_secret(capi: Api) -> None:
+    r = await capi.client.post("/credentials", json={"name": "team", "type": "api_key",
+                                                     "values": {"key": "sk-team-0123456789"},
+                                                     "limits": {"rpm": 500, "tpm": 200000}})
+    assert r.status_code == 201 and r.json()["limits"] == {"rpm": 500, "tpm": 200000}
+    changed = await capi.client.patch("/credentials/team", json={"limits": {"rpm": 60}})
+    assert changed.status_code == 200 and changed.json()["limits"] == {"rpm": 60}
+    assert "sk-team" not in changed.text
+    bad = await capi.client.patch("/credentials/team", json={"limits": {"rps": 1}})
+    assert bad.status_code == 400 and "limits take rpm, tpm" in bad.json()["error"]["message"]

@@ -176,3 +176,34 @@ async def test_a_path_id_outside_the_pattern_is_422(api: Api, url: str) -> None:
 async def test_node_catalogue_gives_every_node_a_colour(api: Api) -> None:
     nodes = (await api.client.get("/nodes")).json()["nodes"]
     assert nodes and all(isinstance(n["color"], str) and n["color"].startswith("#") for n in nodes)
+
+
+async def test_a_malformed_run_budget_is_refused_when_the_graph_is_saved(api: Api) -> None:
+    """settings.budget is checked at save (422 naming it), so no stored graph fails each start."""
+    bad = chain("g1")
+    bad["settings"] = {"budget": {"max_tokens": "lots"}}
+    created = await api.client.post("/graphs", json=bad)
+    assert created.status_code == 422
+    assert "settings.budget" in created.json()["error"]["message"]
+    assert (await api.client.get("/graphs/g1")).status_code == 404
+    await api.client.post("/graphs", json=chain("g1"))
+    assert (await api.client.put("/graphs/g1", json=bad)).status_code == 422
+    assert (await api.client.get("/graphs/g1")).json()["version"] == 1
+
+
+@pytest.mark.parametrize(("concurrency", "named"), [
+    ({"key": "{{ input.user ", "max_runs": 1}, "settings.concurrency.key"),
+    ({"key": "x", "max_runs": 0}, "settings.concurrency.max_runs"),
+    ({"key": "x", "strategy": "lifo"}, "settings.concurrency.strategy"),
+])
+async def test_a_malformed_concurrency_key_is_refused_when_the_graph_is_saved(
+    api: Api, concurrency: dict[str, object], named: str,
+) -> None:
+    bad = chain("g1")
+    bad["settings"] = {"concurrency": concurrency}
+    created = await api.client.post("/graphs", json=bad)
+    assert created.status_code == 422
+    assert named in created.json()["error"]["message"]
+    good = chain("g1")
+    good["settings"] = {"concurrency": {"key": "{{ input.user }}", "max_runs": 2}}
+    assert (await api.client.post("/graphs", json=good)).status_code == 201

@@ -93,7 +93,7 @@ def redis_services(server: Any, **overrides: Any) -> dict[str, Any]:
 
 
 async def store_credential(services: dict[str, Any], name: str, type_: str, values: dict[str, str],
-                           origins: list[str] | None = None) -> None:
+                           origins: list[str] | None = None, limits: dict[str, int] | None = None) -> None:
     """Store a credential as an admin would, allowed to ``origins`` (None: none, as a
     credential stored before origins existed)."""
     from redis.asyncio import Redis
@@ -102,7 +102,7 @@ async def store_credential(services: dict[str, Any], name: str, type_: str, valu
 
     redis = Redis.from_url(services["redis_url"], decode_responses=True)
     try:
-        await CredentialStore(redis, services["settings"]).put(validate(name, type_, values, origins))
+        await CredentialStore(redis, services["settings"]).put(validate(name, type_, values, origins, limits))
     finally:
         await redis.aclose()
 

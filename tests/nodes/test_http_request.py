@@ -12,7 +12,7 @@ from orchestrator.kernel.errors import (
     NodeExecutionError,
     NodeTimeoutError,
     ParameterError,
-    RetryRequested,
+    WaitRequested,
 )
 from orchestrator.kernel.local import run_graph_local
 from orchestrator.store.blobs import Blobs
@@ -79,10 +79,13 @@ async def test_error_status_fails_or_passes_through(server: LocalHttp, allow_loo
     assert out["status"] == 404 and out["body"] == {"error": "no such item"}
 
 
-async def test_429_asks_for_a_retry_after_the_servers_delay(server: LocalHttp, allow_loopback: None) -> None:
-    with pytest.raises(RetryRequested) as caught:
+async def test_429_waits_the_servers_delay_without_counting_an_attempt(server: LocalHttp,
+                                                                       allow_loopback: None) -> None:
+    with pytest.raises(WaitRequested) as caught:
         await run_with("http_request", {"url": f"{server.url}/limited"})
-    assert caught.value.delay_s == 2.0 and "429" in caught.value.message
+    assert caught.value.delay_s == 2.0
+    assert caught.value.reason["source"] == "provider_429"
+    assert caught.value.reason["limit"].startswith("origin:default:http://127.0.0.1:")
 
 
 async def test_node_retry_policy_retries_a_503_and_succeeds(server: LocalHttp, allow_loopback: None) -> None:

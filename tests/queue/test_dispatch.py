@@ -3,10 +3,12 @@ redelivery names the same node; broker URLs for unix sockets."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 from orchestrator.queue.app import NODE_QUEUE, NODE_TASK, broker_url
-from orchestrator.queue.dispatch import Dispatcher, make_dispatch, send_nodes, task_id
+from orchestrator.queue.dispatch import Dispatcher, make_async_dispatch, make_dispatch, send_nodes, task_id
 
 
 class _Producer:
@@ -62,3 +64,37 @@ def test_the_celery_dispatcher_sends_each_call_s_nodes() -> None:
 def test_a_unix_socket_url_becomes_a_kombu_socket_url() -> None:
     assert broker_url("unix:///tmp/r.sock?db=3") == "redis+socket:///tmp/r.sock?virtual_host=3"
     assert broker_url("redis://h:6379/0") == "redis://h:6379/0"
+
+
+class SlowCelery(FakeCelery):
+    """A broker whose publish blocks its caller for ``delay_s`` (a slow socket)."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+
+    def send_task(self, name: str, **kw: Any) -> None:
+        time.sleep(self.delay_s)
+        super().send_task(name, **kw)
+
+
+async def test_the_async_dispatcher_publishes_without_blocking_the_event_loop() -> None:
+    app = SlowCelery(delay_s=0.3)
+    dispatch: Dispatcher = make_async_dispatch(app)  # type: ignore[arg-type]
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    beat = asyncio.create_task(ticker())
+    try:
+        sent = dispatch("r4", ["a"])
+        assert sent is not None
+        await sent
+    finally:
+        beat.cancel()
+    assert [kw["task_id"] for _, kw in app.sent] == ["r4:a"]
+    assert ticks >= 10  # the loop ran other work while the publish waited (0.3 s of 0.01 s ticks)

@@ -137,7 +137,7 @@ class Driver:
 
 
 def host_from(services: Mapping[str, Any] | None) -> NodeHost | None:
-    """The ``NodeHost`` that tests describe as ``{"settings", "redis_url", "workspace"}``
+    """The ``NodeHost`` that tests describe as ``{"settings", "redis_url", "workspace", "limiter"}``
     (each optional: the process settings, their Redis URL, workspace ``default``); None
     for no host at all."""
     if services is None:
@@ -146,4 +146,4 @@ def host_from(services: Mapping[str, Any] | None) -> NodeHost | None:
 
     settings = services.get("settings") or get_settings()
     return NodeHost(settings=settings, redis_url=services.get("redis_url") or settings.redis_url,
-                    workspace=services.get("workspace") or "default")
+                    workspace=services.get("workspace") or "default", limiter=services.get("limiter"))

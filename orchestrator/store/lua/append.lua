@@ -10,6 +10,4 @@ if ARGV[8] ~= '' then
     return ''
   end
 end
-local id = append(stamped(ARGV[6]))
-ensure_ttl(K_EVENTS)
-return id
+return append(stamped(ARGV[6]))  -- the stream exists since create_run (and has its TTL)

@@ -10,9 +10,14 @@
 --   retry_delay_s (retrying: the next attempt is due this long from NOW),
 --   take (null, or how many queued nodes the caller takes: see hand_over in the prelude),
 --   token (null, or the fencing token of the claim that ran the node)
+-- ARGV[7] the storage budget reservation JSON, or '' for none: {bytes, ws_max, run_max,
+--   expire_at}, with KEYS[19..] the workspace's day counters (today's first); the bytes
+--   are counted here, in the script that stores them (orchestrator/store/storage_budget.py)
 -- Returns {queued, backlog, nodes...}: with take null the nodes that became ready and are
 -- not yet dispatched, in plan order; with take, the oldest of the run's queue.
 -- Returns {'stale', 0} when a later claim superseded token: nothing applied, counted.
+-- Returns {'budget', 'run' | 'workspace', used} when the bytes would pass that budget:
+-- nothing applied (the caller stores the node's failure naming it instead).
 local args = cjson.decode(ARGV[6])
 local node, status = args.node, args.status
 local take = args.take
@@ -52,6 +57,20 @@ if status == 'waiting' and (node_status == 'waiting' or terminal) then
   return NOTHING
 end
 
+if ARGV[7] and ARGV[7] ~= '' then
+  local budget = cjson.decode(ARGV[7])
+  local used = tonumber(redis.call('HGET', K_RUN, 'bytes') or '0')
+  if budget.run_max > 0 and used + budget.bytes > budget.run_max then return {'budget', 'run', used} end
+  local total = 0
+  for _, used_that_day in ipairs(redis.call('MGET', unpack(KEYS, 19))) do
+    total = total + tonumber(used_that_day or '0')
+  end
+  if budget.ws_max > 0 and total + budget.bytes > budget.ws_max then return {'budget', 'workspace', total} end
+  redis.call('HINCRBY', K_RUN, 'bytes', budget.bytes)
+  redis.call('INCRBY', KEYS[19], budget.bytes)
+  redis.call('EXPIREAT', KEYS[19], budget.expire_at)
+end
+
 -- A failed attempt whose retry is scheduled: no worker holds the node until the next
 -- claim, which runs attempt next_attempt. Claims count worker losses, not attempts.
 if status == 'retrying' then
@@ -64,19 +83,22 @@ if status == 'retrying' then
   redis.call('HINCRBY', K_CLAIMS, node, -1)
   append_own_events()
   redis.call('DEL', K_LEASE)
-  expire_all(ACTIVE_TTL)
+  refresh_active_ttl()
   return hand_over({}, take)  -- its slot is free: the caller may take queued nodes
 end
 
 -- Suspend: keep the payload, hold no worker, count nothing down.
 if status == 'waiting' then
-  if args.payload ~= '' then redis.call('HSET', K_SUSPEND, node, args.payload) end
+  if args.payload ~= '' then
+    redis.call('HSET', K_SUSPEND, node, args.payload)
+    ensure_ttl(K_SUSPEND)
+  end
   redis.call('HSET', K_NODES, node, 'waiting')
   redis.call('HSET', K_RUN, 'status', 'waiting')
   append_own_events()
   append_stamped(args.run_waiting)
   redis.call('DEL', K_LEASE)
-  expire_all(ACTIVE_TTL)
+  refresh_active_ttl()
   return hand_over({}, take)
 end
 
@@ -166,5 +188,5 @@ for _, n in ipairs(plan_sorted(ready)) do
   if redis.call('SISMEMBER', K_DISPATCHED, n) == 0 then table.insert(out, n) end
 end
 local handed = hand_over(out, take)
-expire_all(ACTIVE_TTL)
+refresh_active_ttl()
 return handed

@@ -4,6 +4,4 @@ for i = 6, #ARGV do
   redis.call('SADD', K_DISPATCHED, ARGV[i])
   redis.call('HSET', K_SENT, ARGV[i], NOW)
 end
-ensure_ttl(K_DISPATCHED)
-ensure_ttl(K_SENT)
-return 1
+return 1  -- both keys exist since create_run, with its TTL

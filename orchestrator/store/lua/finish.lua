@@ -5,6 +5,7 @@
 local status = redis.call('HGET', K_RUN, 'status')
 if not status then
   redis.call('ZREM', K_ACTIVE, ARGV[8])  -- an expired run must not haunt the sweeper
+  expire_all(RETENTION)  -- nor leave a key behind that lost its TTL
   return 0
 end
 if not ACTIVE[status] then

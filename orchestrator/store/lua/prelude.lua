@@ -47,6 +47,13 @@ local function expire_all(ttl_s)
   end
 end
 
+-- An active run's keys get ACTIVE_TTL at create (the hashes its nodes fill exist from
+-- then on); progress renews it only once half of it has passed: one TTL read per
+-- completion, not an EXPIRE of every key. The run's end sets RETENTION on all of them.
+local function refresh_active_ttl()
+  if redis.call('TTL', K_RUN) < tonumber(ACTIVE_TTL) / 2 then expire_all(ACTIVE_TTL) end
+end
+
 -- A key created after create_run inherits the run record's remaining TTL.
 local function ensure_ttl(key)
   if redis.call('PTTL', key) == -1 then
@@ -159,13 +166,27 @@ local function hand_over(ready, take)
     for _, n in ipairs(ready) do table.insert(out, n) end
     return out
   end
-  for _, n in ipairs(ready) do
-    redis.call('RPUSH', K_QUEUE, n)
-    redis.call('SADD', K_DISPATCHED, n)
+  local direct = 0
+  if redis.call('LLEN', K_QUEUE) == 0 then
+    -- Nothing older waits: the first `take` ready nodes are the queue's head, taken at once
+    -- (the same as pushing and popping them, without the commands).
+    direct = math.max(0, math.min(take, #ready))
   end
-  count_queued(#ready)
   local out = {#ready, 0}
-  for _, n in ipairs(take_queued(take)) do table.insert(out, n) end
-  out[2] = redis.call('LLEN', K_QUEUE)
+  for i = 1, direct do table.insert(out, ready[i]) end
+  for i = direct + 1, #ready do
+    redis.call('RPUSH', K_QUEUE, ready[i])
+    redis.call('SADD', K_DISPATCHED, ready[i])
+  end
+  if #ready > direct then
+    ensure_ttl(K_QUEUE)  -- the queue comes and goes as it empties
+    count_queued(#ready - direct)
+  end
+  if direct == 0 then
+    for _, n in ipairs(take_queued(take)) do table.insert(out, n) end
+    out[2] = redis.call('LLEN', K_QUEUE)
+  else
+    out[2] = #ready - direct  -- the queue was empty: what was pushed is all it holds
+  end
   return out
 end

@@ -3,6 +3,7 @@
    once it returns, its result. Filters by node and by kind. Each row lists the stream ids
    it covers (data-ids), so nothing is lost or shown twice however it was grouped. */
 import { h } from "./dom.js";
+import { waitLabel } from "./run_state.js";
 
 const KINDS = { lifecycle: "Node states", message: "Messages", tool: "Tool calls", error: "Errors", run: "Run" };
 const MAX_ROWS = 2000;
@@ -21,15 +22,19 @@ function kindOf(type, e) {
   return type === "agent_event" ? agentKind(e) : "lifecycle";
 }
 
-function detail(type, e) {
-  const d = e.data || {};
-  if (type === "error") {
+const DETAILS = {
+  error: (d) => {
     const message = (d.error && (d.error.message || JSON.stringify(d.error))) || "";
     return d.mode === "continue" ? `${message} (error continued as data)` : message;
-  }
-  if (type === "retry") return `attempt ${d.attempt} failed; retrying in ${d.delay_s} s`;
-  if (type === "agent_event") return `${d.agent ? `${d.agent}: ` : ""}${d.event || ""}`;
-  return d.message || "";
+  },
+  retry: (d) => `attempt ${d.attempt} failed; retrying in ${d.delay_s} s`,
+  throttled: waitLabel,
+  agent_event: (d) => `${d.agent ? `${d.agent}: ` : ""}${d.event || ""}`,
+};
+
+function detail(type, e) {
+  const d = e.data || {};
+  return DETAILS[type] ? DETAILS[type](d) : d.message || "";
 }
 
 const toolText = (tool) => `${tool.tool_name || "tool"}(${JSON.stringify(tool.tool_args || {})})`;

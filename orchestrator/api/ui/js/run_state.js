@@ -12,6 +12,7 @@ export const NODE_STATE = {
   completed: "succeeded",
   error: "failed",
   retry: "retrying",
+  throttled: "throttled", // rescheduled, its slot free, until a rate limit lets it run
   skipped: "skipped",
   not_run: "not_run",
   cancelled: "cancelled", // it was running when its run ended
@@ -29,6 +30,12 @@ export function hostsOf(graph) {
   }
   for (const id of flowOut) delete out[id];
   return out;
+}
+
+/* Why a throttled node waits: which limit, for how long, and who set it. */
+export function waitLabel(d) {
+  const why = { provider_429: "the provider answered 429", node: "node limit", provider_limit: "provider limit" };
+  return `waiting ${d.delay_s} s for ${d.limit}${why[d.source] ? ` (${why[d.source]})` : ""}`;
 }
 
 function errorState(e) {
@@ -117,6 +124,7 @@ export class RunState {
     if (!s) return false;
     s.events.push(e);
     if (e.data && e.data.subgraph && e.data.inner_node_id) return (this.nested(type, e, s), false);
+    if (type === "throttled") return (this.set(e.node_id, "throttled", waitLabel(e.data || {})), false);
     if (type !== "agent_event") return (this.lifecycle(type, e, s), false);
     this.member(e);
     if (!(e.data && e.data.event === "approval_requested")) return false;

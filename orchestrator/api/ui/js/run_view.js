@@ -169,7 +169,12 @@ class RunView {
       { class: "detail", "aria-label": "Node details" },
       h("p", { class: "muted" }, "Select a node to see its inputs, outputs, errors and attempts."),
     );
-    this.statusEl = h("span", { id: "run-status" }, badge(run.status));
+    this.statusEl = h(
+      "span",
+      { id: "run-status" },
+      badge(run.status),
+      run.queue_position ? h("span", { class: "muted" }, ` #${run.queue_position} in its concurrency queue`) : "",
+    );
     this.live = h("span", { id: "stream-state", class: "muted" }, "");
     this.actions = h("span", { class: "actions" });
     this.banner = h("div", { id: "approval", "aria-live": "polite" });

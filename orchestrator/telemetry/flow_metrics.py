@@ -1,0 +1,78 @@
+"""Flow-control metrics: waits for limits, provider refusals, the rate each key runs at.
+
+==========================================  =========  =====================================
+metric                                      type       labels
+==========================================  =========  =====================================
+orchestrator_limit_acquired_total           counter    limit, outcome (granted, wait)
+orchestrator_limit_wait_seconds             histogram  limit (how long a refused acquire waits)
+orchestrator_limit_rate                     gauge      limit (units per window it runs at now:
+                                                       declared, or learned from 429s)
+orchestrator_provider_refused_total         counter    limit (429s answered by a provider)
+==========================================  =========  =====================================
+
+``limit`` is the limit's key as scoped in Redis (``ws:<workspace>:<key>`` for a node's
+settings, ``endpoint:...`` for a model endpoint, ``origin:...`` for an HTTP origin). Keys
+made per user would make one series each: past ``MAX_LABELS`` distinct keys in a process,
+further ones are counted under ``other``.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from .metrics import REGISTRY
+
+MAX_LABELS = 200
+OTHER = "other"
+
+LIMIT_ACQUIRED = Counter(
+    "orchestrator_limit_acquired",
+    "Rate-limit acquires, by limit key and outcome (granted, wait).",
+    ["limit", "outcome"],
+    registry=REGISTRY,
+)
+LIMIT_WAIT = Histogram(
+    "orchestrator_limit_wait_seconds",
+    "How long a node waits (rescheduled, its slot free) for a rate limit.",
+    ["limit"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+    registry=REGISTRY,
+)
+LIMIT_RATE = Gauge(
+    "orchestrator_limit_rate",
+    "Units per window a limit key runs at now (declared, or learned from provider 429s).",
+    ["limit"],
+    multiprocess_mode="max",
+    registry=REGISTRY,
+)
+PROVIDER_REFUSED = Counter(
+    "orchestrator_provider_refused",
+    "429 answers from providers (model endpoints, HTTP origins), by limit key.",
+    ["limit"],
+    registry=REGISTRY,
+)
+
+_seen: set[str] = set()
+
+
+def label(key: str) -> str:
+    """``key``, or ``other`` once this process has seen ``MAX_LABELS`` distinct keys."""
+    if key in _seen:
+        return key
+    if len(_seen) >= MAX_LABELS:
+        return OTHER
+    _seen.add(key)
+    return key
+
+
+def acquired(key: str, wait_s: float, rate: float | None) -> None:
+    name = label(key)
+    LIMIT_ACQUIRED.labels(limit=name, outcome="wait" if wait_s > 0 else "granted").inc()
+    if wait_s > 0:
+        LIMIT_WAIT.labels(limit=name).observe(wait_s)
+    if rate is not None:
+        LIMIT_RATE.labels(limit=name).set(rate)
+
+
+def refused(key: str) -> None:
+    PROVIDER_REFUSED.labels(limit=label(key)).inc()

@@ -1,0 +1,84 @@
+"""What a node costs the Redis store: its claim and its completion (storage budgets
+counted inside it) are one round trip each, and a completion of an active run re-sets
+no TTL; the keys a run fills as it progresses still expire (against real Redis)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from redis.asyncio.connection import AbstractConnection
+
+from orchestrator.store.redis_store import RedisRunStore
+from tests.conformance.test_redis_keys import run_key_ttls
+from tests.support import Driver, completed, make_plan, started_event
+
+
+@contextmanager
+def round_trips(calls: list[int]) -> Iterator[None]:
+    """Count what is written to any Redis connection (one pipeline = one; health-check
+    PINGs, sent with check_health=False, are not counted)."""
+    real = AbstractConnection.send_packed_command
+
+    async def counting(self: AbstractConnection, command: Any, check_health: bool = True) -> None:
+        if check_health:
+            calls.append(1)
+        await real(self, command, check_health)
+
+    AbstractConnection.send_packed_command = counting  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        AbstractConnection.send_packed_command = real  # type: ignore[method-assign]
+
+
+async def commands(store: RedisRunStore) -> dict[str, int]:
+    stats: dict[str, Any] = await store.redis.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+
+
+async def test_a_claim_and_a_budgeted_completion_are_one_round_trip_each(redis_store: RedisRunStore) -> None:
+    assert redis_store.budget.enabled  # the shipped defaults count every completion's bytes
+    plan = make_plan("abc", [("a", "out", "b", "in"), ("b", "out", "c", "in")])
+    driver = Driver(redis_store, plan)
+    await driver.start()
+    await driver.step("a")  # scripts loaded, the run's workspace known from its claim
+    run_id, calls = plan.run_id, list[int]()
+    with round_trips(calls):
+        claim = await redis_store.claim_node(run_id, "b", worker_id="w1", lease_s=30,
+                                             started=started_event(run_id, "b"))
+        assert claim.kind == "run"
+        ready = await redis_store.complete_node(run_id, "b", completed(run_id, "b", {"out"}))
+    assert ready.nodes == ["c"]
+    assert len(calls) == 2
+    record = await redis_store.redis.hget(redis_store.keys.run(run_id), "bytes")
+    assert int(record or 0) > 0  # the completion's bytes were counted
+
+
+async def test_a_completion_of_an_active_run_sets_no_ttl(redis_store: RedisRunStore) -> None:
+    plan = make_plan("abc", [("a", "out", "b", "in"), ("b", "out", "c", "in")])
+    driver = Driver(redis_store, plan)
+    await driver.start()
+    await driver.step("a")
+    await redis_store.redis.config_resetstat()
+    await driver.step("b")
+    counted = await commands(redis_store)
+    assert counted.get("expire", 0) + counted.get("pexpire", 0) == 0, counted
+    await driver.step("c")  # the end: every key gets the retention TTL
+    ended = await commands(redis_store)
+    assert ended.get("expire", 0) >= 15
+
+
+async def test_keys_a_run_creates_while_it_progresses_expire_with_it(redis_store: RedisRunStore) -> None:
+    plan = make_plan("abcd", [("a", "out", "b", "in"), ("a", "out", "c", "in"), ("a", "out", "d", "in")])
+    run_id = plan.run_id
+    driver = Driver(redis_store, plan)
+    await driver.start()
+    await redis_store.claim_node(run_id, "a", worker_id="w1", lease_s=30, started=started_event(run_id, "a"))
+    # a worker with one free slot: the ready nodes wait on the run's queue (a new key)
+    ready = await redis_store.complete_node(run_id, "a", completed(run_id, "a", {"out"}), take=1)
+    assert len(ready.nodes) == 1 and ready.queued == 3
+    ttls = await run_key_ttls(redis_store, run_id)
+    assert redis_store.keys.queue(run_id) in ttls
+    assert all(ttl > 0 for ttl in ttls.values()), ttls
