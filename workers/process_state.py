@@ -9,9 +9,11 @@ process. Under ``-P prefork`` each child process builds its own loop thread the 
 (one mechanism for both pools). Acks stay per message: the pool thread returns, and Celery
 acks, only after the step finished.
 
-Beside the loop: one Redis client, one ``RedisRunStore``, the node registry, an artifact
-cache per run, and a bounded thread pool (the loop's default executor, ``Settings.
-offload_threads``) where synchronous executors and CPU-heavy steps run off the loop.
+Beside the loop: one Redis client, one ``RedisRunStore``, the node registry, the child
+runs its nodes start (``orchestrator/service/children.py``), an artifact cache per run,
+and a bounded thread pool (the loop's default executor, ``Settings.offload_threads``)
+where synchronous executors and CPU-heavy steps run off the loop.
+
 Everything is created lazily on first use *in the process that uses it*: a prefork child
 never inherits its parent's loop or sockets, because the state remembers the pid that
 built it and is rebuilt after a fork. Building is guarded by a lock (pool threads race).
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import os
 import socket
 import threading
@@ -35,6 +38,9 @@ from orchestrator.kernel.environment import ArtifactCache, StepEnvironment, Step
 from orchestrator.kernel.local import run_nested
 from orchestrator.kernel.registry import Registry
 from orchestrator.queue.app import DEFAULT_REDIS_URL
+from orchestrator.queue.dispatch import Dispatcher, send_nodes
+from orchestrator.service.children import Children
+from orchestrator.service.graph_store import GraphStore
 from orchestrator.service.plugins import get_registry
 from orchestrator.settings import Settings, get_settings
 from orchestrator.store import redis_client
@@ -153,6 +159,7 @@ class ProcessState:
     store: RedisRunStore
     registry: Registry
     env: StepEnvironment  # what every node step of this process runs with
+    children: Children  # child runs: started by nodes, settled when they end
     slots: Slots = field(default_factory=lambda: Slots(_capacity))
 
     @property
@@ -195,6 +202,8 @@ def _build() -> ProcessState:
     registry = get_registry(settings)
     me = worker_id()
     limiter = RateLimiter(client, Keys(settings.key_prefix))  # cluster-wide rate limits
+    children = Children(WorkerServices(client, settings, registry, GraphStore(client, registry, settings), store,
+                                       _dispatch), store)
     env = StepEnvironment(
         store=store, registry=registry, worker_id=me,
         options=StepOptions(lease_s=settings.node_lease_s, cancel_poll_s=settings.cancel_poll_s,
@@ -204,12 +213,32 @@ def _build() -> ProcessState:
                             graph_limits=settings.graph_limits(),
                             **step_hooks(store, settings, service="orchestrator-worker")),
         artifacts=ArtifactCache(max_runs=MAX_CACHED_RUNS),
-        host_for=HostFactory(settings, url, limiter),  # each run's NodeHost, built once
+        host_for=HostFactory(settings, url, limiter=limiter, children=children),  # each run's NodeHost, built once
         subgraphs=run_nested,
         limiter=limiter,
     )
     return ProcessState(pid=os.getpid(), worker_id=me, settings=settings, runner=runner, redis=client,
-                        store=store, registry=registry, env=env)
+                        store=store, registry=registry, env=env, children=children)
+
+
+@dataclass(frozen=True)
+class WorkerServices:
+    """What starting a child run needs in a worker (``orchestrator.service.runs.Starter``)."""
+
+    redis: aioredis.Redis
+    settings: Settings
+    registry: Registry
+    graphs: GraphStore
+    run_store: RedisRunStore
+    dispatch: Dispatcher
+
+
+async def _dispatch(run_id: str, node_ids: list[str]) -> None:
+    """Send node tasks from the loop: the synchronous kombu publish runs in the executor."""
+    from workers.app import celery_app  # loaded by now: this process is a worker
+
+    await asyncio.get_running_loop().run_in_executor(None, functools.partial(send_nodes, celery_app, run_id,
+                                                                             node_ids))
 
 
 async def _client(url: str, settings: Settings) -> aioredis.Redis:

@@ -47,9 +47,11 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from orchestrator.errors import StoreFullError
 from orchestrator.kernel.step import StepOutcome, run_step
+from orchestrator.kernel.store import NodeStatus
 from orchestrator.queue.app import DRAIN_TASK, NODE_TASK, NOOP_TASK
 from orchestrator.queue.dispatch import send_drains, send_nodes
 from orchestrator.service import admission
+from orchestrator.service.child_links import PARENT_LABEL
 from orchestrator.service.plugins import get_registry
 from orchestrator.settings import load_settings
 from orchestrator.telemetry import metrics, model_metrics, tracing
@@ -82,12 +84,31 @@ async def _step(run_id: str, node_id: str, *, promised: bool) -> StepOutcome:
         in_flight.dec()
     log.info("node step run=%s node=%s status=%s ran=%s ready=%s queued=%s",
              run_id, node_id, outcome.status, outcome.ran, outcome.ready, outcome.queued)
+    if outcome.ran and outcome.status != "stale":
+        await _settle_children(run_id, node_id, outcome)
     if outcome.ran:
         metrics.NODE_DURATION.labels(node_type=outcome.node_type).observe(outcome.duration_s)
         metrics.NODE_RUNS.labels(node_type=outcome.node_type, status=outcome.status).inc()
         if outcome.usage and outcome.status != "stale":
             await _count_usage(run_id, outcome.usage)
     return outcome
+
+
+async def _settle_children(run_id: str, node_id: str, outcome: StepOutcome) -> None:
+    """Child runs (``orchestrator/service/children.py``): a node that suspended for a
+    child that already ended is resumed; a child's node that asks for an approval is
+    announced to its parent; a child run that this step ended resumes its parent's node.
+    Runs without a parent cost nothing (the plan's label, cached)."""
+    state = process_state()
+    child = bool((await state.store.load_plan(run_id)).labels.get(PARENT_LABEL))
+    if outcome.status == NodeStatus.WAITING:
+        await state.children.settle_waiting(run_id, node_id)
+        if child:  # a question it asks is shown (and answered) through its parent
+            await state.children.announce_waiting(run_id, node_id)
+    elif not outcome.ready and (child or outcome.status == NodeStatus.FAILED):
+        # A child's end resumes its parent; a run that failed cancels its children at once.
+        if await state.children.ended([run_id]):  # a fresh read (run_status may answer from its cache)
+            await state.children.after_finish(run_id)
 
 
 async def _count_usage(run_id: str, usage: dict[str, dict[str, float]]) -> None:

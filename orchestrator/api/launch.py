@@ -18,8 +18,10 @@ from orchestrator.kernel.errors import ParameterError, RunNotFoundError
 from orchestrator.kernel.protocol import DataValue
 from orchestrator.kernel.store import RunRecord, RunStatus
 from orchestrator.service import admission
+from orchestrator.service.child_links import ChildLinks, final_output
 from orchestrator.service.graph_store import DEFAULT_WORKSPACE
 from orchestrator.service.runs import RunRequest, StoredGraph, admit_and_start, start_stored
+from orchestrator.store.redis_store import RedisRunStore
 from orchestrator.telemetry import usage
 from orchestrator.telemetry.pricing import load_table
 from orchestrator.telemetry.tracing import trace_of
@@ -74,6 +76,12 @@ async def relaunch(services: Services, old: RunRecord, graph: dict[str, Any], fr
     return await admit_and_start(services, graph, request, trigger="rerun")
 
 
+def child_links(services: Services) -> ChildLinks | None:
+    """The parent/child links of the API's run store (a Redis one; None for another)."""
+    store = services.runs
+    return ChildLinks(store, services.dispatch, services.settings) if isinstance(store, RedisRunStore) else None
+
+
 def workspace_of_run(record: RunRecord) -> str:
     return str((record.meta or {}).get("workspace") or DEFAULT_WORKSPACE)
 
@@ -117,10 +125,14 @@ async def run_detail(services: Services, run_id: str, *, usage_too: bool = True)
             "status": status or "pending",
             "outputs": {port: dv.to_json() for port, dv in outputs.get(node_id, {}).items()},
         }
+    links = child_links(services)
     detail = {
         **record_json(record),
+        # parent and child runs (service/children.py): meta.parent_run / parent_node name the parent
+        "parent_run": (record.meta or {}).get("parent_run"),
+        "children": await links.children_of(run_id) if links is not None else [],
         "nodes": nodes,
-        "output": final_output(plan.order, plan, outputs),
+        "output": final_output(plan, outputs),
         **trace_of(plan.labels, services.settings.trace_link_template),
     }
     if record.status == RunStatus.QUEUED and (plan.graph.get("settings") or {}).get("concurrency"):
@@ -130,15 +142,3 @@ async def run_detail(services: Services, run_id: str, *, usage_too: bool = True)
         return detail
     prices = load_table(services.settings.price_table_path)
     return usage.attach(detail, usage.summarize(await usage.usage_events(services.runs, run_id), prices))
-
-
-def final_output(order: list[str], plan: Any, outputs: dict[str, dict[str, Any]]) -> Any:
-    """The run's result: the first output value of each sink node that produced one.
-
-    One sink gives its value as is; several give ``{node name: value}``.
-    """
-    sinks = [n for n in order if not plan.nodes[n].out and outputs.get(n)]
-    values = {plan.nodes[n].name: next(iter(outputs[n].values())).to_json()["value"] for n in sinks}
-    if len(values) == 1:
-        return next(iter(values.values()))
-    return values or None

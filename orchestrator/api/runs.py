@@ -17,7 +17,7 @@ from orchestrator.service import admission
 from orchestrator.service.runs import RunRequest, StoredGraph
 
 from .auth import role
-from .launch import find_node, launch, owned_run, relaunch, run_detail, start_node
+from .launch import child_links, find_node, launch, owned_run, relaunch, run_detail, start_node
 from .models import Approval, GraphId, Rerun, StartRun
 from .principal import Principal
 from .services import Services, get_services
@@ -70,6 +70,9 @@ async def cancel(run_id: str, services: Services = SERVICES, who: Principal = RU
     )
     # a run under a concurrency key frees its place (or leaves its queue): the next starts
     await admission.release(services.runs, run_id, services.dispatch)
+    links = child_links(services)
+    if links is not None:  # its child runs end with it; a child's end resumes its parent
+        await links.after_finish(run_id)
     record = await services.runs.get_run(run_id)
     return {"run_id": run_id, "cancelled": done, "status": record.status}
 
@@ -116,10 +119,19 @@ async def rerun(run_id: str, body: Rerun, services: Services = SERVICES, who: Pr
 @router.post("/runs/{run_id}/approvals")
 async def approve(run_id: str, body: Approval, services: Services = SERVICES,
                   who: Principal = RUNNER) -> dict[str, Any]:
-    """Answer a node waiting for approval (the only waiting node when ``node_id`` is omitted)."""
+    """Answer a node waiting for approval (the only waiting node when ``node_id`` is omitted).
+
+    A node of the run that waits for a child run passes the approval on to the child (and
+    its children): ``run_id`` in the answer is the run whose node was resumed."""
     from orchestrator.service.approvals import submit_approval
+    from orchestrator.service.child_links import submit_approval_through
 
     await owned_run(services, run_id, who.workspace)
+    links = child_links(services)
+    if links is not None:
+        target_run, resumed = await submit_approval_through(links, run_id, body.node_id, body.decision,
+                                                            (body.arguments, body.note))
+        return {"run_id": target_run, "node_id": resumed, "decision": body.decision}
     dispatch = services.dispatch
     node_id = await submit_approval(
         services.run_store,

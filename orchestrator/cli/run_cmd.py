@@ -30,6 +30,7 @@ from rich.highlighter import JSONHighlighter
 from rich.text import Text
 
 from orchestrator.cli.console import JsonConsole, RunConsole, data_text, json_line, print_whole, printable
+from orchestrator.host.children import waited_children
 from orchestrator.kernel.errors import GraphError, OrchestratorError
 from orchestrator.kernel.protocol import BinaryRef, EventType, NodeEvent
 from orchestrator.kernel.registry import Registry
@@ -187,6 +188,8 @@ async def follow(store: RedisRunStore, run_id: str, handle: Any,
             handle(event_id, event)
             if not event.node_id and event.event_type in (*EventType.TERMINAL, EventType.RUN_WAITING):
                 return event, after
+            if child_asks(event):
+                return event, after
         if not batch and await store.run_status(run_id) in RunStatus.TERMINAL:
             # terminal without a terminal event in the stream (trimmed): drain once more
             tail = await store.read_events(run_id, after=after, count=500)
@@ -196,12 +199,25 @@ async def follow(store: RedisRunStore, run_id: str, handle: Any,
             return None, after
 
 
+def child_asks(event: NodeEvent) -> bool:
+    """Is ``event`` a child run's approval question, shown on this run's waiting node
+    (``orchestrator/service/child_links.py``)?"""
+    data = event.data or {}  # (a Loop's copy of an ended iteration's events names a "subgraph": history)
+    return event.event_type == EventType.AGENT_EVENT and data.get("event") == "approval_requested" \
+        and bool(data.get("child_run")) and "subgraph" not in data
+
+
+def waits_for_children(event: NodeEvent) -> bool:
+    """Does this ``run_waiting`` wait for child runs (not for a decision)?"""
+    return bool(waited_children((event.data or {}).get("payload")))
+
+
 def _ask(console: Console, event: NodeEvent) -> Decision | None:
     """Ask on the terminal whether to approve what the run waits for (None: no terminal)."""
     if not sys.stdin.isatty():
         return None
     payload = (event.data or {}).get("payload") or {}
-    calls = payload.get("tool_calls") or payload
+    calls = payload.get("tool_calls") or (event.data or {}).get("tool_calls") or payload
     print_whole(console, "the run waits for an approval", as_json_view(calls))
     answer = console.input("approve? [y/N] ").strip().lower()
     return "approve" if answer in ("y", "yes") else "reject"
@@ -215,6 +231,11 @@ async def _decide(store: RedisRunStore, run_id: str, event: NodeEvent, decide: D
     decision = decide or _ask(console, event)
     if decision is None:
         return False
+    if child_asks(event):  # the child run that asks, named by the question copied to this run
+        data = event.data or {}
+        await submit_approval(store, str(data["child_run"]), data.get("child_node_id"), decision,
+                              dispatch=lambda r, n: dispatch(r, [n]))
+        return True
     node_id = (event.data or {}).get("node_id")
     await submit_approval(store, run_id, node_id, decision,
                           dispatch=lambda r, n: dispatch(r, [n]))
@@ -334,8 +355,10 @@ async def _run(url: str, registry: Registry, raw: dict[str, Any], run_input: Any
         with view:
             while True:
                 event, after = await follow(store, run_id, view.handle, after)
-                if event is None or event.event_type != EventType.RUN_WAITING:
+                if event is None or event.event_type not in (EventType.RUN_WAITING, EventType.AGENT_EVENT):
                     break
+                if event.event_type == EventType.RUN_WAITING and waits_for_children(event):
+                    continue  # its child runs run on (a question one asks comes as an agent_event)
                 if not await _decide(store, run_id, event, decide, dispatch, console):
                     err.print(f"run {run_id} waits for an approval: pass --decide approve|reject"
                               + ("" if keep_waiting else " (the embedded run is cancelled now)"))

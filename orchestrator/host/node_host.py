@@ -19,7 +19,8 @@ sessions), and the host's own subsystems with its settings applied: the egress p
 and ``orchestrator/host/http.py``), the Code node's sandbox (:meth:`NodeHost.run_python`,
 ``orchestrator/host/sandbox/``), the JSONata evaluator (:meth:`NodeHost.evaluate_jsonata`)
 and redaction (:meth:`NodeHost.redact`, :meth:`NodeHost.operator_secrets`). None of those
-modules reads the process settings: the host hands them its own.
+modules reads the process settings: the host hands them its own. A worker's host also
+starts child runs (:meth:`NodeHost.start_child`, ``orchestrator/host/children.py``).
 """
 
 from __future__ import annotations
@@ -34,12 +35,13 @@ from typing import Any
 
 from orchestrator.errors import RequestError
 from orchestrator.host import evaluator, redaction
+from orchestrator.host.children import ChildResult, ChildRuns, ChildSpec
 from orchestrator.host.credentials import DEFAULT_WORKSPACE, Credential, CredentialStore
 from orchestrator.host.egress.policy import EgressPolicy
 from orchestrator.host.sandbox.python import SandboxResult, run_python
 from orchestrator.host.workspace import checked_workspace, workspace_dir, workspace_file
 from orchestrator.kernel.errors import ConfigurationError, ParameterError
-from orchestrator.kernel.protocol import FlowContext
+from orchestrator.kernel.protocol import FlowContext, NodeEvent
 from orchestrator.settings import Settings, load_settings
 from orchestrator.store import redis_client
 from orchestrator.store.blobs import Blobs
@@ -56,6 +58,31 @@ class NodeHost:
     redis_url: str | None = None  # None: a host with no Redis (no credentials, no files)
     workspace: str = DEFAULT_WORKSPACE
     limiter: RateLimiter | None = None  # cluster-wide rate limits (orchestrator/host/flow.py)
+    children: ChildRuns | None = None  # None: a host that runs no child runs (a local run)
+
+    async def start_child(self, spec: ChildSpec) -> str:
+        """Start the child run ``spec`` asks for (``orchestrator/service/children.py``);
+        its run id. A host without workers cannot: a ConfigurationError says so."""
+        return await self._children(spec.parent_run, spec.parent_node).start(spec)
+
+    async def collect_children(self, run_ids: list[str]) -> dict[str, ChildResult]:
+        """How the ended ones among child runs ``run_ids`` ended (``ChildRuns.collect``)."""
+        return await self._children().collect(run_ids)
+
+    async def child_events(self, run_id: str) -> list[NodeEvent]:
+        """The node events of child run ``run_id``."""
+        return await self._children().node_events(run_id)
+
+    async def cancel_children(self, run_ids: list[str], reason: str) -> None:
+        """Cancel the active ones among child runs ``run_ids``."""
+        await self._children().cancel(run_ids, reason)
+
+    def _children(self, run_id: str | None = None, node_id: str | None = None) -> ChildRuns:
+        if self.children is None:
+            raise ConfigurationError("running a graph as a child run needs workers (the host of this run has "
+                                     "none: run the graph through the API or `orchestrator run` with workers)",
+                                     run_id=run_id, node_id=node_id)
+        return self.children
 
     def egress_policy(self) -> EgressPolicy:
         """Where this host lets a node connect (``ORCH_EGRESS_ALLOW_PRIVATE``, ``ORCH_EGRESS_ALLOW``)."""
@@ -148,17 +175,20 @@ class HostFactory:
     """Builds the :class:`NodeHost` of each run once, for one process's settings and Redis;
     the worker asks it with the run id and the workspace its claim carries."""
 
-    def __init__(self, settings: Settings, redis_url: str | None, limiter: RateLimiter | None = None) -> None:
+    def __init__(self, settings: Settings, redis_url: str | None, *, limiter: RateLimiter | None = None,
+                 children: ChildRuns | None = None) -> None:
         self.settings = settings
         self.redis_url = redis_url
         self.limiter = limiter
+        self.children = children
         self._hosts: OrderedDict[str, NodeHost] = OrderedDict()
 
     def __call__(self, run_id: str, workspace: str | None) -> NodeHost:
         host = self._hosts.get(run_id)
         if host is None or host.workspace != (workspace or DEFAULT_WORKSPACE):
             host = NodeHost(settings=self.settings, redis_url=self.redis_url,
-                            workspace=checked_workspace(workspace or DEFAULT_WORKSPACE), limiter=self.limiter)
+                            workspace=checked_workspace(workspace or DEFAULT_WORKSPACE), limiter=self.limiter,
+                            children=self.children)
             self._hosts[run_id] = host
             while len(self._hosts) > MAX_CACHED_RUNS:
                 self._hosts.popitem(last=False)

@@ -55,6 +55,9 @@ class Parameter(BaseModel):
     # parameters) may be in flight at once: validation multiplies these along the nesting
     # and refuses a product above the host's bound (see validation.py, "Fan-out").
     fan_out: bool = False
+    # A string parameter naming a stored graph the node runs: validation refuses the
+    # graph's own id (a graph may not run itself; deeper cycles are refused at run time).
+    graph_ref: bool = False
 
     @model_validator(mode="after")
     def _hybrid_needs_socket(self) -> Parameter:

@@ -317,6 +317,8 @@ def _check_node(check: _NodeCheck) -> set[str]:
             if isinstance(value, str):
                 continue  # an expression string: its type is known only at run time
         problem = check_inline_value(param, value)
+        if not problem and param.graph_ref and value == graph.id:
+            problem = f"names graph {graph.id!r} itself, and a graph may not run itself"
         if problem:
             raise ParameterError(
                 f"parameter {param.id!r} on {_label(node)}: {problem}", parameter=param.id, **where

@@ -119,6 +119,8 @@ async def start_run(
     with tracing.run_span(run_id, vg.graph.id, trigger=str(meta.get("trigger") or ""),
                           rerun_of=str(meta.get("rerun_of") or "")) as trace_labels:
         plan.labels.update(trace_labels, workspace=str(meta.get("workspace") or DEFAULT_WORKSPACE))
+        if meta.get("parent_run"):  # a child run: its end resumes the parent (service/children.py)
+            plan.labels["parent_run"] = str(meta["parent_run"])
         return await _store_and_dispatch(store, _Start(plan, vg.graph.id, vg.graph.version,
                                                        _deadline_s(vg, request.deadline_s)),
                                          replace(request, meta=meta), dispatch)

@@ -25,7 +25,10 @@ script stamps with, never this host's) and does these things for the runs in
   barrier script and the dispatch) is dispatched once it has waited ``undispatched_grace_s``;
 * a run whose queue holds nodes while none of its nodes runs (the drain messages were
   lost with their worker) gets its oldest queued node sent after ``undispatched_grace_s``:
-  that node's completion takes the next ones.
+  that node's completion takes the next ones;
+* a child run that ended resumes the parent node waiting for it, and a child whose parent
+  ended is cancelled (``orchestrator/service/children.py``: the workers and the API do it
+  at once; the pass catches what a crash lost).
 
 Every re-send is stamped in ``sent`` first, so it is not repeated before a worker had
 ``undispatched_grace_s`` to claim it, whichever sweeper made it. This sweeper is the only
@@ -55,6 +58,7 @@ from orchestrator.kernel.protocol import EventType, NodeEvent
 from orchestrator.kernel.store import NodeCompletion, NodeStatus, RunStatus
 from orchestrator.queue.dispatch import Dispatcher
 from orchestrator.service import admission
+from orchestrator.service.child_links import ChildLinks
 from orchestrator.settings import Settings
 from orchestrator.store import redis_client
 from orchestrator.store.keys import Keys
@@ -103,6 +107,7 @@ class SweepReport:
     lost: list[tuple[str, str]] = field(default_factory=list)  # (run, node) failed: worker lost
     dispatched: list[tuple[str, str]] = field(default_factory=list)  # ready, never sent before
     resent: list[tuple[str, str]] = field(default_factory=list)  # sent, never claimed: sent again
+    children_resumed: int = 0  # parent nodes resumed for child runs that ended (service/children.py)
 
 
 class Sweeper:
@@ -153,6 +158,7 @@ class Sweeper:
         try:
             await self._time_out(now, report)
             await self._check_nodes(now, report)
+            report.children_resumed = await ChildLinks(self.store, self.dispatch, self.settings).reconcile()
         finally:
             await self._release(keys=[key], args=[token])
         return report

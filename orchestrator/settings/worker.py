@@ -48,4 +48,8 @@ class WorkerSettings(SettingsGroup):
     # Extra folders scanned for node folders (os.pathsep separated).
     node_paths: str = ""
     node_entry_point_group: str = "orchestrator.nodes"
+    # Child runs (a sub-graph node, a graph offered as a tool; orchestrator/service/children.py):
+    # how deep runs may nest (a child of a child ...) and how many children one run may start.
+    child_max_depth: int = 8
+    child_max_per_run: int = 10_000  # a Loop's iterations are child runs too (max_iterations: 10,000)
 

@@ -82,6 +82,10 @@ key                                        type        what, TTL
                                                        saved_at): may be incomplete; graph_ttl_s
 {p}:ws:{ws}:drafts                         zset        graph id -> saved_at, drafts of one workspace;
                                                        graph_ttl_s (refreshed at each draft save)
+{p}:children                               hash        child run id -> {run, node} of the parent node waiting
+                                           for it, until settled (orchestrator/service/children.py);
+                                           no TTL (entries removed when settled)
+{p}:run:{id}:children                      set         every child run the run started; active TTL + retention
 =========================================  ==========  ==============================================
 """
 
@@ -211,6 +215,12 @@ class Keys:
 
     def limit(self, key: str) -> str:
         return f"{self.prefix}:limit:{key}"
+
+    def children(self) -> str:
+        return f"{self.prefix}:children"
+
+    def run_children(self, run_id: str) -> str:
+        return f"{self.prefix}:run:{run_id}:children"
 
     def draft(self, graph_id: str) -> str:
         return f"{self.prefix}:draft:{graph_id}"

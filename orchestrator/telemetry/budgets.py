@@ -17,8 +17,13 @@ The check (:class:`BudgetCheck`, the kernel's ``usage_check``) runs after every 
 report of a node, so between two model calls: when the run's usage so far (the
 completed executions' events plus what the current one reported) is over a field, the
 node fails with ``UsageBudgetError`` naming the field, the limit and where it was set,
-and the run fails with it (whatever the node's error mode; never retried). Runs with no
-budget pay nothing: the budget is looked up once per run and process. With one, each
+and the run fails with it (whatever the node's error mode; never retried). A child run
+with no budget of its own (a Loop's iteration on workers, an Execute Workflow's graph)
+spends from its parent's: its nodes check the parent's usage so far, which counts a
+child's usage once the parent collected it (a Loop copies an ended iteration's events; an
+Execute Workflow node or a workflow tool reports the child's usage as its own), so
+``concurrency`` iterations may pass the budget together. Runs with no budget pay
+nothing: the budget is looked up once per run and process. With one, each
 check reads only the run's events appended since the process's previous check.
 """
 
@@ -40,6 +45,8 @@ from .usage import EventReader, event_usage, totals, usage_events_after
 FIELDS = ("max_tokens", "max_cost_usd")
 WORKSPACE_LABEL = "workspace"
 CACHED_RUNS = 256
+PARENT_LABEL = "parent_run"  # a child run's plan label naming its parent (service/children.py)
+MAX_PARENTS = 32  # parent links followed to a budget (above any ORCH_CHILD_MAX_DEPTH in use)
 
 
 @dataclass(frozen=True)
@@ -147,8 +154,21 @@ class BudgetCheck:
                 self._budgets.popitem(last=False)
         return known
 
+    async def owner(self, run_id: str) -> str:
+        """The run whose budget ``run_id`` spends from: its own, else (a child run with no
+        budget of its own: a Loop's iteration, an Execute Workflow's graph) its parent's,
+        up the ``parent_run`` plan labels (``orchestrator/service/children.py``)."""
+        for _ in range(MAX_PARENTS):
+            if await self.budget(run_id):
+                return run_id
+            parent = (await self.store.load_plan(run_id)).labels.get(PARENT_LABEL)
+            if not parent:
+                return run_id
+            run_id = parent
+        return run_id
+
     async def __call__(self, ctx: FlowContext) -> None:
-        run_id = outer_run(ctx.run_id)
+        run_id = await self.owner(outer_run(ctx.run_id))
         budget = await self.budget(run_id)
         if not budget:
             return

@@ -134,3 +134,34 @@ def test_the_rag_example_prints_its_citations_verbatim() -> None:
                    "--input", '{"question": "How long are finished runs kept?"}')
     assert done.returncode == 0, done.stderr[-3000:]
     assert "\n[handbook.md, chunk 2]\n" in done.stdout
+
+
+@pytest.mark.timeout(300)
+def test_an_approval_asked_inside_a_loop_iteration_is_answered_with_decide(tmp_path: Path) -> None:
+    """On workers a Loop's iterations are child runs: the question one asks reaches the
+    command through the outer run, and --decide answers it there."""
+    script = [{"call": "divide", "args": {"a": 10, "b": 4}}, {"say": "Result: {tool_result}"}]
+    body = {"id": "body", "nodes": [
+        {"id": "item", "type": "loop_input", "name": "Item", "data": {}},
+        {"id": "assistant", "type": "agent", "name": "Assistant", "data": {
+            "model": "dryrun:loop", "script": script, "prompt": "divide {{ input }}"}},
+        {"id": "calc", "type": "toolset", "name": "Calculator", "data": {
+            "toolkits": ["calculator"], "requires_approval": ["divide"]}}],
+        "edges": [
+            {"id": "b1", "source": "item", "sourceHandle": "output", "target": "assistant", "targetHandle": "input",
+             "data": {"channel": "flow"}},
+            {"id": "b2", "source": "calc", "sourceHandle": "tools", "target": "assistant", "targetHandle": "tools",
+             "data": {"channel": "link"}}]}
+    graph = {"id": "loop_approval", "nodes": [
+        {"id": "t", "type": "manual_trigger", "name": "Start", "data": {}},
+        {"id": "each", "type": "loop", "name": "For each", "data": {"mode": "for_each", "body": body}}],
+        "edges": [{"id": "e1", "source": "t", "sourceHandle": "output", "target": "each", "targetHandle": "input",
+                   "data": {"channel": "flow"}}]}
+    path = tmp_path / "loop_approval.json"
+    path.write_text(json.dumps(graph))
+    done = run_cli("run", str(path), "--json", "--workers", "1", "--input", "[1]", "--decide", "approve")
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout.splitlines()[-1])
+    assert summary["status"] == "succeeded"
+    [result] = summary["outputs"]["For each"]["output"]["results"]
+    assert "2.5" in result["response"]

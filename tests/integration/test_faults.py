@@ -213,3 +213,35 @@ async def test_run_ends_by_its_deadline_when_every_worker_is_killed(
     assert result.status in ("failed", "timed_out")
     assert elapsed <= deadline_s + SWEEP_PERIOD_S + 1.5
     assert result.of("s", "completed") == [] and result.of("p", "started") == []
+
+
+async def test_a_worker_killed_mid_loop_reruns_only_the_lost_iterations_node(
+    pool: WorkerProcesses, store: RedisRunStore, registry: Registry, celery: Any,
+    sweeping: Sweeper, tmp_path: Path,
+) -> None:
+    """A Loop's iterations are child runs (``nodes/_shared/loop_children.py``): SIGKILL of
+    the process running one iteration's node re-runs that node only, in that child run."""
+    items = list(range(6))
+    body = graph([("li", "loop_input", "Item"),
+                  ("s", "stall", "Mark", {"pid_dir": str(tmp_path), "delay_s": 1.5, "value": "ok"})],
+                 [("li", "output", "s", "input")], id="body")
+    g = graph([("t", "manual_trigger", "Start"),
+               ("each", "loop", "For each", {"mode": "for_each", "items": items, "body": body, "concurrency": 2})],
+              [("t", "output", "each", "input")])
+    run_id = await start(store, registry, celery, g)
+    os.kill(await first_pid(tmp_path, "s"), signal.SIGKILL)
+    result = await collect(store, run_id, await wait_for_terminal(store, run_id, 60))
+    assert result.status == "succeeded"
+    assert result.output("each")["results"] == [{"value": "ok", "input": i} for i in items]  # once each, in order
+    own = [e for e in result.of("each", "completed") if "subgraph" not in (e.data or {})]
+    assert len(own) == 1  # the Loop's own completion (the others are its body's, copied in)
+    children = sorted(await store.redis.smembers(store.keys.run_children(run_id)))
+    assert len(children) == len(items)
+    reclaimed = 0
+    for child in children:
+        done = await collect(store, child, await wait_for_terminal(store, child, 5))
+        counts = node_event_counts(done)
+        assert done.status == "succeeded"
+        assert counts[("li", "started")] == 1 and counts[("s", "completed")] == 1
+        reclaimed += counts[("s", "started")] > 1
+    assert reclaimed == 1  # only the killed iteration's node ran again

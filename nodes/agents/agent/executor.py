@@ -6,6 +6,9 @@ the run's Redis), ``run_id`` = ``<run>:<node>``. Every Agno event is forwarded a
 ``agent_event``. Output ``output``: ``{response, model, tokens_used, usage}`` (``usage``: token counts by
 ``provider:model``, as the ``completed`` event's ``data.usage``).
 
+A stored graph offered as a tool (``nodes/tools/workflow_tool``) runs as a child run per
+call while the node waits, holding no worker (``nodes/_ai/workflow_tools.py``).
+
 A tool that needs approval pauses the node: an ``approval_requested`` agent_event, then
 ``SuspendRequested`` with the pending requirements. When resumed with ``{"decision":
 "approve"|"reject", "arguments": {...}, "note": ...}`` a new Agent built the same way
@@ -24,6 +27,7 @@ from typing import Any
 
 from agno.run.requirement import RunRequirement
 
+from nodes._ai import workflow_tools
 from nodes._ai.builder import SubAgent, build_runner, model_label, user_message
 from nodes._ai.runner import AgnoStream, agno_run_id
 from orchestrator.kernel.errors import ParameterError, SuspendRequested
@@ -68,10 +72,13 @@ class AgentExecutor:
         runner = await build_runner(data, ctx)
         name = str(runner.name)
         session_id = _session(ctx)
-        if ctx.resume is not None:
+        if ctx.resume is not None and not workflow_tools.is_stale_pause(ctx):
             payload = ctx.resume.get("payload") or {}
             run_id = str(payload.get("agno_run_id") or agno_run_id(ctx))
-            decided = _resolve_requirements(payload, ctx.resume.get("input"))
+            if workflow_tools.is_workflow_pause(ctx):  # workflow tools' child runs ended
+                decided = await workflow_tools.resolved(ctx)
+            else:
+                decided = _resolve_requirements(payload, ctx.resume.get("input"))
             stream = runner.acontinue_run(
                 run_id=run_id, session_id=str(payload.get("session_id") or session_id),
                 requirements=decided, stream=True, stream_events=True)
@@ -84,6 +91,11 @@ class AgentExecutor:
             yield event
         if tracker.paused:
             requirements, tool_calls = tracker.requirements, tracker.tool_calls
+            calls = workflow_tools.workflow_calls(runner, requirements)
+            if calls is not None:  # stored graphs as tools: child runs, no approval
+                raise await workflow_tools.start_calls(ctx, calls, {
+                    "requirements": requirements, "agno_run_id": run_id, "session_id": session_id,
+                    "tool_calls": tool_calls})
             yield ctx.event(EventType.AGENT_EVENT, {
                 "event": "approval_requested", "agent": name,
                 "requirements": requirements, "tool_calls": tool_calls})

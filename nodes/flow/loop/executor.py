@@ -16,6 +16,11 @@ until     starts from ``items`` (default: the input) and feeds each result into 
 
 A failed iteration raises RuntimeError naming the iteration index and the inner error.
 
+On a worker each iteration is a child run of the body instead, its nodes distributed
+tasks on any worker, the Loop holding no slot between them (``nodes/_shared/loop_children.py``);
+the results, error modes and labels are the same. A host without workers (a local run,
+the API's single-node preview) runs the body in process as described above.
+
 Nested loops multiply: a for_each running 8 at once whose body runs a for_each of 8 keeps
 64 iterations (and their Code sandboxes, model calls) in flight from one node step. The
 product of the concurrencies of the loops around an iteration may not pass
@@ -29,6 +34,7 @@ import asyncio
 from contextvars import ContextVar
 from typing import Any
 
+from nodes._shared import loop_children
 from nodes._shared.conditions import evaluate_condition, make_scope
 from nodes._shared.values import input_value, result
 from orchestrator.host.node_host import node_host
@@ -103,14 +109,20 @@ class Loop:
                     f"({max_iterations})"
                 )
             concurrency = _bounded(data, "concurrency", 1, MAX_CONCURRENCY)
-            results = await self._for_each(body, items, concurrency, ctx)
+            if loop_children.runs_children(ctx):
+                results = await loop_children.for_each(body, items, concurrency, ctx)
+            else:
+                results = await self._for_each(body, items, concurrency, ctx)
             return result({"output": {"results": results, "iterations": len(items)}})
         if mode == "until":
             condition = data.get("condition")
             if not condition:
                 raise ValueError("parameter 'condition' is required in mode 'until'")
             start = value if data.get("items") is None else data["items"]
-            last, n = await self._until(body, start, condition, max_iterations, ctx)
+            if loop_children.runs_children(ctx):
+                last, n = await loop_children.until(body, start, condition, max_iterations, ctx)
+            else:
+                last, n = await self._until(body, start, condition, max_iterations, ctx)
             return result({"output": {"result": last, "iterations": n}})
         raise ValueError(f"parameter 'mode' must be 'for_each' or 'until'; got {mode!r}")
 

@@ -331,6 +331,7 @@ class RunView {
       "Graph ",
       h("a", { href: `#/graphs/${enc(this.graph.id)}` }, this.graph.name || this.graph.id),
       ` v${run.graph_version || "?"} · started ${fmtTime(run.created_at)}${test}`,
+      relatedRuns(run),
     );
     const layout = h(
       "div",
@@ -341,6 +342,25 @@ class RunView {
     this.usageEl = runUsageLine(run);
     return [title, sub, this.usageEl, this.banner, layout, bottomTabs(this.timeline, this.log.element)];
   }
+}
+
+const SHOWN_CHILDREN = 20;
+
+/* Parent and child runs (an Execute Workflow node's graph, a Loop's iterations), as links. */
+function relatedRuns(run) {
+  const link = (id) => h("a", { href: `#/runs/${enc(id)}`, class: "mono" }, id.slice(0, 12));
+  const parts = [];
+  if (run.parent_run) {
+    const label = run.meta && run.meta.label ? ` (${run.meta.label})` : "";
+    parts.push(" · child of run ", link(run.parent_run), label);
+  }
+  const children = run.children || [];
+  if (children.length) {
+    parts.push(` · ${children.length} child run${children.length > 1 ? "s" : ""}: `);
+    children.slice(0, SHOWN_CHILDREN).forEach((id, i) => parts.push(i ? ", " : "", link(id)));
+    if (children.length > SHOWN_CHILDREN) parts.push(` and ${children.length - SHOWN_CHILDREN} more`);
+  }
+  return h("span", { id: "related-runs" }, parts);
 }
 
 export async function runPage(page, runId) {
