@@ -9,7 +9,8 @@ Agno event          outcome
 ==================  ==============================================================
 RunCompleted        ``content`` / ``tokens_used`` set (the top-level run only)
 RunError            ``RuntimeError`` naming the agent (the node fails)
-ToolCallError       ``RuntimeError`` naming the tool
+ToolCallError       counted by the agent's tool-error policy (``tool_errors.py``);
+                    without one (no tools hooked), ``RuntimeError`` naming the tool
 RunCancelled        the kernel's ``RunCancelled`` signal
 RunPaused           ``paused`` holds the requirements (the caller suspends the node)
 ==================  ==============================================================
@@ -18,9 +19,12 @@ Every model request's token counts (``ModelRequestCompleted``, members' too) are
 reported with ``ctx.report_usage("<provider>:<model>", {...})`` as they come, so a run
 budget is checked between model calls; ``AgnoSpans`` (``spans.py``) traces the run.
 
-Errors and cancellation are raised once the stream has ended (Agno stores the run
-after its terminal event). Team events carry a ``Team`` prefix (``TeamRunCompleted``); both are handled. Member
-events (``parent_run_id`` set) are forwarded but never end the node.
+A tool error the policy recorded is forwarded as a ``ToolError`` ``agent_event`` right
+after the Agno event that carried it; a policy failure (``on_tool_error="fail"``, more
+than ``max_tool_errors``) fails the node. Errors and cancellation are raised once the
+stream has ended (Agno stores the run after its terminal event). Team events carry a
+``Team`` prefix (``TeamRunCompleted``); both are handled. Member events (``parent_run_id``
+set) are forwarded but never end the node.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from nodes._ai.spans import AgnoSpans, usage_key, usage_numbers
+from nodes._ai.tool_errors import guards_of
 from orchestrator.host.node_host import node_host
 from orchestrator.kernel.errors import RunCancelled
 from orchestrator.kernel.protocol import EventType, FlowContext, NodeEvent
@@ -110,7 +115,8 @@ class AgnoStream:
         self.tool_calls: list[dict[str, Any]] = []
         self._error: str | None = None
         self._stopping: asyncio.Future[None] | None = None
-        self._tool_errors: list[str] = []
+        self._tool_errors: list[str] = []  # Agno's, when no tool-error policy is hooked
+        self.guards = guards_of(runner)
         self._usage: list[tuple[str, dict[str, int]]] = []  # model requests not yet reported
         host = node_host(ctx)
         self.redact = host.redact
@@ -142,6 +148,9 @@ class AgnoStream:
                     await self.ctx.report_usage(*self._usage.pop(0))
                 if node_event is not None:
                     yield node_event
+                for guard in self.guards:
+                    for record in guard.take_records():
+                        yield self.ctx.event(EventType.AGENT_EVENT, record)
             ended = True
         except BaseException as exc:
             failure = exc
@@ -178,9 +187,7 @@ class AgnoStream:
         elif kind == "RunError":
             self._error = self.redact(str(getattr(ev, "content", "") or "model error"))
         elif kind == "ToolCallError":
-            tool = getattr(getattr(ev, "tool", None), "tool_name", None) or "?"
-            self._tool_errors.append(f"{tool}: {self.redact(str(ev.error or ''))}"
-                                     if hasattr(ev, "error") else str(tool))
+            self._tool_error(ev)
         elif kind == "RunCancelled":
             self.cancelled = True
         return node_event
@@ -191,9 +198,26 @@ class AgnoStream:
         if self.cancelled:
             raise RunCancelled(f"agent {self.name!r} run was cancelled",
                                node_id=self.ctx.node_id, run_id=self.ctx.run_id)
+        for guard in self.guards:
+            if guard.failure is not None:
+                raise RuntimeError(guard.failure)
         if self._tool_errors:
             raise RuntimeError(f"agent {self.name!r}: tool call failed: "
                                + "; ".join(self._tool_errors))
+
+    def _tool_error(self, ev: Any) -> None:
+        """Agno's ``ToolCallError``: the policy's own stop, or an error outside its hook."""
+        tool = getattr(getattr(ev, "tool", None), "tool_name", None) or "?"
+        message = str(getattr(ev, "error", "") or "")
+        if any(g.failure is not None for g in self.guards):
+            return  # the policy stopped the run (StopAgentRun); its record says why
+        agent = getattr(ev, "agent_name", None) or getattr(ev, "team_name", None)
+        guard = next((g for g in self.guards if g.agent == agent), None)
+        guard = guard or (self.guards[0] if self.guards else None)
+        if guard is not None:
+            guard.native(tool, message)
+        else:
+            self._tool_errors.append(f"{tool}: {self.redact(message)}")
 
     def _pause(self, ev: Any) -> None:
         self.paused = True
