@@ -22,6 +22,8 @@ script stamps with, never this host's) and does these things for the runs in
   FIFO, so only nodes sent before the oldest node message still queued count;
 * a node in the run's ready set that was never marked dispatched (a crash between the
   barrier script and the dispatch) is dispatched once it has waited ``undispatched_grace_s``;
+* a waiting node whose timer is due (a Wait node's duration, point in time or timeout,
+  in ``{p}:waits:due`` on Redis's clock) is resumed and sent (``orchestrator/service/waits.py``);
 * a run whose queue holds nodes while none of its nodes runs (the drain messages were
   lost with their worker) gets its oldest queued node sent after ``undispatched_grace_s``:
   that node's completion takes the next ones.
@@ -101,6 +103,7 @@ class SweepReport:
     lost: list[tuple[str, str]] = field(default_factory=list)  # (run, node) failed: worker lost
     dispatched: list[tuple[str, str]] = field(default_factory=list)  # ready, never sent before
     resent: list[tuple[str, str]] = field(default_factory=list)  # sent, never claimed: sent again
+    woken: list[tuple[str, str]] = field(default_factory=list)  # (run, node) a due timer resumed
 
 
 class Sweeper:
@@ -151,6 +154,7 @@ class Sweeper:
         try:
             await self._time_out(now, report)
             await self._check_nodes(now, report)
+            await self._wake_waits(now, report)
         finally:
             await self._release(keys=[key], args=[token])
         return report
@@ -168,6 +172,13 @@ class Sweeper:
             if await self.store.finish_run(run_id, RunStatus.TIMED_OUT, error):
                 log.warning("run %s timed out (deadline passed)", run_id)
                 report.timed_out.append(run_id)
+
+    async def _wake_waits(self, now: float, report: SweepReport) -> None:
+        """Resume the waiting nodes whose timer is due (orchestrator/service/waits.py)."""
+        from orchestrator.service.waits import wake_due
+
+        report.woken += await wake_due(self.store, lambda run_id, node_id: self.dispatch(run_id, [node_id]),
+                                       now)
 
     async def _check_nodes(self, now: float, report: SweepReport) -> None:
         seen: set[tuple[str, str]] = set()
