@@ -132,7 +132,7 @@ def to_chat_events(event: NodeEvent) -> list[ChatEvent]:
     elif kind == EventType.AGENT_EVENT:
         out = _agent_events(event, data)
     elif kind == EventType.RUN_WAITING:
-        out = _wait_events(event, data) + [{"type": "run_waiting", "payload": data}]
+        out = [*_wait_events(event, data), {"type": "run_waiting", "payload": data}]
     elif kind == EventType.RUN_COMPLETED:
         out = [{"type": "run_completed"}]
     elif kind in (EventType.RUN_FAILED, EventType.RUN_TIMED_OUT):
