@@ -151,3 +151,17 @@ async def test_an_mcp_tool_error_is_returned_to_the_model_with_its_kind(allow_py
     assert "refused: closed" in str(errors[0]["message"])
     response = result.outputs["output"].value["response"]
     assert response.startswith("told: error (MCPToolError):") and "refused: closed" in response
+
+
+async def test_a_team_members_tool_error_is_returned_to_it_and_shown_in_the_leaders_stream() -> None:
+    calc = (await _links())[("a1", "tools")]
+    researcher = await agent.materialize(
+        {"model": "dryrun:m", "name": "Researcher", "max_tool_errors": 1,
+         "script": [BAD_DIVIDE, {"say": "member saw: {tool_result}"}]},
+        "agent", make_ctx("m1", name="Researcher", links={("m1", "tools"): calc}))
+    events, result = await drain(agent.execute(
+        {"model": "dryrun:lead", "prompt": "divide please"}, data_in({}),
+        make_ctx(links={("a1", "tools"): [researcher]})))
+    errors = _tool_errors(events)
+    assert [(e["agent"], e["tool"], e["returned_to_model"]) for e in errors] == [("Researcher", "divide", True)]
+    assert "member saw: error (ValidationError)" in result.outputs["output"].value["response"]
