@@ -32,6 +32,13 @@ async def test_a_timeout_asks_for_a_timer_that_answers_timeout() -> None:
     assert payload["wake"] == {"after_s": 30.0, "input": {"via": "timeout"}}
 
 
+async def test_a_deadline_asks_for_a_timer_at_that_moment() -> None:
+    payload = await suspended({"resume_on": "form", "deadline": "2030-01-02T03:04:05+00:00"})
+    assert payload["wait"]["deadline"] == "2030-01-02T03:04:05+00:00"
+    expected = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC).timestamp()
+    assert payload["wake"] == {"at": expected, "input": {"via": "timeout"}}
+
+
 async def test_a_time_wait_asks_for_a_timer_by_duration_or_by_datetime() -> None:
     by_duration = await suspended({"resume_on": "time", "duration_s": 5})
     assert by_duration["wake"] == {"after_s": 5.0, "input": {"via": "time"}}
@@ -78,6 +85,8 @@ async def test_resumed_form_data_is_checked_against_the_schema_again() -> None:
     ({"resume_on": "form", "form_schema": {"type": "object", "properties": {"n": {"type": 5}}}},
      "form_schema", "not a valid JSON Schema"),
     ({"resume_on": "url", "timeout_s": "soon"}, "timeout_s", "number of seconds"),
+    ({"resume_on": "url", "timeout_s": 5, "deadline": "2030-01-01T00:00:00+00:00"}, "deadline", "not both"),
+    ({"resume_on": "form", "deadline": "2030-01-01"}, "deadline", "UTC offset"),
 ])
 async def test_bad_parameters_are_errors_naming_the_parameter(data: dict[str, Any], parameter: str,
                                                               words: str) -> None:

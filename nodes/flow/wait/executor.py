@@ -3,7 +3,8 @@
 The first execution raises ``SuspendRequested`` (the node and its run become ``waiting``;
 the worker is free at once). Its payload says what the node waits for::
 
-    {"wait": {"kind": "form" | "url" | "time", "message", "schema"?, "timeout_s"?, "until"?},
+    {"wait": {"kind": "form" | "url" | "time", "message", "schema"?, "timeout_s"?, "deadline"?,
+              "duration_s"?, "until"?},
      "wake": {"after_s": s | "at": epoch_s, "input": {"via": "time" | "timeout"}}?}
 
 ``wake`` asks the store for a timer (``orchestrator/store/waits.py``: a Redis sorted set
@@ -17,7 +18,7 @@ via         output
 ==========  =========================================================
 form, url   ``output``: the submitted data / the callback's JSON body
 time        ``output``: the node's input, unchanged
-timeout     ``timeout``: the node's input, unchanged
+timeout     ``timeout``: the node's input, unchanged (``timeout_s`` or ``deadline`` passed)
 ==========  =========================================================
 
 ``form_schema`` is checked here (an object schema; no regular-expression keywords: the
@@ -57,15 +58,15 @@ def _seconds(data: dict[str, Any], name: str) -> float | None:
     return value
 
 
-def _until(raw: Any) -> float:
+def _moment(raw: Any, name: str) -> float:
     try:
         moment = datetime.fromisoformat(str(raw))
     except ValueError:
-        raise ParameterError(f"until must be an ISO 8601 date and time, got {raw!r}",
-                             parameter="until") from None
+        raise ParameterError(f"{name} must be an ISO 8601 date and time, got {raw!r}",
+                             parameter=name) from None
     if moment.tzinfo is None:
-        raise ParameterError(f"until needs a UTC offset (e.g. {raw}+00:00), got {raw!r}",
-                             parameter="until")
+        raise ParameterError(f"{name} needs a UTC offset (e.g. {raw}+00:00), got {raw!r}",
+                             parameter=name)
     return moment.timestamp()
 
 
@@ -121,16 +122,22 @@ def wait_payload(data: dict[str, Any]) -> dict[str, Any] | None:
         if duration is not None:
             wait["duration_s"] = duration
             return {"wait": wait, "wake": {"after_s": duration, "input": {"via": "time"}}}
-        at = _until(until)
+        at = _moment(until, "until")
         wait["until"] = str(until)
         return {"wait": wait, "wake": {"at": at, "input": {"via": "time"}}}
     if kind == "form":
         wait["schema"] = form_schema(data)
     payload: dict[str, Any] = {"wait": wait}
     timeout = _seconds(data, "timeout_s")
+    deadline = data.get("deadline")
+    if timeout and deadline not in (None, ""):
+        raise ParameterError("set timeout_s or deadline, not both", parameter="deadline")
     if timeout:
         wait["timeout_s"] = timeout
         payload["wake"] = {"after_s": timeout, "input": {"via": "timeout"}}
+    elif deadline not in (None, ""):
+        wait["deadline"] = str(deadline)
+        payload["wake"] = {"at": _moment(deadline, "deadline"), "input": {"via": "timeout"}}
     return payload
 
 

@@ -64,6 +64,7 @@ export function waitCard(runId, nodeId, wait, done) {
   else if (wait.duration_s)
     body = [h("p", { class: "muted" }, `resumes ${wait.duration_s} s after it started waiting`)];
   if (wait.timeout_s) body.push(h("p", { class: "muted" }, `times out after ${wait.timeout_s} s`));
+  if (wait.deadline) body.push(h("p", { class: "muted" }, `times out at ${wait.deadline}`));
   card.append(...head, ...body);
   return card;
 }
