@@ -193,6 +193,9 @@ class AgnoStream:
         return node_event
 
     def _raise_outcome(self) -> None:
+        for guard in self.guards:
+            if guard.signal is not None:
+                raise guard.signal
         if self._error is not None:
             raise RuntimeError(f"agent {self.name!r} failed: {self._error}")
         if self.cancelled:
@@ -209,7 +212,7 @@ class AgnoStream:
         """Agno's ``ToolCallError``: the policy's own stop, or an error outside its hook."""
         tool = getattr(getattr(ev, "tool", None), "tool_name", None) or "?"
         message = str(getattr(ev, "error", "") or "")
-        if any(g.failure is not None for g in self.guards):
+        if any(g.failure is not None or g.signal is not None for g in self.guards):
             return  # the policy stopped the run (StopAgentRun); its record says why
         agent = getattr(ev, "agent_name", None) or getattr(ev, "team_name", None)
         guard = next((g for g in self.guards if g.agent == agent), None)

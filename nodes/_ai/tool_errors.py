@@ -21,6 +21,9 @@ count, whether the model got it). :class:`~nodes._ai.runner.AgnoStream` forwards
 records and raises the failure once the stream has ended. A tool that is an async
 generator raises while Agno iterates it, outside the hook: Agno's own ``ToolCallError``
 is then counted through :meth:`ToolErrorGuard.native` (the model already got the message).
+A kernel control signal (``RunCancelled``, ``SuspendRequested``, ...) or a
+``UsageBudgetError`` raised by a tool is never shown to the model: it stops the Agno run
+and the node raises it.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.kernel.errors import ParameterError
+from orchestrator.kernel.errors import ControlSignal, ParameterError, UsageBudgetError
 
 MODES = ("return", "fail")
 DEFAULT_MAX_TOOL_ERRORS = 5
@@ -71,6 +74,7 @@ class ToolErrorGuard:
     redact: Callable[[Any], Any]
     count: int = 0
     failure: str | None = None  # why the node fails, once it must
+    signal: Exception | None = None  # a run signal a tool raised: the node raises it
     records: list[dict[str, Any]] = field(default_factory=list)  # not yet forwarded
 
     async def hook(self, function_name: str, function_call: Callable[..., Awaitable[Any]],
@@ -78,6 +82,13 @@ class ToolErrorGuard:
         """Agno's tool hook: run the call; a failure becomes the policy's answer."""
         try:
             result = await function_call(**arguments)
+        except (ControlSignal, UsageBudgetError) as exc:
+            # The run's own signals (cancelled, superseded, suspended, over budget) from a
+            # tool that runs graph work: not the model's business; the node ends with them.
+            from agno.exceptions import StopAgentRun
+
+            self.signal = exc
+            raise StopAgentRun(str(exc)) from exc
         except Exception as exc:
             if _agno_control(exc):  # Agno's own stop/retry/cancel signals
                 raise

@@ -165,3 +165,16 @@ async def test_a_team_members_tool_error_is_returned_to_it_and_shown_in_the_lead
     errors = _tool_errors(events)
     assert [(e["agent"], e["tool"], e["returned_to_model"]) for e in errors] == [("Researcher", "divide", True)]
     assert "member saw: error (ValidationError)" in result.outputs["output"].value["response"]
+
+
+async def test_a_run_signal_from_a_tool_ends_the_node_and_never_reaches_the_model() -> None:
+    from orchestrator.kernel.errors import RunCancelled
+
+    def child_graph(topic: str) -> str:
+        """Run the child graph on a topic."""
+        raise RunCancelled("the child run was cancelled", run_id="child")
+
+    script = [{"call": "child_graph", "args": {"topic": "x"}}, {"say": "never: {tool_result}"}]
+    with pytest.raises(RunCancelled, match="child run was cancelled"):
+        await drain(agent.execute({"model": "dryrun:x", "prompt": "go", "script": script}, data_in({}),
+                                  make_ctx(links={("a1", "tools"): [child_graph]})))
