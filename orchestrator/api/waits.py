@@ -121,7 +121,7 @@ async def resume_url(run_id: str, node_id: str, services: Services = SERVICES,
 async def resume(run_id: str, node_id: str, request: Request, exp: str = EXP, sig: str = SIG,
                  services: Services = SERVICES) -> dict[str, Any]:
     """A signed resume URL: the JSON body becomes the waiting node's output."""
-    waits.check_signature(services.settings.resume_url_secret, run_id, node_id, exp, sig,
+    waits.check_signature(services.settings.resume_url_secret, waits.ResumeLink(run_id, node_id, exp, sig),
                           await _redis_now(services))
     data = await _json_body(request, services, empty={})
     await waits.resume_by_url(_store(services), run_id, node_id, data, dispatch=_dispatch(services))

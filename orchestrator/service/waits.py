@@ -85,11 +85,22 @@ def resume_path(secret: str, run_id: str, node_id: str, expires: int) -> str:
     return f"/resume/{run_id}/{node_id}?exp={expires}&sig={sign(secret, run_id, node_id, expires)}"
 
 
-def check_signature(secret: str, run_id: str, node_id: str, expires: str, sig: str, now: float) -> None:
-    """``ResumeLinkError`` unless ``sig`` signs (run, node, expires) and ``now`` is before it."""
-    ok = bool(secret) and expires.isdigit() and len(expires) <= 12
-    expected = sign(secret, run_id, node_id, int(expires)) if ok else ""
-    if not (hmac.compare_digest(expected.encode(), sig.encode()) and ok and now < int(expires)):
+@dataclass(frozen=True)
+class ResumeLink:
+    """What a resume URL carries: the run and node in its path, ``exp`` and ``sig`` (as sent)."""
+
+    run_id: str
+    node_id: str
+    expires: str
+    sig: str
+
+
+def check_signature(secret: str, link: ResumeLink, now: float) -> None:
+    """``ResumeLinkError`` unless ``link.sig`` signs its run, node and expiry under ``secret``
+    and ``now`` (Redis's clock) is before that expiry."""
+    ok = bool(secret) and link.expires.isdigit() and len(link.expires) <= 12
+    expected = sign(secret, link.run_id, link.node_id, int(link.expires)) if ok else ""
+    if not (hmac.compare_digest(expected.encode(), link.sig.encode()) and ok and now < int(link.expires)):
         raise ResumeLinkError(LINK_REFUSED)
 
 
