@@ -4,8 +4,8 @@ Routers (one concern each): ``graphs``, ``runs``, ``events`` (SSE), ``triggers``
 (webhooks, chat), ``nodes``, ``health``, ``docs``; for the console: ``drafts``,
 ``previews`` (expression previews), ``single_step`` (test one node), ``gallery`` (the
 shipped examples), ``credential_usage``, ``waits`` (Wait nodes). Bearer-key auth guards
-everything except ``/health``, ``/ready``, ``/hooks/*`` and ``/resume/*`` (signed instead), ``/auth/session`` (browser
-sign-in), the console's static files at ``/ui/`` and, when ``ORCH_METRICS_PUBLIC`` /
+everything except ``/health``, ``/ready``, ``/hooks/*`` and ``/resume/*`` (signed instead),
+``/auth/session`` (browser sign-in), the console's static files at ``/ui/`` and, when ``ORCH_METRICS_PUBLIC`` /
 ``ORCH_PUBLIC_DOCS`` are set, ``/metrics`` / the docs. Keys belong to workspaces and
 carry roles (``auth.py``); browsers may present a session cookie or a stream token
 instead (``browser_auth.py``), and pages on ``ORCH_CORS_ORIGINS`` may call it
