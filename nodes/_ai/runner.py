@@ -171,6 +171,8 @@ class AgnoStream:
             return None
         top = getattr(ev, "run_id", None) == self.run_id
         kind = str(getattr(ev, "event", "")).removeprefix("Team")
+        if kind == "ToolCallCompleted":
+            self._mark_policy_error(ev)
         self.spans.observe(ev, kind)
         if kind == "ModelRequestCompleted":
             self._usage.append((usage_key(ev), usage_numbers(ev)))
@@ -207,6 +209,15 @@ class AgnoStream:
         if self._tool_errors:
             raise RuntimeError(f"agent {self.name!r}: tool call failed: "
                                + "; ".join(self._tool_errors))
+
+    def _mark_policy_error(self, ev: Any) -> None:
+        """A call the tool-error policy answered looks like a success to Agno: mark it failed
+        (``tool_call_error``), for its span, its event and the stored run. Its record is
+        still pending here: records are forwarded after the event that follows them."""
+        tool = getattr(ev, "tool", None)
+        name = getattr(tool, "tool_name", None)
+        if tool is not None and any(r["tool"] == name for g in self.guards for r in g.records):
+            tool.tool_call_error = True
 
     def _tool_error(self, ev: Any) -> None:
         """Agno's ``ToolCallError``: the policy's own stop, or an error outside its hook."""

@@ -38,9 +38,9 @@ async def test_a_raising_tool_is_returned_to_the_model_which_answers_anyway() ->
     assert len(errors) == 1
     assert errors[0]["tool"] == "divide" and errors[0]["kind"] == "ValidationError"
     assert errors[0]["returned_to_model"] is True and errors[0]["agent"] == "Helper"
-    first = next(e.data for e in events if (e.data or {}).get("event") == "ToolCallCompleted")
-    assert first is not None
+    first, second = [e.data for e in events if (e.data or {}).get("event") == "ToolCallCompleted"]
     assert str(first["tool"]["result"]).startswith("error (ValidationError):")
+    assert first["tool"]["tool_call_error"] is True and second["tool"]["tool_call_error"] is False
     names = agno_events(events)
     assert names.index("ToolError") < names.index("RunCompleted")
 
