@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from orchestrator.api import create_app
-from orchestrator.client import Client
+from orchestrator.client import ApiError, Client
 from orchestrator.kernel.registry import Registry
 from orchestrator.local.embedded_redis import EmbeddedRedis
 from orchestrator.local.embedded_workers import WorkerProcesses
@@ -83,7 +83,7 @@ def start_waiting(redis_server: EmbeddedRedis, registry: Registry, graph_json: d
         items = httpx.get(f"{url}/runs/{run_id}/waits").json()["items"]
         link = ""
         if items and items[0]["kind"] == "url":
-            link = httpx.post(f"{url}/runs/{run_id}/waits/w/resume-url").json()["url"]
+            link = client.resume_url(run_id, "w")
     return run_id, items, link
 
 
@@ -97,15 +97,16 @@ def test_a_form_answer_resumes_the_run_after_an_api_and_worker_restart(
         "wait-form", {"resume_on": "form", "form_schema": FORM, "message": "How much?"}))
     assert items == [{"node_id": "w", "kind": "form", "message": "How much?", "schema": FORM,
                       "timeout_s": None, "due_at": None}]
-    with worker(redis_server), api(redis_server, registry) as url:
-        form = f"{url}/runs/{run_id}/waits/w/form"
-        bad = httpx.post(form, json={"amount": "lots"})
-        assert bad.status_code == 422
-        assert "amount" in bad.json()["error"]["message"]
-        assert bad.json()["error"]["parameter"] == "data.amount"
-        assert httpx.post(form, json={"amount": 12.5, "note": "ok"}).status_code == 200
-        again = httpx.post(form, json={"amount": 1})
-        assert again.status_code == 409 and "answered already" in again.json()["error"]["message"]
+    with worker(redis_server), api(redis_server, registry) as url, Client(url) as client:
+        assert [w["kind"] for w in client.waits(run_id)] == ["form"]  # the new API knows it waits
+        with pytest.raises(ApiError) as bad:
+            client.submit_form(run_id, "w", {"amount": "lots"})
+        assert bad.value.status == 422 and bad.value.body["error"]["parameter"] == "data.amount"
+        assert "amount" in bad.value.body["error"]["message"]
+        client.submit_form(run_id, "w", {"amount": 12.5, "note": "ok"})
+        with pytest.raises(ApiError) as again:
+            client.submit_form(run_id, "w", {"amount": 1})
+        assert again.value.status == 409 and "answered already" in str(again.value)
         run = status_becomes(url, run_id, {"succeeded", "failed"})
     assert run["status"] == "succeeded"
     assert outputs(run, "w") == {"output": {"amount": 12.5, "note": "ok"}}
