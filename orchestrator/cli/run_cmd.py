@@ -337,7 +337,7 @@ async def _run(url: str, registry: Registry, raw: dict[str, Any], run_input: Any
                 if "wake" in wait:
                     continue  # a Wait node's timer: the sweeper above resumes it when due
                 what = (f"a {wait['wait'].get('kind')} (a Wait node: answer it through the API, "
-                        f"GET /runs/{run_id}/waits)") if "wait" in wait else \
+                        f"orchestrator runs waits {run_id})") if "wait" in wait else \
                     "an approval: pass --decide approve|reject"
                 if "wait" in wait or not await _decide(store, run_id, event, decide, dispatch, console):
                     err.print(f"run {run_id} waits for {what}"

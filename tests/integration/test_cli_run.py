@@ -154,4 +154,4 @@ def test_run_command_waits_out_a_wait_node_timer_and_stops_at_a_form() -> None:
     finally:
         form.unlink()
     assert asked.returncode == 3
-    assert "waits for a form (a Wait node" in asked.stderr
+    assert "waits for a form (a Wait node" in asked.stderr and "orchestrator runs waits" in asked.stderr
