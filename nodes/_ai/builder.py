@@ -24,6 +24,8 @@ from agno.utils.team import get_member_id
 from nodes._ai.dryrun import DryRunModel
 from nodes._ai.models import resolve_model, spec_label
 from nodes._ai.storage import session_db
+from nodes._ai.tool_errors import ToolErrorGuard, ToolErrorPolicy
+from orchestrator.host.node_host import node_host
 from orchestrator.kernel.errors import ParameterError
 from orchestrator.kernel.protocol import DataValue, FlowContext
 
@@ -86,6 +88,9 @@ async def _common(data: dict[str, Any], ctx: FlowContext, name: str) -> dict[str
         "description": data.get("description") or None,
         "markdown": bool(data.get("markdown", False)),
         "telemetry": False,
+        # Every tool call (toolsets, MCP, sub-graphs) passes the node's tool-error policy.
+        "tool_hooks": [ToolErrorGuard(name, ToolErrorPolicy.from_data(data),
+                                      node_host(ctx).redact).hook],
     }
 
 

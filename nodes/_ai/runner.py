@@ -9,7 +9,8 @@ Agno event          outcome
 ==================  ==============================================================
 RunCompleted        ``content`` / ``tokens_used`` set (the top-level run only)
 RunError            ``RuntimeError`` naming the agent (the node fails)
-ToolCallError       ``RuntimeError`` naming the tool
+ToolCallError       counted by the agent's tool-error policy (``tool_errors.py``);
+                    without one (no tools hooked), ``RuntimeError`` naming the tool
 RunCancelled        the kernel's ``RunCancelled`` signal
 RunPaused           ``paused`` holds the requirements (the caller suspends the node)
 ==================  ==============================================================
@@ -21,9 +22,12 @@ estimate before the call are corrected (``orchestrator/host/flow.py``); ``AgnoSp
 (``spans.py``) traces the run. A model request that had to wait for a provider limit (or got
 a 429) ends the node with the kernel's ``WaitRequested``, whatever Agno made of it.
 
-Errors and cancellation are raised once the stream has ended (Agno stores the run
-after its terminal event). Team events carry a ``Team`` prefix (``TeamRunCompleted``); both are handled. Member
-events (``parent_run_id`` set) are forwarded but never end the node.
+A tool error the policy recorded is forwarded as a ``ToolError`` ``agent_event`` right
+after the Agno event that carried it; a policy failure (``on_tool_error="fail"``, more
+than ``max_tool_errors``) fails the node. Errors and cancellation are raised once the
+stream has ended (Agno stores the run after its terminal event). Team events carry a
+``Team`` prefix (``TeamRunCompleted``); both are handled. Member events (``parent_run_id``
+set) are forwarded but never end the node.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from nodes._ai.spans import AgnoSpans, usage_key, usage_numbers
+from nodes._ai.tool_errors import guards_of
 from orchestrator.host.flow import gate_for, pending_signal
 from orchestrator.host.node_host import node_host
 from orchestrator.kernel.errors import RunCancelled
@@ -114,7 +119,8 @@ class AgnoStream:
         self.tool_calls: list[dict[str, Any]] = []
         self._error: str | None = None
         self._stopping: asyncio.Future[None] | None = None
-        self._tool_errors: list[str] = []
+        self._tool_errors: list[str] = []  # Agno's, when no tool-error policy is hooked
+        self.guards = guards_of(runner)
         self._usage: list[tuple[str, dict[str, int]]] = []  # model requests not yet reported
         host = node_host(ctx)
         self.redact = host.redact
@@ -148,6 +154,9 @@ class AgnoStream:
                     await self.ctx.report_usage(key, numbers)
                 if node_event is not None:
                     yield node_event
+                for guard in self.guards:
+                    for record in guard.take_records():
+                        yield self.ctx.event(EventType.AGENT_EVENT, record)
             ended = True
         except BaseException as exc:
             failure = exc
@@ -168,6 +177,8 @@ class AgnoStream:
             return None
         top = getattr(ev, "run_id", None) == self.run_id
         kind = str(getattr(ev, "event", "")).removeprefix("Team")
+        if kind == "ToolCallCompleted":
+            self._mark_policy_error(ev)
         self.spans.observe(ev, kind)
         if kind == "ModelRequestCompleted":
             self._usage.append((usage_key(ev), usage_numbers(ev)))
@@ -184,9 +195,7 @@ class AgnoStream:
         elif kind == "RunError":
             self._error = self.redact(str(getattr(ev, "content", "") or "model error"))
         elif kind == "ToolCallError":
-            tool = getattr(getattr(ev, "tool", None), "tool_name", None) or "?"
-            self._tool_errors.append(f"{tool}: {self.redact(str(ev.error or ''))}"
-                                     if hasattr(ev, "error") else str(tool))
+            self._tool_error(ev)
         elif kind == "RunCancelled":
             self.cancelled = True
         return node_event
@@ -195,14 +204,43 @@ class AgnoStream:
         signal = pending_signal(self.ctx)
         if signal is not None:
             raise signal
+        for guard in self.guards:
+            if guard.signal is not None:
+                raise guard.signal
         if self._error is not None:
             raise RuntimeError(f"agent {self.name!r} failed: {self._error}")
         if self.cancelled:
             raise RunCancelled(f"agent {self.name!r} run was cancelled",
                                node_id=self.ctx.node_id, run_id=self.ctx.run_id)
+        for guard in self.guards:
+            if guard.failure is not None:
+                raise RuntimeError(guard.failure)
         if self._tool_errors:
             raise RuntimeError(f"agent {self.name!r}: tool call failed: "
                                + "; ".join(self._tool_errors))
+
+    def _mark_policy_error(self, ev: Any) -> None:
+        """A call the tool-error policy answered looks like a success to Agno: mark it failed
+        (``tool_call_error``), for its span, its event and the stored run. Its record is
+        still pending here: records are forwarded after the event that follows them."""
+        tool = getattr(ev, "tool", None)
+        name = getattr(tool, "tool_name", None)
+        if tool is not None and any(r["tool"] == name for g in self.guards for r in g.records):
+            tool.tool_call_error = True
+
+    def _tool_error(self, ev: Any) -> None:
+        """Agno's ``ToolCallError``: the policy's own stop, or an error outside its hook."""
+        tool = getattr(getattr(ev, "tool", None), "tool_name", None) or "?"
+        message = str(getattr(ev, "error", "") or "")
+        if any(g.failure is not None or g.signal is not None for g in self.guards):
+            return  # the policy stopped the run (StopAgentRun); its record says why
+        agent = getattr(ev, "agent_name", None) or getattr(ev, "team_name", None)
+        guard = next((g for g in self.guards if g.agent == agent), None)
+        guard = guard or (self.guards[0] if self.guards else None)
+        if guard is not None:
+            guard.native(tool, message)
+        else:
+            self._tool_errors.append(f"{tool}: {self.redact(message)}")
 
     def _pause(self, ev: Any) -> None:
         self.paused = True

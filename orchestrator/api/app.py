@@ -3,9 +3,9 @@
 Routers (one concern each): ``graphs``, ``runs``, ``events`` (SSE), ``triggers``
 (webhooks, chat), ``nodes``, ``health``, ``docs``; for the console: ``drafts``,
 ``previews`` (expression previews), ``single_step`` (test one node), ``gallery`` (the
-shipped examples), ``credential_usage``. Bearer-key auth guards everything
-except ``/health``, ``/ready``, ``/hooks/*`` (signed instead), ``/auth/session`` (browser
-sign-in), the console's static files at ``/ui/`` and, when ``ORCH_METRICS_PUBLIC`` /
+shipped examples), ``credential_usage``, ``waits`` (Wait nodes). Bearer-key auth guards
+everything except ``/health``, ``/ready``, ``/hooks/*`` and ``/resume/*`` (signed instead),
+``/auth/session`` (browser sign-in), the console's static files at ``/ui/`` and, when ``ORCH_METRICS_PUBLIC`` /
 ``ORCH_PUBLIC_DOCS`` are set, ``/metrics`` / the docs. Keys belong to workspaces and
 carry roles (``auth.py``); browsers may present a session cookie or a stream token
 instead (``browser_auth.py``), and pages on ``ORCH_CORS_ORIGINS`` may call it
@@ -56,6 +56,7 @@ from . import (
     runs,
     single_step,
     triggers,
+    waits,
 )
 from .auth import require_key
 from .limits import AuthBeforeBody, BodyLimit
@@ -126,7 +127,10 @@ def create_app(
     app.state.event_hub = hub
     errors.install(app)
     app.add_middleware(BodyLimit, max_body_bytes=settings.max_body_bytes,
-                       path_limits={"/files": files.upload_body_limit(settings)})  # checked as bytes arrive
+                       path_limits={"/files": files.upload_body_limit(settings),
+                                    "/resume/": (settings.wait_max_payload_bytes,
+                                                 f"the body exceeds {settings.wait_max_payload_bytes} "
+                                                 "bytes (ORCH_WAIT_MAX_PAYLOAD_BYTES)")})  # checked as bytes arrive
     app.add_middleware(AuthBeforeBody, check=lambda request: require_key(request, services))
     cors.install(app, settings)  # outermost: preflights are answered before auth
     browser_auth.mask_access_log()
@@ -137,9 +141,10 @@ def create_app(
     app.include_router(browser_auth.guarded, dependencies=guarded)
     console_ui.mount(app)
     app.include_router(triggers.hooks)
+    app.include_router(waits.open_router)  # signed instead (orchestrator/api/waits.py)
     for router in (graphs.router, runs.router, run_list.router, events.router, nodes.router, triggers.chats,
                    credentials.router, files.router, drafts.router, previews.router, single_step.router,
-                   gallery.router, credential_usage.router):
+                   gallery.router, credential_usage.router, waits.router):
         app.include_router(router, dependencies=guarded)
     if tracing.configure("orchestrator-api"):  # the standard OTEL_* variables (docs/observability.md)
         tracing.instrument_app(app)

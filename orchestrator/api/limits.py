@@ -84,7 +84,7 @@ class BodyLimit:
             await error_response(self._error(limit, what))(scope, receive, send)
 
 
-OPEN_BODY_PATHS = ("/hooks/", "/auth/session")  # routes that take a body without an API key
+OPEN_BODY_PATHS = ("/hooks/", "/auth/session", "/resume/")  # routes that take a body without an API key
 BODYLESS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 

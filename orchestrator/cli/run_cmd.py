@@ -9,7 +9,8 @@ answered by ``--decide approve|reject`` or at a terminal prompt.
 
 Exit codes: 0 the run succeeded, 1 it ended otherwise (failed, cancelled, timed out),
 2 the graph or the input is invalid (the error's class, message and location are
-printed), 3 it waits for an approval nobody gave, 130 interrupted.
+printed), 3 it waits for an approval nobody gave (or a Wait node's form or callback), 130
+interrupted. A Wait node's timer is waited for (this command's sweeper wakes it).
 """
 
 from __future__ import annotations
@@ -359,8 +360,14 @@ async def _run(url: str, registry: Registry, raw: dict[str, Any], run_input: Any
                     break
                 if event.event_type == EventType.RUN_WAITING and waits_for_children(event):
                     continue  # its child runs run on (a question one asks comes as an agent_event)
-                if not await _decide(store, run_id, event, decide, dispatch, console):
-                    err.print(f"run {run_id} waits for an approval: pass --decide approve|reject"
+                wait = ((event.data or {}).get("payload") or {})
+                if "wake" in wait:
+                    continue  # a Wait node's timer: the sweeper above resumes it when due
+                what = (f"a {wait['wait'].get('kind')} (a Wait node: answer it through the API, "
+                        f"orchestrator runs waits {run_id})") if "wait" in wait else \
+                    "an approval: pass --decide approve|reject"
+                if "wait" in wait or not await _decide(store, run_id, event, decide, dispatch, console):
+                    err.print(f"run {run_id} waits for {what}"
                               + ("" if keep_waiting else " (the embedded run is cancelled now)"))
                     if not keep_waiting:
                         await store.finish_run(run_id, RunStatus.CANCELLED,

@@ -1,4 +1,7 @@
-"""``orchestrator runs start GRAPH_ID --input JSON | status ID | events ID | cancel ID | rerun ID NODE``.
+"""``orchestrator runs start GRAPH_ID --input JSON | status ID | events ID | cancel ID | rerun ID NODE
+| waits ID | answer ID NODE --data JSON``.
+
+``waits`` lists what a run's Wait nodes wait for; ``answer`` submits a Wait node's form.
 
 ``start`` prints the new run's id on stdout; with ``--follow`` stdout carries only the
 run's events (one JSON object per line) and the id goes to stderr.
@@ -41,6 +44,12 @@ def add_parser(subparsers: Any) -> None:
     rerun = add_action(sub, "rerun", "re-run a finished run from a node")
     rerun.add_argument("run_id", help="the finished run's id")
     rerun.add_argument("from_node", help="node id or name to re-run from")
+    waits = add_action(sub, "waits", "list what a run's Wait nodes wait for")
+    waits.add_argument("run_id", help="the run's id")
+    answer = add_action(sub, "answer", "submit the form a Wait node waits for")
+    answer.add_argument("run_id", help="the waiting run's id")
+    answer.add_argument("node_id", help="the Wait node's id")
+    answer.add_argument("--data", default="{}", help="the form's data as a JSON object")
     p.set_defaults(func=runs_command)
 
 
@@ -82,4 +91,13 @@ def _run(args: argparse.Namespace) -> int:
             emit(api.cancel(args.run_id))
         elif args.action == "rerun":
             print(api.rerun(args.run_id, args.from_node))
+        elif args.action == "waits":
+            emit(api.waits(args.run_id))
+        elif args.action == "answer":
+            try:
+                data = json.loads(args.data)
+            except json.JSONDecodeError as exc:
+                return fail(f"--data is not valid JSON: {exc}", 2)
+            api.submit_form(args.run_id, args.node_id, data)
+            print(f"answered node {args.node_id} of run {args.run_id}", file=sys.stderr)
     return 0

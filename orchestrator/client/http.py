@@ -161,6 +161,23 @@ class Client:
         result: dict[str, Any] = self._request("GET", "/nodes")
         return result
 
+    # -- Wait nodes --------------------------------------------------------------------
+
+    def waits(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's waiting Wait nodes: ``{node_id, kind, message, schema, timeout_s, due_at}``."""
+        result: dict[str, Any] = self._request("GET", f"/runs/{run_id}/waits")
+        return list(result["items"])
+
+    def submit_form(self, run_id: str, node_id: str, data: dict[str, Any]) -> None:
+        """Answer a form wait (``ApiError`` 422 naming the field that does not match, 409 once
+        answered)."""
+        self._request("POST", f"/runs/{run_id}/waits/{node_id}/form", json=data)
+
+    def resume_url(self, run_id: str, node_id: str) -> str:
+        """The signed resume URL of a url wait (a path: join it to the API's base URL)."""
+        result = self._request("POST", f"/runs/{run_id}/waits/{node_id}/resume-url")
+        return str(result["url"])
+
     # -- events ------------------------------------------------------------------------
 
     def iter_events(

@@ -22,8 +22,14 @@ agent_event RunStarted / RunCompleted of a      ``member_run_started`` /
 member run (``parent_run_id`` set)              ``member_run_completed`` {member}
 agent_event approval_requested                  ``approval_requested`` {requirements,
                                                 tool_calls, agent}
+agent_event ToolError (the tool-error policy)   ``tool_error`` {name, kind, message, count,
+                                                returned_to_model, agent}
 agent_event (Team)RunError                      ``run_error`` {error, agent}
-``run_waiting``                                 ``run_waiting`` {payload}
+``run_waiting``                                 ``run_waiting`` {payload}; for a Wait node
+                                                waiting for a form, first ``form_requested``
+                                                {message, schema, answer_url} (POST the data
+                                                there), and for a resume URL ``wait_requested``
+                                                {kind, message}
 ``run_completed``                               ``run_completed``
 ``run_failed`` / ``run_timed_out``              ``run_error`` {error, status}
 ``run_cancelled``                               ``run_cancelled``
@@ -83,10 +89,29 @@ def _agent_events(event: NodeEvent, data: dict[str, Any]) -> list[ChatEvent]:
     if name == "approval_requested":
         return [{"type": "approval_requested", "requirements": data.get("requirements", []),
                  "tool_calls": data.get("tool_calls", []), "agent": agent}]
+    if name == "ToolError":
+        return [{"type": "tool_error", "name": data.get("tool"), "kind": data.get("kind"),
+                 "message": data.get("message"), "count": data.get("count"),
+                 "returned_to_model": data.get("returned_to_model"), "agent": agent}]
     if kind == "RunError":
         return [{"type": "run_error", "error": data.get("content") or data.get("error"),
                  "agent": agent}]
     return []
+
+
+def _wait_events(event: NodeEvent, data: dict[str, Any]) -> list[ChatEvent]:
+    """What a Wait node asks for (``nodes/flow/wait``: its suspend payload's ``wait``)."""
+    payload = data.get("payload")
+    wait = payload.get("wait") if isinstance(payload, dict) else None
+    node_id = str(data.get("node_id") or "")
+    if not isinstance(wait, dict) or not node_id or wait.get("kind") == "time":
+        return []
+    if wait.get("kind") == "form":
+        return [{"type": "form_requested", "node_id": node_id, "message": wait.get("message"),
+                 "schema": wait.get("schema"),
+                 "answer_url": f"/runs/{event.run_id}/waits/{node_id}/form"}]
+    return [{"type": "wait_requested", "node_id": node_id, "kind": wait.get("kind"),
+             "message": wait.get("message")}]
 
 
 def to_chat_events(event: NodeEvent) -> list[ChatEvent]:
@@ -107,7 +132,7 @@ def to_chat_events(event: NodeEvent) -> list[ChatEvent]:
     elif kind == EventType.AGENT_EVENT:
         out = _agent_events(event, data)
     elif kind == EventType.RUN_WAITING:
-        out = [{"type": "run_waiting", "payload": data}]
+        out = [*_wait_events(event, data), {"type": "run_waiting", "payload": data}]
     elif kind == EventType.RUN_COMPLETED:
         out = [{"type": "run_completed"}]
     elif kind in (EventType.RUN_FAILED, EventType.RUN_TIMED_OUT):

@@ -23,6 +23,8 @@ script stamps with, never this host's) and does these things for the runs in
   FIFO, so only nodes sent before the oldest node message still queued count;
 * a node in the run's ready set that was never marked dispatched (a crash between the
   barrier script and the dispatch) is dispatched once it has waited ``undispatched_grace_s``;
+* a waiting node whose timer is due (a Wait node's duration, point in time or timeout,
+  in ``{p}:waits:due`` on Redis's clock) is resumed and sent (``orchestrator/service/waits.py``);
 * a run whose queue holds nodes while none of its nodes runs (the drain messages were
   lost with their worker) gets its oldest queued node sent after ``undispatched_grace_s``:
   that node's completion takes the next ones;
@@ -107,6 +109,7 @@ class SweepReport:
     lost: list[tuple[str, str]] = field(default_factory=list)  # (run, node) failed: worker lost
     dispatched: list[tuple[str, str]] = field(default_factory=list)  # ready, never sent before
     resent: list[tuple[str, str]] = field(default_factory=list)  # sent, never claimed: sent again
+    woken: list[tuple[str, str]] = field(default_factory=list)  # (run, node) a due timer resumed
     children_resumed: int = 0  # parent nodes resumed for child runs that ended (service/children.py)
 
 
@@ -158,6 +161,7 @@ class Sweeper:
         try:
             await self._time_out(now, report)
             await self._check_nodes(now, report)
+            await self._wake_waits(now, report)
             report.children_resumed = await ChildLinks(self.store, self.dispatch, self.settings).reconcile()
         finally:
             await self._release(keys=[key], args=[token])
@@ -177,6 +181,13 @@ class Sweeper:
                 log.warning("run %s timed out (deadline passed)", run_id)
                 report.timed_out.append(run_id)
                 await admission.release(self.store, run_id, self.dispatch)  # its concurrency place
+
+    async def _wake_waits(self, now: float, report: SweepReport) -> None:
+        """Resume the waiting nodes whose timer is due (orchestrator/service/waits.py)."""
+        from orchestrator.service.waits import wake_due
+
+        report.woken += await wake_due(self.store, lambda run_id, node_id: self.dispatch(run_id, [node_id]),
+                                       now)
 
     async def _check_nodes(self, now: float, report: SweepReport) -> None:
         seen: set[tuple[str, str]] = set()

@@ -39,6 +39,11 @@ class ApiSettings(SettingsGroup):
     # ORCH_WEBHOOK_SECRET_ or one listed here (comma-separated): graphs never choose which
     # of the API's variables becomes an HMAC key.
     webhook_secret_envs: str = ""
+    # Wait nodes (orchestrator/service/waits.py): the HMAC key of signed resume URLs. Empty
+    # (the shipped default): no resume URL is issued or accepted.
+    resume_url_secret: str = ""
+    resume_url_ttl_s: int = 7 * 24 * 3600  # a resume URL issued for a wait without a timeout lasts this long
+    wait_max_payload_bytes: int = 64 * 1024  # a resume URL's callback body or a submitted form, at most
     sse_ping_s: float = 15.0
     redis_max_connections: int = 512  # the API's Redis pool (blocking: a burst waits, then 503); SSE streams use none
     api_run_sweeper: bool = True  # each API process also runs the (lock-guarded) sweeper

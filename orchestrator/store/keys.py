@@ -31,6 +31,9 @@ key                                        type        what, TTL
 {p}:run:{id}:events                        stream      the run's event log (SSE ids); capped; retention
 {p}:run:{id}:notify                        pub/sub     wake-up hint after an XADD (no payload guarantee)
 {p}:runs:active                            zset        run id -> deadline (epoch s, Redis clock), for the sweeper
+{p}:waits:due                              zset        "run\nnode" -> when a waiting node's timer is due
+                                                       (epoch s, Redis clock; orchestrator/store/waits.py);
+                                                       active TTL, refreshed at each entry
 {p}:runs:queued                            string      nodes on every run's queue (back-pressure); kept
                                                        exact by the scripts, re-counted by the sweeper;
                                                        active TTL, deleted at 0
@@ -154,6 +157,9 @@ class Keys:
 
     def queued_nodes(self) -> str:
         return f"{self.prefix}:runs:queued"
+
+    def wait_timers(self) -> str:
+        return f"{self.prefix}:waits:due"
 
     def graph(self, graph_id: str) -> str:
         return f"{self.prefix}:graph:{graph_id}"

@@ -12,6 +12,9 @@ number of workers can complete nodes of the same run concurrently:
   that had not started (``not_run``) or were running (``cancelled``);
 * ``resume.lua``   a waiting (suspended) node back to pending.
 
+A suspension whose payload holds a ``wake`` (a timer) gets its entry in the due set of
+``orchestrator/store/waits.py`` just before ``complete.lua`` stores it.
+
 Per-node adjacency is stored at ``create_run`` in a hash (node -> JSON ``{out, required,
 in_ports, type, name, rank}``) so the scripts never parse the plan. Each event is one
 stream entry with a single field ``e`` (the NodeEvent JSON), followed by a ``PUBLISH``
@@ -63,6 +66,7 @@ from orchestrator.store import redis_client
 from orchestrator.store.batching import CommandBatcher
 from orchestrator.store.keys import Keys
 from orchestrator.store.storage_budget import StorageBudget, store_full_errors
+from orchestrator.store.waits import WaitTimers
 from orchestrator.telemetry import metrics
 
 LUA_DIR = Path(__file__).parent / "lua"
@@ -198,6 +202,7 @@ class RedisRunStore(RunStore):
         self._event_templates: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._statuses: OrderedDict[str, tuple[float, asyncio.Future[Any]]] = OrderedDict()
         self.budget = StorageBudget(redis, self.settings, call=self._batch.script)
+        self.timers = WaitTimers(redis, self.keys, self.settings.active_ttl_s)
         self._workspaces: OrderedDict[str, str] = OrderedDict()  # run id -> workspace (never changes)
         self._event_bytes: OrderedDict[str, int] = OrderedDict()  # run id -> appended bytes not yet counted
 
@@ -457,6 +462,9 @@ class RedisRunStore(RunStore):
         """Apply ``completion`` in one script call, which also counts its bytes against the
         storage budgets (see the module docstring): a refusal comes back instead of being
         applied, and the node's failure naming the budget is stored in a second call."""
+        wake = (completion.payload or {}).get("wake")
+        if completion.status == NodeStatus.WAITING and isinstance(wake, dict):
+            await self.timers.schedule(run_id, node_id, wake)  # first: a crash leaves no untimed wait
         args = self._completion_args(run_id, node_id, completion, take, token)
         stored = len(args["outputs"]) + len(args["payload"]) + sum(len(e) for e in args["events"])
         nbytes = stored + self._event_bytes.pop(run_id, 0)

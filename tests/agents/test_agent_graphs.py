@@ -144,3 +144,18 @@ async def test_a_failing_model_fails_the_agent_node_and_the_run(registry: Regist
     result = await run_graph_local(graph, registry, {"message": "hi"}, session_id="err-1")
     assert result.status == RunStatus.FAILED
     assert "rate limited" in json.dumps(result.error)
+
+
+async def test_the_tool_error_example_answers_anyway_and_its_strict_setting_fails(
+        registry: Registry) -> None:
+    result = await run_graph_local(example("agent_tool_error"), registry,
+                                   {"message": "divide 10 by four"}, session_id="te-1")
+    assert result.status == RunStatus.SUCCEEDED
+    assert result.output("assistant", "output")["response"].endswith("10 / 4 = 2.5")
+    assert agent_events(result.events, "assistant").count("ToolError") == 1
+    strict = example("agent_tool_error")
+    strict["nodes"][1]["data"]["on_tool_error"] = "fail"
+    failed = await run_graph_local(strict, registry, {"message": "divide 10 by four"},
+                                   session_id="te-2")
+    assert failed.status == RunStatus.FAILED
+    assert "tool 'divide' failed (ValidationError)" in json.dumps(failed.error)

@@ -86,3 +86,16 @@ async def test_content_attributes_only_with_the_setting(exported: InMemorySpanEx
     [tool] = by_name(exported)["execute_tool multiply"]
     assert "6" in str((tool.attributes or {})["gen_ai.tool.call.arguments"])
     assert "42" in str((tool.attributes or {})["gen_ai.tool.call.result"])
+
+
+async def test_a_tool_error_returned_to_the_model_is_an_error_span(exported: InMemorySpanExporter) -> None:
+    from opentelemetry.trace import StatusCode
+
+    tools = [await toolset.materialize({"toolkits": ["calculator"]}, "tools", make_ctx("t1", node_type="toolset"))]
+    script = [{"call": "divide", "args": {"a": 1, "b": "zero"}}, {"call": "divide", "args": {"a": 1, "b": 2}},
+              {"say": "{tool_result}"}]
+    await drain(agent.execute({"model": "dryrun:x", "prompt": "go", "script": script}, data_in({}),
+                              make_ctx(links={("a1", "tools"): tools})))
+    failed, ok = sorted(by_name(exported)["execute_tool divide"], key=lambda s: s.start_time or 0)
+    assert failed.status.status_code == StatusCode.ERROR
+    assert ok.status.status_code != StatusCode.ERROR

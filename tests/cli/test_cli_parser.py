@@ -124,3 +124,32 @@ def test_runs_start_follow_keeps_stdout_to_json_lines(
     assert "run-123" in err
     assert main(["runs", "start", "g"]) == 0
     assert capsys.readouterr().out.strip() == "run-123"  # without --follow: just the id
+
+
+def test_runs_answer_submits_a_wait_nodes_form_and_refuses_data_that_is_not_json(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import orchestrator.cli.runs_cmd as runs_cmd
+
+    sent: list[tuple[str, str, Any]] = []
+
+    class FakeApi:  # the HTTP side is covered by tests/integration/test_wait_node.py
+        def __enter__(self) -> FakeApi:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def submit_form(self, run_id: str, node_id: str, data: Any) -> None:
+            sent.append((run_id, node_id, data))
+
+        def waits(self, run_id: str) -> list[dict[str, Any]]:
+            return [{"node_id": "w", "kind": "form"}]
+
+    monkeypatch.setattr(runs_cmd, "client", lambda args: FakeApi())
+    assert main(["runs", "answer", "r1", "w", "--data", '{"ok": true}']) == 0
+    assert sent == [("r1", "w", {"ok": True})]
+    assert main(["runs", "answer", "r1", "w", "--data", "{ok"]) == 2
+    assert "--data is not valid JSON" in capsys.readouterr().err
+    assert main(["runs", "waits", "r1"]) == 0
+    assert json.loads(capsys.readouterr().out) == [{"node_id": "w", "kind": "form"}]

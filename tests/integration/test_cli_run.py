@@ -137,6 +137,27 @@ def test_the_rag_example_prints_its_citations_verbatim() -> None:
 
 
 @pytest.mark.timeout(300)
+def test_run_command_waits_out_a_wait_node_timer_and_stops_at_a_form() -> None:
+    timed = run_cli("run", "examples/wait_timer.json", "--input", '{"order": 7}', "--json", "--workers", "1")
+    assert timed.returncode == 0, timed.stderr[-3000:]
+    *events, summary = [json.loads(line) for line in timed.stdout.splitlines() if line.strip()]
+    assert summary["status"] == "succeeded"
+    assert summary["outputs"]["Done"]["output"] == {"order": 7, "waited": True}
+    kinds = [e["event_type"] for e in events if e["node_name"] is None]
+    assert kinds.index("run_waiting") < kinds.index("run_resumed") < kinds.index("run_completed")
+    graph = json.loads((ROOT / "examples" / "wait_timer.json").read_text())
+    graph["nodes"][1]["data"] = {"resume_on": "form"}
+    form = Path(os.environ.get("TMPDIR", "/tmp")) / f"wait_form_{os.getpid()}.json"
+    form.write_text(json.dumps(graph))
+    try:
+        asked = run_cli("run", str(form), "--workers", "1")
+    finally:
+        form.unlink()
+    assert asked.returncode == 3
+    assert "waits for a form (a Wait node" in asked.stderr and "orchestrator runs waits" in asked.stderr
+
+
+@pytest.mark.timeout(300)
 def test_an_approval_asked_inside_a_loop_iteration_is_answered_with_decide(tmp_path: Path) -> None:
     """On workers a Loop's iterations are child runs: the question one asks reaches the
     command through the outer run, and --decide answers it there."""

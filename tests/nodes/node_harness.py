@@ -81,7 +81,8 @@ class FakeRuntime:
 
 def make_ctx(*, node_type: str = "node", node_name: str = "Node", run_input: Any = None,
              session_id: str | None = None, subgraph: SubgraphFn | None = None,
-             services: dict[str, Any] | None = None) -> FlowContext:
+             services: dict[str, Any] | None = None,
+             resume: dict[str, Any] | None = None) -> FlowContext:
     runtime = FakeRuntime(subgraph)
     ctx: FlowContext
 
@@ -91,6 +92,7 @@ def make_ctx(*, node_type: str = "node", node_name: str = "Node", run_input: Any
     ctx = FlowContext(
         run_id="run-test", node_id="n1", node_type=node_type, node_name=node_name,
         runtime=runtime, emit=emit, run_input=run_input, session_id=session_id, host=host_from(services),
+        resume=resume,
     )
     return ctx
 

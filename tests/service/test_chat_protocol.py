@@ -58,3 +58,27 @@ def test_flow_and_run_level_events() -> None:
     assert types(ev("agent_event", {"event": "approval_requested", "requirements": []})) == [
         "approval_requested"]
     assert types(ev("agent_event", {"event": "ModelRequestStarted"})) == []
+
+
+def test_a_wait_for_a_form_asks_the_chat_for_it_with_where_to_answer() -> None:
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
+    waiting = ev("run_waiting", {"node_id": "w", "payload": {"wait": {
+        "kind": "form", "message": "Ship it?", "schema": schema}}}, node_id="")
+    form, run_waiting = to_chat_events(waiting)
+    assert form == {"type": "form_requested", "node_id": "w", "message": "Ship it?",
+                    "schema": schema, "answer_url": "/runs/r1/waits/w/form", "run_id": "r1",
+                    "node_name": "Helper"}
+    assert run_waiting["type"] == "run_waiting"
+    url_wait = ev("run_waiting", {"node_id": "w", "payload": {"wait": {"kind": "url", "message": ""}}},
+                  node_id="")
+    assert types(url_wait) == ["wait_requested", "run_waiting"]
+    timer = ev("run_waiting", {"node_id": "w", "payload": {"wait": {"kind": "time"}}}, node_id="")
+    assert types(timer) == ["run_waiting"]
+
+
+def test_a_tool_error_becomes_a_tool_error_chat_event() -> None:
+    chat = to_chat_events(ev("agent_event", {
+        "event": "ToolError", "agent": "Helper", "tool": "divide", "kind": "ValueError",
+        "message": "no", "count": 1, "returned_to_model": True}))
+    assert chat[0]["type"] == "tool_error" and chat[0]["name"] == "divide"
+    assert chat[0]["kind"] == "ValueError" and chat[0]["returned_to_model"] is True

@@ -135,6 +135,29 @@ def test_approval_is_answered_from_the_run_view(console: Console) -> None:
     assert "2.5" in json.dumps(console.api("GET", f"/runs/{run_id}")["output"])
 
 
+def test_a_wait_node_form_is_answered_from_the_run_view(console: Console) -> None:
+    form = {"type": "object", "properties": {"approved": {"type": "boolean"}}, "required": ["approved"]}
+    console.api("POST", "/graphs", graph(
+        [("t", "manual_trigger", "Start"), ("w", "wait", "Sign off", {"resume_on": "form", "form_schema": form,
+                                                                     "message": "Ship the release?"}),
+         ("s", "set_fields", "Done", {"fields": {"shipped": True}})],
+        [("t", "output", "w", "input"), ("w", "output", "s", "input")], id="ui-wait"))
+    run_id = console.api("POST", "/graphs/ui-wait/runs", {"input": {"v": 1}})["run_id"]
+    console.go(f"runs/{run_id}")
+    console.page.wait_for_selector("#approval .wait .submit-form")
+    wait_state(console, "w", "waiting")
+    assert "Ship the release?" in (console.page.text_content("#approval .wait") or "")
+    console.page.fill("#approval .wait textarea", '{"approved": ')  # not JSON: said before sending
+    console.page.click("#approval .submit-form")
+    assert console.page.text_content("#approval .wait .field-error")
+    console.shot("run-wait-form")
+    console.page.fill("#approval .wait textarea", '{"approved": true}')
+    console.page.click("#approval .submit-form")
+    wait_state(console, "s", "succeeded")
+    console.page.wait_for_selector("#run-status [data-status=succeeded]")
+    assert console.api("GET", f"/runs/{run_id}")["nodes"]["w"]["outputs"]["output"]["value"] == {"approved": True}
+
+
 def test_the_run_view_shows_tokens_and_cost_per_run_and_per_node(console: Console) -> None:
     console.api("POST", "/graphs", example("agent_chat_tools", "ui-usage"))
     run_id = console.api("POST", "/graphs/ui-usage/runs", {"input": {"message": "use multiply on 6 and 7"}})["run_id"]

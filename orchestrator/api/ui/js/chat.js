@@ -1,11 +1,12 @@
 /* Chat with a graph that has a Chat Start node: as its own page (#/chat/<graph>/<chat id>)
    and as the playground beside the editor's canvas. Each turn is POST /chats/<chat id>/
    messages, streamed with ?format=chat (content and reasoning deltas, tool calls, member
-   runs, flow-step cards, approvals), and links to its run view. The conversation is kept
+   runs, flow-step cards, approvals, Wait forms), and links to its run view. The conversation is kept
    per chat id in localStorage; the agent's own history is the server's, under that id. */
 import { call, follow } from "./api.js";
 import { enc, errorBox, h } from "./dom.js";
 import { approvalCard } from "./approval.js";
+import { waitCard } from "./wait_form.js";
 
 const TYPES = [
   "content",
@@ -15,6 +16,8 @@ const TYPES = [
   "member_run_started",
   "member_run_completed",
   "approval_requested",
+  "form_requested",
+  "wait_requested",
   "flow_step",
   "run_waiting",
   "run_completed",
@@ -95,6 +98,9 @@ const HANDLERS = {
   member_run_completed: (turn, m) =>
     (turn.members = turn.members || []).push({ member: m.member, status: "completed" }),
   approval_requested: (turn, m) => (turn.approval = { node_id: m.node_id, tool_calls: m.tool_calls }),
+  form_requested: (turn, m) =>
+    (turn.wait = { node_id: m.node_id, wait: { kind: "form", message: m.message, schema: m.schema } }),
+  wait_requested: (turn, m) => (turn.wait = { node_id: m.node_id, wait: { kind: m.kind, message: m.message } }),
   run_error(turn, m) {
     if (m.status || !m.agent) Object.assign(turn, { error: m.error, done: true });
   },
@@ -160,6 +166,10 @@ class ChatView {
           turn.approval.tool_calls,
           (d) => ((turn.approval.answered = d), this.save()),
         ),
+      );
+    if (turn.wait && !turn.wait.answered)
+      box.append(
+        waitCard(turn.run_id, turn.wait.node_id, turn.wait.wait, (d) => ((turn.wait.answered = d), this.save())),
       );
     return box;
   }

@@ -11,6 +11,7 @@ import { nodeList } from "./node_list.js";
 import { RunState } from "./run_state.js";
 import { EventLog } from "./event_log.js";
 import { approvalCard } from "./approval.js";
+import { waitCard } from "./wait_form.js";
 import { nodeUsagePart, runUsageLine } from "./run_usage.js";
 
 const RUN_TYPES = [
@@ -244,12 +245,25 @@ class RunView {
   drawBanner() {
     if (!this.waiting) return this.banner.replaceChildren();
     const done = () => ((this.waiting = null), this.drawBanner());
-    this.banner.replaceChildren(approvalCard(this.runId, this.waiting.node_id, this.waiting.tool_calls, done));
+    const w = this.waiting;
+    this.banner.replaceChildren(
+      w.wait ? waitCard(this.runId, w.node_id, w.wait, done) : approvalCard(this.runId, w.node_id, w.tool_calls, done),
+    );
+  }
+
+  /* A Wait node's run_waiting (its payload says what it waits for). */
+  waitEvent(e) {
+    this.status = "waiting";
+    const data = e.data || {};
+    const wait = data.payload && data.payload.wait;
+    if (!wait) return;
+    this.waiting = { node_id: data.node_id, wait };
+    this.rs.set(data.node_id, "waiting");
   }
 
   runEvent(type, e) {
     if (type === "run_started") this.start = Math.min(this.start, e.timestamp);
-    else if (type === "run_waiting") this.status = "waiting";
+    else if (type === "run_waiting") this.waitEvent(e);
     else if (type === "run_resumed") Object.assign(this, { status: "running", waiting: null });
     else if (ENDED[type]) this.ended(type);
     this.drawBanner();
