@@ -183,7 +183,10 @@ async def _wake(run_id: str, waiting: int) -> None:
     await _publish(send_drains, run_id, math.ceil(waiting / batch))
 
 
-async def drain(run_id: str) -> None:
+DRAIN_MAX_HOPS = 3  # a drain no worker has a free slot for is passed on at most this often
+
+
+async def drain(run_id: str, hops: int = 0) -> None:
     """Take queued nodes of ``run_id`` into this process's free slots and run them (their
     completions take more). With no slot free it returns at once rather than hold its pool
     thread waiting for one: drains queued behind a flood would otherwise take every pool
@@ -191,12 +194,16 @@ async def drain(run_id: str) -> None:
     wait for the flood to end (measured: a 3-node run 15 s behind 5,000 queued nodes,
     bench/flow_control.py ``fairness``). The run's queue is still served: each completion of
     its nodes takes from it and sends drains for what stays queued, and the sweeper sends a
-    node of a run whose queue waits with none of its nodes running."""
+    node of a run whose queue waits with none of its nodes running. A drain this process has
+    no slot for is published again (at most ``DRAIN_MAX_HOPS`` times), so that another
+    worker with free slots takes the nodes instead of waiting for this one's completions."""
     state = process_state()
     if not await state.store.queue_length(run_id):
         return
     free = state.slots.reserve_free()  # reserved: a concurrent drain sees them taken
     if not free:
+        if hops < DRAIN_MAX_HOPS:
+            await _publish(send_drains, run_id, 1, hops + 1)
         return
     taken: list[str] = []
     try:
@@ -235,9 +242,9 @@ def node_task(self: Task[Any, Any], run_id: str, node_id: str) -> None:
 
 @celery_app.task(name=DRAIN_TASK, bind=True, ignore_result=True, acks_late=True,
                  reject_on_worker_lost=True)
-def drain_task(self: Task[Any, Any], run_id: str) -> None:
-    log.debug("drain task received run=%s", run_id)
-    _infra_retry(self, lambda: process_state().run(drain(run_id)), f"run={run_id} drain")
+def drain_task(self: Task[Any, Any], run_id: str, hops: int = 0) -> None:
+    log.debug("drain task received run=%s hops=%s", run_id, hops)
+    _infra_retry(self, lambda: process_state().run(drain(run_id, int(hops))), f"run={run_id} drain")
 
 
 @celery_app.task(name=NOOP_TASK, ignore_result=True)

@@ -59,14 +59,16 @@ def send_nodes(app: Celery, run_id: str, node_ids: Sequence[str], *,
             )
 
 
-def send_drains(app: Celery, run_id: str, count: int) -> None:
+def send_drains(app: Celery, run_id: str, count: int, hops: int = 0) -> None:
     """Publish ``count`` drain messages for ``run_id`` in one round trip: each one lets a
-    worker with free slots take nodes from the run's queue (``orchestrator.drain``)."""
+    worker with free slots take nodes from the run's queue (``orchestrator.drain``).
+    ``hops``: how many workers with no free slot passed this drain on already."""
     if count <= 0:
         return
     with app.producer_or_acquire() as producer, producer.batch():
         for _ in range(count):
-            app.send_task(DRAIN_TASK, args=(run_id,), queue=NODE_QUEUE, producer=producer)
+            app.send_task(DRAIN_TASK, args=(run_id, hops) if hops else (run_id,), queue=NODE_QUEUE,
+                          producer=producer)
 
 
 def make_dispatch(app: Celery) -> Dispatcher:
