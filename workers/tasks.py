@@ -49,7 +49,7 @@ from orchestrator.errors import StoreFullError
 from orchestrator.kernel.step import StepOutcome, run_step
 from orchestrator.kernel.store import NodeStatus
 from orchestrator.queue.app import DRAIN_TASK, NODE_TASK, NOOP_TASK
-from orchestrator.queue.dispatch import send_drains, send_nodes
+from orchestrator.queue.dispatch import DRAIN_MAX_HOPS, send_drains, send_nodes
 from orchestrator.service import admission
 from orchestrator.service.child_links import PARENT_LABEL
 from orchestrator.service.plugins import get_registry
@@ -181,9 +181,6 @@ async def _wake(run_id: str, waiting: int) -> None:
     """Drain messages for ``waiting`` newly queued nodes of ``run_id``."""
     batch = max(1, process_state().settings.drain_batch)
     await _publish(send_drains, run_id, math.ceil(waiting / batch))
-
-
-DRAIN_MAX_HOPS = 3  # a drain no worker has a free slot for is passed on at most this often
 
 
 async def drain(run_id: str, hops: int = 0) -> None:

@@ -59,6 +59,9 @@ def send_nodes(app: Celery, run_id: str, node_ids: Sequence[str], *,
             )
 
 
+DRAIN_MAX_HOPS = 3  # a drain a worker has no free slot for is published again at most this often
+
+
 def send_drains(app: Celery, run_id: str, count: int, hops: int = 0) -> None:
     """Publish ``count`` drain messages for ``run_id`` in one round trip: each one lets a
     worker with free slots take nodes from the run's queue (``orchestrator.drain``).
