@@ -41,13 +41,10 @@ async def _work_interval(store: Any, run_id: str) -> tuple[float, float]:
 async def test_fifty_runs_of_one_key_with_max_one_run_strictly_one_after_another(
         workers: Any, store: Any, registry: Registry, celery: Any) -> None:
     runs = await _start_all(store, registry, celery, keyed_graph("queue"), [{"key": "k"}] * 50)
-    # the runs still held wait, visibly, in start order (the first ones may have run by now:
-    # each takes 0.05 s and starting fifty takes longer); most of them are still held
-    positions = [await admission.queue_position(store, r) for r in runs]
-    held = [(i, p) for i, p in enumerate(positions) if p is not None]
-    assert len(held) >= 25, positions
-    assert [p for _, p in held] == list(range(1, len(held) + 1)), positions
-    assert [i for i, _ in held] == list(range(50 - len(held), 50)), positions
+    # the last run waits, visibly, behind the others still held (the first ones may have run by
+    # now: each takes 0.05 s and starting fifty takes longer; the order is checked below)
+    last = await admission.queue_position(store, runs[-1])
+    assert last is not None and last >= 25, last
     assert (await store.get_run(runs[-1])).status == RunStatus.QUEUED
     for run_id in runs:
         events = await wait_for_terminal(store, run_id, timeout_s=60)
