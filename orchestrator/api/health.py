@@ -72,13 +72,13 @@ async def prometheus(request: Request, services: Services = SERVICES) -> Respons
     authorize_metrics(request, services.settings)
     try:
         from orchestrator.queue import depth
-        from orchestrator.queue.app import NODE_QUEUE, is_amqp
+        from orchestrator.queue.app import NODE_QUEUE
 
         queues = [NODE_QUEUE]
-        broker = services.settings.broker_url
-        if broker and is_amqp(broker):  # the node queue is RabbitMQ's, not a Redis list
+        on_broker = await depth.broker_depth(services.settings.broker_url)
+        if on_broker is not None:  # the node queue is RabbitMQ's, not a Redis list
             queues = []
-            metrics.QUEUE_DEPTH.labels(queue=NODE_QUEUE).set(await depth.node_queue_depth(broker))
+            metrics.QUEUE_DEPTH.labels(queue=NODE_QUEUE).set(on_broker)
     except ImportError:  # an API-only install samples no queue
         queues = []
     try:

@@ -20,7 +20,7 @@ from typing import Any
 
 from kombu import Connection
 
-from orchestrator.queue.app import NODE_QUEUE
+from orchestrator.queue.app import NODE_QUEUE, is_amqp
 
 log = logging.getLogger("orchestrator.queue.depth")
 
@@ -72,6 +72,15 @@ async def node_queue_depth(url: str) -> int:
     if sampler.at == float("-inf") and sampler.refreshing is not None:
         await asyncio.shield(sampler.refreshing)
     return sampler.value
+
+
+async def broker_depth(broker_url: str | None) -> int | None:
+    """The node queue's depth on the broker ``broker_url`` names when it is RabbitMQ
+    (:func:`node_queue_depth`); None when the broker is a Redis (its queue is a Redis list,
+    which the caller reads with ``LLEN``)."""
+    if not broker_url or not is_amqp(broker_url):
+        return None
+    return await node_queue_depth(broker_url)
 
 
 def reset() -> None:

@@ -57,7 +57,7 @@ from orchestrator.kernel.errors import EvaluationError, ExpressionError, GraphSc
 from orchestrator.kernel.expressions import Scope, check_syntax, render, stringify
 from orchestrator.kernel.store import RunStatus
 from orchestrator.queue import depth
-from orchestrator.queue.app import NODE_QUEUE, is_amqp
+from orchestrator.queue.app import NODE_QUEUE
 from orchestrator.settings import Settings
 from orchestrator.store.keys import Keys
 from orchestrator.telemetry import metrics
@@ -77,8 +77,9 @@ async def check(redis: Redis, settings: Settings) -> None:
         pipe.llen(NODE_QUEUE)
         pipe.get(Keys(settings.key_prefix).queued_nodes())
         tasks, waiting = await pipe.execute()
-    if settings.broker_url and is_amqp(settings.broker_url):
-        tasks = await depth.node_queue_depth(settings.broker_url)
+    on_broker = await depth.broker_depth(settings.broker_url)
+    if on_broker is not None:
+        tasks = on_broker
     metrics.QUEUE_DEPTH.labels(queue=NODE_QUEUE).set(int(tasks))
     metrics.QUEUE_DEPTH.labels(queue=RUN_QUEUES).set(int(waiting or 0))
     queued = int(tasks) + int(waiting or 0)
