@@ -179,7 +179,8 @@ async def test_runs_continue_when_a_primary_is_killed_and_its_replica_takes_over
             await store.close()
             celery.close()
     check(results)
-    reclaimed = sum(bool((e.data or {}).get("reclaimed")) for r in results for n in r.states for e in r.of(n, "started"))
+    reclaimed = sum(bool((e.data or {}).get("reclaimed"))
+                    for r in results for n in r.states for e in r.of(n, "started"))
     print(f"killed primary {victim} held {held} of {len(before)} runs in flight; nodes claimed again: {reclaimed}")
 
 
