@@ -201,7 +201,7 @@ def _build() -> ProcessState:
     store = RedisRunStore(client, settings)
     registry = get_registry(settings)
     me = worker_id()
-    limiter = RateLimiter(client, Keys(settings.key_prefix))  # cluster-wide rate limits
+    limiter = RateLimiter(client, Keys.of(settings))  # cluster-wide rate limits
     children = Children(WorkerServices(client, settings, registry, GraphStore(client, registry, settings), store,
                                        _dispatch), store)
     env = StepEnvironment(

@@ -20,6 +20,7 @@ from redis.exceptions import RedisError
 
 from orchestrator.errors import AuthError, ForbiddenError
 from orchestrator.settings import Settings
+from orchestrator.store import fanin
 from orchestrator.store.keys import Keys
 from orchestrator.telemetry import metrics
 
@@ -93,5 +94,5 @@ async def refresh_from_redis(redis: Redis, keys: Keys, queues: list[str]) -> Non
     on runs' queues (``queue="runs"``) and the number of active runs."""
     for queue in queues:
         metrics.QUEUE_DEPTH.labels(queue=queue).set(int(await redis.llen(queue)))
-    metrics.QUEUE_DEPTH.labels(queue="runs").set(int(await redis.get(keys.queued_nodes()) or 0))
-    metrics.RUNS.labels(status="active").set(int(await redis.zcard(keys.active_runs())))
+    metrics.QUEUE_DEPTH.labels(queue="runs").set(await fanin.queued_nodes(redis, keys))
+    metrics.RUNS.labels(status="active").set(await fanin.active_runs(redis, keys))

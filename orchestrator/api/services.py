@@ -32,7 +32,7 @@ class Services:
         self.redis = redis
         self.redis_url = settings.redis_url
         self.registry = registry
-        self.keys = Keys(settings.key_prefix)
+        self.keys = Keys.of(settings)
         self.graphs = GraphStore(redis, registry, settings)
         self._run_store = run_store
         self._dispatch = dispatch

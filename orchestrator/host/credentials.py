@@ -213,7 +213,7 @@ class CredentialStore:
     def __init__(self, redis: Redis, settings: Settings, *, workspace: str = DEFAULT_WORKSPACE) -> None:
         self.redis = redis
         self.settings = settings
-        self.key = Keys(settings.key_prefix).credentials(workspace)
+        self.key = Keys.of(settings).credentials(workspace)
         self.workspace = workspace
 
     async def put(self, credential: Credential) -> None:

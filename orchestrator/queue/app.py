@@ -41,7 +41,9 @@ from urllib.parse import parse_qs, urlsplit
 from celery import Celery
 from kombu import Exchange, Queue
 
+from orchestrator.kernel.errors import OrchestratorError
 from orchestrator.settings import WorkerSettings
+from orchestrator.settings.store import is_cluster_url
 
 NODE_QUEUE = "orchestrator"  # the one queue node tasks travel on
 NODE_TASK = "orchestrator.node"  # task name: (run_id, node_id)
@@ -71,6 +73,14 @@ def is_amqp(url: str) -> bool:
 def configure(app: Celery, redis_url: str, settings: WorkerSettings) -> None:
     """Apply the project's broker and worker settings to ``app``: the broker is
     ``settings.broker_url`` when set, else the Redis of ``redis_url``."""
+    if is_cluster_url(redis_url) and not settings.broker_url:
+        raise OrchestratorError(
+            "REDIS_URL names a Redis Cluster (redis+cluster://...), which cannot carry the Celery broker: "
+            "set ORCH_BROKER_URL to a RabbitMQ (amqp://...) or a plain Redis (redis://...) broker")
+    if settings.broker_url and is_cluster_url(settings.broker_url):
+        raise OrchestratorError(
+            f"ORCH_BROKER_URL {settings.broker_url!r} names a Redis Cluster; the Celery broker must be "
+            "RabbitMQ (amqp://...) or a plain Redis (redis://...)")
     if settings.broker_url and is_amqp(settings.broker_url):
         _configure_amqp(app, settings.broker_url)
         return

@@ -59,6 +59,7 @@ from orchestrator.kernel.store import RunStatus
 from orchestrator.queue import depth
 from orchestrator.queue.app import NODE_QUEUE
 from orchestrator.settings import Settings
+from orchestrator.store import fanin
 from orchestrator.store.keys import Keys
 from orchestrator.telemetry import metrics
 
@@ -73,10 +74,14 @@ async def check(redis: Redis, settings: Settings) -> None:
     bound = settings.max_queued_nodes
     if bound <= 0:
         return
-    async with redis.pipeline(transaction=False) as pipe:
-        pipe.llen(NODE_QUEUE)
-        pipe.get(Keys(settings.key_prefix).queued_nodes())
-        tasks, waiting = await pipe.execute()
+    keys = Keys.of(settings)
+    if keys.buckets <= 1:
+        async with redis.pipeline(transaction=False) as pipe:
+            pipe.llen(NODE_QUEUE)
+            pipe.get(keys.queued_nodes())
+            tasks, waiting = await pipe.execute()
+    else:  # a cluster: the broker is elsewhere (ORCH_BROKER_URL), the count summed over buckets
+        tasks, waiting = 0, await fanin.queued_nodes(redis, keys)
     on_broker = await depth.broker_depth(settings.broker_url)
     if on_broker is not None:
         tasks = on_broker
@@ -167,18 +172,38 @@ class Gate:
         self.keys = keys
         self._script = redis.register_script(_SCRIPT)
 
-    def _keys(self, run_id: str) -> list[str]:
+    def _run_keys(self, run_id: str) -> list[str]:
         k = self.keys
-        return [k.run(run_id), k.ready(run_id), k.dispatched(run_id), k.sent(run_id), k.concurrency()]
+        return [k.run(run_id), k.ready(run_id), k.dispatched(run_id), k.sent(run_id)]
+
+    def _keys(self, run_id: str) -> list[str]:
+        """The run's keys and the concurrency prefix; on a cluster (two slots) the prefix alone."""
+        if self.keys.tagged:
+            return [self.keys.concurrency()]
+        return [*self._run_keys(run_id), self.keys.concurrency()]
 
     async def _call(self, run_id: str, args: dict[str, Any]) -> list[Any]:
-        reply: list[Any] = await self._script(keys=self._keys(run_id), args=[json.dumps({**args, "run": run_id})])
+        split = {"split": True} if self.keys.tagged else {}
+        reply: list[Any] = await self._script(keys=self._keys(run_id),
+                                              args=[json.dumps({**args, **split, "run": run_id})])
         return reply
 
     async def admit(self, held: Held, run_id: str, start: list[str]) -> list[Any]:
-        return await self._call(run_id, {"op": "admit", "scope": held.scope, "key": held.key,
-                                         "max": held.rule.max_runs, "strategy": held.rule.strategy,
-                                         "start": start})
+        """One script on one Redis. On a cluster the run's keys and the key's are two slots:
+        the run is held first (queue, round_robin), then the key decides, then a run it
+        starts is unheld. Held before it is queued, a run a release takes from the queue at
+        once is found held (its unhold starts it); never queued while unheld."""
+        args = {"op": "admit", "scope": held.scope, "key": held.key, "max": held.rule.max_runs,
+                "strategy": held.rule.strategy, "start": start}
+        if not self.keys.tagged:
+            return await self._call(run_id, args)
+        holds = held.rule.strategy in ("queue", "round_robin")
+        await self._script(keys=self._run_keys(run_id), args=[json.dumps(
+            {"op": "hold", "scope": held.scope, "key": held.key, "start": start, "hold": holds, "run": run_id})])
+        reply = await self._call(run_id, args)
+        if holds and str(reply[0]) == "start":
+            await self.unhold(run_id, start)  # False: it ended meanwhile (its dispatch is refused)
+        return reply
 
     async def release(self, held: Held, run_id: str) -> list[str]:
         return [str(r) for r in await self._call(run_id, {
@@ -187,7 +212,8 @@ class Gate:
 
     async def unhold(self, run_id: str, start: list[str]) -> bool:
         """Start a held run (False: it had ended meanwhile, e.g. cancelled while queued)."""
-        reply = await self._script(keys=self._keys(run_id), args=[json.dumps(
+        keys = self._run_keys(run_id) if self.keys.tagged else self._keys(run_id)
+        reply = await self._script(keys=keys, args=[json.dumps(
             {"op": "unhold", "scope": "", "key": "", "start": start, "run": run_id})])
         return bool(int(reply))
 

@@ -76,16 +76,28 @@ class ChildLinks:
     async def link(self, parent_run: str, parent_node: str, child_run: str) -> None:
         """Record the link before the child starts (its end must find it)."""
         children = self.keys.run_children(parent_run)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(self.keys.children(), child_run, json.dumps({"run": parent_run, "node": parent_node}))
+        # one Redis: one MULTI; a cluster: the link (the child's bucket) and the parent's set
+        # (its bucket) are two slots, written in this order in one pipeline
+        async with self.redis.pipeline(transaction=not self.keys.tagged) as pipe:
+            pipe.hset(self._links(child_run), child_run, json.dumps({"run": parent_run, "node": parent_node}))
             pipe.sadd(children, child_run)
             pipe.expire(children, int(self.settings.active_ttl_s + self.settings.retention_s))
             await pipe.execute()
 
     async def unlink(self, parent_run: str, child_run: str) -> None:
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hdel(self.keys.children(), child_run)
+        async with self.redis.pipeline(transaction=not self.keys.tagged) as pipe:
+            pipe.hdel(self._links(child_run), child_run)
             pipe.srem(self.keys.run_children(parent_run), child_run)
+            await pipe.execute()
+
+    def _links(self, child_run: str) -> str:
+        """The links hash that holds ``child_run``'s (its bucket's; one Redis: one hash)."""
+        return self.keys.children(self.keys.bucket(child_run))
+
+    async def _drop_links(self, child_runs: list[str]) -> None:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for child in child_runs:
+                pipe.hdel(self._links(child), child)
             await pipe.execute()
 
     async def children_of(self, run_id: str) -> list[str]:
@@ -118,7 +130,7 @@ class ChildLinks:
             if result is not None:
                 ended[child] = result
         if ended:
-            await self.redis.hdel(self.keys.children(), *ended)
+            await self._drop_links(list(ended))
         return ended
 
     async def node_events(self, run_id: str) -> list[NodeEvent]:
@@ -134,7 +146,7 @@ class ChildLinks:
     async def settle(self, child_run: str) -> bool:
         """If ``child_run`` ended, resume the parent node waiting for it (True); if its
         parent ended first, cancel it. The link is dropped once nothing more can come of it."""
-        raw = await self.redis.hget(self.keys.children(), child_run)
+        raw = await self.redis.hget(self._links(child_run), child_run)
         if raw is None:
             return False
         link = json.loads(raw)
@@ -157,12 +169,12 @@ class ChildLinks:
             return False
         if await self.store.resume_node(parent, node, result.to_json()):
             await self._send(parent, node)
-            await self.redis.hdel(self.keys.children(), child_run)
+            await self.redis.hdel(self._links(child_run), child_run)
             log.info("run %s node %s resumed: child run %s %s", parent, node, child_run, result.status)
             return True
         state = (await self.store.node_states(parent)).get(node)
         if parent_status in RunStatus.TERMINAL or state in NodeStatus.FINISHED:
-            await self.redis.hdel(self.keys.children(), child_run)
+            await self.redis.hdel(self._links(child_run), child_run)
         # else the parent node has not been marked waiting yet: whoever suspends it settles
         return False
 
@@ -189,7 +201,7 @@ class ChildLinks:
                 break
         copied, current = 0, run_id
         while asked is not None and copied < CASCADE_DEPTH:
-            raw = await self.redis.hget(self.keys.children(), current)
+            raw = await self.redis.hget(self._links(current), current)
             if raw is None:
                 break
             link = json.loads(raw)
@@ -229,7 +241,7 @@ class ChildLinks:
                 continue
             await self.after_finish(child)
         if run_ids:
-            await self.redis.hdel(self.keys.children(), *run_ids)
+            await self._drop_links(run_ids)
 
     async def after_finish(self, run_id: str, depth: int = 0) -> None:
         """``run_id`` ended: resume its parent's node (if it is a child) and cancel its own
@@ -249,7 +261,11 @@ class ChildLinks:
         """The sweeper's pass over every unsettled link: how many parent nodes it resumed.
         Statuses are read in two pipelined round trips (children, then their parents); only
         an ended child, or a child of an ended parent, costs more."""
-        links = {str(c): json.loads(raw) for c, raw in (await self.redis.hgetall(self.keys.children())).items()}
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for bucket in range(self.keys.buckets):
+                pipe.hgetall(self.keys.children(bucket))
+            per_bucket = await pipe.execute()
+        links = {str(c): json.loads(raw) for found in per_bucket for c, raw in found.items()}
         children = await self.statuses(list(links))
         over = {c for c, status in children.items() if status in RunStatus.TERMINAL}
         parents = await self.statuses(sorted({str(link["run"]) for c, link in links.items() if c not in over}))
@@ -282,7 +298,10 @@ class ChildLinks:
                    if status == RunStatus.WAITING]
         if node_id is None or not waiting:
             return waiting
-        links = await self.redis.hmget(self.keys.children(), waiting)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for child in waiting:
+                pipe.hget(self._links(child), child)
+            links = await pipe.execute()
         return [c for c, raw in zip(waiting, links, strict=True) if raw and json.loads(raw)["node"] == node_id]
 
     async def _send(self, run_id: str, node_id: str) -> None:

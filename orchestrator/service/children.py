@@ -134,7 +134,7 @@ class Children(ChildLinks):
         """No later than the parent's deadline (its score among the active runs)."""
         own_raw = (graph.get("settings") or {}).get("deadline_s")
         own = float(own_raw) if isinstance(own_raw, int | float) else self.services.settings.run_deadline_s
-        score = await self.redis.zscore(self.keys.active_runs(), parent_run)
+        score = await self.redis.zscore(self.keys.active_runs(self.keys.bucket(parent_run)), parent_run)
         if score is None:
             return own
         seconds, micros = await self.redis.time()

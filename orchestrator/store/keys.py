@@ -94,117 +94,170 @@ key                                        type        what, TTL
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
+from functools import cache
+
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+
+from orchestrator.settings.store import StoreSettings
+
+CONTROL_TAG = "c"
+
+
+@cache
+def bucket_tags(buckets: int) -> tuple[str, ...]:
+    """One hash tag per bucket, chosen so bucket ``b`` falls in the ``b``-th of ``buckets``
+    equal slot ranges: buckets spread evenly over whatever primaries own the slots."""
+    tags = []
+    for b in range(buckets):
+        low = b * REDIS_CLUSTER_HASH_SLOTS // buckets
+        high = max(low + 1, (b + 1) * REDIS_CLUSTER_HASH_SLOTS // buckets)
+        tag = next(t for k in range(1_000_000) for t in (f"b{b}.{k}",)
+                   if low <= key_slot(t.encode()) < high)
+        tags.append(tag)
+    return tuple(tags)
 
 
 @dataclass(frozen=True)
 class Keys:
     prefix: str = "orc"
+    buckets: int = 1
+    tagged: bool = False  # hash tags on every key (a Redis Cluster); see the module docstring
+
+    @classmethod
+    def of(cls, settings: StoreSettings) -> Keys:
+        """The layout of ``settings``: untagged on one Redis, bucketed on a cluster."""
+        if settings.redis_cluster:
+            return cls(settings.key_prefix, settings.state_buckets, True)
+        return cls(settings.key_prefix)
+
+    def bucket(self, run_id: str) -> int:
+        """The run's bucket (stable: CRC32 of its id modulo ``buckets``)."""
+        return 0 if self.buckets <= 1 else zlib.crc32(run_id.encode()) % self.buckets
+
+    def bucket_stem(self, bucket: int) -> str:
+        """``{p}`` untagged, else ``{p}:{<bucket tag>}`` (every key of the bucket's runs)."""
+        if not self.tagged:
+            return self.prefix
+        return f"{self.prefix}:{{{bucket_tags(self.buckets)[bucket]}}}"
+
+    def _r(self, run_id: str) -> str:
+        return self.bucket_stem(self.bucket(run_id))
+
+    @property
+    def _c(self) -> str:
+        """Control keys (graphs, credentials, hooks, sessions, limits...): one slot on a cluster."""
+        return f"{self.prefix}:{{{CONTROL_TAG}}}" if self.tagged else self.prefix
+
+    def _own(self, entity_id: str) -> str:
+        """An entity id as its own hash tag on a cluster (its keys share one slot)."""
+        return f"{{{entity_id}}}" if self.tagged else entity_id
 
     def run(self, run_id: str) -> str:
-        return f"{self.prefix}:run:{run_id}"
+        return f"{self._r(run_id)}:run:{run_id}"
 
     def plan(self, run_id: str) -> str:
-        return f"{self.prefix}:run:{run_id}:plan"
+        return f"{self._r(run_id)}:run:{run_id}:plan"
 
     def nodes(self, run_id: str) -> str:
-        return f"{self.prefix}:run:{run_id}:nodes"
+        return f"{self._r(run_id)}:run:{run_id}:nodes"
 
     def pending(self, run_id: str) -> str:
-        return f"{self.prefix}:run:{run_id}:pending"
+        return f"{self._r(run_id)}:run:{run_id}:pending"
 
     def live(self, run_id: str) -> str:
-        return f"{self.prefix}:run:{run_id}:live"
+        return f"{self._r(run_id)}:run:{run_id}:live"
 
     def outputs(self, run_id: str) -> str:
-        return f"{self.prefix}:run:{run_id}:out"
+        return f"{self._r(run_id)}:run:{run_id}:out"
 
     def claims(self, run_id: str) -> str:
-        return f"{self.prefix}:run:{run_id}:claims"
+        return f"{self._r(run_id)}:run:{run_id}:claims"
 
     def lease(self, run_id: str, node_id: str) -> str:
-        return f"{self.prefix}:run:{run_id}:lease:{node_id}"
+        return f"{self._r(run_id)}:run:{run_id}:lease:{node_id}"
 
     def ready(self, run_id: str) -> str:
-        return f"{self.prefix}:run:{run_id}:ready"
+        return f"{self._r(run_id)}:run:{run_id}:ready"
 
     def dispatched(self, run_id: str) -> str:
-        return f"{self.prefix}:run:{run_id}:dispatched"
+        return f"{self._r(run_id)}:run:{run_id}:dispatched"
 
     def queue(self, run_id: str) -> str:
-        return f"{self.prefix}:run:{run_id}:queue"
+        return f"{self._r(run_id)}:run:{run_id}:queue"
 
     def sent(self, run_id: str) -> str:
-        return f"{self.prefix}:run:{run_id}:sent"
+        return f"{self._r(run_id)}:run:{run_id}:sent"
 
     def adj(self, run_id: str) -> str:
-        return f"{self.prefix}:run:{run_id}:adj"
+        return f"{self._r(run_id)}:run:{run_id}:adj"
 
     def suspend(self, run_id: str) -> str:
-        return f"{self.prefix}:run:{run_id}:suspend"
+        return f"{self._r(run_id)}:run:{run_id}:suspend"
 
     def resume(self, run_id: str) -> str:
-        return f"{self.prefix}:run:{run_id}:resume"
+        return f"{self._r(run_id)}:run:{run_id}:resume"
 
     def events(self, run_id: str) -> str:
-        return f"{self.prefix}:run:{run_id}:events"
+        return f"{self._r(run_id)}:run:{run_id}:events"
 
     def notify(self, run_id: str) -> str:
-        return f"{self.prefix}:run:{run_id}:notify"
+        return f"{self._r(run_id)}:run:{run_id}:notify"
 
-    def active_runs(self) -> str:
-        return f"{self.prefix}:runs:active"
+    def active_runs(self, bucket: int = 0) -> str:
+        return f"{self.bucket_stem(bucket)}:runs:active"
 
-    def queued_nodes(self) -> str:
-        return f"{self.prefix}:runs:queued"
+    def queued_nodes(self, bucket: int = 0) -> str:
+        return f"{self.bucket_stem(bucket)}:runs:queued"
 
-    def wait_timers(self) -> str:
-        return f"{self.prefix}:waits:due"
+    def wait_timers(self, bucket: int = 0) -> str:
+        return f"{self.bucket_stem(bucket)}:waits:due"
 
     def graph(self, graph_id: str) -> str:
-        return f"{self.prefix}:graph:{graph_id}"
+        return f"{self._c}:graph:{graph_id}"
 
     def graph_version(self, graph_id: str, version: int) -> str:
-        return f"{self.prefix}:graph:{graph_id}:v:{version}"
+        return f"{self._c}:graph:{graph_id}:v:{version}"
 
     def graph_plans(self, graph_id: str) -> str:
-        return f"{self.prefix}:graph:{graph_id}:plans"
+        return f"{self._c}:graph:{graph_id}:plans"
 
     def graphs(self) -> str:
-        return f"{self.prefix}:graphs"
+        return f"{self._c}:graphs"
 
     def workspace_graphs(self, workspace: str) -> str:
-        return f"{self.prefix}:ws:{workspace}:graphs"
+        return f"{self._c}:ws:{workspace}:graphs"
 
     def sweeper_lock(self) -> str:
-        return f"{self.prefix}:sweeper:lock"
+        return f"{self._c}:sweeper:lock"
 
     def hooks(self) -> str:
-        return f"{self.prefix}:hooks"
+        return f"{self._c}:hooks"
 
     def hook_signature(self, digest: str) -> str:
-        return f"{self.prefix}:hooksig:{digest}"
+        return f"{self._c}:hooksig:{digest}"
 
     def graph_runs(self, graph_id: str) -> str:
-        return f"{self.prefix}:graph:{graph_id}:runs"
+        return f"{self._c}:graph:{graph_id}:runs"
 
     def credentials(self, workspace: str) -> str:
-        return f"{self.prefix}:cred:{workspace}"
+        return f"{self._c}:cred:{workspace}"
 
     def blob(self, workspace: str, blob_id: str) -> str:
-        return f"{self.prefix}:blob:{workspace}:{blob_id}"
+        return f"{self.prefix}:blob:{workspace}:{self._own(blob_id)}"
 
     def blob_part(self, workspace: str, blob_id: str) -> str:
-        return f"{self.prefix}:blob:{workspace}:{blob_id}:part"
+        return f"{self.prefix}:blob:{workspace}:{self._own(blob_id)}:part"
 
-    def workspace_bytes(self, workspace: str, day: int) -> str:
-        return f"{self.prefix}:wsbytes:{workspace}:{day}"
+    def workspace_bytes(self, workspace: str, day: int, bucket: int = 0) -> str:
+        return f"{self.bucket_stem(bucket)}:wsbytes:{workspace}:{day}"
 
     def session(self, session_id: str) -> str:
-        return f"{self.prefix}:session:{session_id}"
+        return f"{self._c}:session:{session_id}"
 
     def stream_grant(self, grant_id: str) -> str:
-        return f"{self.prefix}:streamgrant:{grant_id}"
+        return f"{self._c}:streamgrant:{grant_id}"
 
     def run_keys(self, run_id: str) -> list[str]:
         """Every fixed per-run key (lease keys carry their own short TTL)."""
@@ -217,19 +270,20 @@ class Keys:
 
     def concurrency(self) -> str:
         """The stem of the concurrency-key state (``service/admission.py``, ``lua/concurrency.lua``)."""
-        return f"{self.prefix}:cc"
+        return f"{self._c}:cc"
 
     def limit(self, key: str) -> str:
-        return f"{self.prefix}:limit:{key}"
+        return f"{self._c}:limit:{key}"
 
-    def children(self) -> str:
-        return f"{self.prefix}:children"
+    def children(self, bucket: int = 0) -> str:
+        """Child run id -> its parent's link, in the child's bucket (``bucket(child id)``)."""
+        return f"{self.bucket_stem(bucket)}:children"
 
     def run_children(self, run_id: str) -> str:
-        return f"{self.prefix}:run:{run_id}:children"
+        return f"{self._r(run_id)}:run:{run_id}:children"
 
     def draft(self, graph_id: str) -> str:
-        return f"{self.prefix}:draft:{graph_id}"
+        return f"{self._c}:draft:{graph_id}"
 
     def workspace_drafts(self, workspace: str) -> str:
-        return f"{self.prefix}:ws:{workspace}:drafts"
+        return f"{self._c}:ws:{workspace}:drafts"

@@ -18,11 +18,15 @@ own classes (on 3.11) and none with these.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
+from urllib.parse import unquote, urlsplit
 
-from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
+from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis, RedisCluster
+from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.connection import AbstractConnection, Connection, SSLConnection, UnixDomainSocketConnection
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from orchestrator.settings.store import is_cluster_url
 
 
 class _CancellableWrites(AbstractConnection):
@@ -66,10 +70,56 @@ def fixed(pool: ConnectionPool) -> ConnectionPool:
 
 
 def client(url: str, **kwargs: Any) -> Redis:
-    """``Redis.from_url(url, **kwargs)`` with cancellable writes."""
+    """``Redis.from_url(url, **kwargs)`` with cancellable writes; a cluster client for a
+    ``redis+cluster://`` URL (see :func:`cluster_client`)."""
+    if is_cluster_url(url):
+        return cluster_client(url, **kwargs)
     return Redis.from_pool(fixed(ConnectionPool.from_url(url, **kwargs)))
 
 
 def blocking_client(url: str, **kwargs: Any) -> Redis:
-    """A client on a ``BlockingConnectionPool`` (a burst waits for a free connection)."""
+    """A client on a ``BlockingConnectionPool`` (a burst waits for a free connection); a
+    cluster client for a ``redis+cluster://`` URL."""
+    if is_cluster_url(url):
+        return cluster_client(url, **kwargs)
     return Redis.from_pool(fixed(BlockingConnectionPool.from_url(url, **kwargs)))
+
+
+def cluster_client(url: str, **kwargs: Any) -> Redis:
+    """redis-py's asyncio ``RedisCluster`` for ``redis+cluster://[user:password@]host:port[,host:port...]``
+    (``rediss+cluster://``: TLS), with cancellable writes.
+
+    Typed as ``Redis``: the product calls only commands both clients have (single-key
+    commands, scripts whose keys share one slot, pipelines; transactions on one slot).
+    ``is_cluster(client)`` tells them apart where the fan-in differs."""
+    parts = urlsplit(url)
+    userinfo, _, hosts = parts.netloc.rpartition("@")
+    username, _, password = userinfo.partition(":")
+    nodes = []
+    for hostport in hosts.split(","):
+        host, _, port = hostport.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"REDIS_URL {url!r}: cluster nodes are host:port[,host:port...], not {hostport!r}")
+        nodes.append(ClusterNode(host.strip("[]"), int(port)))
+    kwargs.pop("health_check_interval", None)
+    tls = parts.scheme.lower().startswith("rediss")
+    cluster = RedisCluster(startup_nodes=nodes, username=unquote(username) or None,
+                           password=unquote(password) or None, ssl=tls, **kwargs)
+    conn_class = TlsConnection if tls else TcpConnection
+    cluster.connection_kwargs["connection_class"] = conn_class
+    cluster.nodes_manager.connection_kwargs["connection_class"] = conn_class
+    for node in nodes:
+        node.connection_class = conn_class
+        node.connection_kwargs.update({k: v for k, v in cluster.connection_kwargs.items()
+                                       if k not in ("connection_class", "max_connections")})
+    return cast(Redis, cluster)
+
+
+def is_cluster(redis: Any) -> bool:
+    """Whether ``redis`` is a cluster client."""
+    return isinstance(redis, RedisCluster)
+
+
+def decodes(redis: Any) -> bool:
+    """Whether ``redis`` answers ``str`` (``decode_responses=True``), cluster or not."""
+    return bool(redis.get_encoder().decode_responses)

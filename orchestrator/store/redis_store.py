@@ -72,7 +72,7 @@ from orchestrator.telemetry import metrics
 LUA_DIR = Path(__file__).parent / "lua"
 SCRIPTS = (
     "create", "claim", "renew", "append", "dispatched", "complete", "finish", "resume", "seed",
-    "take",
+    "take", "start_guard",
 )
 PLAN_CACHE_SIZE = 256
 STATUS_MAX_AGE_S = 0.1  # a run status read is shared this long by the nodes polling it
@@ -88,7 +88,7 @@ _FINISH_EVENTS = {
 }
 
 
-STANDALONE = frozenset({"renew"})  # scripts with keys of their own (no run key layout)
+STANDALONE = frozenset({"renew", "start_guard"})  # scripts with keys of their own (no run key layout)
 
 
 @cache
@@ -189,11 +189,17 @@ class RedisRunStore(RunStore):
     """``RunStore`` on one Redis (``redis.asyncio`` client with ``decode_responses=True``)."""
 
     def __init__(self, redis: Redis, settings: StoreSettings) -> None:
-        if not redis.connection_pool.connection_kwargs.get("decode_responses"):
+        if not redis_client.decodes(redis):
             raise OrchestratorError("RedisRunStore needs a Redis client with decode_responses=True")
         self.redis = redis
         self.settings = settings
-        self.keys = Keys(self.settings.key_prefix)
+        self.keys = Keys.of(self.settings)
+        if redis_client.is_cluster(redis) != self.keys.tagged:
+            raise OrchestratorError("RedisRunStore: a cluster client needs a cluster REDIS_URL "
+                                    "(redis+cluster://...) in its settings, and only then")
+        # A cluster wakes subscribers with sharded pub/sub (the channel's shard only); one
+        # Redis with classic PUBLISH (Redis 7's SPUBLISH is not needed there).
+        self._publish = "SPUBLISH" if self.keys.tagged else "PUBLISH"
         self._scripts = {name: redis.register_script(_lua_source(name)) for name in SCRIPTS}
         # Commands of concurrent node steps share round trips (orchestrator/store/batching.py).
         self._batch = CommandBatcher(redis)
@@ -222,13 +228,15 @@ class RedisRunStore(RunStore):
 
     async def _call(self, script: str, run_id: str, args: list[Any], node_id: str = "",
                     extra_keys: Sequence[str] = ()) -> Any:
-        keys = [*self.all_run_keys(run_id), self.keys.active_runs(), self.keys.queued_nodes()]
+        bucket = self.keys.bucket(run_id)
+        keys = [*self.all_run_keys(run_id), self.keys.active_runs(bucket), self.keys.queued_nodes(bucket)]
         if node_id:
             keys.append(self.keys.lease(run_id, node_id))
         keys += extra_keys
         s = self.settings
-        # ARGV[5] is unused: the scripts read the time from Redis (one clock for all hosts).
-        head: list[Any] = [s.events_maxlen, self.keys.notify(run_id), s.active_ttl_s, s.retention_s, ""]
+        # ARGV[5] the publish command of the wake-up hint (PUBLISH, or SPUBLISH on a cluster)
+        head: list[Any] = [s.events_maxlen, self.keys.notify(run_id), s.active_ttl_s, s.retention_s,
+                           self._publish]
         with store_full_errors():
             return await self._batch.script(self._scripts[script], keys, head + args)
 
@@ -309,15 +317,44 @@ class RedisRunStore(RunStore):
         started = self._run_event(run_id, EventType.RUN_STARTED,
                                   {"graph_id": record.graph_id, "start": plan.start})
         plan_json = f'{{"run_id":{_dumps(run_id)},"labels":{_dumps(plan.labels)},{body[1:]}'
-        created = await self._call("create", run_id, [
-            _dumps(fields), plan_json, order, pending, adj, start, repr(float(deadline_s)), run_id, started,
-            "" if guard is None else guard.to_json(),
-        ], extra_keys=() if guard is None else (guard.graph_key, guard.runs_key))
+        args = [_dumps(fields), plan_json, order, pending, adj, start, repr(float(deadline_s)), run_id, started]
+        if guard is not None and self.keys.tagged:
+            created = await self._create_guarded(run_id, args, guard)
+        else:
+            created = await self._call("create", run_id, [*args, "" if guard is None else guard.to_json()],
+                                       extra_keys=() if guard is None else (guard.graph_key, guard.runs_key))
         if int(created) < 0:
             raise StaleGraphError(f"graph {record.graph_id!r} changed while the run was starting; start it again",
                                   run_id=run_id, graph_id=record.graph_id)
         self._remember(plan)
         self._know_workspace(run_id, fields["workspace"])
+
+    async def _create_guarded(self, run_id: str, args: list[Any], guard: StartGuard) -> int:
+        """create.lua's guarded start on a cluster, where the graph's keys and the run's
+        bucket are different slots: three steps, each atomic on its slot.
+
+        1. On the graph's slot: the guard's check, and the run joins the graph's run index
+           (refused: -1, nothing stored).
+        2. On the run's bucket: create.lua without the guard.
+        3. On the graph's slot: the graph still exists as it was (same creation time and
+           workspace, not below the version). If it was deleted (or deleted and created
+           again) between 1 and 3, the run is ended ``cancelled`` at once and -1 returned.
+
+        A new version saved between 1 and 2 is harmless: the run is the same as one started
+        just before that save (its plan is a snapshot). A deletion between 1 and 2 (its
+        cancellation of the graph's runs finds no record yet) is caught by step 3, so no
+        run of a deleted graph goes on running; an index entry left by a refused start
+        names a run that does not exist and is trimmed with the index."""
+        check = self._scripts["start_guard"]
+        guard_keys = [guard.graph_key, guard.runs_key]
+        if int(await self._batch.script(check, guard_keys, [guard.to_json(), run_id, "1"])) < 0:
+            return -1
+        created = int(await self._call("create", run_id, [*args, ""]))
+        if created > 0 and int(await self._batch.script(check, guard_keys, [guard.to_json(), run_id, "0"])) < 0:
+            await self.finish_run(run_id, RunStatus.CANCELLED,
+                                  {"type": "StaleGraph", "message": "the graph was deleted while the run started"})
+            return -1
+        return created
 
     def _remember(self, plan: RunPlan) -> None:
         self._plans[plan.run_id] = plan
@@ -471,7 +508,9 @@ class RedisRunStore(RunStore):
         budget, workspace, budget_keys = "", "", list[Any]()
         if self.budget.enabled and nbytes > 0:
             workspace = await self._workspace(run_id)
-            _, budget_keys, (count, ws_max, run_max, expire_at) = self.budget.request(nbytes, workspace=workspace)
+            await self.budget.refresh_others(workspace)
+            _, budget_keys, (count, ws_max, run_max, expire_at) = self.budget.request(nbytes, workspace=workspace,
+                                                                                      run_id=run_id)
             budget = _dumps({"bytes": count, "ws_max": ws_max, "run_max": run_max, "expire_at": expire_at})
         reply = await self._call("complete", run_id, [_dumps(args), budget], node_id, extra_keys=budget_keys)
         if reply[0] == "budget":

@@ -59,6 +59,7 @@ from orchestrator.settings import StoreSettings
 from orchestrator.store.keys import Keys
 
 DAY_S = 86400
+OTHERS_MAX_AGE_S = 1.0  # a cluster: other buckets' use of a workspace budget is re-read this often
 
 # KEYS: the workspace's day counters, today's first, then (ARGV[5] == '1') the run record.
 # ARGV: bytes, workspace budget, run budget, today's counter expires at (epoch s), has run.
@@ -125,12 +126,13 @@ class StorageBudget:
 
     def __init__(self, redis: Redis, settings: StoreSettings, call: ScriptCall | None = None) -> None:
         self.redis = redis
-        self.keys = Keys(settings.key_prefix)
+        self.keys = Keys.of(settings)
         self.run_max_bytes = settings.run_max_bytes
         self.workspace_max_bytes = settings.workspace_max_bytes
         self.counted_s = settings.retention_s + settings.active_ttl_s  # past the end of a counter's day
         self._reserve = redis.register_script(RESERVE_LUA)
         self._release = redis.register_script(RELEASE_LUA)
+        self._others: dict[str, tuple[float, dict[int, int]]] = {}  # workspace -> (when, bytes per bucket)
         self._call: ScriptCall = call or (lambda script, keys, args: script(keys=keys, args=args))
 
     @property
@@ -149,7 +151,8 @@ class StorageBudget:
         :class:`StorageBudgetError` naming the budget they would pass."""
         if nbytes <= 0 or not self.enabled:
             return None
-        days, keys, args = self.request(nbytes, workspace=workspace)
+        await self.refresh_others(workspace)
+        days, keys, args = self.request(nbytes, workspace=workspace, run_id=run_id)
         if run_id is not None:
             keys.append(self.keys.run(run_id))
         verdict, used = await self._call(self._reserve, keys, [*args, "1" if run_id is not None else "0"])
@@ -157,15 +160,56 @@ class StorageBudget:
         self.check(kind, int(used), nbytes, workspace=workspace, run_id=run_id)
         return days[0] if kind == "ok" else None
 
-    def request(self, nbytes: int, *, workspace: str) -> tuple[list[int], list[Any], list[Any]]:
+    def _bucket(self, workspace: str, run_id: str | None) -> int:
+        """Where the bytes are counted: the run's bucket (its record is in the same script),
+        else the workspace's. One bucket (one Redis): always 0."""
+        return self.keys.bucket(run_id if run_id is not None else workspace)
+
+    def request(self, nbytes: int, *, workspace: str, run_id: str | None = None
+                ) -> tuple[list[int], list[Any], list[Any]]:
         """What a reservation of ``nbytes`` for ``workspace`` passes to a script: the days,
         the day counters' keys (today's first), and (bytes, workspace budget, run budget,
         today's counter expires at). ``orchestrator/store/lua/complete.lua`` reserves a
         completion's bytes with them in the same script that stores it."""
         days = self._days(time.time())
-        keys: list[Any] = [self.keys.workspace_bytes(workspace, day) for day in days]
+        bucket = self._bucket(workspace, run_id)
+        keys: list[Any] = [self.keys.workspace_bytes(workspace, day, bucket) for day in days]
         expire_at = (days[0] + 1) * DAY_S + self.counted_s
-        return days, keys, [nbytes, self.workspace_max_bytes, self.run_max_bytes, expire_at]
+        return days, keys, [nbytes, self._workspace_allowance(workspace, bucket), self.run_max_bytes, expire_at]
+
+    def _workspace_allowance(self, workspace: str, bucket: int) -> int:
+        """The workspace budget a script checks in ``bucket``: the whole budget on one
+        Redis; on a cluster what the other buckets leave of it (their counters summed by
+        :meth:`refresh_others`, at most ``OTHERS_MAX_AGE_S`` old: across buckets the budget
+        holds with that lag, within a bucket exactly)."""
+        if self.workspace_max_bytes <= 0 or self.keys.buckets <= 1:
+            return self.workspace_max_bytes
+        others = self._others.get(workspace, (0.0, {}))[1]
+        used_elsewhere = sum(n for b, n in others.items() if b != bucket)
+        return max(1, self.workspace_max_bytes - used_elsewhere)
+
+    async def refresh_others(self, workspace: str) -> None:
+        """Sum the workspace's counters per bucket (a cluster), when older than OTHERS_MAX_AGE_S."""
+        if self.workspace_max_bytes <= 0 or self.keys.buckets <= 1:
+            return
+        at = self._others.get(workspace, (0.0, {}))[0]
+        if time.monotonic() - at < OTHERS_MAX_AGE_S:
+            return
+        self._others[workspace] = (time.monotonic(), await self.per_bucket(workspace))
+
+    async def per_bucket(self, workspace: str) -> dict[int, int]:
+        """The workspace's bytes per bucket (one pipeline; a cluster groups it per node)."""
+        days = self._days(time.time())
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for bucket in range(self.keys.buckets):
+                for day in days:
+                    pipe.get(self.keys.workspace_bytes(workspace, day, bucket))
+            values = await pipe.execute()
+        out: dict[int, int] = {}
+        for i, value in enumerate(values):
+            if value is not None:
+                out[i // len(days)] = out.get(i // len(days), 0) + int(value)
+        return out
 
     def check(self, verdict: str, used: int, nbytes: int, *, workspace: str, run_id: str | None) -> None:
         """Raise the :class:`StorageBudgetError` of a refused reservation's ``verdict``
@@ -186,10 +230,15 @@ class StorageBudget:
     async def release(self, nbytes: int, *, workspace: str, day: int) -> None:
         """Give back ``nbytes`` counted on ``day`` (a file deleted before it expired)."""
         if nbytes > 0 and self.enabled:
-            await self._call(self._release, [self.keys.workspace_bytes(workspace, day)], [nbytes])
+            # a file counted in its run's bucket (a cluster) is not found here: it is given back
+            # when its counter expires (docs/architecture.md, Redis Cluster)
+            await self._call(self._release, [self.keys.workspace_bytes(workspace, day, self._bucket(workspace, None))],
+                             [nbytes])
 
     async def used(self, workspace: str) -> int:
         """The bytes ``workspace`` keeps now, as counted."""
+        if self.keys.buckets > 1:
+            return sum((await self.per_bucket(workspace)).values())
         keys = [self.keys.workspace_bytes(workspace, day) for day in self._days(time.time())]
         values = await self.redis.mget(keys)
         return sum(int(v) for v in values if v is not None)

@@ -40,7 +40,7 @@ class WaitTimers:
 
     def __init__(self, redis: Redis, keys: Keys, ttl_s: int) -> None:
         self.redis = redis
-        self.key = keys.wait_timers()
+        self.keys = keys  # one due set per bucket (one Redis: one set)
         self.ttl_s = int(ttl_s)
         self._schedule = redis.register_script(_SCRIPT)
 
@@ -50,18 +50,25 @@ class WaitTimers:
             mode, value = "at", float(wake["at"])
         else:
             mode, value = "after", float(wake.get("after_s") or 0.0)
-        due = await self._schedule(keys=[self.key],
+        due = await self._schedule(keys=[self._key(run_id)],
                                    args=[member(run_id, node_id), mode, repr(value), self.ttl_s])
         return float(due)
 
+    def _key(self, run_id: str) -> str:
+        return self.keys.wait_timers(self.keys.bucket(run_id))
+
     async def due(self, now: float, limit: int = 500) -> list[tuple[str, str]]:
-        """Entries due at ``now`` (Redis's clock), oldest first."""
-        raw = cast(list[str], await self.redis.zrangebyscore(self.key, "-inf", now, start=0, num=limit))
-        return [parsed for value in raw if (parsed := parse_member(value)) is not None]
+        """Entries due at ``now`` (Redis's clock), oldest first (every bucket's, in one pipeline)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for bucket in range(self.keys.buckets):
+                pipe.zrangebyscore(self.keys.wait_timers(bucket), "-inf", now, start=0, num=limit, withscores=True)
+            replies = cast(list[list[tuple[str, float]]], await pipe.execute())
+        entries = sorted((score, value) for reply in replies for value, score in reply)[:limit]
+        return [parsed for _, value in entries if (parsed := parse_member(value)) is not None]
 
     async def due_at(self, run_id: str, node_id: str) -> float | None:
-        score = await self.redis.zscore(self.key, member(run_id, node_id))
+        score = await self.redis.zscore(self._key(run_id), member(run_id, node_id))
         return None if score is None else float(score)
 
     async def remove(self, run_id: str, node_id: str) -> None:
-        await self.redis.zrem(self.key, member(run_id, node_id))
+        await self.redis.zrem(self._key(run_id), member(run_id, node_id))

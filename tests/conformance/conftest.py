@@ -1,17 +1,23 @@
 """Fixtures: one real redis-server per module (free TCP port), flushed between tests,
-and a ``store`` fixture parametrized over every RunStore implementation."""
+a 3-primary Redis Cluster per test process (started on first use: ``tests/support/redis_cluster.py``),
+and a ``store`` fixture parametrized over every RunStore implementation (memory, one Redis,
+the cluster); ``redis_store`` (what only the Redis store promises) over one Redis and the cluster."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
+from redis.asyncio import RedisCluster
 
 from orchestrator.kernel.memory import MemoryStore
 from orchestrator.kernel.store import RunStore
 from orchestrator.local.embedded_redis import EmbeddedRedis
 from orchestrator.settings import Settings
+from orchestrator.store.redis_client import is_cluster
 from orchestrator.store.redis_store import RedisRunStore
+from tests.support import redis_cluster
 from tests.support import redis_server as start_redis
 
 # Distinct TTLs so a test can tell "active" from "retention" by the TTL alone.
@@ -27,9 +33,25 @@ def redis_server() -> Iterator[EmbeddedRedis]:
         server.stop()
 
 
-@pytest.fixture
-async def redis_store(redis_server: EmbeddedRedis) -> AsyncIterator[RedisRunStore]:
-    store = RedisRunStore.from_url(redis_server.url, SETTINGS)
+@pytest.fixture(scope="session")
+def cluster_server() -> Iterator[redis_cluster.Cluster]:
+    if not redis_cluster.available():
+        pytest.skip(f"no {redis_cluster.SERVER} / {redis_cluster.CLI} (Debian's redis-server, redis-tools)")
+    with redis_cluster.redis_cluster(primaries=3) as cluster:
+        yield cluster
+
+
+def settings_for(request: pytest.FixtureRequest, kind: str) -> tuple[str, Settings]:
+    """The URL and settings of the store ``kind`` ("redis" or "cluster")."""
+    if kind == "cluster":
+        url = request.getfixturevalue("cluster_server").url
+        return url, SETTINGS.model_copy(update={"redis_url": url})
+    return request.getfixturevalue("redis_server").url, SETTINGS
+
+
+async def _redis_store(request: pytest.FixtureRequest, kind: str) -> AsyncIterator[RedisRunStore]:
+    url, settings = settings_for(request, kind)
+    store = RedisRunStore.from_url(url, settings)
     await store.redis.flushdb()
     try:
         yield store
@@ -37,15 +59,37 @@ async def redis_store(redis_server: EmbeddedRedis) -> AsyncIterator[RedisRunStor
         await store.close()
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["redis", "cluster"])
+async def redis_store(request: pytest.FixtureRequest) -> AsyncIterator[RedisRunStore]:
+    async for store in _redis_store(request, request.param):
+        yield store
+
+
+@pytest.fixture(params=["memory", "redis", "cluster"])
 async def store(request: pytest.FixtureRequest) -> AsyncIterator[RunStore]:
     if request.param == "memory":
         yield MemoryStore()
         return
-    server = request.getfixturevalue("redis_server")
-    redis_store = RedisRunStore.from_url(server.url, SETTINGS)
-    await redis_store.redis.flushdb()
-    try:
+    async for redis_store in _redis_store(request, request.param):
         yield redis_store
-    finally:
-        await redis_store.close()
+
+
+async def reset_stats(redis: Any) -> None:
+    """CONFIG RESETSTAT on the Redis (every primary of a cluster)."""
+    if is_cluster(redis):
+        await redis.config_resetstat(target_nodes=RedisCluster.PRIMARIES)
+    else:
+        await redis.config_resetstat()
+
+
+async def command_stats(redis: Any) -> dict[str, int]:
+    """Calls per command since the last reset (summed over a cluster's primaries)."""
+    if is_cluster(redis):
+        per_node = await redis.info("commandstats", target_nodes=RedisCluster.PRIMARIES)
+    else:
+        per_node = {"": await redis.info("commandstats")}
+    out: dict[str, int] = {}
+    for stats in per_node.values():
+        for name, v in stats.items():
+            out[name.removeprefix("cmdstat_")] = out.get(name.removeprefix("cmdstat_"), 0) + int(v["calls"])
+    return out

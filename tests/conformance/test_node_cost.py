@@ -11,6 +11,7 @@ from typing import Any
 from redis.asyncio.connection import AbstractConnection
 
 from orchestrator.store.redis_store import RedisRunStore
+from tests.conformance.conftest import command_stats, reset_stats
 from tests.conformance.test_redis_keys import run_key_ttls
 from tests.support import Driver, completed, make_plan, started_event
 
@@ -34,8 +35,7 @@ def round_trips(calls: list[int]) -> Iterator[None]:
 
 
 async def commands(store: RedisRunStore) -> dict[str, int]:
-    stats: dict[str, Any] = await store.redis.info("commandstats")
-    return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+    return await command_stats(store.redis)
 
 
 async def test_a_claim_and_a_budgeted_completion_are_one_round_trip_each(redis_store: RedisRunStore) -> None:
@@ -61,7 +61,7 @@ async def test_a_completion_of_an_active_run_sets_no_ttl(redis_store: RedisRunSt
     driver = Driver(redis_store, plan)
     await driver.start()
     await driver.step("a")
-    await redis_store.redis.config_resetstat()
+    await reset_stats(redis_store.redis)
     await driver.step("b")
     counted = await commands(redis_store)
     assert counted.get("expire", 0) + counted.get("pexpire", 0) == 0, counted

@@ -5,7 +5,6 @@ the plan's graph is built without validating it again, and equals the validated 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 
@@ -14,7 +13,7 @@ from orchestrator.kernel.graph import parse_graph, trusted_graph
 from orchestrator.kernel.validation import validate_graph
 from orchestrator.service.runs import RunRequest, start_run
 from orchestrator.store.redis_store import RedisRunStore
-from tests.conformance.conftest import SETTINGS
+from tests.conformance.conftest import command_stats, reset_stats
 from tests.fake_nodes import graph, make_registry
 
 WIDE = graph([("t", "emit", "Start")] + [(f"r{i}", "relay", f"Relay {i}") for i in range(50)],
@@ -22,15 +21,14 @@ WIDE = graph([("t", "emit", "Start")] + [(f"r{i}", "relay", f"Relay {i}") for i 
 
 
 async def gets(store: RedisRunStore) -> int:
-    stats: dict[str, Any] = await store.redis.info("commandstats")
-    return int(stats.get("cmdstat_get", {}).get("calls", 0))
+    return (await command_stats(store.redis)).get("get", 0)
 
 
 async def test_a_burst_of_one_runs_nodes_on_a_fresh_process_fetches_its_plan_once(
         redis_store: RedisRunStore) -> None:
     run_id = await start_run(redis_store, make_registry(), WIDE, RunRequest(None), dispatch=lambda r, n: None)
-    worker = RedisRunStore(redis_store.redis, SETTINGS)  # another process: nothing cached
-    await redis_store.redis.config_resetstat()
+    worker = RedisRunStore(redis_store.redis, redis_store.settings)  # another process: nothing cached
+    await reset_stats(redis_store.redis)
     plans = await asyncio.gather(*(worker.load_plan(run_id) for _ in range(50)))
     assert await gets(worker) == 1
     assert all(plan is plans[0] for plan in plans)  # one object: its graph is built once
@@ -41,7 +39,7 @@ async def test_a_burst_of_one_runs_nodes_on_a_fresh_process_fetches_its_plan_onc
 
 async def test_every_waiter_of_a_missing_plan_hears_it_and_a_later_load_asks_again(
         redis_store: RedisRunStore) -> None:
-    await redis_store.redis.config_resetstat()
+    await reset_stats(redis_store.redis)
     results = await asyncio.gather(*(redis_store.load_plan("nope") for _ in range(5)), return_exceptions=True)
     assert all(isinstance(r, RunNotFoundError) for r in results)
     assert await gets(redis_store) == 1

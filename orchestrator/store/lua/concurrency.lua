@@ -7,6 +7,9 @@
 -- 'queued' and its start nodes are taken off them, so nothing (the sweeper included) sends them; release gives
 -- the keys of nothing: the runs it starts are put back by the caller's 'unhold').
 -- KEYS[5]: the prefix of this product's concurrency keys ({p}:cc).
+-- A Redis Cluster splits the run's part from the key's (two slots): 'hold' (KEYS[1..4]) records
+-- the rule on the run and, with args.hold, holds it; 'admit' with args.split (KEYS[1] the prefix
+-- alone) then decides on the key's slot without touching the run; 'unhold' starts it again.
 -- Keys under KEYS[5]..':'..scope: ':run:'..key zset running runs (score: admission order);
 -- ':q:'..key zset queued runs (score: arrival); ':all' zset running runs of every key
 -- (round_robin: max counts all keys); ':rr' list of keys with queued runs, in turn order;
@@ -15,7 +18,7 @@
 -- release returns {runs to start...} (its own run removed from wherever it was)
 -- position returns {position} (0: not queued)
 local args = cjson.decode(ARGV[1])
-local base = KEYS[5] .. ':' .. args.scope
+local base = (KEYS[5] or KEYS[1]) .. ':' .. args.scope
 local RUN, Q, ALL, RR, SEQ = base .. ':run:' .. args.key, base .. ':q:' .. args.key, base .. ':all',
   base .. ':rr', base .. ':seq'
 local ttl = math.max(60, math.ceil(args.ttl_s or 86400))
@@ -60,12 +63,27 @@ if args.op == 'unhold' then
   return 1
 end
 
+if args.op == 'hold' then
+  redis.call('HSET', KEYS[1], 'concurrency', cjson.encode({scope = args.scope, key = args.key}))
+  if args.hold then
+    for _, node in ipairs(args.start) do
+      redis.call('SREM', KEYS[2], node)
+      redis.call('SREM', KEYS[3], node)
+      redis.call('HDEL', KEYS[4], node)
+    end
+    redis.call('HSET', KEYS[1], 'status', 'queued')
+  end
+  return 1
+end
+
 if args.op == 'position' then
   return {position(args.run)}
 end
 
 if args.op == 'admit' then
-  redis.call('HSET', KEYS[1], 'concurrency', cjson.encode({scope = args.scope, key = args.key}))
+  if not args.split then
+    redis.call('HSET', KEYS[1], 'concurrency', cjson.encode({scope = args.scope, key = args.key}))
+  end
   local waiting = rr and redis.call('LLEN', RR) > 0 or (not rr and redis.call('ZCARD', Q) > 0)
   if in_progress() < args.max and not waiting then
     start(args.run, args.key)
@@ -86,12 +104,14 @@ if args.op == 'admit' then
     return out
   end
   -- queue / round_robin: hold the run (its start nodes are not ready until it starts)
-  for _, node in ipairs(args.start) do
-    redis.call('SREM', KEYS[2], node)
-    redis.call('SREM', KEYS[3], node)
-    redis.call('HDEL', KEYS[4], node)
+  if not args.split then
+    for _, node in ipairs(args.start) do
+      redis.call('SREM', KEYS[2], node)
+      redis.call('SREM', KEYS[3], node)
+      redis.call('HDEL', KEYS[4], node)
+    end
+    redis.call('HSET', KEYS[1], 'status', 'queued')
   end
-  redis.call('HSET', KEYS[1], 'status', 'queued')
   local seq = redis.call('INCR', SEQ)
   redis.call('ZADD', Q, seq, args.run)
   if rr and redis.call('ZCARD', Q) == 1 then redis.call('RPUSH', RR, args.key) end

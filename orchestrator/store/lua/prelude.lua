@@ -4,13 +4,14 @@
 --   KEYS[16]     {p}:runs:active          KEYS[17]  {p}:runs:queued
 --   KEYS[18]     the node's lease key (if any)
 --   ARGV[1] events maxlen   ARGV[2] notify channel   ARGV[3] active TTL s
---   ARGV[4] retention TTL s ARGV[5] unused (it was the caller's clock)   ARGV[6..] script-specific
+--   ARGV[4] retention TTL s ARGV[5] the wake-up's publish command (SPUBLISH on a cluster)   ARGV[6..] script-specific
 local K_RUN, K_PLAN, K_NODES, K_PENDING, K_LIVE, K_OUT, K_CLAIMS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local K_READY, K_DISPATCHED, K_EVENTS, K_ADJ, K_SUSPEND, K_RESUME = KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
 local K_QUEUE, K_SENT = KEYS[14], KEYS[15]
 local K_ACTIVE, K_QUEUED, K_LEASE = KEYS[16], KEYS[17], KEYS[18]
 local RUN_KEY_COUNT = 15
 local MAXLEN, CHANNEL, ACTIVE_TTL, RETENTION = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local PUBLISH = (ARGV[5] == 'SPUBLISH') and 'SPUBLISH' or 'PUBLISH'
 
 -- One clock for every host: Redis's. Deadlines, retry due times, sent times, event
 -- timestamps and finished_at all come from here, never from the caller, whose clock may
@@ -36,7 +37,7 @@ end
 -- Append one event (already JSON) and wake subscribers; pub/sub is only a hint.
 local function append(event_json)
   local id = redis.call('XADD', K_EVENTS, 'MAXLEN', '~', MAXLEN, '*', 'e', event_json)
-  redis.call('PUBLISH', CHANNEL, id)
+  redis.call(PUBLISH, CHANNEL, id)
   return id
 end
 
