@@ -141,6 +141,18 @@ def primary_of(cluster: rc.Cluster, key: str) -> int:
         client.close()
 
 
+async def failed_over(cluster: rc.Cluster, victim: int, timeout_s: float = 20.0) -> set[int]:
+    """The primaries once ``victim`` is marked failed and a replica serves its slots."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        primaries = set(cluster.primaries())
+        if victim not in primaries and len(primaries) == 3:
+            cluster.wait_ok(timeout_s=max(1.0, deadline - time.monotonic()))
+            return primaries
+        await asyncio.sleep(0.1)
+    return set(cluster.primaries())
+
+
 async def test_runs_continue_when_a_primary_is_killed_and_its_replica_takes_over(
     failover_cluster: rc.Cluster, registry: Registry,
 ) -> None:
@@ -149,8 +161,8 @@ async def test_runs_continue_when_a_primary_is_killed_and_its_replica_takes_over
 
     cluster = failover_cluster
     with EmbeddedRedis(unix_socket=False) as broker, \
-            WorkerProcesses(cluster.url, count=2, concurrency=WORKER_SLOTS, pool="threads",
-                            env=worker_env(broker.url), grace_s=2.0):
+            WorkerProcesses(cluster.url, count=2, concurrency=WORKER_SLOTS, pool="threads", loglevel="INFO",
+                            env=worker_env(broker.url), grace_s=2.0) as workers:
         settings = settings_for(cluster.url, broker.url)
         store = RedisRunStore.from_url(cluster.url, settings)
         celery = make_celery(broker.url, settings)
@@ -167,12 +179,15 @@ async def test_runs_continue_when_a_primary_is_killed_and_its_replica_takes_over
             primaries = set(cluster.primaries())
             assert victim in primaries and held >= 1
             cluster.kill(victim)
-            cluster.wait_ok(timeout_s=20)  # the replica was promoted: every slot is served again
-            promoted = set(cluster.primaries())
+            promoted = await failed_over(cluster, victim)
             assert victim not in promoted and len(promoted) == 3, (promoted, cluster.log_tail())
             after = [await start_run(store, registry, g, RunRequest({"n": 1}, deadline_s=DEADLINE_S),
                                      dispatch=dispatch) for _ in range(6)]
-            results = await settle(store, before + after)
+            try:
+                results = await settle(store, before + after)
+            except AssertionError as exc:
+                logs = "\n".join(f"-- worker {i}:\n{workers.log_tail(i, 6000)}" for i in range(workers.count))
+                raise AssertionError(f"{exc}\nbefore the kill: {before}\nafter: {after}\n{logs}") from None
         finally:
             sweeping.cancel()
             await asyncio.gather(sweeping, return_exceptions=True)
