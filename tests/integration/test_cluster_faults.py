@@ -16,11 +16,22 @@ Two scenarios, each on processes of its own (a test kills or cuts them):
 
 Both end with :func:`check`: every run terminal and succeeded with the right outputs, each
 node exactly one ``completed`` event (0 duplicate completions), and that completion from
-the node's latest claim. Replication is asynchronous: a write a primary acknowledged just
-before it died can be missing on the promoted replica. What the runs show then is what the
-first scenario asserts (every run still terminal and correct, no node completed twice); the
-lost-write window on loopback is well under a millisecond, so the test shows the
-failover path, not a proof that no write can be lost (see docs/deployment.md, "Failover").
+the node's latest claim.
+
+* **Acknowledged writes lost.** Replication is asynchronous: on the namespaced cluster
+  (three primaries with a replica each) a primary's replication link is held back
+  (nftables) for a second while runs start and run, then the primary is SIGKILLed and its
+  replica promoted. Runs on other primaries must be untouched and every run of the lost
+  primary either whole and correct or gone whole; runs gone whole (their start was
+  acknowledged, then lost: no record, no terminal state) make the test xfail naming
+  them, which it does today: the store does not ``WAIT`` for the replica after a start
+  (measured: 5 of 5 such runs lost). In the loopback failover above the link is not held
+  and the loss window is well under a millisecond.
+
+A client made before a failover whose seed node died fails every ``XREAD`` for good:
+redis-py's asyncio cluster client asks its default node for the keys of commands with
+movable keys (``COMMAND GETKEYS``) before its retry loop, so it never replaces that node.
+The scenarios read the outcome with a client made after the failover.
 """
 
 from __future__ import annotations
@@ -202,7 +213,8 @@ async def test_runs_continue_when_a_primary_is_killed_and_its_replica_takes_over
 # -- a worker partitioned from the cluster (network namespaces) --------------------------------
 
 HOSTS = ["redis", "client", "w1", "w2"]
-CLUSTER_PORTS = (7001, 7002, 7003)
+CLUSTER_PORTS = (7001, 7002, 7003, 7004, 7005, 7006)  # three primaries, a replica each
+SEEDS = CLUSTER_PORTS[:3]
 BROKER_PORT = 6379
 
 
@@ -227,7 +239,7 @@ class Layout:
 
     hosts: netns.Hosts
     dir: Path
-    servers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    servers: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)  # port -> redis-server
     workers: dict[str, HostWorker] = field(default_factory=dict)
     sweeper: subprocess.Popen[bytes] | None = None
 
@@ -237,7 +249,7 @@ class Layout:
 
     @property
     def cluster_url(self) -> str:
-        return "redis+cluster://" + ",".join(f"{self.address}:{port}" for port in CLUSTER_PORTS)
+        return "redis+cluster://" + ",".join(f"{self.address}:{port}" for port in SEEDS)
 
     @property
     def broker_url(self) -> str:
@@ -246,14 +258,14 @@ class Layout:
     def _server(self, port: int, *extra: str) -> None:
         folder = self.dir / str(port)
         folder.mkdir()
-        self.servers.append(subprocess.Popen(
+        self.servers[port] = (subprocess.Popen(
             [*self.hosts.exec_prefix("redis"), rc.SERVER,
              "--bind", self.address, "--port", str(port), "--save", "", "--appendonly", "no",
              "--protected-mode", "no", "--dir", str(folder), "--logfile", str(folder / "server.log"), *extra],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True))
 
-    def _cli(self, port: int, *args: str, timeout: float = 10.0) -> str:
+    def cli(self, port: int, *args: str, timeout: float = 10.0) -> str:
         done = subprocess.run([*self.hosts.exec_prefix("redis"), rc.CLI, "-h", self.address, "-p", str(port),
                                *args], capture_output=True, text=True, timeout=timeout, check=False)
         return done.stdout + done.stderr
@@ -265,15 +277,16 @@ class Layout:
                          "--cluster-node-timeout", "2000")
         deadline = time.monotonic() + 20
         for port in (BROKER_PORT, *CLUSTER_PORTS):
-            while "PONG" not in self._cli(port, "ping", timeout=2):
+            while "PONG" not in self.cli(port, "ping", timeout=2):
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"redis-server {port} on host redis did not answer")
                 time.sleep(0.05)
-        out = self._cli(CLUSTER_PORTS[0], "--cluster", "create",
-                        *(f"{self.address}:{port}" for port in CLUSTER_PORTS), "--cluster-yes", timeout=30)
+        out = self.cli(CLUSTER_PORTS[0], "--cluster", "create",
+                        *(f"{self.address}:{port}" for port in CLUSTER_PORTS), "--cluster-replicas", "1",
+                        "--cluster-yes", timeout=30)
         if "[OK] All 16384 slots covered" not in out:
             raise RuntimeError(f"redis-cli --cluster create failed: {out[-2000:]}")
-        while not all("cluster_state:ok" in self._cli(port, "cluster", "info") for port in CLUSTER_PORTS):
+        while not all("cluster_state:ok" in self.cli(port, "cluster", "info") for port in CLUSTER_PORTS):
             if time.monotonic() > deadline:
                 raise RuntimeError("the namespaced cluster is not ok")
             time.sleep(0.1)
@@ -311,7 +324,7 @@ class Layout:
             self.sweeper.wait()
         for worker in self.workers.values():
             worker.stop()
-        for proc in self.servers:
+        for proc in self.servers.values():
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             proc.wait()
@@ -400,3 +413,88 @@ async def test_a_worker_cut_off_from_the_cluster_loses_its_nodes_to_another_work
     reclaimed = [e for r in results for n in r.states for e in r.of(n, "started") if (e.data or {}).get("reclaimed")]
     assert reclaimed, f"no node was claimed again after w1's lease lapsed; sweeper: {layout.sweeper_log()}"
     assert stale >= 1, "w1's renewal or completion after the heal was not refused"
+
+
+# -- acknowledged writes lost in a failover ----------------------------------------------------
+
+LOST_TABLE = "lostrepl"  # the nftables table that holds a primary's replication stream back
+
+
+def replication_of(layout: Layout) -> tuple[int, int, int]:
+    """(a primary's port, its replica's port, the replica's link's port on the replica side)."""
+    nodes = [line.split() for line in layout.cli(SEEDS[0], "cluster", "nodes").splitlines() if line.strip()]
+    port_of = {n[0]: int(n[1].split("@")[0].rsplit(":", 1)[1]) for n in nodes}
+    primary_id, replica_id = next((n[3], n[0]) for n in nodes if "slave" in n[2] and n[3] in port_of)
+    primary = port_of[primary_id]
+    links = layout.cli(primary, "client", "list", "type", "replica")
+    link = next(int(f.split("=", 1)[1].rsplit(":", 1)[1]) for f in links.split() if f.startswith("addr="))
+    return primary, port_of[replica_id], link
+
+
+def hold_replication(layout: Layout, primary: int, link: int) -> None:
+    """Drop what ``primary`` sends on its replica's link: writes are acknowledged, not copied."""
+    rules = (f"table inet {LOST_TABLE} {{\nchain o {{ type filter hook output priority 0; "
+             f"tcp sport {primary} tcp dport {link} drop; }}\n}}\n")
+    subprocess.run([*layout.hosts.exec_prefix("redis"), "nft", "-f", "-"], input=rules, text=True,
+                   check=True, timeout=10)
+
+
+def release_replication(layout: Layout) -> None:
+    subprocess.run([*layout.hosts.exec_prefix("redis"), "nft", "delete", "table", "inet", LOST_TABLE],
+                   capture_output=True, check=False, timeout=10)
+
+
+async def test_writes_a_killed_primary_acknowledged_but_never_copied(layout: Layout, registry: Registry) -> None:
+    """A primary's replica gets nothing of what the primary acknowledges for a second (its
+    replication link held back, as when the primary's host dies with the stream unsent),
+    then the primary is SIGKILLed and the replica promoted: what it acknowledged in that
+    second is gone. Runs on the other primaries are untouched; a run of the lost primary is
+    either whole (its writes reached the replica) or gone whole (its start was
+    acknowledged, then lost: no record, no event, no terminal state). Nothing is completed
+    twice and nothing is half-done. Gone runs make the test xfail, naming them: the store
+    does not wait for the replica (``WAIT``) after it acknowledges a start. Last in the
+    module: the layout has lost a node."""
+    from orchestrator.kernel.errors import RunNotFoundError
+
+    primary, replica, link = replication_of(layout)
+    async with client_side(layout, registry) as client:
+        g = fanout(delay_s=0.3)
+        hold_replication(layout, primary, link)
+        try:
+            runs = [await client.start(g) for _ in range(12)]
+            owners = {r: await owner(client, r) for r in runs}
+            await asyncio.sleep(1.0)
+            layout.servers[primary].kill()
+            layout.servers[primary].wait()
+            deadline = time.monotonic() + 20
+            while not layout.cli(replica, "role").startswith("master"):
+                assert time.monotonic() < deadline, "the replica was not promoted"
+                await asyncio.sleep(0.1)
+        finally:
+            release_replication(layout)
+        # A client made after the failover: one made before keeps asking the dead node for
+        # XREAD's keys (redis-py's cluster client; see the module docstring).
+        fresh = RedisRunStore.from_url(layout.cluster_url, settings_for(layout.cluster_url, layout.broker_url))
+        try:
+            elsewhere = [r for r in runs if owners[r] != primary]
+            check(await settle(fresh, elsewhere))
+            whole, gone = [], []
+            for run_id in (r for r in runs if owners[r] == primary):
+                try:
+                    await fresh.get_run(run_id)
+                    whole.append(run_id)
+                except RunNotFoundError:
+                    assert await fresh.read_events(run_id) == [], (run_id, "events of a run with no record")
+                    gone.append(run_id)
+            check(await settle(fresh, whole))
+        finally:
+            await fresh.close()
+    assert len(elsewhere) + len(whole) + len(gone) == len(runs)
+    if gone:
+        pytest.xfail(f"{len(gone)} of {len(runs) - len(elsewhere)} runs on the killed primary were acknowledged "
+                     f"and lost whole in the failover (no replica WAIT after a start): {gone}")
+
+
+async def owner(client: Client, run_id: str) -> int:
+    node = client.store.redis.get_node_from_key(client.store.all_run_keys(run_id)[0])  # type: ignore[attr-defined]
+    return int(node.port)
