@@ -15,13 +15,15 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from pydantic import model_validator
+
 from orchestrator.settings.api import ApiSettings
 from orchestrator.settings.egress import EgressSettings
 from orchestrator.settings.kernel import KernelLimits
 from orchestrator.settings.models import ModelSettings
 from orchestrator.settings.sandbox import SandboxSettings
 from orchestrator.settings.storage import SOURCE_EXAMPLES, StorageSettings
-from orchestrator.settings.store import StoreSettings
+from orchestrator.settings.store import StoreSettings, broker_problem
 from orchestrator.settings.telemetry import TelemetrySettings
 from orchestrator.settings.worker import WorkerSettings
 
@@ -35,6 +37,14 @@ __all__ = [
 class Settings(StoreSettings, KernelLimits, WorkerSettings, EgressSettings, StorageSettings, SandboxSettings,
                ApiSettings, ModelSettings, TelemetrySettings):
     """Every group: what an entry point builds and hands down."""
+
+    @model_validator(mode="after")
+    def _broker_apart_from_a_cluster(self) -> Settings:
+        """Fail at start, naming the setting, when a Redis Cluster would be the broker."""
+        problem = broker_problem(self.redis_url, self.broker_url)
+        if problem:
+            raise ValueError(problem)
+        return self
 
 
 @lru_cache(maxsize=1)

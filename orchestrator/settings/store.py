@@ -60,3 +60,14 @@ CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
 
 def is_cluster_url(url: str | None) -> bool:
     return bool(url) and str(url).lower().startswith(CLUSTER_SCHEMES)
+
+
+def broker_problem(redis_url: str | None, broker_url: str | None) -> str | None:
+    """Why this pair cannot carry Celery (None: it can): a Redis Cluster is never the broker."""
+    if is_cluster_url(redis_url) and not broker_url:
+        return ("REDIS_URL names a Redis Cluster (redis+cluster://...), which cannot carry the Celery broker: "
+                "set ORCH_BROKER_URL to a RabbitMQ (amqp://...) or a plain Redis (redis://...) broker")
+    if is_cluster_url(broker_url):
+        return (f"ORCH_BROKER_URL {broker_url!r} names a Redis Cluster; the Celery broker must be "
+                "RabbitMQ (amqp://...) or a plain Redis (redis://...)")
+    return None

@@ -3,6 +3,19 @@
 ``{p}`` is ``Settings.key_prefix``. Per-run keys share the ``{p}:run:{run_id}`` stem so a
 run's state can be listed and expired together.
 
+The table is the layout on one Redis (``Keys.of`` with a ``redis://`` URL: untagged, one
+bucket). On a Redis Cluster (``redis+cluster://``) every name gets a hash tag after
+``{p}`` so each Lua script touches one slot (docs/architecture.md, "Run state on a Redis
+Cluster"):
+
+* a run's keys and its bucket's sets: ``{p}:{<bucket tag>}:...`` where the bucket is
+  ``crc32(run_id) % state_buckets`` (``runs:active``, ``runs:queued``, ``waits:due``,
+  ``children`` and ``wsbytes:*`` are then one per bucket, summed where a global view is
+  needed: ``orchestrator/store/fanin.py``, the sweeper);
+* control keys (graphs, hooks, credentials, sessions, drafts, limits, ``cc:*``, the
+  sweeper lock): ``{p}:{c}:...``, one slot;
+* a file: ``{p}:blob:{ws}:{<id>}`` (its own id as tag, with its ``:part``).
+
 =========================================  ==========  ==============================================
 key                                        type        what, TTL
 =========================================  ==========  ==============================================

@@ -239,8 +239,11 @@ def until(client: Any, run_id: str, wanted: set[str], timeout_s: float = 30.0) -
 
 def test_a_cluster_without_a_broker_of_its_own_is_refused_at_start(cluster: redis_cluster.Cluster) -> None:
     from orchestrator.queue.app import make_celery
+    from orchestrator.settings import WorkerSettings
 
-    with pytest.raises(OrchestratorError, match="ORCH_BROKER_URL"):
-        make_celery(cluster.url, Settings(redis_url=cluster.url))
-    with pytest.raises(OrchestratorError, match="Redis Cluster"):
-        make_celery(cluster.url, Settings(redis_url=cluster.url, broker_url=cluster.url))
+    with pytest.raises(ValueError, match="ORCH_BROKER_URL"):  # the settings every entry point loads
+        Settings(redis_url=cluster.url)
+    with pytest.raises(ValueError, match="names a Redis Cluster"):
+        Settings(redis_url=cluster.url, broker_url=cluster.url)
+    with pytest.raises(OrchestratorError, match="ORCH_BROKER_URL"):  # and the Celery app itself
+        make_celery(cluster.url, WorkerSettings())
