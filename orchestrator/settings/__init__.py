@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from pydantic import model_validator
-
+from orchestrator.kernel.errors import ConfigurationError
 from orchestrator.settings.api import ApiSettings
 from orchestrator.settings.egress import EgressSettings
 from orchestrator.settings.kernel import KernelLimits
@@ -38,19 +37,17 @@ class Settings(StoreSettings, KernelLimits, WorkerSettings, EgressSettings, Stor
                ApiSettings, ModelSettings, TelemetrySettings):
     """Every group: what an entry point builds and hands down."""
 
-    @model_validator(mode="after")
-    def _broker_apart_from_a_cluster(self) -> Settings:
-        """Fail at start, naming the setting, when a Redis Cluster would be the broker."""
-        problem = broker_problem(self.redis_url, self.broker_url)
-        if problem:
-            raise ValueError(problem)
-        return self
-
 
 @lru_cache(maxsize=1)
 def load_settings() -> Settings:
-    """The process's settings, read from the environment once. Entry points only."""
-    return Settings()
+    """The process's settings, read from the environment once. Entry points only: a layout
+    that cannot work (a Redis Cluster as the Celery broker) fails here, at start, naming the
+    setting to change."""
+    settings = Settings()
+    problem = broker_problem(settings.redis_url, settings.broker_url)
+    if problem:
+        raise ConfigurationError(problem)
+    return settings
 
 
 get_settings = load_settings  # the name older callers and tests use (``cache_clear`` too)

@@ -21,7 +21,7 @@ class StoreSettings(SettingsGroup):
     # (rediss+cluster:// for TLS). Each run belongs to one of state_buckets buckets (a hash tag
     # per bucket, spread evenly over the 16384 slots): fixed for a deployment (a change strands
     # the runs in progress). Read only on a cluster (one Redis has one bucket). docs/deployment.md.
-    state_buckets: int = Field(default=64, ge=1, le=16384)
+    state_buckets: int = Field(default=64, ge=1, le=4096)
     # A plain Redis (redis://) for the clients that cannot use a cluster: the schedules'
     # redbeat entries and Agno's agent sessions (nodes/_ai/storage.py). Required on a cluster;
     # unset on one Redis: REDIS_URL's.
