@@ -7,7 +7,7 @@ redis-server as the Celery broker (``ORCH_BROKER_URL``) and two Celery worker pr
 deployment on a cluster relies on: a fan-out spreads over both workers and every primary
 and completes each node once, a node whose message was lost is sent again by the sweeper, a
 killed worker's node runs again and completes once, a run suspended on a form waits and
-resumes through the API, and a cluster without a separate broker is refused at start.
+resumes through the API, and the Celery app refuses a cluster as its broker.
 """
 
 from __future__ import annotations
@@ -237,13 +237,12 @@ def until(client: Any, run_id: str, wanted: set[str], timeout_s: float = 30.0) -
         time.sleep(0.1)
 
 
-def test_a_cluster_without_a_broker_of_its_own_is_refused_at_start(cluster: redis_cluster.Cluster) -> None:
+def test_the_celery_app_refuses_a_cluster_as_its_broker(cluster: redis_cluster.Cluster) -> None:
+    """(A process refusing to start: tests/settings/test_cluster_layout.py.)"""
     from orchestrator.queue.app import make_celery
     from orchestrator.settings import WorkerSettings
 
-    with pytest.raises(ValueError, match="ORCH_BROKER_URL"):  # the settings every entry point loads
-        Settings(redis_url=cluster.url)
-    with pytest.raises(ValueError, match="names a Redis Cluster"):
-        Settings(redis_url=cluster.url, broker_url=cluster.url)
-    with pytest.raises(OrchestratorError, match="ORCH_BROKER_URL"):  # and the Celery app itself
+    with pytest.raises(OrchestratorError, match="ORCH_BROKER_URL"):
         make_celery(cluster.url, WorkerSettings())
+    with pytest.raises(OrchestratorError, match="names a Redis Cluster"):
+        make_celery(cluster.url, WorkerSettings(broker_url=cluster.url))
