@@ -127,7 +127,8 @@ async def session_db(ctx: FlowContext) -> BaseDb:
     """Agno session storage of the run's workspace: on the run's Redis when the host passes
     ``redis_url``, else the process-local store."""
     host = node_host(ctx)
-    if not host.redis_url:
+    url = host.plain_redis_url()  # on a Redis Cluster: ORCH_CONTROL_REDIS_URL (Agno's client is not a cluster's)
+    if not url:
         return _MEMORY_DB
     expire_s = int(host.settings.retention_s or DEFAULT_RETENTION_S)
-    return redis_db(host.redis_url, agno_prefix(host.settings.key_prefix or "orc", host.workspace), expire_s)
+    return redis_db(url, agno_prefix(host.settings.key_prefix or "orc", host.workspace), expire_s)

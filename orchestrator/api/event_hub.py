@@ -34,13 +34,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from sse_starlette import ServerSentEvent
 
 from orchestrator.kernel.protocol import EventType, NodeEvent
+from orchestrator.store import redis_client
 from orchestrator.store.keys import Keys
-from orchestrator.store.redis_client import fixed
 
 log = logging.getLogger(__name__)
 
@@ -370,9 +370,7 @@ class EventHub:
 
     def _dedicated_client(self) -> Redis:
         """A client with one connection of its own, for blocking reads."""
-        pool = self.redis.connection_pool
-        own = ConnectionPool(connection_class=pool.connection_class, max_connections=1, **pool.connection_kwargs)
-        return Redis.from_pool(fixed(own))  # cancellable even if the app's client is not
+        return redis_client.sibling(self.redis, max_connections=1)  # cancellable writes, like every client
 
     async def close(self) -> None:
         """Stop every reader (app shutdown); their subscribers' iterations end."""

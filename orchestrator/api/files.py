@@ -31,10 +31,10 @@ from typing import Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, File, Response, UploadFile
-from redis.asyncio import ConnectionPool, Redis
 
 from orchestrator.errors import PayloadTooLargeError
 from orchestrator.settings import Settings
+from orchestrator.store import redis_client
 from orchestrator.store.blobs import DEFAULT_WORKSPACE, Blobs, max_file_bytes
 
 from .auth import role
@@ -81,9 +81,7 @@ def download_headers(name: str) -> dict[str, str]:
 async def blobs_of(services: Services, workspace: str = DEFAULT_WORKSPACE) -> AsyncIterator[Blobs]:
     """The caller's workspace's file store on the app's Redis server (a byte-level client
     of its own). Files of another workspace are unknown (404)."""
-    pool = services.redis.connection_pool
-    kwargs = {**pool.connection_kwargs, "decode_responses": False}
-    client = Redis.from_pool(ConnectionPool(connection_class=pool.connection_class, **kwargs))
+    client = redis_client.sibling(services.redis, decode_responses=False)
     blobs = Blobs(client, services.settings, workspace=workspace)
     try:
         yield blobs

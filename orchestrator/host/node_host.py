@@ -43,6 +43,7 @@ from orchestrator.host.workspace import checked_workspace, workspace_dir, worksp
 from orchestrator.kernel.errors import ConfigurationError, ParameterError
 from orchestrator.kernel.protocol import FlowContext, NodeEvent
 from orchestrator.settings import Settings, load_settings
+from orchestrator.settings.store import is_cluster_url
 from orchestrator.store import redis_client
 from orchestrator.store.blobs import Blobs
 from orchestrator.store.limits import RateLimiter
@@ -110,6 +111,17 @@ class NodeHost:
         if not self.redis_url:
             raise RequestError("this node needs Redis (credentials, files): the host passed no redis_url")
         return self.redis_url
+
+    def plain_redis_url(self) -> str | None:
+        """A plain (non-cluster) Redis for clients that cannot use a Redis Cluster (Agno's
+        session storage): the host's Redis, or on a cluster ``ORCH_CONTROL_REDIS_URL``
+        (a RequestError naming it when unset); None for a host with no Redis."""
+        if not self.redis_url or not is_cluster_url(self.redis_url):
+            return self.redis_url
+        if not self.settings.control_redis_url:
+            raise RequestError("agent sessions need a plain Redis: REDIS_URL names a Redis Cluster, so set "
+                               "ORCH_CONTROL_REDIS_URL=redis://host:port/db")
+        return self.settings.control_redis_url
 
     def workspace_dir(self) -> Path:
         """The folder of the run's workspace on this worker's disk (not created)."""

@@ -43,7 +43,7 @@ from kombu import Exchange, Queue
 
 from orchestrator.kernel.errors import OrchestratorError
 from orchestrator.settings import WorkerSettings
-from orchestrator.settings.store import is_cluster_url
+from orchestrator.settings.store import broker_problem
 
 NODE_QUEUE = "orchestrator"  # the one queue node tasks travel on
 NODE_TASK = "orchestrator.node"  # task name: (run_id, node_id)
@@ -73,14 +73,9 @@ def is_amqp(url: str) -> bool:
 def configure(app: Celery, redis_url: str, settings: WorkerSettings) -> None:
     """Apply the project's broker and worker settings to ``app``: the broker is
     ``settings.broker_url`` when set, else the Redis of ``redis_url``."""
-    if is_cluster_url(redis_url) and not settings.broker_url:
-        raise OrchestratorError(
-            "REDIS_URL names a Redis Cluster (redis+cluster://...), which cannot carry the Celery broker: "
-            "set ORCH_BROKER_URL to a RabbitMQ (amqp://...) or a plain Redis (redis://...) broker")
-    if settings.broker_url and is_cluster_url(settings.broker_url):
-        raise OrchestratorError(
-            f"ORCH_BROKER_URL {settings.broker_url!r} names a Redis Cluster; the Celery broker must be "
-            "RabbitMQ (amqp://...) or a plain Redis (redis://...)")
+    problem = broker_problem(redis_url, settings.broker_url)
+    if problem:
+        raise OrchestratorError(problem)
     if settings.broker_url and is_amqp(settings.broker_url):
         _configure_amqp(app, settings.broker_url)
         return

@@ -29,6 +29,7 @@ from celery.schedules import BaseSchedule, crontab, schedule
 
 from orchestrator.kernel.errors import OrchestratorError, ParameterError
 from orchestrator.settings import Settings
+from orchestrator.settings.store import is_cluster_url
 
 if TYPE_CHECKING:
     from orchestrator.service.graph_store import GraphStore
@@ -108,7 +109,15 @@ def key_prefix(settings: Settings) -> str:
 
 
 def configure_beat(app: Celery, redis_url: str, settings: Settings) -> None:
-    """Point redbeat at ``redis_url`` with this product's key prefix and lock."""
+    """Point redbeat at ``redis_url`` with this product's key prefix and lock. redbeat's
+    entries live on one plain Redis: on a Redis Cluster (REDIS_URL ``redis+cluster://``)
+    that is ``ORCH_CONTROL_REDIS_URL``, and without it beat refuses to start."""
+    if is_cluster_url(redis_url):
+        if not settings.control_redis_url:
+            raise OrchestratorError(
+                "schedules (redbeat) need a plain Redis: REDIS_URL names a Redis Cluster, so set "
+                "ORCH_CONTROL_REDIS_URL=redis://host:port/db (a small Redis of its own)")
+        redis_url = settings.control_redis_url
     app.conf.update(
         redbeat_redis_url=redis_url,
         redbeat_redis_options={},

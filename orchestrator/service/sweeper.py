@@ -257,7 +257,7 @@ class Sweeper:
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hget(k.run(run_id), "status")
             pipe.hgetall(k.nodes(run_id))
-            pipe.sdiff([k.ready(run_id), k.dispatched(run_id)])
+            pipe.execute_command("SDIFF", k.ready(run_id), k.dispatched(run_id))  # (a cluster pipeline blocks sdiff())
             pipe.llen(k.queue(run_id))
             pipe.hgetall(k.sent(run_id))
             status, states, undispatched, queued, sent_raw = await pipe.execute()

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from orchestrator.kernel.errors import ConfigurationError
 from orchestrator.settings.api import ApiSettings
 from orchestrator.settings.egress import EgressSettings
 from orchestrator.settings.kernel import KernelLimits
 from orchestrator.settings.models import ModelSettings
 from orchestrator.settings.sandbox import SandboxSettings
 from orchestrator.settings.storage import SOURCE_EXAMPLES, StorageSettings
-from orchestrator.settings.store import StoreSettings
+from orchestrator.settings.store import StoreSettings, broker_problem
 from orchestrator.settings.telemetry import TelemetrySettings
 from orchestrator.settings.worker import WorkerSettings
 
@@ -39,8 +40,14 @@ class Settings(StoreSettings, KernelLimits, WorkerSettings, EgressSettings, Stor
 
 @lru_cache(maxsize=1)
 def load_settings() -> Settings:
-    """The process's settings, read from the environment once. Entry points only."""
-    return Settings()
+    """The process's settings, read from the environment once. Entry points only: a layout
+    that cannot work (a Redis Cluster as the Celery broker) fails here, at start, naming the
+    setting to change."""
+    settings = Settings()
+    problem = broker_problem(settings.redis_url, settings.broker_url)
+    if problem:
+        raise ConfigurationError(problem)
+    return settings
 
 
 get_settings = load_settings  # the name older callers and tests use (``cache_clear`` too)

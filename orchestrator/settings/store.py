@@ -21,7 +21,7 @@ class StoreSettings(SettingsGroup):
     # (rediss+cluster:// for TLS). Each run belongs to one of state_buckets buckets (a hash tag
     # per bucket, spread evenly over the 16384 slots): fixed for a deployment (a change strands
     # the runs in progress). Read only on a cluster (one Redis has one bucket). docs/deployment.md.
-    state_buckets: int = Field(default=64, ge=1, le=16384)
+    state_buckets: int = Field(default=64, ge=1, le=4096)
     # A plain Redis (redis://) for the clients that cannot use a cluster: the schedules'
     # redbeat entries and Agno's agent sessions (nodes/_ai/storage.py). Required on a cluster;
     # unset on one Redis: REDIS_URL's.
@@ -60,3 +60,14 @@ CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
 
 def is_cluster_url(url: str | None) -> bool:
     return bool(url) and str(url).lower().startswith(CLUSTER_SCHEMES)
+
+
+def broker_problem(redis_url: str | None, broker_url: str | None) -> str | None:
+    """Why this pair cannot carry Celery (None: it can): a Redis Cluster is never the broker."""
+    if is_cluster_url(redis_url) and not broker_url:
+        return ("REDIS_URL names a Redis Cluster (redis+cluster://...), which cannot carry the Celery broker: "
+                "set ORCH_BROKER_URL to a RabbitMQ (amqp://...) or a plain Redis (redis://...) broker")
+    if is_cluster_url(broker_url):
+        return (f"ORCH_BROKER_URL {broker_url!r} names a Redis Cluster; the Celery broker must be "
+                "RabbitMQ (amqp://...) or a plain Redis (redis://...)")
+    return None

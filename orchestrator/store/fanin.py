@@ -24,13 +24,14 @@ async def _per_bucket(redis: Redis, keys: Keys, command: str, key_of: Any) -> li
         return list(await pipe.execute())
 
 
-async def queued_nodes(redis: Redis, keys: Keys) -> int:
-    """Nodes waiting on every run's queue (``{p}:runs:queued``, summed over the buckets)."""
+async def queued_nodes(redis: Redis, keys: Keys, *, max_age_s: float = QUEUED_MAX_AGE_S) -> int:
+    """Nodes waiting on every run's queue (``{p}:runs:queued``, summed over the buckets; a
+    sum younger than ``max_age_s`` is reused)."""
     if keys.buckets <= 1:
         return int(await redis.get(keys.queued_nodes()) or 0)
     cache_key = (id(redis), keys.prefix)
     cached = _queued_cache.get(cache_key)
-    if cached is not None and time.monotonic() - cached[0] < QUEUED_MAX_AGE_S:
+    if cached is not None and time.monotonic() - cached[0] < max_age_s:
         return cached[1]
     total = sum(int(n or 0) for n in await _per_bucket(redis, keys, "get", keys.queued_nodes))
     _queued_cache[cache_key] = (time.monotonic(), total)

@@ -3,6 +3,19 @@
 ``{p}`` is ``Settings.key_prefix``. Per-run keys share the ``{p}:run:{run_id}`` stem so a
 run's state can be listed and expired together.
 
+The table is the layout on one Redis (``Keys.of`` with a ``redis://`` URL: untagged, one
+bucket). On a Redis Cluster (``redis+cluster://``) every name gets a hash tag after
+``{p}`` so each Lua script touches one slot (docs/architecture.md, "Run state on a Redis
+Cluster"):
+
+* a run's keys and its bucket's sets: ``{p}:{<bucket tag>}:...`` where the bucket is
+  ``crc32(run_id) % state_buckets`` (``runs:active``, ``runs:queued``, ``waits:due``,
+  ``children`` and ``wsbytes:*`` are then one per bucket, summed where a global view is
+  needed: ``orchestrator/store/fanin.py``, the sweeper);
+* control keys (graphs, hooks, credentials, sessions, drafts, limits, ``cc:*``, the
+  sweeper lock): ``{p}:{c}:...``, one slot;
+* a file: ``{p}:blob:{ws}:{<id>}`` (its own id as tag, with its ``:part``).
+
 =========================================  ==========  ==============================================
 key                                        type        what, TTL
 =========================================  ==========  ==============================================
@@ -107,16 +120,28 @@ CONTROL_TAG = "c"
 
 @cache
 def bucket_tags(buckets: int) -> tuple[str, ...]:
-    """One hash tag per bucket, chosen so bucket ``b`` falls in the ``b``-th of ``buckets``
-    equal slot ranges: buckets spread evenly over whatever primaries own the slots."""
-    tags = []
-    for b in range(buckets):
-        low = b * REDIS_CLUSTER_HASH_SLOTS // buckets
-        high = max(low + 1, (b + 1) * REDIS_CLUSTER_HASH_SLOTS // buckets)
-        tag = next(t for k in range(1_000_000) for t in (f"b{b}.{k}",)
-                   if low <= key_slot(t.encode()) < high)
-        tags.append(tag)
-    return tuple(tags)
+    """One hash tag per bucket, chosen so bucket ``b`` hashes near the middle of the
+    ``b``-th of ``buckets`` equal slot ranges: buckets spread evenly over whatever
+    primaries own the slots (an even split of 16384 puts 6 or 7 of 64 on each of 10).
+    Tags ``b<k>`` are tried in order until every bucket has one (deterministic)."""
+    width = REDIS_CLUSTER_HASH_SLOTS / buckets
+    near = max(0, min(8, int(width / 2) - 1))
+    windows = [range(max(0, int((b + 0.5) * width) - near), int((b + 0.5) * width) + near + 1)
+               for b in range(buckets)]
+    by_slot: dict[int, str] = {}
+    tags: dict[int, str] = {}
+    k = 0
+    while len(tags) < buckets:
+        for _ in range(4096):
+            tag = f"b{k}"
+            by_slot.setdefault(key_slot(tag.encode()), tag)
+            k += 1
+        for b, window in enumerate(windows):
+            if b not in tags:
+                found = sorted((abs(s - window[len(window) // 2]), s) for s in window if s in by_slot)
+                if found:
+                    tags[b] = by_slot[found[0][1]]
+    return tuple(tags[b] for b in range(buckets))
 
 
 @dataclass(frozen=True)

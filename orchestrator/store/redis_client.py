@@ -101,7 +101,9 @@ def cluster_client(url: str, **kwargs: Any) -> Redis:
         if not host or not port.isdigit():
             raise ValueError(f"REDIS_URL {url!r}: cluster nodes are host:port[,host:port...], not {hostport!r}")
         nodes.append(ClusterNode(host.strip("[]"), int(port)))
-    kwargs.pop("health_check_interval", None)
+    # A cluster node's pool does not wait for a free connection (it raises past
+    # max_connections): the pool-wait timeout of a blocking pool has no meaning here.
+    kwargs.pop("timeout", None)
     tls = parts.scheme.lower().startswith("rediss")
     cluster = RedisCluster(startup_nodes=nodes, username=unquote(username) or None,
                            password=unquote(password) or None, ssl=tls, **kwargs)
@@ -113,6 +115,28 @@ def cluster_client(url: str, **kwargs: Any) -> Redis:
         node.connection_kwargs.update({k: v for k, v in cluster.connection_kwargs.items()
                                        if k not in ("connection_class", "max_connections")})
     return cast(Redis, cluster)
+
+
+def sibling(redis: Redis, **kwargs: Any) -> Redis:
+    """A new client on the same server (or cluster) as ``redis``, with its own connections
+    and ``kwargs`` over its options (e.g. ``decode_responses=False``, ``max_connections=1``)."""
+    if isinstance(redis, RedisCluster):
+        cluster = cast(RedisCluster, redis)
+        options = {k: v for k, v in cluster.connection_kwargs.items()
+                   if k not in ("connection_class", "max_connections", "host", "port")}
+        nodes = [ClusterNode(n.host, n.port) for n in cluster.get_nodes()] or list(
+            cluster.nodes_manager.startup_nodes.values())
+        conn_class = cluster.connection_kwargs.get("connection_class", TcpConnection)
+        own = RedisCluster(startup_nodes=[ClusterNode(n.host, n.port) for n in nodes],
+                           **{**options, **kwargs})
+        own.connection_kwargs["connection_class"] = conn_class
+        own.nodes_manager.connection_kwargs["connection_class"] = conn_class
+        return cast(Redis, own)
+    pool = redis.connection_pool
+    max_connections = kwargs.pop("max_connections", None)
+    own_pool = ConnectionPool(connection_class=pool.connection_class, max_connections=max_connections,
+                              **{**pool.connection_kwargs, **kwargs})
+    return Redis.from_pool(fixed(own_pool))
 
 
 def is_cluster(redis: Any) -> bool:

@@ -44,6 +44,7 @@ API answers 507 naming it; a node step fails with it).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import time
@@ -133,6 +134,7 @@ class StorageBudget:
         self._reserve = redis.register_script(RESERVE_LUA)
         self._release = redis.register_script(RELEASE_LUA)
         self._others: dict[str, tuple[float, dict[int, int]]] = {}  # workspace -> (when, bytes per bucket)
+        self._refreshing: dict[str, asyncio.Future[None]] = {}  # workspace -> its sum under way
         self._call: ScriptCall = call or (lambda script, keys, args: script(keys=keys, args=args))
 
     @property
@@ -180,8 +182,8 @@ class StorageBudget:
     def _workspace_allowance(self, workspace: str, bucket: int) -> int:
         """The workspace budget a script checks in ``bucket``: the whole budget on one
         Redis; on a cluster what the other buckets leave of it (their counters summed by
-        :meth:`refresh_others`, at most ``OTHERS_MAX_AGE_S`` old: across buckets the budget
-        holds with that lag, within a bucket exactly)."""
+        :meth:`refresh_others`, one to two ``OTHERS_MAX_AGE_S`` old: across buckets the
+        budget holds with that lag, within a bucket exactly)."""
         if self.workspace_max_bytes <= 0 or self.keys.buckets <= 1:
             return self.workspace_max_bytes
         others = self._others.get(workspace, (0.0, {}))[1]
@@ -189,27 +191,43 @@ class StorageBudget:
         return max(1, self.workspace_max_bytes - used_elsewhere)
 
     async def refresh_others(self, workspace: str) -> None:
-        """Sum the workspace's counters per bucket (a cluster), when older than OTHERS_MAX_AGE_S."""
+        """Sum the workspace's counters per bucket (a cluster) when the last sum is older
+        than OTHERS_MAX_AGE_S. One refresh per workspace at a time (single flight); while it
+        runs, callers use the previous sum unless that is older than twice the age (or
+        there is none), then they wait for the new one."""
         if self.workspace_max_bytes <= 0 or self.keys.buckets <= 1:
             return
-        at = self._others.get(workspace, (0.0, {}))[0]
-        if time.monotonic() - at < OTHERS_MAX_AGE_S:
+        at = self._others.get(workspace, (-math.inf, {}))[0]
+        age = time.monotonic() - at
+        if age < OTHERS_MAX_AGE_S:
             return
+        task = self._refreshing.get(workspace)
+        if task is None:
+            task = asyncio.ensure_future(self._refresh(workspace))
+            self._refreshing[workspace] = task
+            task.add_done_callback(lambda done: self._refreshed(workspace, done))
+        if age >= 2 * OTHERS_MAX_AGE_S:
+            await asyncio.shield(task)
+
+    async def _refresh(self, workspace: str) -> None:
         self._others[workspace] = (time.monotonic(), await self.per_bucket(workspace))
 
+    def _refreshed(self, workspace: str, done: asyncio.Future[None]) -> None:
+        self._refreshing.pop(workspace, None)
+        if not done.cancelled():
+            done.exception()  # retrieved here too: every waiter may have gone
+
     async def per_bucket(self, workspace: str) -> dict[int, int]:
-        """The workspace's bytes per bucket (one pipeline; a cluster groups it per node)."""
+        """The workspace's bytes per bucket: one MGET per bucket (its day counters share the
+        bucket's slot), all in one pipeline (a cluster sends one batch per node)."""
         days = self._days(time.time())
         async with self.redis.pipeline(transaction=False) as pipe:
             for bucket in range(self.keys.buckets):
-                for day in days:
-                    pipe.get(self.keys.workspace_bytes(workspace, day, bucket))
-            values = await pipe.execute()
-        out: dict[int, int] = {}
-        for i, value in enumerate(values):
-            if value is not None:
-                out[i // len(days)] = out.get(i // len(days), 0) + int(value)
-        return out
+                # a raw command: redis-py's cluster pipeline refuses mget() even within one slot
+                pipe.execute_command("MGET", *(self.keys.workspace_bytes(workspace, day, bucket) for day in days))
+            replies = await pipe.execute()
+        return {bucket: total for bucket, values in enumerate(replies)
+                if (total := sum(int(v) for v in values if v is not None))}
 
     def check(self, verdict: str, used: int, nbytes: int, *, workspace: str, run_id: str | None) -> None:
         """Raise the :class:`StorageBudgetError` of a refused reservation's ``verdict``

@@ -19,6 +19,12 @@ async def run_key_ttls(store: RedisRunStore, run_id: str) -> dict[str, int]:
     return {k: await store.redis.ttl(k) for k in keys}
 
 
+async def deadline_of(store: RedisRunStore, run_id: str) -> float | None:
+    """The run's score in its bucket's ``runs:active`` (None: not active)."""
+    score = await store.redis.zscore(store.keys.active_runs(store.keys.bucket(run_id)), run_id)
+    return None if score is None else float(score)
+
+
 async def test_every_key_of_an_active_run_has_a_ttl(redis_store: RedisRunStore) -> None:
     plan = make_plan("abc", [("a", "out", "b", "in"), ("a", "out", "c", "in")])
     driver = Driver(redis_store, plan)
@@ -29,7 +35,7 @@ async def test_every_key_of_an_active_run_has_a_ttl(redis_store: RedisRunStore) 
     assert all(ttl > 0 for ttl in ttls.values()), ttls
     fixed = {k: t for k, t in ttls.items() if ":lease:" not in k}
     assert all(t <= SETTINGS.active_ttl_s for t in fixed.values()), fixed
-    assert await redis_store.redis.zscore(redis_store.keys.active_runs(), plan.run_id) is not None
+    assert await deadline_of(redis_store, plan.run_id) is not None
 
 
 async def test_run_keys_get_the_retention_ttl_when_the_run_finishes(
@@ -39,7 +45,7 @@ async def test_run_keys_get_the_retention_ttl_when_the_run_finishes(
     await Driver(redis_store, plan).run()
     ttls = await run_key_ttls(redis_store, plan.run_id)
     assert all(SETTINGS.active_ttl_s < t <= SETTINGS.retention_s for t in ttls.values()), ttls
-    assert await redis_store.redis.zscore(redis_store.keys.active_runs(), plan.run_id) is None
+    assert await deadline_of(redis_store, plan.run_id) is None
 
 
 async def test_cancelled_run_keys_get_the_retention_ttl(redis_store: RedisRunStore) -> None:
@@ -65,7 +71,7 @@ async def test_creating_a_run_twice_changes_nothing(redis_store: RedisRunStore) 
 async def test_plan_round_trips_through_redis(redis_store: RedisRunStore) -> None:
     plan = make_plan("ab", [("a", "out", "b", "in")])
     await redis_store.create_run(plan, record_for(plan))
-    fresh = RedisRunStore(redis_store.redis, SETTINGS)  # another process: empty plan cache
+    fresh = RedisRunStore(redis_store.redis, redis_store.settings)  # another process: empty plan cache
     assert (await fresh.load_plan(plan.run_id)).to_json() == plan.to_json()
 
 
@@ -104,13 +110,19 @@ async def test_each_append_publishes_its_stream_id_on_the_notify_channel(
     plan = make_plan("ab", [("a", "out", "b", "in")])
     await redis_store.create_run(plan, record_for(plan))
     pubsub = redis_store.redis.pubsub()
-    await pubsub.subscribe(redis_store.keys.notify(plan.run_id))
-    await pubsub.get_message(timeout=1)  # the subscribe confirmation
+    # a cluster publishes on the channel's shard (SPUBLISH): a subscriber says SSUBSCRIBE
+    sharded = redis_store.keys.tagged
+    channel = redis_store.keys.notify(plan.run_id)
+    await (pubsub.ssubscribe(channel) if sharded else pubsub.subscribe(channel))
+    await (pubsub.get_sharded_message(timeout=1) if sharded else pubsub.get_message(timeout=1))  # the confirmation
     event_id = await redis_store.append_event(NodeEvent(
         run_id=plan.run_id, node_id="a", node_type="fake", event_type=EventType.PROGRESS))
     message = None
     for _ in range(50):
-        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.1)
+        if sharded:
+            message = await pubsub.get_sharded_message(ignore_subscribe_messages=True, timeout=0.1)
+        else:
+            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.1)
         if message:
             break
         await asyncio.sleep(0)
@@ -122,7 +134,7 @@ async def test_blocking_read_wakes_up_on_a_new_event(redis_store: RedisRunStore)
     plan = make_plan("ab", [("a", "out", "b", "in")])
     await redis_store.create_run(plan, record_for(plan))
     last = (await redis_store.read_events(plan.run_id))[-1][0]
-    reader = RedisRunStore.from_url(_url(redis_store), SETTINGS)
+    reader = RedisRunStore.from_url(_url(redis_store), redis_store.settings)
     waiting = asyncio.create_task(reader.read_events(plan.run_id, after=last, block_ms=5000))
     await asyncio.sleep(0.05)
     await redis_store.complete_node(plan.run_id, "a", completed(plan.run_id, "a", ["out"]))
@@ -132,14 +144,35 @@ async def test_blocking_read_wakes_up_on_a_new_event(redis_store: RedisRunStore)
 
 
 def _url(store: RedisRunStore) -> str:
+    if store.settings.redis_url and store.keys.tagged:
+        return store.settings.redis_url
     kw = store.redis.connection_pool.connection_kwargs
     return f"redis://{kw['host']}:{kw['port']}/{kw.get('db', 0)}"
 
 
 async def test_a_client_without_decoded_responses_is_refused(redis_store: RedisRunStore) -> None:
-    from redis.asyncio import Redis
+    from orchestrator.store.redis_client import client
 
-    raw = Redis.from_url(_url(redis_store))
+    raw = client(_url(redis_store))
     with pytest.raises(OrchestratorError, match="decode_responses"):
-        RedisRunStore(raw, SETTINGS)
+        RedisRunStore(raw, redis_store.settings)
     await raw.aclose()
+
+
+async def test_on_a_cluster_every_key_of_a_run_is_in_one_slot_and_runs_spread_over_every_primary(
+        redis_store: RedisRunStore) -> None:
+    if not redis_store.keys.tagged:
+        pytest.skip("one Redis: no slots")
+    from redis.asyncio import RedisCluster
+
+    cluster: RedisCluster = redis_store.redis  # type: ignore[assignment]
+    primaries: dict[str, int] = {}
+    for i in range(60):
+        plan = make_plan("ab", [("a", "out", "b", "in")], run_id=f"spread-{i}")
+        await Driver(redis_store, plan).start()
+        slots = {cluster.keyslot(k) for k in redis_store.keys.run_keys(plan.run_id)}
+        slots.add(cluster.keyslot(redis_store.keys.active_runs(redis_store.keys.bucket(plan.run_id))))
+        assert len(slots) == 1, slots
+        node = cluster.get_node_from_key(redis_store.keys.run(plan.run_id))
+        primaries[node.name] = primaries.get(node.name, 0) + 1
+    assert len(primaries) == 3 and min(primaries.values()) >= 10, primaries

@@ -77,7 +77,7 @@ async def test_graph_deadline_setting_sets_the_sweeper_deadline(redis_store: Red
     timed = {**CHAIN, "settings": {"deadline_s": 5}}
     run_id = await start_run(redis_store, make_registry(), timed, RunRequest(None), dispatch=Recorder())
     record = await redis_store.get_run(run_id)
-    score = await redis_store.redis.zscore(redis_store.keys.active_runs(), run_id)
+    score = await redis_store.redis.zscore(redis_store.keys.active_runs(redis_store.keys.bucket(run_id)), run_id)
     assert score == pytest.approx(record.created_at + 5, abs=0.01)
 
 

@@ -34,9 +34,13 @@ CLUSTER_URL = "redis+cluster://redis-node-0:6379,redis-node-1:6379,redis-node-2:
 BROKER_URL = "amqp://orchestrator:s3cret@rabbitmq:5672//"
 
 
+CONTROL_URL = "redis://redis:6379/0"
+
+
 def cluster_compose() -> dict[str, Any]:
-    return load_compose({"ORCH_API_KEYS": API_KEY, "ORCH_BROKER_URL": BROKER_URL,
-                         "RABBITMQ_PASSWORD": "s3cret", "ORCH_REDIS_URL": CLUSTER_URL})
+    """docker-compose.yml with the variables the cluster layout's instructions export."""
+    return load_compose({"ORCH_API_KEYS": API_KEY, "ORCH_BROKER_URL": BROKER_URL, "RABBITMQ_PASSWORD": "s3cret",
+                         "ORCH_REDIS_URL": CLUSTER_URL, "ORCH_CONTROL_REDIS_URL": CONTROL_URL})
 
 
 def nodes_of(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -99,13 +103,44 @@ def test_every_app_service_follows_the_cluster_profile_and_the_default_stays_sin
         assert service["environment"]["ORCH_BROKER_URL"] == BROKER_URL, name
         assert service["depends_on"]["redis-cluster-init"] == {
             "condition": "service_completed_successfully", "required": False}, name
-        assert Settings(redis_url=service["environment"]["REDIS_URL"]).redis_url == CLUSTER_URL
+        assert service["environment"]["ORCH_CONTROL_REDIS_URL"] == CONTROL_URL, name
         plain = single["services"][name]["environment"]
         assert plain["REDIS_URL"] == "redis://redis:6379/0" and plain["ORCH_BROKER_URL"] == "", name
+        assert plain["ORCH_CONTROL_REDIS_URL"] == "", name
+        assert not Settings(control_redis_url=plain["ORCH_CONTROL_REDIS_URL"]).control_redis_url
+    assert "redis" in both["services"] and "profiles" not in both["services"]["redis"], \
+        "the single redis stays, as the control Redis"
     seeds = [hostport.split(":")[0] for hostport in CLUSTER_URL.split("://", 1)[1].split(",")]
     assert set(seeds) <= set(nodes_of(both)), "the documented REDIS_URL names the node services"
     header = (ROOT / "docker-compose.yml").read_text()
     assert f"export ORCH_REDIS_URL={CLUSTER_URL}" in header, "the compose header shows the cluster URL"
+    assert f"export ORCH_CONTROL_REDIS_URL={CONTROL_URL}" in header
+
+
+@pytest.mark.parametrize("name", APP_SERVICES[:4])
+def test_each_role_starts_with_the_cluster_layout_s_settings_and_refuses_it_without_a_broker(
+    name: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What an entry point checks at start (``load_settings``) with the service's environment."""
+    from orchestrator.kernel.errors import ConfigurationError
+    from orchestrator.settings import load_settings
+
+    environment = cluster_compose()["services"][name]["environment"]
+    for key in [k for k in os.environ if k.startswith("ORCH_") or k == "REDIS_URL"]:
+        monkeypatch.delenv(key)
+    for key, value in environment.items():
+        monkeypatch.setenv(key, str(value))
+    load_settings.cache_clear()  # read once per process: read this environment
+    try:
+        settings = load_settings()
+        assert settings.redis_url == CLUSTER_URL and settings.broker_url == BROKER_URL
+        assert settings.control_redis_url == CONTROL_URL
+        monkeypatch.setenv("ORCH_BROKER_URL", "")
+        load_settings.cache_clear()
+        with pytest.raises(ConfigurationError, match="ORCH_BROKER_URL"):
+            load_settings()
+    finally:
+        load_settings.cache_clear()
 
 
 def test_the_cluster_layout_documents_the_same_url_in_compose_and_the_deployment_guide() -> None:
@@ -142,6 +177,9 @@ def test_every_role_reads_a_cluster_url_naming_the_statefulset_s_pods() -> None:
     url = config["data"]["REDIS_URL"]
     assert url.startswith("redis+cluster://")
     assert Settings(redis_url=url).redis_url == url
+    control = config["data"]["ORCH_CONTROL_REDIS_URL"]
+    assert control.startswith("redis://") and control.split("//")[1].split(":")[0] in {
+        d["metadata"]["name"] for _, d in load_k8s() if d.get("kind") == "Service"}, "the base's single Redis"
     (service,) = [d for d in docs["redis-cluster.yaml"] if d["kind"] == "Service"]
     (stateful,) = [d for d in docs["redis-cluster.yaml"] if d["kind"] == "StatefulSet"]
     pods = {f"{stateful['metadata']['name']}-{i}.{service['metadata']['name']}"

@@ -1,6 +1,6 @@
 """Faults on the cluster layout: run state on a Redis Cluster, the broker on a plain Redis.
 
-Two scenarios, each on processes of its own (a test kills or cuts them):
+Three scenarios, each on processes of its own (a test kills or cuts them):
 
 * **A primary killed mid-run.** Three primaries with a replica each on loopback
   (``tests/support/redis_cluster.py``, ``cluster-node-timeout`` 2000 ms), two Celery worker

@@ -1,0 +1,39 @@
+"""Storage budgets on the Redis store, one Redis and a cluster: a workspace's budget holds
+across its runs wherever their state lives (on a cluster, runs of one workspace are in
+different buckets, each with its own day counter; the check sums them)."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.kernel.protocol import DataValue
+from orchestrator.kernel.store import NodeCompletion, NodeStatus
+from orchestrator.store import storage_budget
+from orchestrator.store.redis_store import RedisRunStore
+from tests.support import make_plan, record_for, started_event
+
+KB = 1024
+
+
+async def test_a_workspace_budget_holds_across_runs_in_every_bucket(
+        redis_store: RedisRunStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(storage_budget, "OTHERS_MAX_AGE_S", 0.0)  # no lag: the sum is read at each write
+    settings = redis_store.settings.model_copy(update={"workspace_max_bytes": 1000 * KB, "run_max_bytes": 0})
+    store = RedisRunStore(redis_store.redis, settings)
+    buckets, results = set(), []
+    for i in range(4):
+        plan = make_plan("ab", [("a", "out", "b", "in")], run_id=f"budget-{i}")
+        buckets.add(store.keys.bucket(plan.run_id))
+        await store.create_run(plan, record_for(plan))
+        claim = await store.claim_node(plan.run_id, "a", worker_id="w", lease_s=5,
+                                       started=started_event(plan.run_id, "a"))
+        big = NodeCompletion(status=NodeStatus.SUCCEEDED, outputs={"out": DataValue("data", "x" * (300 * KB))})
+        await store.complete_node(plan.run_id, "a", big, token=claim.token)
+        results.append((await store.node_states(plan.run_id))["a"])
+    if store.keys.tagged:
+        assert len(buckets) == 4, "the runs are in four buckets (their counters apart)"
+    assert results == ["succeeded", "succeeded", "succeeded", "failed"]  # 3 x 300 KB fit, a 4th does not
+    record = await store.get_run("budget-3")
+    assert record.error is not None and record.error["limit"] == "ORCH_WORKSPACE_MAX_BYTES"
+    used = await store.budget.used("default")
+    assert 900 * KB <= used < 1000 * KB
