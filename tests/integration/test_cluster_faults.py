@@ -10,9 +10,10 @@ Three scenarios, each on processes of its own (a test kills or cuts them):
 * **A worker partitioned from the cluster.** Network namespaces on a private bridge
   (``tests/support/netns.py``): the cluster's three primaries and the broker on host
   ``redis``, workers on ``w1`` and ``w2``, the sweeper (``orchestrator sweeper``) and this
-  test's client on ``client``. ``w1`` is cut off from ``redis`` for two leases while it runs
-  a node; the node's lease lapses, ``w2`` runs it again, and ``w1``'s late completion is
-  refused.
+  test's client on ``client``. ``w1`` is cut off from ``redis`` for three leases while it
+  runs a node; the node's lease lapses, ``w2`` runs it again, and ``w1``'s late completion
+  is refused. (Two leases, as in ``test_host_faults.py``, left the sweeper's pass over 64
+  buckets on this loaded machine too little time now and then: ``w1`` renewed first.)
 
 Both end with :func:`check`: every run terminal and succeeded with the right outputs, each
 node exactly one ``completed`` event (0 duplicate completions), and that completion from
@@ -390,7 +391,7 @@ async def test_a_worker_cut_off_from_the_cluster_loses_its_nodes_to_another_work
     layout: Layout, registry: Registry,
 ) -> None:
     async with client_side(layout, registry) as client:
-        g = fanout(delay_s=5.0)
+        g = fanout(delay_s=8.0)
         pids = layout.hosts.pids("w1")
         runs: list[str] = []
         deadline = time.monotonic() + 20
@@ -405,7 +406,7 @@ async def test_a_worker_cut_off_from_the_cluster_loses_its_nodes_to_another_work
         assert placed, f"no branch of {len(runs)} runs started on w1"
         layout.hosts.partition("w1", "redis")
         runs += [await client.start(g) for _ in range(2)]
-        await asyncio.sleep(2 * LEASE_S)
+        await asyncio.sleep(3 * LEASE_S)
         layout.hosts.heal()
         results = await settle(client.store, runs)
         stale = sum([await client.store.stale_refusals(r) for r in runs])
