@@ -52,15 +52,16 @@ from bench.fanout import PACK, fanout_merge_graph  # noqa: E402
 RESULTS = ROOT / "bench" / "results"
 TICKS_S = os.sysconf("SC_CLK_TCK")
 REDIS_SERVER = "/usr/bin/redis-server"
-START_SLACK_S = 12.0  # clients import, connect and warm up before the window opens
+START_SLACK_S = 0.5  # after every client said ready: the window opens
 PROJECT_TO = (10, 30)
 
 
 # -- a client process of the store path ----------------------------------------------------
 
 
-async def client_main(url: str, lanes: int, width: int, start_at: float, seconds: float) -> dict[str, Any]:
-    """Keep ``lanes`` fan-out runs in flight; count the node steps that end in the window."""
+async def client_main(url: str, lanes: int, width: int, seconds: float) -> dict[str, Any]:
+    """Keep ``lanes`` fan-out runs in flight; count the node steps that end in the window.
+    Prints ``ready`` once warm, then reads the window's start (epoch seconds) from stdin."""
     from orchestrator.host.node_host import HostFactory
     from orchestrator.kernel.environment import StepEnvironment
     from orchestrator.kernel.local import run_nested
@@ -76,7 +77,7 @@ async def client_main(url: str, lanes: int, width: int, start_at: float, seconds
     env = StepEnvironment(store=store, registry=registry, worker_id=f"bench-{os.getpid()}",
                           host_for=HostFactory(settings, url), subgraphs=run_nested)
     graph = fanout_merge_graph(width)
-    end_at = start_at + seconds
+    start_at = end_at = float("inf")  # no step counts before the window is known
     counted = {"steps": 0, "runs": 0}
 
     async def step(run_id: str, node_id: str) -> None:
@@ -101,6 +102,9 @@ async def client_main(url: str, lanes: int, width: int, start_at: float, seconds
             await one_run()
 
     await one_run()  # warm: scripts loaded, registry and plan caches
+    print("ready", flush=True)
+    start_at = float(await asyncio.to_thread(sys.stdin.readline))
+    end_at = start_at + seconds
     await asyncio.sleep(max(0.0, start_at - time.time()))
     cpu0 = time.process_time()
     await asyncio.gather(*(lane() for _ in range(lanes)))
@@ -222,13 +226,23 @@ def summarize(layout: Layout, before: dict[int, dict[str, float]], after: dict[i
 
 
 def store_path(layout: Layout, args: argparse.Namespace) -> dict[str, Any]:
-    start_at = time.time() + START_SLACK_S
     env = {**os.environ, "PYTHONPATH": str(ROOT), "AGNO_TELEMETRY": "false"}
     clients = [subprocess.Popen(
         [sys.executable, __file__, "client", "--url", layout.url, "--lanes", str(args.lanes),
-         "--width", str(args.width), "--start-at", repr(start_at), "--seconds", str(args.seconds)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+         "--width", str(args.width), "--seconds", str(args.seconds)],
+        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         for _ in range(args.clients)]
+    for proc in clients:  # every client imported, connected and ran one run
+        assert proc.stdout is not None and proc.stdin is not None
+        line = proc.stdout.readline().decode().strip()
+        if line != "ready":
+            raise RuntimeError(f"store-path client not ready: {line!r} {proc.stderr.read().decode()[-3000:]}"
+                               if proc.stderr else line)
+    start_at = time.time() + START_SLACK_S
+    for proc in clients:
+        assert proc.stdin is not None
+        proc.stdin.write(f"{start_at!r}\n".encode())
+        proc.stdin.flush()
     time.sleep(max(0.0, start_at - time.time()))
     before = sample(layout)
     time.sleep(args.seconds)
@@ -354,10 +368,9 @@ def main() -> None:
     parser.add_argument("--skip-workers", action="store_true")
     parser.add_argument("--layouts", default="single,cluster", help="which of single,cluster to measure")
     parser.add_argument("--url", help=argparse.SUPPRESS)
-    parser.add_argument("--start-at", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.mode == "client":
-        print(json.dumps(asyncio.run(client_main(args.url, args.lanes, args.width, args.start_at, args.seconds))))
+        print(json.dumps(asyncio.run(client_main(args.url, args.lanes, args.width, args.seconds))))
         return
     results = asyncio.run(bench(args))
     RESULTS.mkdir(exist_ok=True)
