@@ -22,7 +22,10 @@ Redis node's ``INFO cpu`` (used_cpu_sys + used_cpu_user) and ``INFO commandstats
 read at the window's edges: the Redis CPU per node completion, per primary and in total,
 each primary's share of the work, the commands per completion, and the CPU of the client
 or worker processes, which says who is the limit on this machine's cores. The projection
-to 10 and 30 primaries divides a core by the measured per-completion cost on the cluster.
+to 10 and 30 primaries divides a core by the measured per-completion cost on the cluster
+times the busiest primary's share: runs spread by bucket (``ORCH_STATE_BUCKETS``,
+``--buckets``), so with 64 buckets over 30 primaries the busiest holds 3/64 of the work,
+not 1/30.
 
 Prints JSON and writes it to ``bench/results/scale-out-<time>.json``.
 """
@@ -33,6 +36,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import platform
 import subprocess
@@ -315,21 +319,26 @@ async def worker_path(layout: Layout, args: argparse.Namespace, broker_url: str)
     return result
 
 
-def projection(single: dict[str, Any], spread: dict[str, Any]) -> dict[str, Any]:
-    """Completions/s that N primaries carry before one of them is a busy core, from the
-    cluster's measured Redis CPU per completion (each primary carries 1/N of them)."""
+def projection(single: dict[str, Any], spread: dict[str, Any], buckets: int) -> dict[str, Any]:
+    """Completions/s that N primaries carry before the busiest one is a full core, from the
+    cluster's measured Redis CPU per completion. Runs spread by bucket: with ``buckets``
+    buckets over N primaries the busiest holds ceil(buckets / N) of them, so its share of
+    the work is that over ``buckets`` (not 1/N) when the runs spread evenly over buckets."""
     per_ms = spread["redis_cpu_ms_per_completion"]
-    hottest = max(p["share_of_cpu"] or 0 for p in spread["per_primary"])
     n = spread["primaries"]
+
+    def ceiling(primaries: int, bucket_count: int) -> int:
+        busiest = math.ceil(bucket_count / primaries) / bucket_count
+        return round(1000 / max(1e-9, per_ms * busiest))
+
     return {
         "redis_cpu_ms_per_completion": {"single": single["redis_cpu_ms_per_completion"], f"cluster-{n}": per_ms},
         "cluster_cost_vs_single": round(per_ms / max(1e-9, single["redis_cpu_ms_per_completion"]), 2),
-        "hottest_primary_share": hottest,
+        "busiest_primary_share_measured": max(p["share_of_cpu"] or 0 for p in spread["per_primary"]),
         "ceiling_completions_per_s": {
             "single": round(1000 / max(1e-9, single["redis_cpu_ms_per_completion"])),
-            **{f"{k} primaries": round(k * 1000 / max(1e-9, per_ms)) for k in (n, *PROJECT_TO)},
-            **{f"{k} primaries, hottest share as measured": round(1000 / max(1e-9, per_ms * hottest * n / k))
-               for k in PROJECT_TO},
+            **{f"{k} primaries, {buckets} buckets": ceiling(k, buckets) for k in (n, *PROJECT_TO)},
+            **{f"{k} primaries, {b} buckets": ceiling(k, b) for k in PROJECT_TO for b in (256, 1024)},
         },
     }
 
@@ -351,7 +360,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     results["points"] = points
     store_points = [p for p in points if p["path"].startswith("store")]
     if len(store_points) == 2:
-        results["projection_store_path"] = projection(store_points[0], store_points[1])
+        results["projection_store_path"] = projection(store_points[0], store_points[1], args.buckets)
     results["load_avg_after"] = os.getloadavg()
     return results
 
@@ -367,6 +376,7 @@ def main() -> None:
     parser.add_argument("--primaries", type=int, default=3)
     parser.add_argument("--skip-workers", action="store_true")
     parser.add_argument("--layouts", default="single,cluster", help="which of single,cluster to measure")
+    parser.add_argument("--buckets", type=int, default=64, help="ORCH_STATE_BUCKETS, for the projection")
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.mode == "client":
