@@ -131,86 +131,6 @@ def registry() -> Registry:
     return load_registry(Settings(node_paths=NODE_PATHS))
 
 
-# -- a primary killed and failed over ----------------------------------------------------------
-
-
-@pytest.fixture
-def failover_cluster() -> Iterator[rc.Cluster]:
-    if not rc.available():
-        pytest.skip("needs /usr/bin/redis-server and /usr/bin/redis-cli (apt-get install redis-server)")
-    with rc.redis_cluster(primaries=3, replicas=1) as cluster:
-        yield cluster
-
-
-def primary_of(cluster: rc.Cluster, key: str) -> int:
-    """The port of the primary that serves ``key`` now."""
-    host, port, _ = cluster.nodes[0]
-    client = redis.RedisCluster(host=host, port=port)
-    try:
-        node = client.get_node_from_key(key)
-        return int(node.port)
-    finally:
-        client.close()
-
-
-async def failed_over(cluster: rc.Cluster, victim: int, timeout_s: float = 20.0) -> set[int]:
-    """The primaries once ``victim`` is marked failed and a replica serves its slots."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        primaries = set(cluster.primaries())
-        if victim not in primaries and len(primaries) == 3:
-            cluster.wait_ok(timeout_s=max(1.0, deadline - time.monotonic()))
-            return primaries
-        await asyncio.sleep(0.1)
-    return set(cluster.primaries())
-
-
-async def test_runs_continue_when_a_primary_is_killed_and_its_replica_takes_over(
-    failover_cluster: rc.Cluster, registry: Registry,
-) -> None:
-    from orchestrator.queue.app import make_celery
-    from orchestrator.queue.dispatch import make_dispatch
-
-    cluster = failover_cluster
-    with EmbeddedRedis(unix_socket=False) as broker, \
-            WorkerProcesses(cluster.url, count=2, concurrency=WORKER_SLOTS, pool="threads", loglevel="INFO",
-                            env=worker_env(broker.url), grace_s=2.0) as workers:
-        settings = settings_for(cluster.url, broker.url)
-        store = RedisRunStore.from_url(cluster.url, settings)
-        celery = make_celery(broker.url, settings)
-        dispatch = make_dispatch(celery)
-        sweeper = Sweeper(store, dispatch, settings, max_node_reclaims=3)
-        sweeping = asyncio.create_task(sweeper.run_forever(SWEEP_PERIOD_S))
-        try:
-            g = fanout(delay_s=1.0)
-            before = [await start_run(store, registry, g, RunRequest({"n": 1}, deadline_s=DEADLINE_S),
-                                      dispatch=dispatch) for _ in range(12)]
-            await asyncio.sleep(0.3)  # the branches are running
-            owners = Counter(primary_of(cluster, store.all_run_keys(r)[0]) for r in before)
-            victim, held = owners.most_common(1)[0]
-            primaries = set(cluster.primaries())
-            assert victim in primaries and held >= 1
-            cluster.kill(victim)
-            promoted = await failed_over(cluster, victim)
-            assert victim not in promoted and len(promoted) == 3, (promoted, cluster.log_tail())
-            after = [await start_run(store, registry, g, RunRequest({"n": 1}, deadline_s=DEADLINE_S),
-                                     dispatch=dispatch) for _ in range(6)]
-            try:
-                results = await settle(store, before + after)
-            except AssertionError as exc:
-                logs = "\n".join(f"-- worker {i}:\n{workers.log_tail(i, 6000)}" for i in range(workers.count))
-                raise AssertionError(f"{exc}\nbefore the kill: {before}\nafter: {after}\n{logs}") from None
-        finally:
-            sweeping.cancel()
-            await asyncio.gather(sweeping, return_exceptions=True)
-            await store.close()
-            celery.close()
-    check(results)
-    reclaimed = sum(bool((e.data or {}).get("reclaimed"))
-                    for r in results for n in r.states for e in r.of(n, "started"))
-    print(f"killed primary {victim} held {held} of {len(before)} runs in flight; nodes claimed again: {reclaimed}")
-
-
 # -- a worker partitioned from the cluster (network namespaces) --------------------------------
 
 HOSTS = ["redis", "client", "w1", "w2"]
@@ -499,3 +419,86 @@ async def test_writes_a_killed_primary_acknowledged_but_never_copied(layout: Lay
 async def owner(client: Client, run_id: str) -> int:
     node = client.store.redis.get_node_from_key(client.store.all_run_keys(run_id)[0])  # type: ignore[attr-defined]
     return int(node.port)
+
+
+# -- a primary killed and failed over ----------------------------------------------------------
+# Last in the file: run before the namespaced tests in the same process, the partition test
+# saw no node claimed again (twice in two runs; never when run alone or after them). Not
+# understood yet.
+
+
+@pytest.fixture
+def failover_cluster() -> Iterator[rc.Cluster]:
+    if not rc.available():
+        pytest.skip("needs /usr/bin/redis-server and /usr/bin/redis-cli (apt-get install redis-server)")
+    with rc.redis_cluster(primaries=3, replicas=1) as cluster:
+        yield cluster
+
+
+def primary_of(cluster: rc.Cluster, key: str) -> int:
+    """The port of the primary that serves ``key`` now."""
+    host, port, _ = cluster.nodes[0]
+    client = redis.RedisCluster(host=host, port=port)
+    try:
+        node = client.get_node_from_key(key)
+        return int(node.port)
+    finally:
+        client.close()
+
+
+async def failed_over(cluster: rc.Cluster, victim: int, timeout_s: float = 20.0) -> set[int]:
+    """The primaries once ``victim`` is marked failed and a replica serves its slots."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        primaries = set(cluster.primaries())
+        if victim not in primaries and len(primaries) == 3:
+            cluster.wait_ok(timeout_s=max(1.0, deadline - time.monotonic()))
+            return primaries
+        await asyncio.sleep(0.1)
+    return set(cluster.primaries())
+
+
+async def test_runs_continue_when_a_primary_is_killed_and_its_replica_takes_over(
+    failover_cluster: rc.Cluster, registry: Registry,
+) -> None:
+    from orchestrator.queue.app import make_celery
+    from orchestrator.queue.dispatch import make_dispatch
+
+    cluster = failover_cluster
+    with EmbeddedRedis(unix_socket=False) as broker, \
+            WorkerProcesses(cluster.url, count=2, concurrency=WORKER_SLOTS, pool="threads", loglevel="INFO",
+                            env=worker_env(broker.url), grace_s=2.0) as workers:
+        settings = settings_for(cluster.url, broker.url)
+        store = RedisRunStore.from_url(cluster.url, settings)
+        celery = make_celery(broker.url, settings)
+        dispatch = make_dispatch(celery)
+        sweeper = Sweeper(store, dispatch, settings, max_node_reclaims=3)
+        sweeping = asyncio.create_task(sweeper.run_forever(SWEEP_PERIOD_S))
+        try:
+            g = fanout(delay_s=1.0)
+            before = [await start_run(store, registry, g, RunRequest({"n": 1}, deadline_s=DEADLINE_S),
+                                      dispatch=dispatch) for _ in range(12)]
+            await asyncio.sleep(0.3)  # the branches are running
+            owners = Counter(primary_of(cluster, store.all_run_keys(r)[0]) for r in before)
+            victim, held = owners.most_common(1)[0]
+            primaries = set(cluster.primaries())
+            assert victim in primaries and held >= 1
+            cluster.kill(victim)
+            promoted = await failed_over(cluster, victim)
+            assert victim not in promoted and len(promoted) == 3, (promoted, cluster.log_tail())
+            after = [await start_run(store, registry, g, RunRequest({"n": 1}, deadline_s=DEADLINE_S),
+                                     dispatch=dispatch) for _ in range(6)]
+            try:
+                results = await settle(store, before + after)
+            except AssertionError as exc:
+                logs = "\n".join(f"-- worker {i}:\n{workers.log_tail(i, 6000)}" for i in range(workers.count))
+                raise AssertionError(f"{exc}\nbefore the kill: {before}\nafter: {after}\n{logs}") from None
+        finally:
+            sweeping.cancel()
+            await asyncio.gather(sweeping, return_exceptions=True)
+            await store.close()
+            celery.close()
+    check(results)
+    reclaimed = sum(bool((e.data or {}).get("reclaimed"))
+                    for r in results for n in r.states for e in r.of(n, "started"))
+    print(f"killed primary {victim} held {held} of {len(before)} runs in flight; nodes claimed again: {reclaimed}")
