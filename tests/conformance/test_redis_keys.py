@@ -176,3 +176,18 @@ async def test_on_a_cluster_every_key_of_a_run_is_in_one_slot_and_runs_spread_ov
         node = cluster.get_node_from_key(redis_store.keys.run(plan.run_id))
         primaries[node.name] = primaries.get(node.name, 0) + 1
     assert len(primaries) == 3 and min(primaries.values()) >= 10, primaries
+
+
+async def test_the_metrics_count_every_active_run_whatever_its_bucket(redis_store: RedisRunStore) -> None:
+    from orchestrator.api.health import refresh_from_redis
+    from orchestrator.telemetry import metrics
+
+    plans = [make_plan("ab", [("a", "out", "b", "in")]) for _ in range(12)]
+    for plan in plans:
+        await Driver(redis_store, plan).start()
+    await Driver(redis_store, plans[0]).step("a")
+    await Driver(redis_store, plans[0]).step("b")  # one run ended
+    if redis_store.keys.tagged:
+        assert len({redis_store.keys.bucket(p.run_id) for p in plans}) > 3, "the runs are in several buckets"
+    await refresh_from_redis(redis_store.redis, redis_store.keys, [])
+    assert metrics.RUNS.labels(status="active")._value.get() == 11
