@@ -190,4 +190,4 @@ async def test_the_metrics_count_every_active_run_whatever_its_bucket(redis_stor
     if redis_store.keys.tagged:
         assert len({redis_store.keys.bucket(p.run_id) for p in plans}) > 3, "the runs are in several buckets"
     await refresh_from_redis(redis_store.redis, redis_store.keys, [])
-    assert metrics.RUNS.labels(status="active")._value.get() == 11
+    assert metrics.REGISTRY.get_sample_value("orchestrator_runs", {"status": "active"}) == 11
