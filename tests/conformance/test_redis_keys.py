@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -191,3 +192,19 @@ async def test_the_metrics_count_every_active_run_whatever_its_bucket(redis_stor
         assert len({redis_store.keys.bucket(p.run_id) for p in plans}) > 3, "the runs are in several buckets"
     await refresh_from_redis(redis_store.redis, redis_store.keys, [])
     assert metrics.REGISTRY.get_sample_value("orchestrator_runs", {"status": "active"}) == 11
+
+
+async def test_a_start_no_replica_confirms_fails_naming_the_setting_and_dispatches_nothing(
+        redis_store: RedisRunStore) -> None:
+    from orchestrator.errors import StoreNotReplicatedError
+    from orchestrator.service.runs import RunRequest, start_run
+    from tests.fake_nodes import graph, make_registry
+
+    settings = redis_store.settings.model_copy(update={"redis_wait_replicas": 1, "redis_wait_timeout_ms": 50})
+    store = RedisRunStore(redis_store.redis, settings)  # this Redis (and this cluster) has no replicas
+    sent: list[Any] = []
+    g = graph([("t", "emit", "Start"), ("r", "relay", "Relay")], [("t", "out", "r", "in")])
+    with pytest.raises(StoreNotReplicatedError, match="ORCH_REDIS_WAIT_REPLICAS") as refused:
+        await start_run(store, make_registry(), g, RunRequest(None), dispatch=lambda r, n: sent.append((r, n)))
+    assert "0 of the 1 replicas" in str(refused.value)
+    assert sent == []

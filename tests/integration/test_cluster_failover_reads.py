@@ -3,7 +3,8 @@
 redis-py asks one node for the keys of XREAD (its command parser's node, picked at start);
 ``orchestrator/store/redis_client.py`` reads them itself so that node's death does not
 break every event read (the API's streams, the CLI's follow). A 3-primary cluster with a
-replica each; the parser's node is SIGKILLed and its replica takes over."""
+replica each; the parser's node is SIGKILLed and its replica takes over. Runs are created
+with ``ORCH_REDIS_WAIT_REPLICAS=1``: each start is confirmed by its replica, so none is lost."""
 
 from __future__ import annotations
 
@@ -43,12 +44,13 @@ async def read_within(store: RedisRunStore, run_id: str, timeout_s: float) -> in
 
 
 async def test_event_reads_work_again_after_the_parser_s_node_dies(cluster: redis_cluster.Cluster) -> None:
-    settings = Settings(redis_url=cluster.url)
+    # every start waits until the run's replica holds it (the replicas are up: it does)
+    settings = Settings(redis_url=cluster.url, redis_wait_replicas=1, redis_wait_timeout_ms=2000)
     store = RedisRunStore.from_url(cluster.url, settings)
     try:
         plans = [make_plan("ab", [("a", "out", "b", "in")], run_id=f"failover-{i}") for i in range(12)]
         for plan in plans:
-            await Driver(store, plan).run()
+            await Driver(store, plan).run()  # create_run: WAIT 1 on the run's primary
         before = {plan.run_id: len(await store.read_events(plan.run_id)) for plan in plans}
         parser = store.redis.commands_parser.node  # type: ignore[attr-defined]
         assert parser.port in cluster.primaries(), "the parser's node is a primary"
