@@ -18,6 +18,7 @@ own classes (on 3.11) and none with these.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from typing import Any, cast
 from urllib.parse import unquote, urlsplit
 
@@ -144,8 +145,9 @@ def sibling(redis: Redis, **kwargs: Any) -> Redis:
     and ``kwargs`` over its options (e.g. ``decode_responses=False``, ``max_connections=1``)."""
     if isinstance(redis, RedisCluster):
         cluster = cast(RedisCluster, redis)
-        options = {k: v for k, v in cluster.connection_kwargs.items()
-                   if k not in ("connection_class", "max_connections", "host", "port")}
+        accepted = set(inspect.signature(RedisCluster.__init__).parameters) - {"self", "host", "port",
+                                                                               "startup_nodes", "max_connections"}
+        options = {k: v for k, v in cluster.connection_kwargs.items() if k in accepted}
         nodes = [ClusterNode(n.host, n.port) for n in cluster.get_nodes()] or list(
             cluster.nodes_manager.startup_nodes.values())
         conn_class = cluster.connection_kwargs.get("connection_class", TcpConnection)
