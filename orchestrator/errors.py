@@ -15,7 +15,8 @@ the kernel (store, host, service, API); the API turns each into its HTTP status
         ├── PayloadTooLargeError       a request body over the configured limit
         ├── OverloadedError            queued work above a configured bound: retry later
         ├── StorageBudgetError         a run's or a workspace's stored bytes would pass its budget
-        └── StoreFullError             the state store refuses writes: it is full
+        ├── StoreFullError             the state store refuses writes: it is full
+        └── StoreNotReplicatedError    a new run's state did not reach the replicas asked for in time
 """
 
 from __future__ import annotations
@@ -97,3 +98,11 @@ class StoreFullError(RequestError):
     """The state store refused a write because it is full (its memory limit)."""
 
     code = "store_full"
+
+
+class StoreNotReplicatedError(RequestError):
+    """A new run's state was written to its Redis primary but not acknowledged by
+    ``ORCH_REDIS_WAIT_REPLICAS`` replicas within ``ORCH_REDIS_WAIT_TIMEOUT_MS``: a failover
+    now could lose it, so the start is not confirmed (nothing was dispatched). Retry later."""
+
+    code = "store_not_replicated"

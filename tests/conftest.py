@@ -6,7 +6,9 @@ import atexit
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -35,6 +37,18 @@ SLOW_MODULES = frozenset({
     "tests/ui/test_console.py",
     "tests/deploy/test_compose.py",
 })
+
+
+@pytest.fixture(scope="session")
+def cluster_server() -> Iterator[Any]:
+    """A 3-primary Redis Cluster per test process, started on first use
+    (``tests/support/redis_cluster.py``); skipped without the packaged binaries."""
+    from tests.support import redis_cluster
+
+    if not redis_cluster.available():
+        pytest.skip(f"no {redis_cluster.SERVER} / {redis_cluster.CLI} (Debian's redis-server, redis-tools)")
+    with redis_cluster.redis_cluster(primaries=3) as cluster:
+        yield cluster
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

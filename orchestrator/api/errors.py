@@ -50,6 +50,7 @@ from orchestrator.errors import (
     ResourceNotFoundError,
     StorageBudgetError,
     StoreFullError,
+    StoreNotReplicatedError,
 )
 from orchestrator.kernel.errors import GraphError, OrchestratorError, RunError, RunNotFoundError, RunStateError
 from orchestrator.store.storage_budget import store_full
@@ -66,6 +67,7 @@ STATUS: list[tuple[type[OrchestratorError], int]] = [
     (OverloadedError, 429),
     (StorageBudgetError, 429),
     (StoreFullError, 507),
+    (StoreNotReplicatedError, 503),
     (RunStateError, 409),
     (RunError, 409),
 ]

@@ -26,6 +26,12 @@ class StoreSettings(SettingsGroup):
     # redbeat entries and Agno's agent sessions (nodes/_ai/storage.py). Required on a cluster;
     # unset on one Redis: REDIS_URL's.
     control_redis_url: str | None = None
+    # Redis replicates asynchronously: a primary that dies before its replica got a write
+    # loses it. With redis_wait_replicas > 0 a run's creation waits (WAIT, on the run's
+    # node) until that many replicas hold it, up to redis_wait_timeout_ms; a start they do not
+    # confirm in time fails (503, nothing dispatched). 0 = do not wait (Redis's default).
+    redis_wait_replicas: int = Field(default=0, ge=0, le=5)
+    redis_wait_timeout_ms: int = Field(default=200, ge=1, le=10_000)
     retention_s: int = 7 * 24 * 3600  # run state, outputs and events expire this long after the run ends
     active_ttl_s: int = 2 * 24 * 3600  # TTL on keys of runs still active (refreshed as they progress)
     events_maxlen: int = 100_000  # a run's event stream is capped (XADD MAXLEN ~)

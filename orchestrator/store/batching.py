@@ -23,6 +23,8 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
+from orchestrator.store.redis_client import is_cluster
+
 MAX_BATCH = 512  # commands per pipeline; a larger burst goes as several
 
 
@@ -31,17 +33,48 @@ class CommandBatcher:
 
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
-        self._pending: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
+        self._pending: list[tuple[tuple[Any, ...], dict[str, Any], asyncio.Future[Any]]] = []
         self._flushes: set[asyncio.Task[None]] = set()
 
-    async def execute(self, *command: Any) -> Any:
-        """Queue ``command`` (e.g. ``"HGET", key, field``) and await its reply."""
+    def _queue(self, command: tuple[Any, ...], options: dict[str, Any] | None = None) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         if not self._pending:
             loop.call_soon(self._flush)
-        self._pending.append((command, future))
-        return await future
+        self._pending.append((command, options or {}, future))
+        return future
+
+    async def execute(self, *command: Any) -> Any:
+        """Queue ``command`` (e.g. ``"HGET", key, field``) and await its reply."""
+        return await self._queue(command)
+
+    async def script_acked(self, script: AsyncScript, keys: list[str], args: list[Any], replicas: int,
+                           timeout_ms: int) -> tuple[Any, int]:
+        """:meth:`script`, then ``WAIT replicas timeout_ms`` right behind it in the same
+        pipeline (so on the same connection to the same node: WAIT counts the replicas that
+        hold this connection's writes). The script's reply and how many replicas acked
+        (0 when the WAIT itself failed)."""
+        cluster: Any = self.redis
+        options: dict[str, Any] = {}
+        if is_cluster(cluster):
+            await cluster.initialize()  # the slot map (a no-op once known)
+            options["target_nodes"] = cluster.get_node_from_key(keys[0])
+        for attempt in range(2):
+            ran = self._queue(("EVALSHA", script.sha, len(keys), *keys, *args))
+            acked = self._queue(("WAIT", replicas, timeout_ms), dict(options))
+            try:
+                reply = await ran
+            except NoScriptError:
+                await asyncio.gather(acked, return_exceptions=True)
+                if attempt:
+                    raise
+                script.sha = await self.redis.script_load(script.script)
+                continue
+            try:
+                return reply, int(await acked)
+            except Exception:  # an unanswered WAIT confirms nothing
+                return reply, 0
+        raise AssertionError("unreachable")
 
     async def script(self, script: AsyncScript, keys: list[str], args: list[Any]) -> Any:
         """Run a registered script by its SHA (loaded again if Redis lost it)."""
@@ -58,20 +91,20 @@ class CommandBatcher:
             self._flushes.add(task)  # a reference, so the task is not collected mid-flight
             task.add_done_callback(self._flushes.discard)
 
-    async def _send(self, batch: list[tuple[tuple[Any, ...], asyncio.Future[Any]]]) -> None:
+    async def _send(self, batch: list[tuple[tuple[Any, ...], dict[str, Any], asyncio.Future[Any]]]) -> None:
         try:
             pipe = self.redis.pipeline(transaction=False)
-            for command, _ in batch:
-                pipe.execute_command(*command)
+            for command, options, _ in batch:
+                pipe.execute_command(*command, **options)
             replies = await pipe.execute(raise_on_error=False)
         except BaseException as exc:  # the connection failed: every caller of the batch sees it
-            for _, future in batch:
+            for _, _, future in batch:
                 if not future.done():
                     future.set_exception(exc if isinstance(exc, Exception) else ConnectionError(str(exc)))
             if not isinstance(exc, Exception):
                 raise
             return
-        for (_, future), reply in zip(batch, replies, strict=True):
+        for (_, _, future), reply in zip(batch, replies, strict=True):
             if future.done():
                 continue  # its caller was cancelled
             if isinstance(reply, Exception):

@@ -18,12 +18,14 @@ own classes (on 3.11) and none with these.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from typing import Any, cast
 from urllib.parse import unquote, urlsplit
 
 from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.connection import AbstractConnection, Connection, SSLConnection, UnixDomainSocketConnection
+from redis.exceptions import RedisClusterException
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from orchestrator.settings.store import is_cluster_url
@@ -85,6 +87,27 @@ def blocking_client(url: str, **kwargs: Any) -> Redis:
     return Redis.from_pool(fixed(BlockingConnectionPool.from_url(url, **kwargs)))
 
 
+class _Cluster(RedisCluster):
+    """redis-py's ``RedisCluster`` that finds XREAD's keys itself.
+
+    redis-py 8.1 asks one node (``COMMAND GETKEYS``, its parser's node, chosen at start)
+    for the keys of commands whose keys move (XREAD), and asks before its retry loop: once
+    that node dies, every XREAD fails with a ConnectionError forever, even after failover.
+    The keys of ``XREAD ... STREAMS k1 k2 id1 id2`` are read here (as redis-py does for
+    EVALSHA), so reading a run's events never depends on one node."""
+
+    async def _determine_slot(self, command: str, *args: Any) -> int:
+        if str(command).upper() in ("XREAD", "XREADGROUP"):
+            words = [a.decode() if isinstance(a, bytes) else str(a) for a in args]
+            at = next(i for i, w in enumerate(words) if w.upper() == "STREAMS")
+            streams = words[at + 1:]
+            slots = {self.keyslot(k) for k in streams[:len(streams) // 2]}
+            if len(slots) != 1:
+                raise RedisClusterException(f"{command}: its streams are in {len(slots)} slots, not one")
+            return slots.pop()
+        return await super()._determine_slot(command, *args)
+
+
 def cluster_client(url: str, **kwargs: Any) -> Redis:
     """redis-py's asyncio ``RedisCluster`` for ``redis+cluster://[user:password@]host:port[,host:port...]``
     (``rediss+cluster://``: TLS), with cancellable writes.
@@ -105,7 +128,7 @@ def cluster_client(url: str, **kwargs: Any) -> Redis:
     # max_connections): the pool-wait timeout of a blocking pool has no meaning here.
     kwargs.pop("timeout", None)
     tls = parts.scheme.lower().startswith("rediss")
-    cluster = RedisCluster(startup_nodes=nodes, username=unquote(username) or None,
+    cluster = _Cluster(startup_nodes=nodes, username=unquote(username) or None,
                            password=unquote(password) or None, ssl=tls, **kwargs)
     conn_class = TlsConnection if tls else TcpConnection
     cluster.connection_kwargs["connection_class"] = conn_class
@@ -122,12 +145,13 @@ def sibling(redis: Redis, **kwargs: Any) -> Redis:
     and ``kwargs`` over its options (e.g. ``decode_responses=False``, ``max_connections=1``)."""
     if isinstance(redis, RedisCluster):
         cluster = cast(RedisCluster, redis)
-        options = {k: v for k, v in cluster.connection_kwargs.items()
-                   if k not in ("connection_class", "max_connections", "host", "port")}
+        accepted = set(inspect.signature(RedisCluster.__init__).parameters) - {"self", "host", "port",
+                                                                               "startup_nodes", "max_connections"}
+        options = {k: v for k, v in cluster.connection_kwargs.items() if k in accepted}
         nodes = [ClusterNode(n.host, n.port) for n in cluster.get_nodes()] or list(
             cluster.nodes_manager.startup_nodes.values())
         conn_class = cluster.connection_kwargs.get("connection_class", TcpConnection)
-        own = RedisCluster(startup_nodes=[ClusterNode(n.host, n.port) for n in nodes],
+        own = _Cluster(startup_nodes=[ClusterNode(n.host, n.port) for n in nodes],
                            **{**options, **kwargs})
         own.connection_kwargs["connection_class"] = conn_class
         own.nodes_manager.connection_kwargs["connection_class"] = conn_class

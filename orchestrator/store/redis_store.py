@@ -56,7 +56,7 @@ from typing import Any, cast
 
 from redis.asyncio import Redis
 
-from orchestrator.errors import GraphConflictError, StorageBudgetError
+from orchestrator.errors import GraphConflictError, StorageBudgetError, StoreNotReplicatedError
 from orchestrator.kernel.errors import OrchestratorError, RunNotFoundError
 from orchestrator.kernel.protocol import DataValue, EventType, NodeEvent
 from orchestrator.kernel.scheduling import RunPlan
@@ -227,7 +227,10 @@ class RedisRunStore(RunStore):
         return self.keys.run_keys(run_id)
 
     async def _call(self, script: str, run_id: str, args: list[Any], node_id: str = "",
-                    extra_keys: Sequence[str] = ()) -> Any:
+                    extra_keys: Sequence[str] = (), *, replicated: bool = False) -> Any:
+        """Run a prelude script on the run's keys. ``replicated``: with
+        ``redis_wait_replicas`` set, the write must reach that many replicas in time, else
+        :class:`StoreNotReplicatedError`."""
         bucket = self.keys.bucket(run_id)
         keys = [*self.all_run_keys(run_id), self.keys.active_runs(bucket), self.keys.queued_nodes(bucket)]
         if node_id:
@@ -237,8 +240,18 @@ class RedisRunStore(RunStore):
         # ARGV[5] the publish command of the wake-up hint (PUBLISH, or SPUBLISH on a cluster)
         head: list[Any] = [s.events_maxlen, self.keys.notify(run_id), s.active_ttl_s, s.retention_s,
                            self._publish]
+        wanted = self.settings.redis_wait_replicas
         with store_full_errors():
-            return await self._batch.script(self._scripts[script], keys, head + args)
+            if not (replicated and wanted > 0):
+                return await self._batch.script(self._scripts[script], keys, head + args)
+            reply, acked = await self._batch.script_acked(self._scripts[script], keys, head + args, wanted,
+                                                          self.settings.redis_wait_timeout_ms)
+        if acked < wanted:
+            raise StoreNotReplicatedError(
+                f"run {run_id}: its state reached {acked} of the {wanted} replicas ORCH_REDIS_WAIT_REPLICAS asks "
+                f"for within ORCH_REDIS_WAIT_TIMEOUT_MS ({self.settings.redis_wait_timeout_ms} ms); nothing was "
+                "dispatched, start it again", run_id=run_id)
+        return reply
 
     async def _workspace(self, run_id: str) -> str:
         """The run's workspace (its record's ``workspace``, else ``meta.workspace``), read once."""
@@ -322,7 +335,8 @@ class RedisRunStore(RunStore):
             created = await self._create_guarded(run_id, args, guard)
         else:
             created = await self._call("create", run_id, [*args, "" if guard is None else guard.to_json()],
-                                       extra_keys=() if guard is None else (guard.graph_key, guard.runs_key))
+                                       extra_keys=() if guard is None else (guard.graph_key, guard.runs_key),
+                                       replicated=True)
         if int(created) < 0:
             raise StaleGraphError(f"graph {record.graph_id!r} changed while the run was starting; start it again",
                                   run_id=run_id, graph_id=record.graph_id)
@@ -349,7 +363,7 @@ class RedisRunStore(RunStore):
         guard_keys = [guard.graph_key, guard.runs_key]
         if int(await self._batch.script(check, guard_keys, [guard.to_json(), run_id, "1"])) < 0:
             return -1
-        created = int(await self._call("create", run_id, [*args, ""]))
+        created = int(await self._call("create", run_id, [*args, ""], replicated=True))
         if created > 0 and int(await self._batch.script(check, guard_keys, [guard.to_json(), run_id, "0"])) < 0:
             await self.finish_run(run_id, RunStatus.CANCELLED,
                                   {"type": "StaleGraph", "message": "the graph was deleted while the run started"})

@@ -1,5 +1,5 @@
 """Fixtures: one real redis-server per module (free TCP port), flushed between tests,
-a 3-primary Redis Cluster per test process (started on first use: ``tests/support/redis_cluster.py``),
+the suite's 3-primary Redis Cluster (``cluster_server``, tests/conftest.py),
 and a ``store`` fixture parametrized over every RunStore implementation (memory, one Redis,
 the cluster); ``redis_store`` (what only the Redis store promises) over one Redis and the cluster."""
 
@@ -17,7 +17,6 @@ from orchestrator.local.embedded_redis import EmbeddedRedis
 from orchestrator.settings import Settings
 from orchestrator.store.redis_client import is_cluster
 from orchestrator.store.redis_store import RedisRunStore
-from tests.support import redis_cluster
 from tests.support import redis_server as start_redis
 
 # Distinct TTLs so a test can tell "active" from "retention" by the TTL alone.
@@ -31,14 +30,6 @@ def redis_server() -> Iterator[EmbeddedRedis]:
         yield server
     finally:
         server.stop()
-
-
-@pytest.fixture(scope="session")
-def cluster_server() -> Iterator[redis_cluster.Cluster]:
-    if not redis_cluster.available():
-        pytest.skip(f"no {redis_cluster.SERVER} / {redis_cluster.CLI} (Debian's redis-server, redis-tools)")
-    with redis_cluster.redis_cluster(primaries=3) as cluster:
-        yield cluster
 
 
 def settings_for(request: pytest.FixtureRequest, kind: str) -> tuple[str, Settings]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -176,3 +177,34 @@ async def test_on_a_cluster_every_key_of_a_run_is_in_one_slot_and_runs_spread_ov
         node = cluster.get_node_from_key(redis_store.keys.run(plan.run_id))
         primaries[node.name] = primaries.get(node.name, 0) + 1
     assert len(primaries) == 3 and min(primaries.values()) >= 10, primaries
+
+
+async def test_the_metrics_count_every_active_run_whatever_its_bucket(redis_store: RedisRunStore) -> None:
+    from orchestrator.api.health import refresh_from_redis
+    from orchestrator.telemetry import metrics
+
+    plans = [make_plan("ab", [("a", "out", "b", "in")]) for _ in range(12)]
+    for plan in plans:
+        await Driver(redis_store, plan).start()
+    await Driver(redis_store, plans[0]).step("a")
+    await Driver(redis_store, plans[0]).step("b")  # one run ended
+    if redis_store.keys.tagged:
+        assert len({redis_store.keys.bucket(p.run_id) for p in plans}) > 3, "the runs are in several buckets"
+    await refresh_from_redis(redis_store.redis, redis_store.keys, [])
+    assert metrics.REGISTRY.get_sample_value("orchestrator_runs", {"status": "active"}) == 11
+
+
+async def test_a_start_no_replica_confirms_fails_naming_the_setting_and_dispatches_nothing(
+        redis_store: RedisRunStore) -> None:
+    from orchestrator.errors import StoreNotReplicatedError
+    from orchestrator.service.runs import RunRequest, start_run
+    from tests.fake_nodes import graph, make_registry
+
+    settings = redis_store.settings.model_copy(update={"redis_wait_replicas": 1, "redis_wait_timeout_ms": 50})
+    store = RedisRunStore(redis_store.redis, settings)  # this Redis (and this cluster) has no replicas
+    sent: list[Any] = []
+    g = graph([("t", "emit", "Start"), ("r", "relay", "Relay")], [("t", "out", "r", "in")])
+    with pytest.raises(StoreNotReplicatedError, match="ORCH_REDIS_WAIT_REPLICAS") as refused:
+        await start_run(store, make_registry(), g, RunRequest(None), dispatch=lambda r, n: sent.append((r, n)))
+    assert "0 of the 1 replicas" in str(refused.value)
+    assert sent == []

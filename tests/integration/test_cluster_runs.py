@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
@@ -216,8 +217,16 @@ def test_a_run_suspended_on_a_form_waits_and_resumes_through_the_api(
         state = until(client, run_id, {"waiting", "failed", "succeeded"})
         assert state["status"] == "waiting" and state["nodes"]["w"]["status"] == "waiting"
         assert [w["kind"] for w in client.waits(run_id)] == ["form"]
+        streamed: list[dict[str, Any]] = []  # the run's SSE stream, followed live (blocking XREAD on its node)
+        follower = threading.Thread(target=lambda: streamed.extend(e for _, e in client.iter_events(run_id)))
+        follower.start()
+        time.sleep(0.3)
         client.submit_form(run_id, "w", {"ok": True})
         state = until(client, run_id, {"succeeded", "failed"})
+        follower.join(timeout=20)
+        assert not follower.is_alive(), "the event stream did not end with the run"
+        assert [e["event_type"] for e in streamed if not e["node_id"]][-2:] == ["run_resumed", "run_completed"]
+        assert any(e["node_id"] == "after" and e["event_type"] == "completed" for e in streamed)
         assert state["status"] == "succeeded"
         assert state["nodes"]["w"]["outputs"]["output"]["value"] == {"ok": True}
         assert state["nodes"]["after"]["status"] == "succeeded"

@@ -84,6 +84,14 @@ class Cluster:
                               if "master" in line.split()[2] and "fail" not in line.split()[2])
         return []
 
+    def replicas_synced(self) -> bool:
+        """Whether every running replica's link to its primary is up (it holds a copy)."""
+        for _, port, _ in self.nodes:
+            info = _cli(port, "info", "replication")
+            if "role:slave" in info and "master_link_status:up" not in info:
+                return False
+        return True
+
     def kill(self, port: int) -> None:
         """SIGKILL the server on ``port`` (a crash: no save, no goodbye to its peers)."""
         proc = self.procs[port]
@@ -125,7 +133,7 @@ def _start_server(folder: Path, port: int) -> subprocess.Popen[bytes]:
     node_dir.mkdir()
     args = [SERVER, "--port", str(port), "--bind", HOST, "--dir", str(node_dir),
             "--cluster-enabled", "yes", "--cluster-config-file", str(node_dir / "nodes.conf"),
-            "--cluster-node-timeout", "2000", "--save", "", "--appendonly", "no",
+            "--cluster-node-timeout", "2000", "--save", "", "--repl-diskless-sync-delay", "0", "--appendonly", "no",
             "--logfile", str(node_dir / "server.log"), "--daemonize", "no"]
     return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
@@ -150,6 +158,12 @@ def start_cluster(primaries: int = 3, replicas: int = 0) -> Cluster:
         if "[OK] All 16384 slots covered" not in out:
             raise RuntimeError(f"redis-cli --cluster create failed: {out[-2000:]}")
         cluster.wait_ok()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while len(cluster.primaries()) != primaries or not cluster.replicas_synced():
+            if time.monotonic() > deadline:  # the replicas have not all joined and synced their primary
+                raise RuntimeError(f"redis cluster: {cluster.primaries()} are primaries, not {primaries}, "
+                                   "or a replica has not synced")
+            time.sleep(0.1)
         return cluster
     except BaseException:
         cluster.stop()
