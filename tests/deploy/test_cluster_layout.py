@@ -40,7 +40,8 @@ CONTROL_URL = "redis://redis:6379/0"
 def cluster_compose() -> dict[str, Any]:
     """docker-compose.yml with the variables the cluster layout's instructions export."""
     return load_compose({"ORCH_API_KEYS": API_KEY, "ORCH_BROKER_URL": BROKER_URL, "RABBITMQ_PASSWORD": "s3cret",
-                         "ORCH_REDIS_URL": CLUSTER_URL, "ORCH_CONTROL_REDIS_URL": CONTROL_URL})
+                         "ORCH_REDIS_URL": CLUSTER_URL, "ORCH_CONTROL_REDIS_URL": CONTROL_URL,
+                         "ORCH_REDIS_WAIT_REPLICAS": "1"})
 
 
 def nodes_of(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -107,6 +108,8 @@ def test_every_app_service_follows_the_cluster_profile_and_the_default_stays_sin
         plain = single["services"][name]["environment"]
         assert plain["REDIS_URL"] == "redis://redis:6379/0" and plain["ORCH_BROKER_URL"] == "", name
         assert plain["ORCH_CONTROL_REDIS_URL"] == "", name
+        assert plain["ORCH_REDIS_WAIT_REPLICAS"] == "0", "the single redis has no replica to wait for"
+        assert service["environment"]["ORCH_REDIS_WAIT_REPLICAS"] == "1", name
         assert not Settings(control_redis_url=plain["ORCH_CONTROL_REDIS_URL"]).control_redis_url
     assert "redis" in both["services"] and "profiles" not in both["services"]["redis"], \
         "the single redis stays, as the control Redis"
@@ -115,6 +118,7 @@ def test_every_app_service_follows_the_cluster_profile_and_the_default_stays_sin
     header = (ROOT / "docker-compose.yml").read_text()
     assert f"export ORCH_REDIS_URL={CLUSTER_URL}" in header, "the compose header shows the cluster URL"
     assert f"export ORCH_CONTROL_REDIS_URL={CONTROL_URL}" in header
+    assert "export ORCH_REDIS_WAIT_REPLICAS=1" in header
 
 
 @pytest.mark.parametrize("name", APP_SERVICES[:4])
@@ -134,7 +138,7 @@ def test_each_role_starts_with_the_cluster_layout_s_settings_and_refuses_it_with
     try:
         settings = load_settings()
         assert settings.redis_url == CLUSTER_URL and settings.broker_url == BROKER_URL
-        assert settings.control_redis_url == CONTROL_URL
+        assert settings.control_redis_url == CONTROL_URL and settings.redis_wait_replicas == 1
         monkeypatch.setenv("ORCH_BROKER_URL", "")
         load_settings.cache_clear()
         with pytest.raises(ConfigurationError, match="ORCH_BROKER_URL"):
@@ -177,6 +181,11 @@ def test_every_role_reads_a_cluster_url_naming_the_statefulset_s_pods() -> None:
     url = config["data"]["REDIS_URL"]
     assert url.startswith("redis+cluster://")
     assert Settings(redis_url=url).redis_url == url
+    assert Settings(redis_wait_replicas=config["data"]["ORCH_REDIS_WAIT_REPLICAS"]).redis_wait_replicas == 1
+    (job,) = [d for d in docs["redis-cluster.yaml"] if d["kind"] == "Job"]
+    replicas = next(e["value"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]
+                    if e["name"] == "REDIS_CLUSTER_REPLICAS")
+    assert int(replicas) >= 1, "a start waits for a replica: the cluster must have one per primary"
     control = config["data"]["ORCH_CONTROL_REDIS_URL"]
     assert control.startswith("redis://") and control.split("//")[1].split(":")[0] in {
         d["metadata"]["name"] for _, d in load_k8s() if d.get("kind") == "Service"}, "the base's single Redis"

@@ -1,6 +1,6 @@
 """Faults on the cluster layout: run state on a Redis Cluster, the broker on a plain Redis.
 
-Three scenarios, each on processes of its own (a test kills or cuts them):
+Four scenarios, each on processes of its own (a test kills or cuts them):
 
 * **A primary killed mid-run.** Three primaries with a replica each on loopback
   (``tests/support/redis_cluster.py``, ``cluster-node-timeout`` 2000 ms), two Celery worker
@@ -23,16 +23,16 @@ the node's latest claim.
   (three primaries with a replica each) a primary's replication link is held back
   (nftables) for a second while runs start and run, then the primary is SIGKILLed and its
   replica promoted. Runs on other primaries must be untouched and every run of the lost
-  primary either whole and correct or gone whole; runs gone whole (their start was
-  acknowledged, then lost: no record, no terminal state) make the test xfail naming
-  them, which it does today: the store does not ``WAIT`` for the replica after a start
-  (measured: 5 of 5 such runs lost). In the loopback failover above the link is not held
-  and the loss window is well under a millisecond.
+  primary either whole and correct or gone whole. With the default
+  ``ORCH_REDIS_WAIT_REPLICAS=0`` runs gone whole (their start was acknowledged, then lost:
+  no record, no terminal state) make the test xfail naming them, which it does (measured:
+  every run started on that primary in that second). With ``ORCH_REDIS_WAIT_REPLICAS=1``
+  (the same failover on another primary) such a start is refused instead, and no
+  acknowledged run is lost.
 
-A client made before a failover whose seed node died fails every ``XREAD`` for good:
-redis-py's asyncio cluster client asks its default node for the keys of commands with
-movable keys (``COMMAND GETKEYS``) before its retry loop, so it never replaces that node.
-The scenarios read the outcome with a client made after the failover.
+The scenarios read the outcome with the client they started the runs with: its event
+reads recover after the failover (redis-py's cluster client asked a fixed node for
+``XREAD``'s keys; the store parses them itself).
 """
 
 from __future__ import annotations
@@ -81,9 +81,9 @@ WIDTH = 3  # fan-out branches of each run
 WORKER_SLOTS = 16
 
 
-def settings_for(cluster_url: str, broker_url: str) -> Settings:
+def settings_for(cluster_url: str, broker_url: str, wait_replicas: int = 0) -> Settings:
     return Settings(node_lease_s=LEASE_S, node_paths=NODE_PATHS, redis_url=cluster_url, broker_url=broker_url,
-                    undispatched_grace_s=GRACE_S)
+                    undispatched_grace_s=GRACE_S, redis_wait_replicas=wait_replicas)
 
 
 def worker_env(broker_url: str) -> dict[str, str]:
@@ -283,11 +283,11 @@ class Client:
 
 
 @contextlib.asynccontextmanager
-async def client_side(layout: Layout, registry: Registry) -> AsyncIterator[Client]:
+async def client_side(layout: Layout, registry: Registry, wait_replicas: int = 0) -> AsyncIterator[Client]:
     """Everything this block connects to, it connects to from host ``client``."""
     from orchestrator.queue.app import make_celery
 
-    settings = settings_for(layout.cluster_url, layout.broker_url)
+    settings = settings_for(layout.cluster_url, layout.broker_url, wait_replicas)
     with netns.inside(layout.hosts.ns("client")):
         store = RedisRunStore.from_url(layout.cluster_url, settings)
         celery = make_celery(layout.broker_url, settings)
@@ -343,9 +343,11 @@ LOST_TABLE = "lostrepl"  # the nftables table that holds a primary's replication
 
 def replication_of(layout: Layout) -> tuple[int, int, int]:
     """(a primary's port, its replica's port, the replica's link's port on the replica side)."""
-    nodes = [line.split() for line in layout.cli(SEEDS[0], "cluster", "nodes").splitlines() if line.strip()]
+    alive = next(port for port in CLUSTER_PORTS if layout.servers[port].poll() is None)
+    nodes = [line.split() for line in layout.cli(alive, "cluster", "nodes").splitlines() if line.strip()]
     port_of = {n[0]: int(n[1].split("@")[0].rsplit(":", 1)[1]) for n in nodes}
-    primary_id, replica_id = next((n[3], n[0]) for n in nodes if "slave" in n[2] and n[3] in port_of)
+    live = {n[0] for n in nodes if "fail" not in n[2]}
+    primary_id, replica_id = next((n[3], n[0]) for n in nodes if "slave" in n[2] and n[3] in live)
     primary = port_of[primary_id]
     links = layout.cli(primary, "client", "list", "type", "replica")
     link = next(int(f.split("=", 1)[1].rsplit(":", 1)[1]) for f in links.split() if f.startswith("addr="))
@@ -365,24 +367,36 @@ def release_replication(layout: Layout) -> None:
                    capture_output=True, check=False, timeout=10)
 
 
-async def test_writes_a_killed_primary_acknowledged_but_never_copied(layout: Layout, registry: Registry) -> None:
-    """A primary's replica gets nothing of what the primary acknowledges for a second (its
-    replication link held back, as when the primary's host dies with the stream unsent),
-    then the primary is SIGKILLed and the replica promoted: what it acknowledged in that
-    second is gone. Runs on the other primaries are untouched; a run of the lost primary is
-    either whole (its writes reached the replica) or gone whole (its start was
-    acknowledged, then lost: no record, no event, no terminal state). Nothing is completed
-    twice and nothing is half-done. Gone runs make the test xfail, naming them: the store
-    does not wait for the replica (``WAIT``) after it acknowledges a start. Last in the
-    module: the layout has lost a node."""
+@dataclass
+class Failover:
+    """What became of runs started while a primary's replication was held back, after the
+    primary was killed and its replica promoted."""
+
+    runs: list[str]
+    refused: int  # starts that failed (the caller was told)
+    elsewhere: list[str]  # runs on the other primaries
+    whole: list[str]  # runs of the lost primary that survived
+    gone: list[str]  # runs of the lost primary acknowledged, then lost whole
+
+
+async def fail_over_with_replication_held(layout: Layout, registry: Registry, wait_replicas: int) -> Failover:
+    """Hold back a primary's replication link for a second while 12 runs start and run,
+    SIGKILL the primary, wait for its replica's promotion; then sort the runs."""
+    from orchestrator.errors import StoreNotReplicatedError
     from orchestrator.kernel.errors import RunNotFoundError
 
     primary, replica, link = replication_of(layout)
-    async with client_side(layout, registry) as client:
+    refused = 0
+    async with client_side(layout, registry, wait_replicas) as client:
         g = fanout(delay_s=0.3)
         hold_replication(layout, primary, link)
         try:
-            runs = [await client.start(g) for _ in range(12)]
+            runs = []
+            for _ in range(12):
+                try:
+                    runs.append(await client.start(g))
+                except StoreNotReplicatedError:
+                    refused += 1
             owners = {r: await owner(client, r) for r in runs}
             await asyncio.sleep(1.0)
             layout.servers[primary].kill()
@@ -393,27 +407,42 @@ async def test_writes_a_killed_primary_acknowledged_but_never_copied(layout: Lay
                 await asyncio.sleep(0.1)
         finally:
             release_replication(layout)
-        # A client made after the failover: one made before keeps asking the dead node for
-        # XREAD's keys (redis-py's cluster client; see the module docstring).
-        fresh = RedisRunStore.from_url(layout.cluster_url, settings_for(layout.cluster_url, layout.broker_url))
-        try:
-            elsewhere = [r for r in runs if owners[r] != primary]
-            check(await settle(fresh, elsewhere))
-            whole, gone = [], []
-            for run_id in (r for r in runs if owners[r] == primary):
-                try:
-                    await fresh.get_run(run_id)
-                    whole.append(run_id)
-                except RunNotFoundError:
-                    assert await fresh.read_events(run_id) == [], (run_id, "events of a run with no record")
-                    gone.append(run_id)
-            check(await settle(fresh, whole))
-        finally:
-            await fresh.close()
-    assert len(elsewhere) + len(whole) + len(gone) == len(runs)
-    if gone:
-        pytest.xfail(f"{len(gone)} of {len(runs) - len(elsewhere)} runs on the killed primary were acknowledged "
-                     f"and lost whole in the failover (no replica WAIT after a start): {gone}")
+        elsewhere = [r for r in runs if owners[r] != primary]
+        check(await settle(client.store, elsewhere))
+        whole, gone = [], []
+        for run_id in (r for r in runs if owners[r] == primary):
+            try:
+                await client.store.get_run(run_id)
+                whole.append(run_id)
+            except RunNotFoundError:
+                assert await client.store.read_events(run_id) == [], (run_id, "events of a run with no record")
+                gone.append(run_id)
+        check(await settle(client.store, whole))
+    return Failover(runs, refused, elsewhere, whole, gone)
+
+
+async def test_writes_a_killed_primary_acknowledged_but_never_copied(layout: Layout, registry: Registry) -> None:
+    """Without ``ORCH_REDIS_WAIT_REPLICAS`` (the default): runs on the other primaries are
+    untouched; a run of the lost primary is either whole and correct or gone whole (its
+    start was acknowledged, then lost: no record, no event, no terminal state); nothing is
+    completed twice. Gone runs make the test xfail, naming them."""
+    outcome = await fail_over_with_replication_held(layout, registry, wait_replicas=0)
+    assert outcome.refused == 0
+    if outcome.gone:
+        pytest.xfail(f"{len(outcome.gone)} of {len(outcome.gone) + len(outcome.whole)} runs on the killed primary "
+                     f"were acknowledged and lost whole (ORCH_REDIS_WAIT_REPLICAS=0): {outcome.gone}")
+
+
+async def test_with_wait_replicas_a_start_the_replica_did_not_confirm_is_refused_not_lost(
+    layout: Layout, registry: Registry,
+) -> None:
+    """``ORCH_REDIS_WAIT_REPLICAS=1``: the same failover on another primary. A start its
+    replica does not confirm in time fails (503 ``store_not_replicated`` from the API), so
+    the caller knows; no acknowledged run is lost."""
+    outcome = await fail_over_with_replication_held(layout, registry, wait_replicas=1)
+    assert outcome.gone == [], f"acknowledged runs lost although the store waited for the replica: {outcome.gone}"
+    assert outcome.refused >= 1, "no start landed on the held-back primary: the test proved nothing"
+    assert len(outcome.runs) + outcome.refused == 12
 
 
 async def owner(client: Client, run_id: str) -> int:
