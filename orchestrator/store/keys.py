@@ -89,6 +89,10 @@ key                                        type        what, TTL
                                            for it, until settled (orchestrator/service/children.py);
                                            no TTL (entries removed when settled)
 {p}:run:{id}:children                      set         every child run the run started; active TTL + retention
+{p}:inflight:{ws}                          zset        a workspace's units of its ceiling of nodes in flight:
+                                                       holder -> lease expiry (ms); 1 day idle
+{p}:inflight:{ws}:w / :s                   zset / hash the nodes refused a unit (-> when), start times and the
+                                                       average hold (store/ceiling.py); 1 day idle
 =========================================  ==========  ==============================================
 """
 
@@ -233,3 +237,7 @@ class Keys:
 
     def workspace_drafts(self, workspace: str) -> str:
         return f"{self.prefix}:ws:{workspace}:drafts"
+
+    def inflight(self, workspace: str) -> str:
+        """The stem of a workspace's ceiling of nodes in flight (``store/ceiling.py``)."""
+        return f"{self.prefix}:inflight:{workspace}"
