@@ -290,11 +290,12 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch,
             check_outputs(node, definition, result, max_bytes=step.options.max_output_bytes,
                           max_depth=step.options.max_output_depth)
     except WaitRequested as exc:
-        log.info("run %s node %s waits %.2fs for %s", plan.run_id, node.id, exc.delay_s, exc.reason)
-        throttled = step.event(EventType.THROTTLED, {"delay_s": round(exc.delay_s, 3), **exc.reason,
+        wait_s = exc.remaining_s()
+        log.info("run %s node %s waits %.2fs for %s", plan.run_id, node.id, wait_s, exc.reason)
+        throttled = step.event(EventType.THROTTLED, {"delay_s": round(wait_s, 3), **exc.reason,
                                                      "message": exc.message}, attempt)
         return NodeCompletion(status=NodeStatus.RETRYING, events=[throttled], next_attempt=attempt,
-                              retry_delay_s=exc.delay_s), exc.delay_s
+                              retry_delay_s=wait_s), wait_s
     except SuspendRequested as exc:
         log.info("run %s node %s suspended", plan.run_id, node.id)
         return NodeCompletion(status=NodeStatus.WAITING, payload=exc.payload), None
