@@ -59,6 +59,9 @@ key                                        type        what, TTL
 {p}:limit:{key}:g                          zset        holder -> when it was granted (a re-run of the same
                                                        execution is not charged again); 1 day idle
                                                        (entries dropped after 10 min)
+{p}:limit:{key}:p                          zset        holder -> the grant slot promised to a late holder the
+                                                       spacing refused (it goes out then, unchecked); 1 day
+                                                       idle (entries dropped after 10 min)
 {p}:cc:{ws}:{gid}:run:{key}                zset        runs of a concurrency key in progress; 1 day idle
 {p}:cc:{ws}:{gid}:q:{key}                  zset        runs waiting for a place under that key (FIFO); 1 day idle
 {p}:cc:{ws}:{gid}:all / :rr / :seq         zset/list/  every key's runs in progress (round_robin), the keys

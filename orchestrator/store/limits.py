@@ -12,6 +12,9 @@ O(1) memory, one HMGET/HSET per key), with two additions:
   that come back late together (a loaded worker) are granted at most 1 s ahead of the rate
   and the rest told to wait the difference, keeping their reservations; without it, late
   holders bunched in the provider's window (measured: 143-737 429s of 1,000 calls, then 0).
+  A holder spaced out is *promised* its grant slot (``:p``; the spacing moves past it), so it
+  goes out when it comes back instead of being spaced again with the rest of its late burst
+  (measured: 9,147 ``throttled`` events for 1,000 nodes without the promise).
 * **Adaptive limits.** A provider's 429 (:meth:`RateLimiter.penalize`) blocks the key for
   everyone until its ``Retry-After`` and cuts its rate, once per cool-down (the larger of
   1 s and the ``Retry-After``), not once per 429 of the same burst: a key with no declared
