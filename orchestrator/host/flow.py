@@ -3,8 +3,9 @@
 A node that calls a provider (a model endpoint, an HTTP origin) asks a :class:`FlowGate`
 before each request and tells it each answer; one gate serves one node execution:
 
-* **before the client is built**, :meth:`FlowGate.prepay` acquires the first request's
-  rate (a refusal then costs one script call, not an agent built and a model run started);
+* **before the client is built**, :meth:`FlowGate.prepay` probes the first request's rate
+  (a refusal then costs one script call, not an agent built and a model run started; a grant
+  is taken only by the acquire right before the request);
 * **before** a request, :meth:`FlowGate.before` acquires the provider's limits in one Redis
   script call (``orchestrator/store/limits.py``): a request of the endpoint's requests per
   minute, and the request's estimated tokens of its tokens per minute. Limits come from the
@@ -101,47 +102,40 @@ class FlowGate:
     ctx: FlowContext
     signal: WaitRequested | None = None
     _sent: int = 0
-    _prepaid: str | None = None  # the key whose first request was granted before the client was built
     _charged: list[tuple[LimitRequest, int]] = field(default_factory=list)
 
     async def prepay(self, limits: ProviderLimits | None) -> None:
-        """Acquire the first request of this execution before the node builds its client or
-        agent (``nodes/_ai/models.py``): a node that must wait is refused for the price of one
-        script call, not of an agent built and a model run started, and when it comes back at
-        its reserved time it is granted at once, so it calls the provider at that time rather
-        than after building everything again. The first :meth:`before` of the same key then
-        asks only the tokens. Raises WaitRequested like :meth:`before`."""
-        if limits is None or self._sent or node_host(self.ctx).limiter is None:
-            return
-        await self._take(limits, limits.requests(0)[:1])
-        self._prepaid = limits.key
-
-    async def before(self, limits: ProviderLimits, body: bytes = b"") -> None:
-        """Acquire one request's limits; raise WaitRequested (kept in ``signal``) if it must wait."""
-        if node_host(self.ctx).limiter is None:
-            return
-        estimate = estimate_tokens(body) if limits.tpm else 0
-        asks = limits.requests(estimate)
-        if self._prepaid == limits.key:  # its request was acquired already (prepay): the tokens only
-            self._prepaid = None
-            if limits.tpm:
-                await self._take(limits, asks[1:], again=True)
-        else:
-            await self._take(limits, asks)
-        if limits.tpm:
-            self._charged.append((limits.tokens(estimate), estimate))
-
-    async def _take(self, limits: ProviderLimits, asks: list[LimitRequest], *, again: bool = False) -> None:
+        """Ask the first request's rate before the node builds its client or agent
+        (``nodes/_ai/models.py``), as a probe: a node that must wait is refused for the
+        price of one script call, not of an agent built and a model run started (its slot is
+        reserved as for any refusal); a node that may go takes nothing yet, since the grant
+        is taken right before the request is sent (:meth:`before`), where the time from grant
+        to the provider is shortest. Raises WaitRequested like :meth:`before`."""
         limiter = node_host(self.ctx).limiter
-        assert limiter is not None
-        if not again:
-            self._sent += 1
+        if limits is None or self._sent or limiter is None:
+            return
         try:
-            got = await limiter.take(asks, holder=f"{self.ctx.execution_key}:{self._sent}")
+            got = await limiter.take(limits.requests(0)[:1], holder=f"{self.ctx.execution_key}:1", probe=True)
         except UNAVAILABLE:  # the limit cannot be asked: wait and ask again, never call blindly
             self._raise(UNAVAILABLE_WAIT_S, {"limit": limits.key, "source": "limiter_unavailable"})
         if got.wait_s > 0:
             self._raise(got.wait_s, {"limit": got.key, "source": "provider_limit"})
+
+    async def before(self, limits: ProviderLimits, body: bytes = b"") -> None:
+        """Acquire one request's limits; raise WaitRequested (kept in ``signal``) if it must wait."""
+        limiter = node_host(self.ctx).limiter
+        if limiter is None:
+            return
+        self._sent += 1
+        estimate = estimate_tokens(body) if limits.tpm else 0
+        try:
+            got = await limiter.take(limits.requests(estimate), holder=f"{self.ctx.execution_key}:{self._sent}")
+        except UNAVAILABLE:  # the limit cannot be asked: wait and ask again, never call blindly
+            self._raise(UNAVAILABLE_WAIT_S, {"limit": limits.key, "source": "limiter_unavailable"})
+        if got.wait_s > 0:
+            self._raise(got.wait_s, {"limit": got.key, "source": "provider_limit"})
+        if limits.tpm:
+            self._charged.append((limits.tokens(estimate), estimate))
 
     async def refused(self, limits: ProviderLimits, retry_after_s: float | None) -> None:
         """The provider answered 429: tighten the key for everyone, then wait (raises)."""

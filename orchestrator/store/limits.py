@@ -87,20 +87,25 @@ class RateLimiter:
         reply: list[Any] = await self._script(keys=keys, args=[json.dumps({**args, "ttl_s": self.ttl_s})])
         return reply
 
-    async def take(self, requests: Sequence[LimitRequest], *, holder: str, once: bool = False) -> Acquired:
+    async def take(self, requests: Sequence[LimitRequest], *, holder: str, once: bool = False,
+                   probe: bool = False) -> Acquired:
         """Acquire every request at once (fully scoped keys); see the module docstring.
         ``once``: ``holder`` is charged once however often it asks (a node execution that
         runs again after its worker died); without it every grant is a new charge (each of a
-        provider's requests is a new call)."""
+        provider's requests is a new call). ``probe``: ask before building the request; a
+        grant is not taken (the acquire right before sending takes it), a refusal reserves
+        the holder's slot as usual."""
         if not requests:
             return Acquired(0.0, "", ())
         reply = await self._call([self.keys.limit(r.key) for r in requests],
-                                 {"op": "acquire", "holder": holder, "once": once,
+                                 {"op": "acquire", "holder": holder, "once": once, "probe": probe,
                                   "limits": [_spec(r) for r in requests]})
         wait_s = int(reply[0]) / 1000
         index = int(reply[1])
         rates = tuple(float(x) for x in reply[2:])
         key = requests[index - 1].key if index > 0 else ""
+        if probe and not wait_s:
+            return Acquired(wait_s, key, rates)  # nothing taken: counted by the acquire that follows
         for request, rate in zip(requests, rates, strict=False):
             flow_metrics.acquired(request.key, wait_s if request.key == key else 0.0, rate or None)
         return Acquired(wait_s, key, rates)

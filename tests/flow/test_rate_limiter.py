@@ -127,3 +127,14 @@ async def test_a_late_holder_spaced_out_is_promised_its_slot_and_refused_only_on
     for holder, wait_s in sorted(spaced.items(), key=lambda hw: hw[1]):  # each comes back when told
         await asyncio.sleep(max(0.0, wait_s - (time.monotonic() - started)))
         assert (await limiter.take([ten_per_s], holder=holder)).wait_s == 0, f"{holder} refused again"
+
+
+async def test_a_probe_that_would_be_granted_takes_nothing_and_a_refused_one_reserves(limiter: RateLimiter) -> None:
+    one_per_min = LimitRequest("probe", rate=1, per_s=60)
+    assert (await limiter.take([one_per_min], holder="a", probe=True)).wait_s == 0
+    assert (await limiter.take([one_per_min], holder="b", probe=True)).wait_s == 0  # a's probe took nothing
+    assert (await limiter.take([one_per_min], holder="a")).wait_s == 0  # the real acquire takes it
+    refused = await limiter.take([one_per_min], holder="b", probe=True)
+    assert 55 < refused.wait_s <= 60
+    later = await limiter.take([one_per_min], holder="c", probe=True)
+    assert later.wait_s > refused.wait_s + 55, "b's refused probe holds the next slot"

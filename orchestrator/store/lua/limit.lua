@@ -11,6 +11,7 @@
 --         each of which is a new call
 --   delta: (adjust) units to add (+) or give back (-), e.g. real tokens minus the estimate
 --   retry_after_s: (penalize) what the provider's Retry-After said (0: none)
+--   probe: (acquire) a grant changes nothing (see below); a refusal is recorded as usual
 --   ttl_s: how long an idle state hash lives
 -- State hash fields: tat (theoretical arrival time, s), blocked (no grant before, s),
 --   learned (rate per per_s learned from 429s, 0 none), cut (when learned was last cut, s),
@@ -146,6 +147,15 @@ if wait <= 0 then
       if early > wait then wait, limiting = early, i end
     end
   end
+end
+
+-- A probe (asked before the caller builds what it will send) that would be granted changes
+-- nothing: the real acquire, right before the request, takes the grant. A refused probe
+-- reserves (or is promised) its slot like any refusal.
+if args.probe and wait <= 0 then
+  local reply = {0, 0}
+  for _, rate in ipairs(reply_rates) do table.insert(reply, rate) end
+  return reply
 end
 
 local second = math.floor(now)
