@@ -66,8 +66,8 @@ CONCURRENCY = 100
 MODEL = "openai-like:bench-model"
 LEASE_S = 10.0  # node leases (the workers' ORCH_NODE_LEASE_S): a node whose worker lost it is re-sent sooner
 SWEEP_PERIOD_S = 1.0
-STEADY_AFTER_S = 40.0
-START_BATCH = 50  # the flood's one-node runs are started this many at once  # the second free-node probe, this long after the model nodes started
+STEADY_AFTER_S = 40.0  # the second free-node probe, this long after the model nodes started
+START_BATCH = 50  # the flood's one-node runs are started this many at once
 
 
 class _QuotaHandler(_Handler):
@@ -258,6 +258,16 @@ ONE_NODE = {"id": "bench-one", "nodes": [{"id": "s", "type": "bench_sleep", "nam
             "edges": []}
 
 
+async def broker_backlog(harness: Harness) -> int:
+    """Node messages waiting on the broker, every lane (what b's could be queued behind)."""
+    from orchestrator.queue.lanes import lane_queues
+
+    async with harness.store.redis.pipeline(transaction=False) as pipe:
+        for queue in lane_queues(harness.settings.lanes):
+            pipe.llen(queue)
+        return sum(int(n) for n in await pipe.execute())
+
+
 async def fairness(url: str, flood: int, delay_s: float, shape: str, lanes: int) -> dict[str, Any]:
     """``shape`` ``fanout``: the flood is two runs fanned out; ``runs``: ``flood`` runs of one
     node each (every one a node message on the broker queue). ``lanes`` 1: one FIFO queue
@@ -294,12 +304,14 @@ async def fairness(url: str, flood: int, delay_s: float, shape: str, lanes: int)
                               RunRequest({}, start=["s"], meta={"workspace": "a"}, deadline_s=3600),
                               dispatch=harness.dispatch) for _ in range(first, min(flood, first + START_BATCH))))
         await asyncio.sleep(2.0)  # the flood is under way
+        backlog = await broker_backlog(harness)
         during_s = await small()
         for big in bigs:
             await harness.finish(big)
         return {"flood_shape": shape, "lanes": lanes,
                 "same_lane": lane_of(new_run_id("a"), lanes) == lane_of(new_run_id("b"), lanes),
                 "small_run_s_during_flood": during_s, "small_run_s_idle_baseline": idle_s,
+                "a_messages_queued_at_b_start": backlog,
                 "flood_s": round(time.monotonic() - started, 1), "flood_nodes": flood,
                 "flood_node_delay_s": delay_s}
     finally:
@@ -354,7 +366,8 @@ def main() -> int:
     parser.add_argument("--window-s", type=float, default=60.0)
     parser.add_argument("--concurrency", type=int, default=CONCURRENCY, help="node steps per worker process")
     parser.add_argument("--flood", type=int, default=5000)
-    parser.add_argument("--flood-delay-s", type=float, default=1.0)
+    parser.add_argument("--flood-delay-s", type=float, default=2.0,
+                        help="each flood node's sleep: long enough that the flood's messages back up")
     parser.add_argument("--lanes", type=int, default=8, help="lanes of the fair phase (beside 1, the baseline)")
     parser.add_argument("--shapes", default="fanout,runs", help="fairness flood shapes")
     parser.add_argument("--phases", default="limiter,fairness,declared,adaptive")
