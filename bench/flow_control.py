@@ -19,9 +19,11 @@ through the operator's endpoint, on 2 worker processes (threads pool,
   for every worker until ``Retry-After`` and teaches it a rate. Reported: 429s as a share of
   calls made after the first ``--window-s`` (goal < 5%), and over the whole phase.
 * ``fairness``: workspace ``a`` starts ``--flood`` ``bench_sleep`` nodes of ``--flood-delay-s``
-  (two runs, each fanned out from its trigger), then workspace ``b`` starts one 3-node run (trigger -> sleep 0 ->
-  sleep 0): the time from b's start to its end, beside the same run on the idle cluster
-  (the baseline, measured first) and the flood's own length.
+  (shape ``fanout``: two runs, each fanned out from its trigger; shape ``runs``: ``--flood``
+  one-node runs), then workspace ``b`` starts one 3-node run (trigger -> sleep 0 -> sleep 0):
+  the time from b's start to its end, beside the same run on the idle cluster (measured
+  first) and the flood's own length; once with one broker queue (``ORCH_LANES=1``, the
+  unfair baseline) and once with ``--lanes`` lanes, in the same run of the script.
 * ``limiter``: one acquire of the GCRA script (``orchestrator/store/lua/limit.lua``) against
   a sliding-window log in a sorted set (the other usual design, written here for the
   comparison), same Redis, sequential calls: microseconds per acquire and the bytes one key
@@ -65,6 +67,7 @@ MODEL = "openai-like:bench-model"
 LEASE_S = 10.0  # node leases (the workers' ORCH_NODE_LEASE_S): a node whose worker lost it is re-sent sooner
 SWEEP_PERIOD_S = 1.0
 STEADY_AFTER_S = 40.0  # the second free-node probe, this long after the model nodes started
+START_BATCH = 50  # the flood's one-node runs are started this many at once
 
 
 class _QuotaHandler(_Handler):
@@ -126,14 +129,15 @@ FREE_GRAPH = {"id": "bench-flow-free", "nodes": [
 
 
 class Harness:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, lanes: int | None = None) -> None:
         from orchestrator.queue.app import make_celery
         from orchestrator.queue.dispatch import make_dispatch
         from orchestrator.service.plugins import load_registry
         from orchestrator.settings import Settings
         from orchestrator.store.redis_store import RedisRunStore
 
-        settings = Settings(node_paths=str(PACK), node_lease_s=LEASE_S)
+        settings = Settings(node_paths=str(PACK), node_lease_s=LEASE_S,
+                            **({"lanes": lanes} if lanes is not None else {}))
         self.registry = load_registry(settings)
         self.store = RedisRunStore.from_url(url, settings)
         self.app = make_celery(url, settings)
@@ -254,12 +258,25 @@ ONE_NODE = {"id": "bench-one", "nodes": [{"id": "s", "type": "bench_sleep", "nam
             "edges": []}
 
 
-async def fairness(url: str, flood: int, delay_s: float, shape: str) -> dict[str, Any]:
+async def broker_backlog(harness: Harness) -> int:
+    """Node messages waiting on the broker, every lane (what b's could be queued behind)."""
+    from orchestrator.queue.lanes import lane_queues
+
+    async with harness.store.redis.pipeline(transaction=False) as pipe:
+        for queue in lane_queues(harness.settings.lanes):
+            pipe.llen(queue)
+        return sum(int(n) for n in await pipe.execute())
+
+
+async def fairness(url: str, flood: int, delay_s: float, shape: str, lanes: int) -> dict[str, Any]:
     """``shape`` ``fanout``: the flood is two runs fanned out; ``runs``: ``flood`` runs of one
-    node each (every one a node message on the broker queue, ahead of b's)."""
+    node each (every one a node message on the broker queue). ``lanes`` 1: one FIFO queue
+    (b's messages behind a's); more: a's and b's runs on lanes of their own (workspaces
+    ``a`` and ``b`` hash to different lanes of 8)."""
+    from orchestrator.queue.lanes import lane_of, new_run_id
     from orchestrator.service.runs import RunRequest, start_run
 
-    harness = Harness(url)
+    harness = Harness(url, lanes)
     harness.sweep()
 
     async def small() -> float:
@@ -280,14 +297,21 @@ async def fairness(url: str, flood: int, delay_s: float, shape: str) -> dict[str
                     for part in (flood // 2, flood - flood // 2)]  # a graph has at most 5,000 nodes
         else:
             one = {**ONE_NODE, "nodes": [{**ONE_NODE["nodes"][0], "data": {"delay_s": delay_s}}]}
-            bigs = [await start_run(harness.store, harness.registry, one,
-                                    RunRequest({}, start=["s"], meta={"workspace": "a"}, deadline_s=3600),
-                                    dispatch=harness.dispatch) for _ in range(flood)]
+            bigs = []
+            for first in range(0, flood, START_BATCH):  # many clients at once: the backlog builds
+                bigs += await asyncio.gather(*(
+                    start_run(harness.store, harness.registry, one,
+                              RunRequest({}, start=["s"], meta={"workspace": "a"}, deadline_s=3600),
+                              dispatch=harness.dispatch) for _ in range(first, min(flood, first + START_BATCH))))
         await asyncio.sleep(2.0)  # the flood is under way
+        backlog = await broker_backlog(harness)
         during_s = await small()
         for big in bigs:
             await harness.finish(big)
-        return {"flood_shape": shape, "small_run_s_during_flood": during_s, "small_run_s_idle_baseline": idle_s,
+        return {"flood_shape": shape, "lanes": lanes,
+                "same_lane": lane_of(new_run_id("a"), lanes) == lane_of(new_run_id("b"), lanes),
+                "small_run_s_during_flood": during_s, "small_run_s_idle_baseline": idle_s,
+                "a_messages_queued_at_b_start": backlog,
                 "flood_s": round(time.monotonic() - started, 1), "flood_nodes": flood,
                 "flood_node_delay_s": delay_s}
     finally:
@@ -342,7 +366,10 @@ def main() -> int:
     parser.add_argument("--window-s", type=float, default=60.0)
     parser.add_argument("--concurrency", type=int, default=CONCURRENCY, help="node steps per worker process")
     parser.add_argument("--flood", type=int, default=5000)
-    parser.add_argument("--flood-delay-s", type=float, default=1.0)
+    parser.add_argument("--flood-delay-s", type=float, default=2.0,
+                        help="each flood node's sleep: long enough that the flood's messages back up")
+    parser.add_argument("--lanes", type=int, default=8, help="lanes of the fair phase (beside 1, the baseline)")
+    parser.add_argument("--shapes", default="fanout,runs", help="fairness flood shapes")
     parser.add_argument("--phases", default="limiter,fairness,declared,adaptive")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
@@ -355,11 +382,13 @@ def main() -> int:
             result["limiter"] = asyncio.run(limiter_figures(server.url))
             print(f"limiter: {result['limiter']}", file=sys.stderr)
         if "fairness" in phases:
-            with WorkerProcesses(server.url, count=WORKERS, pool="threads", concurrency=CONCURRENCY, env=base_env):
-                for shape in ("fanout", "runs"):
-                    result[f"fairness_{shape}"] = asyncio.run(fairness(server.url, args.flood, args.flood_delay_s,
-                                                                       shape))
-                    print(f"fairness {shape}: {result[f'fairness_{shape}']}", file=sys.stderr)
+            for lanes in (1, args.lanes):  # the unfair baseline (one queue) first, in the same run
+                env = {**base_env, "ORCH_LANES": str(lanes)}
+                with WorkerProcesses(server.url, count=WORKERS, pool="threads", concurrency=CONCURRENCY, env=env):
+                    for shape in args.shapes.split(","):
+                        name = f"fairness_{shape}_lanes{lanes}"
+                        result[name] = asyncio.run(fairness(server.url, args.flood, args.flood_delay_s, shape, lanes))
+                        print(f"{name}: {result[name]}", file=sys.stderr)
         for name in ("declared", "adaptive"):
             if name not in phases:
                 continue

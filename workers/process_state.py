@@ -44,6 +44,7 @@ from orchestrator.service.graph_store import GraphStore
 from orchestrator.service.plugins import get_registry
 from orchestrator.settings import Settings, get_settings
 from orchestrator.store import redis_client
+from orchestrator.store.ceiling import WorkspaceCeiling
 from orchestrator.store.keys import Keys
 from orchestrator.store.limits import RateLimiter
 from orchestrator.store.redis_store import RedisRunStore
@@ -216,6 +217,7 @@ def _build() -> ProcessState:
         host_for=HostFactory(settings, url, limiter=limiter, children=children),  # each run's NodeHost, built once
         subgraphs=run_nested,
         limiter=limiter,
+        ceiling=WorkspaceCeiling.build(client, Keys.of(settings), settings),  # nodes in flight per workspace
     )
     return ProcessState(pid=os.getpid(), worker_id=me, settings=settings, runner=runner, redis=client,
                         store=store, registry=registry, env=env, children=children)

@@ -127,9 +127,10 @@ async def resolve_model(spec: str | dict[str, Any] | None, ctx: FlowContext, *,
 
         endpoint = await resolve_endpoint(ctx, base_url=extra.get("base_url", ""),
                                           credential=extra.get("credential", ""), parameter="model")
+        gate = gate_for(ctx)  # the model's requests hold it (one gate per execution)
+        await gate.prepay(endpoint.limits)  # a node that must wait learns it before building anything
         mask_also(endpoint.secrets())
-        model = openai_model(provider, model_id, endpoint, endpoint.policy(settings), host.operator_secrets,
-                             gate_for(ctx))
+        model = openai_model(provider, model_id, endpoint, endpoint.policy(settings), host.operator_secrets, gate)
     else:
         if extra:
             raise ParameterError(f"model spec {spec_label(spec)!r}: base_url and credential apply to "

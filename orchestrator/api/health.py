@@ -73,13 +73,14 @@ async def prometheus(request: Request, services: Services = SERVICES) -> Respons
     authorize_metrics(request, services.settings)
     try:
         from orchestrator.queue import depth
-        from orchestrator.queue.app import NODE_QUEUE
+        from orchestrator.queue.lanes import lane_queues
 
-        queues = [NODE_QUEUE]
-        on_broker = await depth.broker_depth(services.settings.broker_url)
-        if on_broker is not None:  # the node queue is RabbitMQ's, not a Redis list
+        queues = lane_queues(services.settings.lanes)  # one per lane
+        on_broker = await depth.broker_depth(services.settings.broker_url, queues)
+        if on_broker is not None:  # the node queues are RabbitMQ's, not Redis lists
             queues = []
-            metrics.QUEUE_DEPTH.labels(queue=NODE_QUEUE).set(on_broker)
+            for queue, count in on_broker.items():
+                metrics.QUEUE_DEPTH.labels(queue=queue).set(count)
     except ImportError:  # an API-only install samples no queue
         queues = []
     try:

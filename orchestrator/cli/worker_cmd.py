@@ -14,15 +14,14 @@ from typing import Any
 
 from orchestrator.settings import get_settings
 
-QUEUE = "orchestrator"  # orchestrator.queue.app.NODE_QUEUE
-
 
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("worker", help="run a Celery worker for node tasks")
     p.add_argument("--concurrency", "-c", type=int, default=None,
                    help="threads pool: node steps in flight at once (default ORCH_NODE_CONCURRENCY); "
                         "prefork: pool processes (default ORCH_WORKER_CONCURRENCY)")
-    p.add_argument("--queues", "-Q", default=QUEUE, help=f"queues to consume (default {QUEUE})")
+    p.add_argument("--queues", "-Q", default=None,
+                   help="queues to consume, comma separated (default: every lane, ORCH_LANES)")
     p.add_argument("--pool", "-P", default=None,
                    help="Celery pool: threads (many I/O-bound nodes on one event loop) or prefork "
                         "(CPU-heavy work); default ORCH_WORKER_POOL")
@@ -38,10 +37,10 @@ def celery_argv(args: argparse.Namespace) -> list[str]:
     concurrency = args.concurrency or default
     return [
         sys.executable, "-m", "celery", "-A", "workers.app", "worker",
-        "-P", pool, "-c", str(concurrency), "-Q", args.queues,
+        "-P", pool, "-c", str(concurrency),
         "-n", args.hostname or "w@%h", "--loglevel", args.loglevel,
         "--without-gossip", "--without-mingle",
-    ]
+    ] + (["-Q", args.queues] if args.queues else [])
 
 
 def worker_command(args: argparse.Namespace) -> int:

@@ -3,6 +3,9 @@
 A node that calls a provider (a model endpoint, an HTTP origin) asks a :class:`FlowGate`
 before each request and tells it each answer; one gate serves one node execution:
 
+* **before the client is built**, :meth:`FlowGate.prepay` probes the first request's rate
+  (a refusal then costs one script call, not an agent built and a model run started; a grant
+  is taken only by the acquire right before the request);
 * **before** a request, :meth:`FlowGate.before` acquires the provider's limits in one Redis
   script call (``orchestrator/store/limits.py``): a request of the endpoint's requests per
   minute, and the request's estimated tokens of its tokens per minute. Limits come from the
@@ -100,6 +103,23 @@ class FlowGate:
     signal: WaitRequested | None = None
     _sent: int = 0
     _charged: list[tuple[LimitRequest, int]] = field(default_factory=list)
+
+    async def prepay(self, limits: ProviderLimits | None) -> None:
+        """Ask the first request's rate before the node builds its client or agent
+        (``nodes/_ai/models.py``), as a probe: a node that must wait is refused for the
+        price of one script call, not of an agent built and a model run started (its slot is
+        reserved as for any refusal); a node that may go takes nothing yet, since the grant
+        is taken right before the request is sent (:meth:`before`), where the time from grant
+        to the provider is shortest. Raises WaitRequested like :meth:`before`."""
+        limiter = node_host(self.ctx).limiter
+        if limits is None or self._sent or limiter is None:
+            return
+        try:
+            got = await limiter.take(limits.requests(0)[:1], holder=f"{self.ctx.execution_key}:1", probe=True)
+        except UNAVAILABLE:  # the limit cannot be asked: wait and ask again, never call blindly
+            self._raise(UNAVAILABLE_WAIT_S, {"limit": limits.key, "source": "limiter_unavailable"})
+        if got.wait_s > 0:
+            self._raise(got.wait_s, {"limit": got.key, "source": "provider_limit"})
 
     async def before(self, limits: ProviderLimits, body: bytes = b"") -> None:
         """Acquire one request's limits; raise WaitRequested (kept in ``signal``) if it must wait."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .expression_limits import DEFAULT_LIMITS, ExpressionLimits
-from .limits import Limiter
+from .limits import Ceiling, Limiter
 from .observer import StepObserver
 from .output_limits import DEFAULT_MAX_DEPTH
 from .protocol import NodeEvent, SubgraphResult
@@ -100,6 +100,7 @@ class StepEnvironment:
     host_for: HostFor | None = None
     subgraphs: SubgraphRunner | None = None
     limiter: Limiter | None = None  # enforces nodes' settings.limits (none: not enforced)
+    ceiling: Ceiling | None = None  # nodes in flight per workspace (none: no ceiling)
 
     def host(self, run_id: str, workspace: str | None) -> object:
         """The host object of run ``run_id`` (None when the process passes none)."""

@@ -45,6 +45,7 @@ without parsing the message. ``to_dict`` gives the JSON form used by the API and
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 
@@ -269,6 +270,12 @@ class WaitRequested(ControlSignal):
         super().__init__(message, **kw)
         self.delay_s = max(0.0, delay_s)
         self.reason = reason or {}
+        self.raised_at = time.monotonic()  # the wait counts from here, not from when the step stores it
+
+    def remaining_s(self) -> float:
+        """What is left of the wait now (the node comes back at the granted time, however
+        long the step took to wind down after the refusal)."""
+        return max(0.0, self.delay_s - (time.monotonic() - self.raised_at))
 
 
 class SuspendRequested(ControlSignal):

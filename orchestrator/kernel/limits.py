@@ -21,7 +21,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .errors import EvaluationError, ExpressionError, ParameterError
+from .errors import EvaluationError, ExpressionError, ParameterError, WaitRequested
 from .expressions import Scope, render, stringify
 
 MAX_KEY_CHARS = 200
@@ -65,6 +65,35 @@ class Limiter(Protocol):
 
     async def acquire(self, requests: Sequence[LimitRequest], *, holder: str,
                       workspace: str | None) -> LimitDecision: ...
+
+
+class Ceiling(Protocol):
+    """A ceiling of nodes in flight per workspace, cluster-wide (the Redis one with leases:
+    ``orchestrator/store/ceiling.py``). The step enters before a node runs (a refusal's
+    ``wait_s`` > 0: the step raises WaitRequested, the node is rescheduled holding nothing)
+    and leaves when its execution ends, whatever the outcome."""
+
+    async def enter(self, workspace: str, holder: str) -> LimitDecision: ...
+
+    async def leave(self, workspace: str, holder: str) -> None: ...
+
+
+async def enter_ceiling(ceiling: Ceiling | None, workspace: str | None, holder: str) -> bool:
+    """Take a unit of ``workspace``'s ceiling for ``holder``; False when no ceiling applies.
+    A refusal raises WaitRequested, ``source`` ``workspace_ceiling``."""
+    if ceiling is None:
+        return False
+    decision = await ceiling.enter(workspace or "default", holder)
+    if decision.wait_s > 0:
+        raise WaitRequested(f"workspace ceiling {decision.key!r}", delay_s=decision.wait_s,
+                            reason={"limit": decision.key, "source": "workspace_ceiling"})
+    return True
+
+
+async def leave_ceiling(ceiling: Ceiling | None, workspace: str | None, holder: str) -> None:
+    """Give back ``holder``'s unit, if it holds one (nothing without a ceiling)."""
+    if ceiling is not None:
+        await ceiling.leave(workspace or "default", holder)
 
 
 def resolve_limits(specs: Sequence[LimitSpec], scope: Scope, *, node_id: str,

@@ -29,7 +29,7 @@ from .errors import (
 )
 from .expressions import Scope
 from .graph import ERROR_PORT, Graph, Node, trusted_graph
-from .limits import resolve_limits
+from .limits import enter_ceiling, leave_ceiling, resolve_limits
 from .observer import ObservedEnd, ObservedNode, observe, with_usage
 from .output_limits import check_outputs
 from .parameters import resolve_parameters_off_loop
@@ -227,6 +227,7 @@ async def run_step(env: StepEnvironment, run_id: str, node_id: str, *,
             seen.end(ObservedEnd(completion.status, completion.error, with_usage(completion.events, usage)))
     finally:
         watch.release()
+        await leave_ceiling(env.ceiling, claim.workspace, f"{run_id}:{node_id}:{claim.attempt}")
     if completion.status != NodeStatus.WAITING:
         for ev in completion.events:
             if ev.event_type == EventType.COMPLETED and ev.data is not None:
@@ -271,6 +272,7 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch,
         if node.settings.disabled:
             result = _pass_through(definition, gathered)
         else:
+            await enter_ceiling(step.env.ceiling, claim.workspace, f"{plan.run_id}:{node.id}:{attempt}")
             await _acquire_limits(step, claim, scope)
             wires = await _link_wires(runtime, node, definition, gathered)
             data = await resolve_parameters_off_loop(node, definition, wires, scope)
@@ -288,11 +290,12 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch,
             check_outputs(node, definition, result, max_bytes=step.options.max_output_bytes,
                           max_depth=step.options.max_output_depth)
     except WaitRequested as exc:
-        log.info("run %s node %s waits %.2fs for %s", plan.run_id, node.id, exc.delay_s, exc.reason)
-        throttled = step.event(EventType.THROTTLED, {"delay_s": round(exc.delay_s, 3), **exc.reason,
+        wait_s = exc.remaining_s()
+        log.info("run %s node %s waits %.2fs for %s", plan.run_id, node.id, wait_s, exc.reason)
+        throttled = step.event(EventType.THROTTLED, {"delay_s": round(wait_s, 3), **exc.reason,
                                                      "message": exc.message}, attempt)
         return NodeCompletion(status=NodeStatus.RETRYING, events=[throttled], next_attempt=attempt,
-                              retry_delay_s=exc.delay_s), exc.delay_s
+                              retry_delay_s=wait_s), wait_s
     except SuspendRequested as exc:
         log.info("run %s node %s suspended", plan.run_id, node.id)
         return NodeCompletion(status=NodeStatus.WAITING, payload=exc.payload), None

@@ -32,7 +32,6 @@ from types import TracebackType
 
 from orchestrator.settings import WorkerSettings
 
-QUEUE = "orchestrator"  # orchestrator.queue.app.NODE_QUEUE (kept literal: this module must not import celery)
 READY_FILE_ENV = "ORCH_WORKER_READY_FILE"  # orchestrator.queue.app.READY_FILE_ENV
 START_TIMEOUT_S = 60.0
 STOP_GRACE_S = 10.0
@@ -61,7 +60,7 @@ class WorkerProcesses:
         count: int = 2,
         concurrency: int | None = None,
         env: Mapping[str, str] | None = None,
-        queue: str = QUEUE,
+        queue: str | None = None,
         pool: str | None = None,
         loglevel: str = "WARNING",
         start_timeout_s: float = START_TIMEOUT_S,
@@ -92,8 +91,8 @@ class WorkerProcesses:
             sys.executable, "-m", "celery", "-A", "workers.app", "worker",
             "-P", self.pool, "-c", str(self.concurrency), "-n", f"w{index}-{os.getpid()}@%h",
             "--without-gossip", "--without-mingle", "--without-heartbeat",
-            "-Q", self.queue, "--loglevel", self.loglevel,
-        ]
+            "--loglevel", self.loglevel,
+        ] + (["-Q", self.queue] if self.queue else [])  # no -Q: every lane of the app's settings
 
     def log_path(self, index: int) -> Path:
         return self.dir / f"w{index}.log"

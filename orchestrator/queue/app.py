@@ -42,10 +42,13 @@ from celery import Celery
 from kombu import Exchange, Queue
 
 from orchestrator.kernel.errors import OrchestratorError
+from orchestrator.queue.lanes import NODE_QUEUE, lane_queues
 from orchestrator.settings import WorkerSettings
 from orchestrator.settings.store import broker_problem
 
-NODE_QUEUE = "orchestrator"  # the one queue node tasks travel on
+__all__ = ["NODE_QUEUE", "configure", "is_amqp", "lanes_of", "make_celery"]
+
+LANES_CONF = "orchestrator_lanes"  # app.conf key: how many lanes (queue/lanes.py) this app sends on
 NODE_TASK = "orchestrator.node"  # task name: (run_id, node_id)
 DRAIN_TASK = "orchestrator.drain"  # task name: (run_id,): run queued nodes of the run in free slots
 NOOP_TASK = "orchestrator.noop"  # a no-op for the raw-Celery baseline in bench/
@@ -77,11 +80,15 @@ def configure(app: Celery, redis_url: str, settings: WorkerSettings) -> None:
     if problem:
         raise OrchestratorError(problem)
     if settings.broker_url and is_amqp(settings.broker_url):
-        _configure_amqp(app, settings.broker_url)
+        _configure_amqp(app, settings.broker_url, settings.lanes)
         return
     if settings.broker_url:
         redis_url = settings.broker_url
+    # One queue per lane; a worker with no -Q consumes them all, rotating between them.
+    queues = [Queue(name, Exchange(name), routing_key=name) for name in lane_queues(settings.lanes)]
     app.conf.update(
+        task_queues=queues,
+        **{LANES_CONF: settings.lanes},
         broker_url=broker_url(redis_url),
         result_backend=None,
         task_ignore_result=True,
@@ -104,19 +111,23 @@ def configure(app: Celery, redis_url: str, settings: WorkerSettings) -> None:
     )
 
 
-def _configure_amqp(app: Celery, url: str) -> None:
-    """RabbitMQ: the node queue is a durable quorum queue on a topic exchange (Celery's
-    native delayed delivery, which retries need, refuses direct exchanges)."""
+def _configure_amqp(app: Celery, url: str, lanes: int) -> None:
+    """RabbitMQ: each lane is a durable quorum queue bound by its name to one topic exchange
+    (Celery's native delayed delivery, which retries need, refuses direct exchanges, and
+    binds every queue of ``task_queues`` to its delay exchanges by routing key). A worker
+    consumes each lane with its own prefetch (per-consumer QoS): a flooded lane holds at
+    most that many of the worker's messages, never the turn of another lane."""
     exchange = Exchange(NODE_QUEUE, type="topic", durable=True)
-    queue = Queue(NODE_QUEUE, exchange, routing_key=NODE_QUEUE, durable=True,
-                  queue_arguments={"x-queue-type": "quorum"})
+    queues = [Queue(name, exchange, routing_key=name, durable=True, queue_arguments={"x-queue-type": "quorum"})
+              for name in lane_queues(lanes)]
     app.conf.update(
+        **{LANES_CONF: lanes},
         broker_url=url,
         result_backend=None,
         task_ignore_result=True,
         task_serializer="json",
         accept_content=["json"],
-        task_queues=[queue],
+        task_queues=queues,
         task_default_queue=NODE_QUEUE,
         task_default_exchange=NODE_QUEUE,
         task_default_exchange_type="topic",
@@ -131,6 +142,11 @@ def _configure_amqp(app: Celery, url: str) -> None:
         broker_transport_options={"confirm_publish": True},
         task_routes={name: {"queue": NODE_QUEUE} for name in (NODE_TASK, DRAIN_TASK, NOOP_TASK)},
     )
+
+
+def lanes_of(app: Celery) -> int:
+    """How many lanes ``app`` sends on (1 for an app this module did not configure)."""
+    return int(app.conf.get(LANES_CONF) or 1)
 
 
 def make_celery(redis_url: str | None, settings: WorkerSettings, include: Sequence[str] = ()) -> Celery:

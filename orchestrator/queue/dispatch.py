@@ -8,7 +8,9 @@ the one an event loop uses (the API, schedules): kombu's client is synchronous, 
 publish runs on a small thread pool of its own and the loop never waits on the broker's
 socket. Task ids are ``"{run_id}:{node_id}"``
 so logs, revokes and a redelivered message all name the same node; the run store, not the
-id, makes a second delivery harmless.
+id, makes a second delivery harmless. Every message of a run travels on the run's lane
+(``orchestrator/queue/lanes.py``): its start nodes, retries and reschedules, drains, the
+sweeper's re-sends.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from typing import Protocol
 
 from celery import Celery
 
-from orchestrator.queue.app import DRAIN_TASK, NODE_QUEUE, NODE_TASK, is_amqp
+from orchestrator.queue.app import DRAIN_TASK, NODE_TASK, is_amqp, lanes_of
+from orchestrator.queue.lanes import queue_for
 
 
 class Dispatcher(Protocol):
@@ -47,13 +50,14 @@ def send_nodes(app: Celery, run_id: str, node_ids: Sequence[str], *,
         return
     if countdown_s is not None and countdown_s > 0 and is_amqp(str(app.conf.broker_url)):
         countdown_s = float(math.ceil(countdown_s))
+    queue = queue_for(run_id, lanes_of(app))
     with app.producer_or_acquire() as producer, producer.batch():
         for node_id in node_ids:
             app.send_task(
                 NODE_TASK,
                 args=(run_id, node_id),
                 task_id=task_id(run_id, node_id),
-                queue=NODE_QUEUE,
+                queue=queue,
                 producer=producer,
                 countdown=countdown_s,
             )
@@ -68,9 +72,10 @@ def send_drains(app: Celery, run_id: str, count: int, hops: int = 0) -> None:
     ``hops``: how many workers with no free slot passed this drain on already."""
     if count <= 0:
         return
+    queue = queue_for(run_id, lanes_of(app))
     with app.producer_or_acquire() as producer, producer.batch():
         for _ in range(count):
-            app.send_task(DRAIN_TASK, args=(run_id, hops) if hops else (run_id,), queue=NODE_QUEUE,
+            app.send_task(DRAIN_TASK, args=(run_id, hops) if hops else (run_id,), queue=queue,
                           producer=producer)
 
 

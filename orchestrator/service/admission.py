@@ -57,7 +57,7 @@ from orchestrator.kernel.errors import EvaluationError, ExpressionError, GraphSc
 from orchestrator.kernel.expressions import Scope, check_syntax, render, stringify
 from orchestrator.kernel.store import RunStatus
 from orchestrator.queue import depth
-from orchestrator.queue.app import NODE_QUEUE
+from orchestrator.queue.lanes import lane_queues
 from orchestrator.settings import Settings
 from orchestrator.store import fanin
 from orchestrator.store.keys import Keys
@@ -70,24 +70,29 @@ LIMIT = "ORCH_MAX_QUEUED_NODES"
 
 
 async def check(redis: Redis, settings: Settings) -> None:
-    """Raise ``OverloadedError`` if the node queue holds ``max_queued_nodes`` or more tasks."""
+    """Raise ``OverloadedError`` if the node queues (every lane) and the runs' queues hold
+    ``max_queued_nodes`` or more tasks together."""
     bound = settings.max_queued_nodes
     if bound <= 0:
         return
     keys = Keys.of(settings)
+    lanes = lane_queues(settings.lanes)
     if keys.buckets <= 1:
         async with redis.pipeline(transaction=False) as pipe:
-            pipe.llen(NODE_QUEUE)
+            for lane in lanes:
+                pipe.llen(lane)
             pipe.get(keys.queued_nodes())
-            tasks, waiting = await pipe.execute()
+            *lengths, waiting = await pipe.execute()
+        tasks = dict(zip(lanes, (int(n) for n in lengths), strict=True))
     else:  # a cluster: the broker is elsewhere (ORCH_BROKER_URL), the count summed over buckets
-        tasks, waiting = 0, await fanin.queued_nodes(redis, keys)
-    on_broker = await depth.broker_depth(settings.broker_url)
+        tasks, waiting = dict.fromkeys(lanes, 0), await fanin.queued_nodes(redis, keys)
+    on_broker = await depth.broker_depth(settings.broker_url, lanes)
     if on_broker is not None:
         tasks = on_broker
-    metrics.QUEUE_DEPTH.labels(queue=NODE_QUEUE).set(int(tasks))
+    for lane, count in tasks.items():
+        metrics.QUEUE_DEPTH.labels(queue=lane).set(count)
     metrics.QUEUE_DEPTH.labels(queue=RUN_QUEUES).set(int(waiting or 0))
-    queued = int(tasks) + int(waiting or 0)
+    queued = sum(tasks.values()) + int(waiting or 0)
     if queued >= bound:
         metrics.ADMISSION_REJECTED.labels(limit=LIMIT).inc()
         raise OverloadedError(

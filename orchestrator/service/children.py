@@ -47,6 +47,7 @@ from orchestrator.errors import GraphNotFoundError
 from orchestrator.host.children import ChildSpec
 from orchestrator.kernel.errors import ParameterError, RunNotFoundError
 from orchestrator.kernel.store import RunRecord
+from orchestrator.queue.lanes import tagged
 from orchestrator.service.child_links import PARENT_LABEL, ChildLinks
 from orchestrator.service.graph_store import DEFAULT_WORKSPACE
 from orchestrator.service.runs import RunRequest, Starter, start_run
@@ -57,9 +58,10 @@ log = logging.getLogger("orchestrator.service.children")
 
 
 def child_run_id(spec: ChildSpec) -> str:
-    """The child's run id: the same for the same parent run, node, attempt and key."""
+    """The child's run id: the same for the same parent run, node, attempt and key, in the
+    parent's lane (``orchestrator/queue/lanes.py``)."""
     raw = f"{spec.parent_run}\x00{spec.parent_node}\x00{spec.attempt}\x00{spec.key}"
-    return hashlib.sha256(raw.encode()).hexdigest()[:32]
+    return tagged(spec.parent_run, hashlib.sha256(raw.encode()).hexdigest()[:32])
 
 
 class Children(ChildLinks):

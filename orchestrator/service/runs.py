@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-import uuid
 from collections import OrderedDict
 from dataclasses import KW_ONLY, dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
@@ -28,6 +27,7 @@ from orchestrator.kernel.scheduling import RunPlan
 from orchestrator.kernel.store import RunRecord, RunStatus, RunStore
 from orchestrator.kernel.validation import DEFAULT_GRAPH_LIMITS, GraphLimits, ValidatedGraph, validate_graph
 from orchestrator.queue.dispatch import Dispatcher
+from orchestrator.queue.lanes import new_run_id
 from orchestrator.service import admission
 from orchestrator.service.graph_store import DEFAULT_WORKSPACE
 from orchestrator.service.plan_cache import StoredPlan, choose_start, graph_deadline_s
@@ -75,7 +75,7 @@ class RunRequest:
     :func:`start_run`.
 
     ``start`` names the start nodes (default: the graph's single trigger node);
-    ``run_id`` defaults to a uuid4 hex; ``deadline_s`` to the graph's
+    ``run_id`` defaults to a uuid4 hex (in the workspace's lane); ``deadline_s`` to the graph's
     ``settings.deadline_s``, then ``Settings.run_deadline_s``; ``seed_outputs`` (a rerun)
     are stored as outputs of nodes that will not run, so expressions can read them.
     """
@@ -102,7 +102,7 @@ async def start_run(
     """Validate ``graph``, compile the run ``request`` asks for, store it, dispatch its
     start nodes.
 
-    Returns the run id (``request.run_id``, else a uuid4 hex). Graph faults raise
+    Returns the run id (``request.run_id``, else a uuid4 hex tagged with the workspace's lane). Graph faults raise
     ``GraphError`` subclasses before anything is stored. ``request.deadline_s`` defaults
     to the graph's ``settings.deadline_s``, then ``Settings.run_deadline_s``. ``limits``: the
     graph bounds of the caller's settings (``Settings.graph_limits()``).
@@ -113,9 +113,9 @@ async def start_run(
     vg = validated(graph, registry, limits)
     starts = choose_start(vg, request.start)
     graph_budget(graph)  # a malformed settings.budget is a graph error, before anything is stored
-    run_id = request.run_id or uuid.uuid4().hex
-    plan = compile_run(vg, run_id, starts)
     meta = dict(request.meta or {})
+    run_id = request.run_id or new_run_id(str(meta.get("workspace") or DEFAULT_WORKSPACE))  # in its lane
+    plan = compile_run(vg, run_id, starts)
     with tracing.run_span(run_id, vg.graph.id, trigger=str(meta.get("trigger") or ""),
                           rerun_of=str(meta.get("rerun_of") or "")) as trace_labels:
         plan.labels.update(trace_labels, workspace=str(meta.get("workspace") or DEFAULT_WORKSPACE))
@@ -256,7 +256,7 @@ async def _start_compiled(services: Starter, stored: StoredPlan, source: StoredG
     head, keys = stored.head, services.graphs.keys
     meta = {"graph_version": stored.version, **(request.meta or {}), "workspace": head.workspace,
             "trigger": trigger}
-    run_id = request.run_id or uuid.uuid4().hex
+    run_id = request.run_id or new_run_id(head.workspace)  # in its workspace's lane (queue/lanes.py)
     plan = stored.plan.for_run(run_id)
     guard = StartGuard(graph_key=keys.graph(head.graph_id), runs_key=keys.graph_runs(head.graph_id),
                        created_at=head.created_at, workspace=head.workspace, version=stored.version,

@@ -59,6 +59,7 @@ from typing import Any, cast
 from orchestrator.kernel.protocol import EventType, NodeEvent
 from orchestrator.kernel.store import NodeCompletion, NodeStatus, RunStatus
 from orchestrator.queue.dispatch import Dispatcher
+from orchestrator.queue.lanes import lane_of, lane_queues
 from orchestrator.service import admission
 from orchestrator.service.child_links import ChildLinks
 from orchestrator.settings import Settings
@@ -75,7 +76,6 @@ DEFAULT_UNDISPATCHED_GRACE_S = 10.0
 LOCK_TTL_S = 30.0  # a pass that crashes holds the lock at most this long
 BATCH = 500  # active runs read per ZRANGE
 QUEUE_MARK = "\x00queue"  # stands for a run's queue among the node ids the sweeper tracks
-BROKER_QUEUE = "orchestrator"  # orchestrator.queue.app.NODE_QUEUE (literal: this module must not import celery)
 NODE_TASK = "orchestrator.node"  # orchestrator.queue.app.NODE_TASK
 WATERMARK_SCAN = 64  # oldest broker messages read per pass to find the oldest node message
 
@@ -119,7 +119,8 @@ class Sweeper:
     ``dispatch(run_id, node_ids)`` sends node tasks (sync or async), as for
     ``orchestrator.service.runs.start_run``. Limits default to the settings (``sweep_period_s``,
     ``max_node_reclaims``, ``undispatched_grace_s``) and can be overridden per instance.
-    ``broker_queue`` is the Redis list the node tasks travel on (same Redis database).
+    ``broker_queues`` are the Redis lists the node tasks travel on, one per lane (same Redis
+    database; default: the settings' lanes, ``orchestrator/queue/lanes.py``).
     """
 
     def __init__(
@@ -130,7 +131,7 @@ class Sweeper:
         *,
         max_node_reclaims: int | None = None,
         undispatched_grace_s: float | None = None,
-        broker_queue: str = BROKER_QUEUE,
+        broker_queues: list[str] | None = None,
     ) -> None:
         self.store = store
         self.redis = store.redis
@@ -141,11 +142,11 @@ class Sweeper:
                                           DEFAULT_MAX_NODE_RECLAIMS)
         self.undispatched_grace_s = _setting(self.settings, "undispatched_grace_s",
                                              undispatched_grace_s, DEFAULT_UNDISPATCHED_GRACE_S)
-        self.broker_queue = broker_queue
+        self.broker_queues = broker_queues or lane_queues(settings.lanes)
         self._release = self.redis.register_script(_RELEASE)
         self._correct = self.redis.register_script(_CORRECT)
         self._first_seen: dict[tuple[str, str], float] = {}  # undispatched ready node -> when seen
-        self._watermark = math.inf  # of this pass: see _queue_watermark
+        self._watermarks = [math.inf] * len(self.broker_queues)  # of this pass, per lane: see _queue_watermark
 
     # -- one pass -----------------------------------------------------------------------
 
@@ -202,7 +203,7 @@ class Sweeper:
         counted queued nodes are read together first (one pipeline)."""
         seen: set[tuple[str, str]] = set()
         counted_before = [int(n or 0) for n in await self._per_bucket("get", self.keys.queued_nodes)]
-        self._watermark = await self._queue_watermark()
+        self._watermarks = [await self._queue_watermark(queue) for queue in self.broker_queues]
         for bucket, before in enumerate(counted_before):
             await self._check_bucket(bucket, before, now, report, seen)
         # forget runs and nodes that are no longer candidates
@@ -226,15 +227,16 @@ class Sweeper:
             await self._correct(keys=[self.keys.queued_nodes(bucket)],
                                 args=[queued - counted_before, int(self.settings.active_ttl_s)])
 
-    async def _queue_watermark(self) -> float:
-        """When the oldest node message still on the broker queue was sent (Redis clock).
+    async def _queue_watermark(self, queue: str) -> float:
+        """When the oldest node message still on the broker queue (one lane) was sent (Redis clock).
 
-        kombu's Redis queue is FIFO (LPUSH, BRPOP from the other end), so a node sent
-        before that time has left the queue: if nobody claimed it, a worker holds it or it
-        is lost. A node sent later may still be waiting behind a backlog and is not sent
-        again. ``inf`` for an empty queue; ``-inf`` when none of the oldest messages names a
-        node with a sent time (then nothing counts as lost in transit this pass)."""
-        raw = await self.redis.lrange(self.broker_queue, -WATERMARK_SCAN, -1)
+        kombu's Redis queue is FIFO (LPUSH, BRPOP from the other end), so a node of this
+        lane sent before that time has left the queue: if nobody claimed it, a worker holds
+        it or it is lost. A node sent later may still be waiting behind a backlog and is not
+        sent again. ``inf`` for an empty queue; ``-inf`` when none of the oldest messages
+        names a node with a sent time (then nothing of the lane counts as lost in transit
+        this pass)."""
+        raw = await self.redis.lrange(queue, -WATERMARK_SCAN, -1)
         if not raw:
             return math.inf
         for message in reversed(cast(list[str], raw)):  # the oldest is at the end
@@ -246,9 +248,11 @@ class Sweeper:
                 return float(sent_at)
         return -math.inf
 
-    def _lost_in_transit(self, sent_at: float, now: float) -> bool:
-        """A node sent at ``sent_at`` and not claimed by ``now``: is its message lost?"""
-        return now - sent_at >= self.undispatched_grace_s and sent_at < self._watermark
+    def _lost_in_transit(self, run_id: str, sent_at: float, now: float) -> bool:
+        """A node of ``run_id`` sent at ``sent_at`` and not claimed by ``now``: is its message
+        lost? (Compared with the watermark of the run's lane, where its message waits.)"""
+        watermark = self._watermarks[lane_of(run_id, len(self._watermarks))]
+        return now - sent_at >= self.undispatched_grace_s and sent_at < watermark
 
     async def _check_run(self, run_id: str, now: float, report: SweepReport,
                          seen: set[tuple[str, str]]) -> int:
@@ -284,7 +288,8 @@ class Sweeper:
         retrying = [n for n, s in states.items() if s == NodeStatus.RETRYING]
         if retrying:
             await self._overdue_retries(run_id, retrying, sent, now, report)
-        lost = [n for n, t in sent.items() if states.get(n) == NodeStatus.PENDING and self._lost_in_transit(t, now)]
+        lost = [n for n, t in sent.items()
+                if states.get(n) == NodeStatus.PENDING and self._lost_in_transit(run_id, t, now)]
         if lost:
             log.warning("run %s: nodes %s were sent and never claimed (message lost?); sending them again",
                         run_id, lost)
@@ -326,7 +331,7 @@ class Sweeper:
             if raw is None or now - float(raw) < self.undispatched_grace_s:
                 continue
             sent_at = sent.get(node_id)
-            if sent_at is not None and not self._lost_in_transit(sent_at, now):
+            if sent_at is not None and not self._lost_in_transit(run_id, sent_at, now):
                 continue  # sent again already; a worker has not claimed it yet
             overdue.append(node_id)
         if overdue:
@@ -340,7 +345,7 @@ class Sweeper:
             await self._fail_lost(run_id, node_id, lost)
             report.lost.append((run_id, node_id))
             return
-        if lost.sent_at is not None and not self._lost_in_transit(lost.sent_at, now):
+        if lost.sent_at is not None and not self._lost_in_transit(run_id, lost.sent_at, now):
             return  # sent again already; a worker has not claimed it yet
         log.warning("run %s node %s lost its worker (lease expired, claim %d); requeueing",
                     run_id, node_id, lost.claims)

@@ -8,6 +8,8 @@ of them).
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from orchestrator.settings.base import SettingsGroup
 
 
@@ -16,6 +18,16 @@ class WorkerSettings(SettingsGroup):
     # on RabbitMQ (a quorum queue; orchestrator/queue/app.py, docs/deployment.md). Unset:
     # the broker is REDIS_URL's Redis (the embedded default and small deployments).
     broker_url: str | None = None
+    # Fair share between workspaces: node messages travel on this many broker queues
+    # ("lanes"; orchestrator/queue/lanes.py), a run's lane fixed by its workspace, and every
+    # worker consumes them all in turn, so a flood of one workspace queues in its own lane
+    # only. 1 = one FIFO queue for everyone. Every process of a deployment must agree.
+    lanes: int = Field(default=8, ge=1, le=256)
+    # A ceiling of nodes in flight per workspace, cluster-wide (orchestrator/store/ceiling.py):
+    # a node over it is rescheduled holding nothing. 0 = none. Per workspace, JSON:
+    # '{"acme": {"max_in_flight": 500}}' (0 there: none for that workspace).
+    workspace_max_in_flight: int = Field(default=0, ge=0)
+    workspace_limits: str = ""
     node_lease_s: float = 60.0  # a running node's lease; renewed by a heartbeat while it runs
     # kombu's redelivery of unacked messages, counted on each worker's own clock. The
     # sweeper is the redelivery path (lost leases, lost messages, overdue retries): keep

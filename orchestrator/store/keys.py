@@ -72,6 +72,9 @@ key                                        type        what, TTL
 {p}:limit:{key}:g                          zset        holder -> when it was granted (a re-run of the same
                                                        execution is not charged again); 1 day idle
                                                        (entries dropped after 10 min)
+{p}:limit:{key}:p                          zset        holder -> the grant slot promised to a late holder the
+                                                       spacing refused (it goes out then, unchecked); 1 day
+                                                       idle (entries dropped after 10 min)
 {p}:cc:{ws}:{gid}:run:{key}                zset        runs of a concurrency key in progress; 1 day idle
 {p}:cc:{ws}:{gid}:q:{key}                  zset        runs waiting for a place under that key (FIFO); 1 day idle
 {p}:cc:{ws}:{gid}:all / :rr / :seq         zset/list/  every key's runs in progress (round_robin), the keys
@@ -102,6 +105,10 @@ key                                        type        what, TTL
                                            for it, until settled (orchestrator/service/children.py);
                                            no TTL (entries removed when settled)
 {p}:run:{id}:children                      set         every child run the run started; active TTL + retention
+{p}:inflight:{ws}                          zset        a workspace's units of its ceiling of nodes in flight:
+                                                       holder -> lease expiry (ms); 1 day idle
+{p}:inflight:{ws}:w / :s                   zset / hash the nodes refused a unit (-> when), start times and the
+                                                       average hold (store/ceiling.py); 1 day idle
 =========================================  ==========  ==============================================
 """
 
@@ -312,3 +319,7 @@ class Keys:
 
     def workspace_drafts(self, workspace: str) -> str:
         return f"{self._c}:ws:{workspace}:drafts"
+
+    def inflight(self, workspace: str) -> str:
+        """The stem of a workspace's ceiling of nodes in flight (``store/ceiling.py``)."""
+        return f"{self._c}:inflight:{workspace}"

@@ -12,6 +12,9 @@ O(1) memory, one HMGET/HSET per key), with two additions:
   that come back late together (a loaded worker) are granted at most 1 s ahead of the rate
   and the rest told to wait the difference, keeping their reservations; without it, late
   holders bunched in the provider's window (measured: 143-737 429s of 1,000 calls, then 0).
+  A holder spaced out is *promised* its grant slot (``:p``; the spacing moves past it), so it
+  goes out when it comes back instead of being spaced again with the rest of its late burst
+  (measured: 9,147 ``throttled`` events for 1,000 nodes without the promise).
 * **Adaptive limits.** A provider's 429 (:meth:`RateLimiter.penalize`) blocks the key for
   everyone until its ``Retry-After`` and cuts its rate, once per cool-down (the larger of
   1 s and the ``Retry-After``), not once per 429 of the same burst: a key with no declared
@@ -84,20 +87,25 @@ class RateLimiter:
         reply: list[Any] = await self._script(keys=keys, args=[json.dumps({**args, "ttl_s": self.ttl_s})])
         return reply
 
-    async def take(self, requests: Sequence[LimitRequest], *, holder: str, once: bool = False) -> Acquired:
+    async def take(self, requests: Sequence[LimitRequest], *, holder: str, once: bool = False,
+                   probe: bool = False) -> Acquired:
         """Acquire every request at once (fully scoped keys); see the module docstring.
         ``once``: ``holder`` is charged once however often it asks (a node execution that
         runs again after its worker died); without it every grant is a new charge (each of a
-        provider's requests is a new call)."""
+        provider's requests is a new call). ``probe``: ask before building the request; a
+        grant is not taken (the acquire right before sending takes it), a refusal reserves
+        the holder's slot as usual."""
         if not requests:
             return Acquired(0.0, "", ())
         reply = await self._call([self.keys.limit(r.key) for r in requests],
-                                 {"op": "acquire", "holder": holder, "once": once,
+                                 {"op": "acquire", "holder": holder, "once": once, "probe": probe,
                                   "limits": [_spec(r) for r in requests]})
         wait_s = int(reply[0]) / 1000
         index = int(reply[1])
         rates = tuple(float(x) for x in reply[2:])
         key = requests[index - 1].key if index > 0 else ""
+        if probe and not wait_s:
+            return Acquired(wait_s, key, rates)  # nothing taken: counted by the acquire that follows
         for request, rate in zip(requests, rates, strict=False):
             flow_metrics.acquired(request.key, wait_s if request.key == key else 0.0, rate or None)
         return Acquired(wait_s, key, rates)

@@ -8,6 +8,10 @@ orchestrator_limit_wait_seconds             histogram  limit (how long a refused
 orchestrator_limit_rate                     gauge      limit (units per window it runs at now:
                                                        declared, or learned from 429s)
 orchestrator_provider_refused_total         counter    limit (429s answered by a provider)
+orchestrator_workspace_in_flight            gauge      workspace (nodes holding a unit of its
+                                                       ceiling, cluster-wide, last seen here)
+orchestrator_workspace_waiting              gauge      workspace (nodes refused a unit lately)
+orchestrator_workspace_ceiling_total        counter    workspace, outcome (granted, wait)
 ==========================================  =========  =====================================
 
 ``limit`` is the limit's key as scoped in Redis (``ws:<workspace>:<key>`` for a node's
@@ -52,6 +56,27 @@ PROVIDER_REFUSED = Counter(
     registry=REGISTRY,
 )
 
+WORKSPACE_IN_FLIGHT = Gauge(
+    "orchestrator_workspace_in_flight",
+    "Nodes of a workspace holding a unit of its ceiling of nodes in flight (cluster-wide, as last seen).",
+    ["workspace"],
+    multiprocess_mode="mostrecent",
+    registry=REGISTRY,
+)
+WORKSPACE_WAITING = Gauge(
+    "orchestrator_workspace_waiting",
+    "Nodes of a workspace refused a unit of its ceiling lately (rescheduled, holding nothing).",
+    ["workspace"],
+    multiprocess_mode="mostrecent",
+    registry=REGISTRY,
+)
+WORKSPACE_CEILING = Counter(
+    "orchestrator_workspace_ceiling",
+    "Asks for a unit of a workspace's ceiling of nodes in flight, by outcome (granted, wait).",
+    ["workspace", "outcome"],
+    registry=REGISTRY,
+)
+
 _seen: set[str] = set()
 
 
@@ -76,3 +101,13 @@ def acquired(key: str, wait_s: float, rate: float | None) -> None:
 
 def refused(key: str) -> None:
     PROVIDER_REFUSED.labels(limit=label(key)).inc()
+
+
+def ceiling(workspace: str, in_flight: int, waiting: int | None, wait_s: float | None) -> None:
+    """A ceiling's answer: ``wait_s`` None for a leave, 0 for a grant."""
+    name = workspace if label(f"workspace:{workspace}") != OTHER else OTHER
+    WORKSPACE_IN_FLIGHT.labels(workspace=name).set(in_flight)
+    if waiting is not None:
+        WORKSPACE_WAITING.labels(workspace=name).set(waiting)
+    if wait_s is not None:
+        WORKSPACE_CEILING.labels(workspace=name, outcome="wait" if wait_s > 0 else "granted").inc()

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from orchestrator.local.embedded_redis import EmbeddedRedis
-from orchestrator.service.admission import NODE_QUEUE
+from orchestrator.queue.lanes import NODE_QUEUE
 from orchestrator.telemetry import metrics
 from tests.api.conftest import Api, chain, open_api
 from tests.support.inline_worker import repo_registry

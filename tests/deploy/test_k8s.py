@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -99,18 +100,30 @@ def test_settings_point_every_role_at_the_redis_service() -> None:
     assert config["AGNO_TELEMETRY"] == "false"
 
 
-def test_workers_scale_on_the_length_of_the_node_queue() -> None:
-    from orchestrator.queue.app import NODE_QUEUE
+def lane_depth_query(triggers: list[dict[str, Any]]) -> str:
+    """The one Prometheus query that sums the node queues' depths over the lanes."""
+    (query,) = [t["metadata"]["query"] for t in triggers
+                if t["type"] == "prometheus" and "orchestrator_queue_depth{queue=~" in t["metadata"]["query"]]
+    return str(query)
 
+
+def assert_sums_every_lane(query: str) -> None:
+    from orchestrator.queue.lanes import lane_queues
+
+    assert query.startswith("sum(")
+    pattern = re.search(r'queue=~"([^"]+)"', query)
+    assert pattern is not None
+    regex = pattern.group(1).replace("\\\\", "\\")  # the PromQL string's escape
+    assert all(re.fullmatch(regex, lane) for lane in lane_queues(8)), "every lane counts"
+    assert not re.fullmatch(regex, "runs"), "the runs' queues are a trigger of their own"
+
+
+def test_workers_scale_on_the_length_of_the_node_queues_summed_over_lanes() -> None:
     scaled = by_kind("ScaledObject")["worker"]
     assert scaled["spec"]["scaleTargetRef"]["name"] in by_kind("Deployment")
-    triggers = {t["type"]: t for t in scaled["spec"]["triggers"]}
-    queries = [t["metadata"]["query"] for t in scaled["spec"]["triggers"] if t["type"] == "prometheus"]
-    trigger = triggers["redis"]
-    assert trigger["metadata"]["listName"] == NODE_QUEUE
-    env_name = trigger["metadata"]["addressFromEnv"]
-    worker_env = {e["name"] for c in containers(by_kind("Deployment")["worker"]) for e in c.get("env", [])}
-    assert env_name in worker_env, f"the scaler reads {env_name} from the worker container"
+    triggers = scaled["spec"]["triggers"]
+    queries = [t["metadata"]["query"] for t in triggers if t["type"] == "prometheus"]
+    assert_sums_every_lane(lane_depth_query(triggers))
     # and on the nodes in flight, a metric the workers export, and the nodes waiting on
     # runs' queues, which the API exports
     assert any("orchestrator_nodes_in_flight" in q for q in queries)
@@ -176,11 +189,8 @@ def test_rabbitmq_keeps_the_deployment_s_consumer_timeout() -> None:
     assert wanted in config["data"]["90-orchestrator.conf"].splitlines()
 
 
-def test_workers_scale_on_the_rabbitmq_queue_backlog() -> None:
-    from orchestrator.queue.app import NODE_QUEUE
-
+def test_workers_scale_on_the_rabbitmq_queues_backlog_summed_over_lanes() -> None:
     (scaled,) = overlay()["scaledobject.yaml"]
     triggers = {t["type"]: t for t in scaled["spec"]["triggers"]}
-    assert "redis" not in triggers, "the node queue is not a Redis list on this layout"
-    assert triggers["rabbitmq"]["metadata"]["queueName"] == NODE_QUEUE
-    assert triggers["rabbitmq"]["metadata"]["hostFromEnv"] == "ORCH_BROKER_URL"
+    assert "redis" not in triggers, "the node queues are not Redis lists on this layout"
+    assert_sums_every_lane(lane_depth_query(scaled["spec"]["triggers"]))

@@ -111,3 +111,30 @@ async def test_holders_that_come_back_late_together_go_out_at_the_rate_not_in_a_
     granted = [r for r in results if r.wait_s == 0]
     assert 8 <= len(granted) <= 13  # about one second's worth goes out now ...
     assert all(0 < r.wait_s <= 1.1 for r in results if r.wait_s)  # ... the rest shortly after
+
+
+async def test_a_late_holder_spaced_out_is_promised_its_slot_and_refused_only_once(limiter: RateLimiter) -> None:
+    ten_per_s = LimitRequest("promise", rate=10, per_s=1)
+    for i in range(30):  # 30 reservations, 0.1 s apart
+        await limiter.take([ten_per_s], holder=f"h{i}")
+    await asyncio.sleep(3.2)  # every holder is late now; they all come back at once
+    first = {f"h{i}": (await limiter.take([ten_per_s], holder=f"h{i}")).wait_s for i in range(30)}
+    spaced = {h: w for h, w in first.items() if w > 0}
+    assert len(spaced) >= 15
+    waits = sorted(spaced.values())
+    assert all(b - a > 0.05 for a, b in itertools.pairwise(waits)), "each its own slot, 0.1 s apart"
+    started = time.monotonic()
+    for holder, wait_s in sorted(spaced.items(), key=lambda hw: hw[1]):  # each comes back when told
+        await asyncio.sleep(max(0.0, wait_s - (time.monotonic() - started)))
+        assert (await limiter.take([ten_per_s], holder=holder)).wait_s == 0, f"{holder} refused again"
+
+
+async def test_a_probe_that_would_be_granted_takes_nothing_and_a_refused_one_reserves(limiter: RateLimiter) -> None:
+    one_per_min = LimitRequest("probe", rate=1, per_s=60)
+    assert (await limiter.take([one_per_min], holder="a", probe=True)).wait_s == 0
+    assert (await limiter.take([one_per_min], holder="b", probe=True)).wait_s == 0  # a's probe took nothing
+    assert (await limiter.take([one_per_min], holder="a")).wait_s == 0  # the real acquire takes it
+    refused = await limiter.take([one_per_min], holder="b", probe=True)
+    assert 55 < refused.wait_s <= 60
+    later = await limiter.take([one_per_min], holder="c", probe=True)
+    assert later.wait_s > refused.wait_s + 55, "b's refused probe holds the next slot"

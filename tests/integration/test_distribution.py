@@ -9,12 +9,14 @@ from typing import Any
 import pytest
 import redis
 
+from orchestrator.queue.lanes import lane_queues
+from orchestrator.settings import Settings
 from tests.fake_nodes import graph
 
 pytestmark = pytest.mark.integration
 
 FAN_WIDTH = 20
-QUEUE = "orchestrator"
+QUEUES = lane_queues(Settings().lanes)  # every lane's Redis list
 UNACKED = "unacked"  # kombu's Redis ack-emulation hash
 
 
@@ -24,7 +26,7 @@ async def wait_for_drained_queue(client: redis.Redis, timeout_s: float = 15.0) -
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while calm < 2:
-        busy = client.llen(QUEUE) or client.hlen(UNACKED)
+        busy = sum(client.llen(q) for q in QUEUES) or client.hlen(UNACKED)
         calm = 0 if busy else calm + 1
         if loop.time() > deadline:
             raise AssertionError("node tasks still queued or unacked")

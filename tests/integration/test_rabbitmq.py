@@ -5,7 +5,8 @@ and two Celery worker processes whose broker is ``ORCH_BROKER_URL=amqp://...``; 
 runs in the test's loop as in test_faults. Each test is a behaviour a deployment that moves
 its broker to RabbitMQ relies on: runs spread over workers, retries wait in the broker
 (native delayed delivery) and come back, a killed worker's node runs again and completes
-once, the queue really is a quorum queue, and back-pressure counts the broker's messages.
+once, the queue really is a quorum queue, back-pressure counts the broker's messages, and a
+flood of one workspace's runs does not hold another workspace's run behind it (lanes).
 """
 
 from __future__ import annotations
@@ -230,3 +231,16 @@ async def test_back_pressure_counts_the_messages_waiting_in_rabbitmq(
         await redis.aclose()
         with Connection(broker.url) as conn:
             conn.channel().queue_purge(NODE_QUEUE)
+
+
+async def test_another_workspace_s_run_is_not_held_behind_a_flood_of_runs_on_rabbitmq(
+    pool: WorkerProcesses, store: RedisRunStore, registry: Registry, celery: Any, settings: Settings,
+) -> None:
+    """Each lane is a consumer with its own prefetch: the flooded lane holds at most that
+    many of a worker's messages, and the other workspace's lane is served at once."""
+    from orchestrator.queue.dispatch import make_dispatch
+    from tests.integration.test_lanes import flood_then_other
+
+    took_s, flood_left_s = await flood_then_other(store, registry, make_dispatch(celery), settings.lanes)
+    assert flood_left_s > 1.5, "the chain ended long before the flood"
+    assert took_s < 2.5

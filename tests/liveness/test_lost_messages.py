@@ -13,6 +13,7 @@ import pytest
 from orchestrator.kernel.protocol import EventType, NodeEvent
 from orchestrator.kernel.store import NodeCompletion, NodeStatus, RunStatus
 from orchestrator.local.embedded_redis import EmbeddedRedis
+from orchestrator.queue.lanes import lane_of, new_run_id, queue_for
 from orchestrator.service.runs import RunRequest, start_run
 from orchestrator.service.sweeper import Sweeper
 from orchestrator.store.redis_store import RedisRunStore
@@ -77,9 +78,25 @@ async def test_a_node_whose_message_waits_behind_a_backlog_is_not_sent_again(
     await asyncio.sleep(GRACE_S + 0.05)
     # the queue is FIFO: what was sent before its oldest message has left it
     assert (await s.sweep_once()).resent == [(before, "t")]
-    assert await store.redis.rpop("orchestrator")  # a worker took it ... and lost it
+    assert await store.redis.rpop(queue_for(waiting, store.settings.lanes))  # a worker took it ... and lost it
     await asyncio.sleep(GRACE_S + 0.05)
     assert (await s.sweep_once()).resent == [(before, "t"), (waiting, "t")]
+
+
+async def test_a_message_lost_in_one_lane_is_sent_again_whatever_waits_in_another_lane(
+    store: RedisRunStore, sent: Any, celery: Any,
+) -> None:
+    lanes = store.settings.lanes
+    flooded, quiet = ("ws-a", "ws-b") if lane_of(new_run_id("ws-a"), lanes) != lane_of(new_run_id("ws-b"), lanes) \
+        else ("ws-a", "ws-c")
+    assert lane_of(new_run_id(flooded), lanes) != lane_of(new_run_id(quiet), lanes)
+    backlog = await start_run(store, make_registry(), CHAIN, RunRequest({"x": 1}, meta={"workspace": flooded}),
+                              dispatch=queued(celery))  # waits in its lane, never taken
+    lost_one = await start_run(store, make_registry(), CHAIN, RunRequest({"x": 1}, meta={"workspace": quiet}),
+                               dispatch=lost)
+    await asyncio.sleep(GRACE_S + 0.05)
+    assert (await sweeper(store, sent).sweep_once()).resent == [(lost_one, "t")]
+    assert await store.redis.llen(queue_for(backlog, lanes)) == 1
 
 
 async def test_a_node_whose_lease_lapsed_is_sent_again_only_after_each_grace(

@@ -32,6 +32,7 @@ class FakeCelery:
     def __init__(self) -> None:
         self.sent: list[tuple[str, dict[str, Any]]] = []
         self.producer = _Producer()
+        self.conf: dict[str, Any] = {}  # no lanes configured: one queue
 
     def producer_or_acquire(self) -> _Producer:
         return self.producer

@@ -11,6 +11,7 @@
 --         each of which is a new call
 --   delta: (adjust) units to add (+) or give back (-), e.g. real tokens minus the estimate
 --   retry_after_s: (penalize) what the provider's Retry-After said (0: none)
+--   probe: (acquire) a grant changes nothing (see below); a refusal is recorded as usual
 --   ttl_s: how long an idle state hash lives
 -- State hash fields: tat (theoretical arrival time, s), blocked (no grant before, s),
 --   learned (rate per per_s learned from 429s, 0 none), cut (when learned was last cut, s),
@@ -98,10 +99,16 @@ for i, limit in ipairs(args.limits) do
   if not limit.learn and state.learned > 0 then rate = math.min(rate, state.learned) end
   reply_rates[i] = tostring(rate or 0)
   redis.call('ZREMRANGEBYSCORE', key .. ':r', '-inf', now - STALE_S)
+  redis.call('ZREMRANGEBYSCORE', key .. ':p', '-inf', now - STALE_S)
   local reserved = holder ~= '' and tonumber(redis.call('ZSCORE', key .. ':r', holder)) or nil
+  local promised = holder ~= '' and tonumber(redis.call('ZSCORE', key .. ':p', holder)) or nil
   local granted_before = args.once and holder ~= '' and redis.call('ZSCORE', key .. ':g', holder) or nil
   if granted_before then
     plans[i] = {kind = 'again', at = now}
+  elseif promised then
+    -- a grant slot of the spacing below was set aside for it: it goes out then, unchecked
+    plans[i] = {kind = 'promised', at = promised}
+    if promised - now > wait then wait, limiting = promised - now, i end
   elseif reserved then
     plans[i] = {kind = 'reserved', at = reserved}
     if reserved - now > wait then wait, limiting = reserved - now, i end
@@ -124,19 +131,31 @@ end
 -- The grants themselves are spaced too ('gtat', a second GCRA on what actually goes out):
 -- holders that come back late all at once (a loaded worker) trickle out at the rate instead
 -- of bunching in the provider's window; they keep their reservations meanwhile.
-local grant_at = {}
+-- A holder spaced out this way is promised its grant slot (':p', and 'gtat' moves past it),
+-- so it is refused once, not again and again with every holder of the same late burst.
+local grant_at, promise_at = {}, {}
 if wait <= 0 then
   for i, limit in ipairs(args.limits) do
     local rate = tonumber(reply_rates[i]) or 0
-    if rate > 0 and plans[i].kind ~= 'again' then
+    if rate > 0 and plans[i].kind ~= 'again' and plans[i].kind ~= 'promised' then
       local interval = limit.per_s / rate
       local cost = num(limit.cost, 1)
       local g = math.max(states[i].gtat, now) + cost * interval
       grant_at[i] = g
       local early = g - now - math.max(SMOOTH_S, cost * interval)
+      if early > 0 then promise_at[i] = now + early end
       if early > wait then wait, limiting = early, i end
     end
   end
+end
+
+-- A probe (asked before the caller builds what it will send) that would be granted changes
+-- nothing: the real acquire, right before the request, takes the grant. A refused probe
+-- reserves (or is promised) its slot like any refusal.
+if args.probe and wait <= 0 then
+  local reply = {0, 0}
+  for _, rate in ipairs(reply_rates) do table.insert(reply, rate) end
+  return reply
 end
 
 local second = math.floor(now)
@@ -150,12 +169,21 @@ for i, limit in ipairs(args.limits) do
     -- counted when it was first granted
   elseif wait > 0 then
     -- Refused: the slot is this holder's at its time (no thundering herd of re-asks).
-    if holder ~= '' and plan.kind ~= 'reserved' then
+    if holder ~= '' and plan.kind ~= 'reserved' and plan.kind ~= 'promised' then
       redis.call('ZADD', key .. ':r', string.format('%.6f', now + wait), holder)
       redis.call('EXPIRE', key .. ':r', ttl + STALE_S)
     end
+    if holder ~= '' and promise_at[i] then
+      redis.call('ZADD', key .. ':p', string.format('%.6f', promise_at[i]), holder)
+      redis.call('EXPIRE', key .. ':p', ttl + STALE_S)
+      redis.call('HSET', key, 'gtat', string.format('%.6f', grant_at[i]))
+    end
   else
     if plan.kind == 'reserved' then redis.call('ZREM', key .. ':r', holder) end
+    if plan.kind == 'promised' then
+      redis.call('ZREM', key .. ':p', holder)
+      redis.call('ZREM', key .. ':r', holder)
+    end
     if grant_at[i] then redis.call('HSET', key, 'gtat', string.format('%.6f', grant_at[i])) end
     if args.once and holder ~= '' then
       redis.call('ZREMRANGEBYSCORE', key .. ':g', '-inf', now - STALE_S)

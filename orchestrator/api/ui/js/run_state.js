@@ -34,7 +34,12 @@ export function hostsOf(graph) {
 
 /* Why a throttled node waits: which limit, for how long, and who set it. */
 export function waitLabel(d) {
-  const why = { provider_429: "the provider answered 429", node: "node limit", provider_limit: "provider limit" };
+  const why = {
+    provider_429: "the provider answered 429",
+    node: "node limit",
+    provider_limit: "provider limit",
+    workspace_ceiling: "the workspace's ceiling of nodes in flight",
+  };
   return `waiting ${d.delay_s} s for ${d.limit}${why[d.source] ? ` (${why[d.source]})` : ""}`;
 }
 
