@@ -132,8 +132,9 @@ def _encoded(plan: RunPlan) -> tuple[str, str, str, str, str]:
     if cached is None:
         raw = plan.to_json()
         body = {k: v for k, v in raw.items() if k not in ("run_id", "labels")}
-        cached = (_dumps(body), _dumps(plan.order), _dumps({n: p.pending for n, p in plan.nodes.items()}),
-                  _dumps({nid: _dumps(a) for nid, a in adjacency(plan).items()}), _dumps(plan.start))
+        pending = [x for n, p in plan.nodes.items() for x in (n, p.pending)]  # flat: create.lua's variadic HSET
+        adj = [x for nid, a in adjacency(plan).items() for x in (nid, _dumps(a))]
+        cached = (_dumps(body), _dumps(plan.order), _dumps(pending), _dumps(adj), _dumps(plan.start))
         plan.memo["redis_create"] = cached
     return cast(tuple[str, str, str, str, str], cached)
 
@@ -310,7 +311,7 @@ class RedisRunStore(RunStore):
                                   {"graph_id": record.graph_id, "start": plan.start})
         plan_json = f'{{"run_id":{_dumps(run_id)},"labels":{_dumps(plan.labels)},{body[1:]}'
         created = await self._call("create", run_id, [
-            _dumps(fields), plan_json, order, pending, adj, start, repr(float(deadline_s)), run_id, started,
+            _dumps([x for item in fields.items() for x in item]), plan_json, order, pending, adj, start, repr(float(deadline_s)), run_id, started,
             "" if guard is None else guard.to_json(),
         ], extra_keys=() if guard is None else (guard.graph_key, guard.runs_key))
         if int(created) < 0:
