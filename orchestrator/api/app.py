@@ -111,6 +111,7 @@ def create_app(
         yield
         await stop_background_sweeper(app.state)
         await hub.close()
+        await services.aclose()
         for client in owned:
             await client.aclose()
 
