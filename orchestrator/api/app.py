@@ -116,6 +116,9 @@ def create_app(
             await client.aclose()
 
     app = FastAPI(
+        # FastAPI's own OpenTelemetry only when traces are asked for (tracing.instrument_app
+        # below): off, it would look up the global providers on every request for nothing.
+        telemetry=None if tracing.requested() else {"tracing": False, "metrics": False, "logs": False},
         title="Agent workflow orchestrator",
         version="0.1.0",
         description="Graphs of nodes, run one Celery task per node; events over SSE.",

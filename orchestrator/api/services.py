@@ -70,6 +70,7 @@ class Services:
             await self._made_dispatch.aclose()
 
 
-def get_services(request: Request) -> Services:
+async def get_services(request: Request) -> Services:
+    """The app's services (a dependency; async so FastAPI does not hand it to a thread)."""
     services: Services = request.app.state.services
     return services
