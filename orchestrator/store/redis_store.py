@@ -310,8 +310,9 @@ class RedisRunStore(RunStore):
         started = self._run_event(run_id, EventType.RUN_STARTED,
                                   {"graph_id": record.graph_id, "start": plan.start})
         plan_json = f'{{"run_id":{_dumps(run_id)},"labels":{_dumps(plan.labels)},{body[1:]}'
+        flat_fields = [x for item in fields.items() for x in item]  # create.lua's variadic HSET
         created = await self._call("create", run_id, [
-            _dumps([x for item in fields.items() for x in item]), plan_json, order, pending, adj, start, repr(float(deadline_s)), run_id, started,
+            _dumps(flat_fields), plan_json, order, pending, adj, start, repr(float(deadline_s)), run_id, started,
             "" if guard is None else guard.to_json(),
         ], extra_keys=() if guard is None else (guard.graph_key, guard.runs_key))
         if int(created) < 0:
