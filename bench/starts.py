@@ -4,13 +4,18 @@
 
 Starts its own redis-server and one API process (``orchestrator serve``, one uvicorn
 process), stopped by pid at the end; no worker (the runs stay queued: the bench measures
-the start, and back-pressure is off, ``ORCH_MAX_QUEUED_NODES=0``). Stores a 1-node and a
+the start, and back-pressure is off, ``ORCH_MAX_QUEUED_NODES=0``; so is the API's sweeper,
+``ORCH_API_RUN_SWEEPER=false``, which would otherwise send every unclaimed start node
+again after its grace and scan the thousands of queued runs: work no worker means, not
+the start's). Stores a 1-node and a
 52-node graph (a trigger and 51 set_fields in a chain), then for each: ``--clients`` keep-alive
 HTTP/1.1 connections (raw asyncio sockets, lighter than an HTTP library, so the 2 cores
 measure the API more than the clients) send starts back to back for ``--seconds``. The
 same-run baseline is ``GET /health`` from the same clients, measured between the two.
 
-Prints JSON: requests/s, p50/p99 latency (ms) and the API process's CPU per request.
+Prints JSON: requests/s, p50/p99 latency (ms), the API process's CPU per request and
+Redis's time per request (its own count, ``INFO commandstats``: what the create script
+and the publish cost the server, which shares the 2 cores).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -74,14 +80,18 @@ async def load(api: ApiProcess, method: str, path: str, body: bytes, clients: in
                f"Content-Length: {len(body)}\r\n\r\n").encode() + body
     latencies: list[float] = []
     statuses: dict[int, int] = {}
+    stats = redis.Redis.from_url(api.redis_url)
+    stats.config_resetstat()
     cpu0, t0 = cpu_s(api.pid), time.monotonic()
     await asyncio.gather(*(client_loop("127.0.0.1", api.port, request, t0 + seconds, latencies, statuses)
                            for _ in range(clients)))
     elapsed, cpu = time.monotonic() - t0, cpu_s(api.pid) - cpu0
+    redis_us = sum(int(c["usec"]) for c in stats.info("commandstats").values())
+    stats.close()
     ms = sorted(x * 1000 for x in latencies)
     return {"per_s": round(len(latencies) / elapsed), "p50_ms": round(percentile(ms, 50), 1),
             "p99_ms": round(percentile(ms, 99), 1), "api_cpu_ms_per_request": round(cpu * 1000 / len(ms), 3),
-            "statuses": statuses}
+            "redis_us_per_request": round(redis_us / len(ms), 1), "statuses": statuses}
 
 
 async def measure(api: ApiProcess, clients: int, seconds: float) -> dict[str, Any]:
@@ -107,7 +117,7 @@ def main() -> None:
     workdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"orc-starts-{os.getpid()}"
     workdir.mkdir(parents=True, exist_ok=True)
     with EmbeddedRedis(unix_socket=False) as server:
-        api = ApiProcess(server.url, {"ORCH_MAX_QUEUED_NODES": "0"}, workdir)
+        api = ApiProcess(server.url, {"ORCH_MAX_QUEUED_NODES": "0", "ORCH_API_RUN_SWEEPER": "false"}, workdir)
         try:
             api.wait_ready()
             result = asyncio.run(measure(api, args.clients, args.seconds))

@@ -111,10 +111,14 @@ def create_app(
         yield
         await stop_background_sweeper(app.state)
         await hub.close()
+        await services.aclose()
         for client in owned:
             await client.aclose()
 
     app = FastAPI(
+        # FastAPI's own OpenTelemetry only when traces are asked for (tracing.instrument_app
+        # below): off, it would look up the global providers on every request for nothing.
+        telemetry=None if tracing.requested() else {"tracing": False, "metrics": False, "logs": False},
         title="Agent workflow orchestrator",
         version="0.1.0",
         description="Graphs of nodes, run one Celery task per node; events over SSE.",
@@ -135,6 +139,9 @@ def create_app(
     cors.install(app, settings)  # outermost: preflights are answered before auth
     browser_auth.mask_access_log()
     guarded = [Depends(require_key)]
+    # Routes are matched in order and a start is the hottest request: its router goes first
+    # (no other route matches its paths; a 52-node start's CPU fell by ~15% in process).
+    app.include_router(runs.router, dependencies=guarded)
     docs.install(app, guarded, public=settings.public_docs)
     app.include_router(health.router)
     app.include_router(browser_auth.router)
@@ -142,7 +149,7 @@ def create_app(
     console_ui.mount(app)
     app.include_router(triggers.hooks)
     app.include_router(waits.open_router)  # signed instead (orchestrator/api/waits.py)
-    for router in (graphs.router, runs.router, run_list.router, events.router, nodes.router, triggers.chats,
+    for router in (graphs.router, run_list.router, events.router, nodes.router, triggers.chats,
                    credentials.router, files.router, drafts.router, previews.router, single_step.router,
                    gallery.router, credential_usage.router, waits.router):
         app.include_router(router, dependencies=guarded)

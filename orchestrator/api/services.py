@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 
 from orchestrator.kernel.registry import Registry
 from orchestrator.kernel.store import RunStore
-from orchestrator.queue.dispatch import Dispatcher
+from orchestrator.queue.dispatch import AsyncDispatch, Dispatcher
 from orchestrator.service.graph_store import GraphStore
 from orchestrator.settings import Settings
 from orchestrator.store.keys import Keys
@@ -36,6 +36,7 @@ class Services:
         self.graphs = GraphStore(redis, registry, settings)
         self._run_store = run_store
         self._dispatch = dispatch
+        self._made_dispatch: AsyncDispatch | None = None
 
     @property
     def runs(self) -> RunStore:
@@ -59,10 +60,17 @@ class Services:
 
             # A Celery app bound to this app's Redis (not the env default the module reads),
             # published off the event loop.
-            self._dispatch = make_async_dispatch(make_celery(self.redis_url, self.settings))
+            self._made_dispatch = make_async_dispatch(make_celery(self.redis_url, self.settings))
+            self._dispatch = self._made_dispatch
         return self._dispatch
 
+    async def aclose(self) -> None:
+        """Close what this object made (the dispatcher's broker client), at the app's shutdown."""
+        if self._made_dispatch is not None:
+            await self._made_dispatch.aclose()
 
-def get_services(request: Request) -> Services:
+
+async def get_services(request: Request) -> Services:
+    """The app's services (a dependency; async so FastAPI does not hand it to a thread)."""
     services: Services = request.app.state.services
     return services

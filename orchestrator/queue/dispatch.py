@@ -4,27 +4,41 @@ let a worker with free slots take nodes from a run's queue.
 
 ``make_dispatch(app)`` returns the ``dispatch(run_id, node_ids)`` callable that
 ``orchestrator.service.runs.start_run`` and the node task use; ``make_async_dispatch(app)``
-the one an event loop uses (the API, schedules): kombu's client is synchronous, so its
-publish runs on a small thread pool of its own and the loop never waits on the broker's
-socket. Task ids are ``"{run_id}:{node_id}"``
-so logs, revokes and a redelivered message all name the same node; the run store, not the
-id, makes a second delivery harmless. Every message of a run travels on the run's lane
-(``orchestrator/queue/lanes.py``): its start nodes, retries and reschedules, drains, the
-sweeper's re-sends.
+the one an event loop uses (the API, schedules), which never blocks the loop. Task ids are
+``"{run_id}:{node_id}"`` so logs, revokes and a redelivered message all name the same
+node; the run store, not the id, makes a second delivery harmless. Every message of a run
+travels on the run's lane (``orchestrator/queue/lanes.py``): its start nodes, retries and
+reschedules, drains, the sweeper's re-sends.
+
+Two ways a node message goes out, one message format (Celery's protocol v2):
+
+* on a Redis broker, with no countdown and traces off (the common case), the messages are
+  built from a template (``orchestrator/queue/messages.py``) and pushed with one ``LPUSH``:
+  from an event loop on an asyncio client, the pushes of one loop iteration in one
+  pipeline (``orchestrator/store/batching.py``), so no thread and no kombu on the way;
+* otherwise (RabbitMQ, a retry's countdown, OpenTelemetry's publish spans) through
+  Celery's ``send_task`` in kombu's batch; kombu's client is synchronous, so an event
+  loop runs it on a small thread pool of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import weakref
 from collections.abc import Awaitable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
+import redis
 from celery import Celery
 
 from orchestrator.queue.app import DRAIN_TASK, NODE_TASK, is_amqp, lanes_of
 from orchestrator.queue.lanes import queue_for
+from orchestrator.queue.messages import NodeMessages, redis_url_of
+from orchestrator.store import redis_client
+from orchestrator.store.batching import CommandBatcher
+from orchestrator.telemetry import tracing
 
 
 class Dispatcher(Protocol):
@@ -41,16 +55,21 @@ def task_id(run_id: str, node_id: str) -> str:
 
 def send_nodes(app: Celery, run_id: str, node_ids: Sequence[str], *,
                countdown_s: float | None = None) -> None:
-    """Publish one node task per id in ONE Redis round trip (kombu's ``Producer.batch``
-    buffers the LPUSHes in a pipeline flushed when the block ends), over one pooled
-    producer connection. ``countdown_s`` delays delivery (a node's retry); on RabbitMQ it is
+    """Publish one node task per id in ONE round trip: one ``LPUSH`` of template messages on
+    a Redis broker (see the module docstring), else Celery's messages in kombu's
+    ``Producer.batch`` (the LPUSHes in a pipeline flushed when the block ends, over one
+    pooled producer connection). ``countdown_s`` delays delivery (a node's retry); on RabbitMQ it is
     rounded up to whole seconds, the unit of Celery's native delayed delivery (rounded down,
     a 0.5 s delay would arrive at once and be sent back until due)."""
     if not node_ids:
         return
+    queue = queue_for(run_id, lanes_of(app))
+    direct = _direct(app) if not countdown_s else None
+    if direct is not None:  # a Redis broker: the template's messages, one LPUSH
+        direct.client().lpush(queue, *direct.messages(queue).encode_all(run_id, node_ids))
+        return
     if countdown_s is not None and countdown_s > 0 and is_amqp(str(app.conf.broker_url)):
         countdown_s = float(math.ceil(countdown_s))
-    queue = queue_for(run_id, lanes_of(app))
     with app.producer_or_acquire() as producer, producer.batch():
         for node_id in node_ids:
             app.send_task(
@@ -88,15 +107,88 @@ def make_dispatch(app: Celery) -> Dispatcher:
     return dispatch
 
 
-PUBLISH_THREADS = 2  # threads one async dispatcher publishes on (kombu's producer pool is thread-safe)
+class _Direct:
+    """A Redis broker's template messages and clients (one per Celery app, made on first use)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._messages: dict[str, NodeMessages] = {}
+        self._client: redis.Redis | None = None
+
+    def messages(self, queue: str) -> NodeMessages:
+        """The template of ``queue``'s messages (one per lane)."""
+        template = self._messages.get(queue)
+        if template is None:
+            template = self._messages[queue] = NodeMessages(queue)
+        return template
+
+    def client(self) -> redis.Redis:
+        if self._client is None:
+            self._client = redis.Redis.from_url(self.url)
+        return self._client
+
+    def batcher(self) -> CommandBatcher:
+        """An asyncio client's auto-pipeline (for the event loop that calls this first)."""
+        return CommandBatcher(redis_client.client(self.url))
 
 
-def make_async_dispatch(app: Celery, *, threads: int = PUBLISH_THREADS) -> Dispatcher:
-    """An async ``dispatch(run_id, node_ids)`` bound to ``app``'s broker whose publish runs
-    on its own ``threads`` (see the module docstring): awaiting it never blocks the loop."""
-    pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="orchestrator-publish")
+_directs: weakref.WeakKeyDictionary[Celery, _Direct | None] = weakref.WeakKeyDictionary()
 
-    async def dispatch(run_id: str, node_ids: list[str]) -> None:
-        await asyncio.get_running_loop().run_in_executor(pool, send_nodes, app, run_id, node_ids)
 
-    return dispatch
+def _direct(app: Celery) -> _Direct | None:
+    """The template path for ``app`` (None: Celery's, see the module docstring)."""
+    if tracing.enabled():
+        return None
+    try:
+        return _directs[app]
+    except (KeyError, TypeError):  # TypeError: an app that cannot be weakly referenced (a test fake)
+        pass
+    conf = getattr(app, "conf", None)
+    url = redis_url_of(str(getattr(conf, "broker_url", "") or ""))
+    options = getattr(conf, "broker_transport_options", None) or {}
+    direct = _Direct(url) if url and not options.get("global_keyprefix") else None
+    try:
+        _directs[app] = direct
+    except TypeError:
+        pass
+    return direct
+
+
+PUBLISH_THREADS = 2  # threads one async dispatcher publishes on with Celery (kombu's producer pool is thread-safe)
+
+
+class AsyncDispatch:
+    """An async ``dispatch(run_id, node_ids)`` bound to a Celery app's broker (see the module
+    docstring): awaiting it never blocks the loop. On a Redis broker the pushes of one loop
+    iteration share one pipeline, on an asyncio client made for the loop that first
+    dispatches (:meth:`aclose` closes it); else the publish runs on its own threads."""
+
+    def __init__(self, app: Celery, threads: int = PUBLISH_THREADS) -> None:
+        self.app = app
+        self._pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="orchestrator-publish")
+        self._batcher: tuple[asyncio.AbstractEventLoop, CommandBatcher] | None = None
+
+    async def __call__(self, run_id: str, node_ids: list[str], /) -> None:
+        if not node_ids:
+            return
+        direct = _direct(self.app)
+        loop = asyncio.get_running_loop()
+        if direct is None:
+            await loop.run_in_executor(self._pool, send_nodes, self.app, run_id, node_ids)
+            return
+        if self._batcher is None or self._batcher[0] is not loop:
+            self._batcher = (loop, direct.batcher())  # an asyncio client is bound to its loop
+        queue = queue_for(run_id, lanes_of(self.app))
+        await self._batcher[1].execute("LPUSH", queue, *direct.messages(queue).encode_all(run_id, node_ids))
+
+    async def aclose(self) -> None:
+        """Close the asyncio client (call it on the loop that dispatched) and the threads."""
+        batcher, self._batcher = self._batcher, None
+        if batcher is not None:
+            await batcher[1].redis.aclose()
+        self._pool.shutdown(wait=False)
+
+
+def make_async_dispatch(app: Celery, *, threads: int = PUBLISH_THREADS) -> AsyncDispatch:
+    """An :class:`AsyncDispatch` of ``app`` (publishing on ``threads`` when through Celery)."""
+    return AsyncDispatch(app, threads)

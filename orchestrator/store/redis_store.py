@@ -132,8 +132,9 @@ def _encoded(plan: RunPlan) -> tuple[str, str, str, str, str]:
     if cached is None:
         raw = plan.to_json()
         body = {k: v for k, v in raw.items() if k not in ("run_id", "labels")}
-        cached = (_dumps(body), _dumps(plan.order), _dumps({n: p.pending for n, p in plan.nodes.items()}),
-                  _dumps({nid: _dumps(a) for nid, a in adjacency(plan).items()}), _dumps(plan.start))
+        pending = [x for n, p in plan.nodes.items() for x in (n, p.pending)]  # flat: create.lua's variadic HSET
+        adj = [x for nid, a in adjacency(plan).items() for x in (nid, _dumps(a))]
+        cached = (_dumps(body), _dumps(plan.order), _dumps(pending), _dumps(adj), _dumps(plan.start))
         plan.memo["redis_create"] = cached
     return cast(tuple[str, str, str, str, str], cached)
 
@@ -330,7 +331,8 @@ class RedisRunStore(RunStore):
         started = self._run_event(run_id, EventType.RUN_STARTED,
                                   {"graph_id": record.graph_id, "start": plan.start})
         plan_json = f'{{"run_id":{_dumps(run_id)},"labels":{_dumps(plan.labels)},{body[1:]}'
-        args = [_dumps(fields), plan_json, order, pending, adj, start, repr(float(deadline_s)), run_id, started]
+        flat_fields = [x for item in fields.items() for x in item]  # create.lua's variadic HSET
+        args = [_dumps(flat_fields), plan_json, order, pending, adj, start, repr(float(deadline_s)), run_id, started]
         if guard is not None and self.keys.tagged:
             created = await self._create_guarded(run_id, args, guard)
         else:

@@ -88,3 +88,19 @@ async def test_seeded_outputs_are_readable_before_any_node_runs(redis_store: Red
     outputs = await redis_store.read_outputs(run_id, ["old"])
     assert outputs["old"]["out"].value == {"k": 1}
     assert await redis_store.redis.ttl(redis_store.keys.outputs(run_id)) > 0
+
+
+async def test_a_graph_of_thousands_of_nodes_is_created_whole(redis_store: RedisRunStore) -> None:
+    # create.lua fills each hash with variadic commands in slices of 4,000 arguments: Lua's
+    # unpack refuses more than ~8,000 at once, and 4,200 nodes are 8,400 field/value arguments.
+    count = 4_200
+    nodes = [("t", "emit", "Start"), *((f"r{i}", "relay", f"Relay {i}") for i in range(count - 1))]
+    edges = [("t", "out", "r0", "in"), *((f"r{i}", "out", f"r{i + 1}", "in") for i in range(count - 2))]
+    run_id = await start_run(redis_store, make_registry(), graph(nodes, edges), RunRequest(None),
+                             dispatch=Recorder())
+    states = await redis_store.node_states(run_id)
+    assert len(states) == count and set(states.values()) == {"pending"}
+    keys = redis_store.keys
+    assert await redis_store.redis.hlen(keys.adj(run_id)) == count
+    assert await redis_store.redis.hget(keys.pending(run_id), f"r{count - 2}") == "1"
+    assert await redis_store.redis.smembers(keys.ready(run_id)) == {"t"}

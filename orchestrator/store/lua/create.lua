@@ -1,8 +1,10 @@
 -- Create a run once: record, plan, per-node state, start nodes ready and marked sent
 -- (the caller sends them next; the sweeper sends again one not claimed in time), run_started.
--- ARGV[6] record fields JSON {field: string}   ARGV[7] plan JSON
--- ARGV[8] node ids JSON [..] (plan order)       ARGV[9] pending JSON {node: int}
--- ARGV[10] adjacency JSON {node: json string}   ARGV[11] start ids JSON [..]
+-- ARGV[6] record fields JSON [field, string, ...]   ARGV[7] plan JSON
+-- ARGV[8] node ids JSON [..] (plan order)   ARGV[9] pending JSON [node, int, ...]
+-- ARGV[10] adjacency JSON [node, json string, ...]   ARGV[11] start ids JSON [..]
+-- (flat field/value lists: each hash is filled by a few variadic commands, not one
+-- command per node: the per-command cost was most of a 50-node start's Redis time)
 -- ARGV[12] deadline_s (the run's deadline is NOW + deadline_s, by Redis's clock, as is
 -- created_at)  ARGV[13] run id  ARGV[14] run_started event JSON
 -- ARGV[15] the start guard JSON, or '' for none: {created_at, workspace, version, latest,
@@ -12,6 +14,13 @@
 -- joins the index (scored by Redis's clock, ids older than keep_s trimmed).
 -- Returns 1 when created, 0 when the run already existed (a second call is a no-op), -1
 -- when the guard refused (nothing stored).
+-- One command for a whole list (in slices: Lua's stack bounds how many arguments unpack passes).
+local function variadic(command, key, items)
+  for i = 1, #items, 4000 do
+    redis.call(command, key, unpack(items, i, math.min(i + 3999, #items)))
+  end
+end
+
 if redis.call('EXISTS', K_RUN) == 1 then
   return 0
 end
@@ -25,33 +34,28 @@ if ARGV[15] and ARGV[15] ~= '' then
     return -1
   end
 end
-for field, value in pairs(cjson.decode(ARGV[6])) do
-  redis.call('HSET', K_RUN, field, value)
-end
 local deadline = string.format('%.6f', NOW_S + tonumber(ARGV[12]))
-redis.call('HSET', K_RUN, 'created_at', NOW, 'deadline', deadline)
+local fields = cjson.decode(ARGV[6])
+for _, v in ipairs({'created_at', NOW, 'deadline', deadline}) do fields[#fields + 1] = v end
+variadic('HSET', K_RUN, fields)
 redis.call('SET', K_PLAN, ARGV[7])
 -- The hashes and sets the nodes fill (and empty) exist from now on (':' begins no node id), so the TTL set
 -- below covers them and no completion has to set it again (prelude refresh_active_ttl).
 redis.call('HSET', K_OUT, ':', '')
 redis.call('HSET', K_LIVE, ':', '0')
 redis.call('HSET', K_CLAIMS, ':stale', 0)
-redis.call('HSET', K_SENT, ':', '0')  -- never pending: the sweeper sends nothing for it
-redis.call('SADD', K_DISPATCHED, ':')
-for _, node in ipairs(cjson.decode(ARGV[8])) do
-  redis.call('HSET', K_NODES, node, 'pending')
-end
-for node, count in pairs(cjson.decode(ARGV[9])) do
-  redis.call('HSET', K_PENDING, node, count)
-end
-for node, adj in pairs(cjson.decode(ARGV[10])) do
-  redis.call('HSET', K_ADJ, node, adj)
-end
-for _, node in ipairs(cjson.decode(ARGV[11])) do
-  redis.call('SADD', K_READY, node)
-  redis.call('SADD', K_DISPATCHED, node)
-  redis.call('HSET', K_SENT, node, NOW)
-end
+local start = cjson.decode(ARGV[11])
+local sent = {':', '0'}  -- ':' is never pending: the sweeper sends nothing for it
+for _, node in ipairs(start) do sent[#sent + 1] = node; sent[#sent + 1] = NOW end
+variadic('HSET', K_SENT, sent)
+local states = {}
+for _, node in ipairs(cjson.decode(ARGV[8])) do states[#states + 1] = node; states[#states + 1] = 'pending' end
+variadic('HSET', K_NODES, states)
+variadic('HSET', K_PENDING, cjson.decode(ARGV[9]))
+variadic('HSET', K_ADJ, cjson.decode(ARGV[10]))
+if #start > 0 then variadic('SADD', K_READY, start) end
+start[#start + 1] = ':'
+variadic('SADD', K_DISPATCHED, start)
 redis.call('ZADD', K_ACTIVE, deadline, ARGV[13])
 append(stamped(ARGV[14]))
 expire_all(ACTIVE_TTL)
