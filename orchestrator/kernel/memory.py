@@ -18,7 +18,7 @@ from typing import Any
 from .errors import RunNotFoundError
 from .protocol import DataValue, EventType, NodeEvent
 from .scheduling import BarrierState, RunPlan, complete
-from .store import Claim, NodeCompletion, NodeStatus, Ready, RunRecord, RunStatus, RunStore
+from .store import Claim, NextClaim, NodeCompletion, NodeStatus, Ready, RunRecord, RunStatus, RunStore
 
 EventCallback = Callable[[NodeEvent], Awaitable[None] | None]
 _UNSTARTED = frozenset({NodeStatus.PENDING, NodeStatus.RETRYING, NodeStatus.WAITING})
@@ -222,7 +222,21 @@ class MemoryStore(RunStore):
         return sorted(run.state.ready - run.state.dispatched, key=run.plan.rank().__getitem__)
 
     async def complete_node(self, run_id: str, node_id: str, completion: NodeCompletion, *,
-                            take: int | None = None, token: int | None = None) -> Ready:
+                            take: int | None = None, token: int | None = None,
+                            next_claims: Sequence[NextClaim] = ()) -> Ready:
+        ready = await self._complete(run_id, node_id, completion, take, token)
+        first = ready.nodes[0] if ready.nodes else None
+        for candidate in next_claims:
+            if candidate.node_id == first:  # one loop step, as atomic as one script
+                claim = await self.claim_node(run_id, first, worker_id="", lease_s=candidate.lease_s,
+                                              started=candidate.started, read=candidate.read)
+                if claim.kind == "run":
+                    ready.claim = claim
+                break
+        return ready
+
+    async def _complete(self, run_id: str, node_id: str, completion: NodeCompletion, take: int | None,
+                        token: int | None) -> Ready:
         run = self._run(run_id)
         if token is not None and run.tokens.get(node_id) != token:
             run.stale += 1
