@@ -30,6 +30,7 @@ from .errors import (
 from .expressions import Scope
 from .graph import ERROR_PORT, Graph, Node, trusted_graph
 from .limits import resolve_limits
+from .lookahead import next_claims, node_event, step_reads
 from .observer import ObservedEnd, ObservedNode, observe, with_usage
 from .output_limits import check_outputs
 from .parameters import resolve_parameters_off_loop
@@ -39,7 +40,7 @@ from .registry import NodeType, Registry
 from .retry import backoff_s, is_retryable
 from .runtime import GraphRuntime, RunFrame
 from .scheduling import RunPlan
-from .store import Claim, NextClaim, NodeCompletion, NodeStatus
+from .store import Claim, NodeCompletion, NodeStatus
 from .supervision import Watch, supervise, supervisor_for, timed
 from .usage import Usage
 
@@ -174,56 +175,7 @@ class StepContext:
 
     def event(self, event_type: str, data: dict[str, Any] | None = None, attempt: int = 1) -> NodeEvent:
         """A node event; ``started``, ``completed`` and ``error`` say which worker ran it."""
-        return _node_event(self.env, self.plan.run_id, self.node, event_type, data, attempt)
-
-
-_WHERE_EVENTS = frozenset({EventType.STARTED, EventType.COMPLETED, EventType.ERROR})
-NEXT_CLAIMS = 2  # successors a completion may claim for the node its caller runs next
-
-
-def _node_event(env: StepEnvironment, run_id: str, node: Node, event_type: str,
-                data: dict[str, Any] | None = None, attempt: int = 1) -> NodeEvent:
-    if event_type in _WHERE_EVENTS:
-        data = {**(data or {}), "worker_id": env.worker_id}
-    return NodeEvent(run_id=run_id, node_id=node.id, node_type=node.type, node_name=node.name,
-                     event_type=event_type, data=data, attempt=attempt)
-
-
-def _reads(plan: RunPlan, graph: Graph, node_id: str) -> list[str]:
-    """The nodes whose outputs a step of ``node_id`` reads (flow sources, expression
-    references), sorted; derived once per plan (``plan.memo``, shared by its runs)."""
-    reads: dict[str, list[str]] = plan.memo.setdefault("step_reads", {})
-    known = reads.get(node_id)
-    if known is None:
-        sources = {e.source for e in graph.incoming(node_id, "flow")}
-        known = reads[node_id] = sorted(sources | set(plan.refs.get(node_id, [])))
-    return known
-
-
-def _successors(plan: RunPlan, node_id: str) -> list[str]:
-    """The first ``NEXT_CLAIMS`` targets of the node's out-edges in plan order: the nodes a
-    completion hands over first when they become ready (once per plan, ``plan.memo``)."""
-    successors: dict[str, list[str]] = plan.memo.setdefault("step_successors", {})
-    known = successors.get(node_id)
-    if known is None:
-        rank = plan.rank()
-        targets = {e.target for e in plan.nodes[node_id].out if e.target in rank}
-        known = successors[node_id] = sorted(targets, key=rank.__getitem__)[:NEXT_CLAIMS]
-    return known
-
-
-def _next_claims(step: StepContext, completion: NodeCompletion) -> list[NextClaim]:
-    """What the completion may claim for the successor this host runs next (see
-    ``RunStore.complete_node``): none for a completion that readies nothing."""
-    if completion.status not in (NodeStatus.SUCCEEDED, NodeStatus.FAILED) or completion.stop_run:
-        return []
-    env, plan, graph = step.env, step.plan, step.graph
-    out = []
-    for nid in _successors(plan, step.node.id):
-        node = graph.node_by_id[nid]
-        out.append(NextClaim(node_id=nid, lease_s=env.options.lease_s, read=_reads(plan, graph, nid),
-                             started=_node_event(env, plan.run_id, node, EventType.STARTED)))
-    return out
+        return node_event(self.env, self.plan.run_id, self.node, event_type, data, attempt)
 
 
 async def run_step(env: StepEnvironment, run_id: str, node_id: str, *,
@@ -255,7 +207,7 @@ async def run_step(env: StepEnvironment, run_id: str, node_id: str, *,
 
     claim = claimed or await store.claim_node(run_id, node_id, worker_id=env.worker_id, lease_s=opts.lease_s,
                                               started=step.event(EventType.STARTED),
-                                              read=_reads(plan, graph, node.id))
+                                              read=step_reads(plan, graph, node.id))
     if claim.kind != "run":
         return StepOutcome(ready=claim.pending_dispatch, ran=False, status=claim.kind,
                            retry_in_s=claim.retry_in_s)
@@ -277,9 +229,9 @@ async def run_step(env: StepEnvironment, run_id: str, node_id: str, *,
         for ev in completion.events:
             if ev.event_type == EventType.COMPLETED and ev.data is not None:
                 ev.data["duration_ms"] = round((time.monotonic() - started_at) * 1000, 3)
+    upcoming = () if take is None else next_claims(env, plan, graph, node.id, completion)
     ready = await store.complete_node(run_id, node_id, completion, take=None if take is None else take(),
-                                      token=claim.token,
-                                      next_claims=() if take is None else _next_claims(step, completion))
+                                      token=claim.token, next_claims=upcoming)
     if ready.stale:  # a later claim superseded this one: nothing was applied
         log.warning("run %s node %s: completion refused (token %d superseded)", run_id, node_id, claim.token)
         return StepOutcome(ready=[], ran=True, status="stale", node_type=node.type)
