@@ -224,7 +224,10 @@ class MemoryStore(RunStore):
     async def complete_node(self, run_id: str, node_id: str, completion: NodeCompletion, *,
                             take: int | None = None, token: int | None = None,
                             next_claims: Sequence[NextClaim] = ()) -> Ready:
+        again = self._run(run_id).state.status.get(node_id) in NodeStatus.FINISHED
         ready = await self._complete(run_id, node_id, completion, take, token)
+        if again or take is None:  # as complete.lua: a redelivered completion hands over, claims nothing
+            return ready
         first = ready.nodes[0] if ready.nodes else None
         for candidate in next_claims:
             if candidate.node_id == first:  # one loop step, as atomic as one script
