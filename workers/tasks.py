@@ -14,11 +14,13 @@ message (a start node, a retry, a requeue) always runs.
 Redelivery is harmless: the store's claim tells the step function the node already
 finished (or that a live lease holds it), and the step returns only the successors nobody
 answers for (taken from the queue but never claimed), which run again. A node taken from
-the queue is marked dispatched by its own claim; if this worker dies after completing the
-previous node and before that claim, the sweeper sends the taken node (ready, never
-dispatched) after its grace; if it dies while the node runs, its lease expires and the
-sweeper requeues it, and the new claim's fencing token makes anything the old execution
-still sends stale; nodes still queued wait in Redis for the next completion or drain of
+the queue is marked dispatched by its own claim, which for a chain's next link is made by
+the completion that hands it over (same script call: ``RunStore.complete_node``'s
+``next_claims``); if this worker dies after completing the previous node and before the
+taken node's claim, the sweeper sends the taken node (ready, never dispatched) after its
+grace; if it dies after the claim (the node running, or claimed with the completion), its
+lease expires and the sweeper requeues it, and the new claim's fencing token makes
+anything the old execution still sends stale; nodes still queued wait in Redis for the next completion or drain of
 their run (or, with no node of the run running, the sweeper). A node message lost between
 the broker's pop and its unacked record is sent again by the sweeper (its sent time is in
 Redis until the claim). A retry that reaches a worker before it is due by Redis's clock
