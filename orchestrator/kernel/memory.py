@@ -140,6 +140,10 @@ class MemoryStore(RunStore):
 
     async def claim_node(self, run_id: str, node_id: str, *, worker_id: str, lease_s: float,
                          started: NodeEvent, read: Sequence[str] = ()) -> Claim:
+        return await self._claim(run_id, node_id, lease_s, started, read)
+
+    async def _claim(self, run_id: str, node_id: str, lease_s: float, started: NodeEvent,
+                     read: Sequence[str]) -> Claim:
         run = self._run(run_id)
         if run.record.status not in RunStatus.ACTIVE or node_id not in run.plan.nodes:
             return Claim(kind="closed")
@@ -231,8 +235,7 @@ class MemoryStore(RunStore):
         first = ready.nodes[0] if ready.nodes else None
         for candidate in next_claims:
             if candidate.node_id == first:  # one loop step, as atomic as one script
-                claim = await self.claim_node(run_id, first, worker_id="", lease_s=candidate.lease_s,
-                                              started=candidate.started, read=candidate.read)
+                claim = await self._claim(run_id, first, candidate.lease_s, candidate.started, candidate.read)
                 if claim.kind == "run":
                     ready.claim = claim
                 break
