@@ -4,8 +4,9 @@ and the claims its completion may make for the successor the same host runs next
 A completion that hands its host the next node (a chain's next link) can claim it in the
 same store call (``RunStore.complete_node``'s ``next_claims``): the host then runs it with
 no claim call of its own. The candidates are the first ``NEXT_CLAIMS`` targets of the
-node's out-edges in plan order, the nodes a completion hands over first when they become
-ready. Per-node lists are derived once per plan (``plan.memo``, shared by its runs).
+node's out-edges in plan order that have no other input, the nodes a completion hands
+over first when they become ready. Per-node lists are derived once per plan
+(``plan.memo``, shared by its runs).
 """
 
 from __future__ import annotations
@@ -43,12 +44,14 @@ def step_reads(plan: RunPlan, graph: Graph, node_id: str) -> list[str]:
 
 
 def successors(plan: RunPlan, node_id: str) -> list[str]:
-    """The first ``NEXT_CLAIMS`` targets of the node's out-edges, in plan order."""
+    """The first ``NEXT_CLAIMS`` targets of the node's out-edges, in plan order, that this
+    node alone makes ready (one in-edge): a join waits for its last input, so the
+    completion of each of its other inputs would prepare a claim for nothing."""
     known_all: dict[str, list[str]] = plan.memo.setdefault("step_successors", {})
     known = known_all.get(node_id)
     if known is None:
         rank = plan.rank()
-        targets = {e.target for e in plan.nodes[node_id].out if e.target in rank}
+        targets = {e.target for e in plan.nodes[node_id].out if e.target in rank and plan.nodes[e.target].pending == 1}
         known = known_all[node_id] = sorted(targets, key=rank.__getitem__)[:NEXT_CLAIMS]
     return known
 
