@@ -7,7 +7,9 @@ number of workers can complete nodes of the same run concurrently:
   ``started`` event (a retry not due yet is answered ``early``);
 * ``complete.lua`` ``scheduling.complete`` in Lua (countdown, live ports, skip
   propagation, remaining counter) + outputs, events, and the run's terminal state; a
-  completion under a superseded token is refused;
+  completion under a superseded token is refused; the node it hands over first is
+  claimed in the same call when the caller named it (a chain's next link: one round
+  trip per node, the claim's logic shared with ``claim.lua`` in the prelude);
 * ``finish.lua``   a forced terminal status (cancel, timeout, sweeper), closing the nodes
   that had not started (``not_run``) or were running (``cancelled``);
 * ``resume.lua``   a waiting (suspended) node back to pending.
