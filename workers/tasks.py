@@ -14,11 +14,13 @@ message (a start node, a retry, a requeue) always runs.
 Redelivery is harmless: the store's claim tells the step function the node already
 finished (or that a live lease holds it), and the step returns only the successors nobody
 answers for (taken from the queue but never claimed), which run again. A node taken from
-the queue is marked dispatched by its own claim; if this worker dies after completing the
-previous node and before that claim, the sweeper sends the taken node (ready, never
-dispatched) after its grace; if it dies while the node runs, its lease expires and the
-sweeper requeues it, and the new claim's fencing token makes anything the old execution
-still sends stale; nodes still queued wait in Redis for the next completion or drain of
+the queue is marked dispatched by its own claim, which for a chain's next link is made by
+the completion that hands it over (same script call: ``RunStore.complete_node``'s
+``next_claims``); if this worker dies after completing the previous node and before the
+taken node's claim, the sweeper sends the taken node (ready, never dispatched) after its
+grace; if it dies after the claim (the node running, or claimed with the completion), its
+lease expires and the sweeper requeues it, and the new claim's fencing token makes
+anything the old execution still sends stale; nodes still queued wait in Redis for the next completion or drain of
 their run (or, with no node of the run running, the sweeper). A node message lost between
 the broker's pop and its unacked record is sent again by the sweeper (its sent time is in
 Redis until the claim). A retry that reaches a worker before it is due by Redis's clock
@@ -47,7 +49,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from orchestrator.errors import StoreFullError
 from orchestrator.kernel.step import StepOutcome, run_step
-from orchestrator.kernel.store import NodeStatus
+from orchestrator.kernel.store import Claim, NodeStatus
 from orchestrator.queue.app import DRAIN_TASK, NODE_TASK, NOOP_TASK
 from orchestrator.queue.dispatch import DRAIN_MAX_HOPS, send_drains, send_nodes
 from orchestrator.service import admission
@@ -66,10 +68,11 @@ INFRA_RETRY_DELAY_S = 1.0
 STORE_FULL_RETRY_DELAY_S = 30.0  # room comes back as runs expire, not within a second
 
 
-async def _step(run_id: str, node_id: str, *, promised: bool) -> StepOutcome:
+async def _step(run_id: str, node_id: str, *, promised: bool, claimed: Claim | None = None) -> StepOutcome:
     """One node step; ``promised``: its slot was reserved by the step or drain that took it
-    (else it is a node message's step and takes a slot now). Its successors that it takes
-    get its own slot and the ones it reserves; the rest are freed."""
+    (else it is a node message's step and takes a slot now); ``claimed``: its claim, made
+    by the completion that handed it over. Its successors that it takes get its own slot
+    and the ones it reserves; the rest are freed."""
     state = process_state()
     if not promised:
         state.slots.enter()
@@ -78,7 +81,7 @@ async def _step(run_id: str, node_id: str, *, promised: bool) -> StepOutcome:
     in_flight.inc()
     outcome: StepOutcome | None = None
     try:
-        outcome = await run_step(state.env, run_id, node_id, take=handover.take)
+        outcome = await run_step(state.env, run_id, node_id, take=handover.take, claimed=claimed)
     finally:
         handover.settle(len(outcome.ready) if outcome is not None else 0)
         in_flight.dec()
@@ -148,13 +151,15 @@ async def run_here(run_id: str, node_id: str, *, promised: bool = False) -> Step
     sweeper requeues it. Queued nodes stay in Redis, whatever dies."""
     branches: list[asyncio.Task[StepOutcome]] = []
     current: str | None = node_id
+    claimed: Claim | None = None
     while current is not None:  # a loop, not a recursion: a chain may be any length
-        outcome = await _step(run_id, current, promised=promised)
+        outcome = await _step(run_id, current, promised=promised, claimed=claimed)
         if outcome.retry_in_s is not None:
             await _publish(send_nodes, run_id, [current], countdown_s=outcome.retry_in_s)
         if outcome.queued > len(outcome.ready):
             await _wake(run_id, outcome.queued - len(outcome.ready))
         current = outcome.ready[0] if outcome.ready else None
+        claimed = outcome.claim  # the completion claimed the chain's next link: no claim call for it
         promised = True  # the taken nodes run on the slots their step handed over
         branches += [asyncio.ensure_future(run_here(run_id, n, promised=True)) for n in outcome.ready[1:]]
     if branches:

@@ -18,7 +18,7 @@ from typing import Any
 from .errors import RunNotFoundError
 from .protocol import DataValue, EventType, NodeEvent
 from .scheduling import BarrierState, RunPlan, complete
-from .store import Claim, NodeCompletion, NodeStatus, Ready, RunRecord, RunStatus, RunStore
+from .store import Claim, NextClaim, NodeCompletion, NodeStatus, Ready, RunRecord, RunStatus, RunStore
 
 EventCallback = Callable[[NodeEvent], Awaitable[None] | None]
 _UNSTARTED = frozenset({NodeStatus.PENDING, NodeStatus.RETRYING, NodeStatus.WAITING})
@@ -140,6 +140,10 @@ class MemoryStore(RunStore):
 
     async def claim_node(self, run_id: str, node_id: str, *, worker_id: str, lease_s: float,
                          started: NodeEvent, read: Sequence[str] = ()) -> Claim:
+        return await self._claim(run_id, node_id, lease_s, started, read)
+
+    async def _claim(self, run_id: str, node_id: str, lease_s: float, started: NodeEvent,
+                     read: Sequence[str]) -> Claim:
         run = self._run(run_id)
         if run.record.status not in RunStatus.ACTIVE or node_id not in run.plan.nodes:
             return Claim(kind="closed")
@@ -222,7 +226,23 @@ class MemoryStore(RunStore):
         return sorted(run.state.ready - run.state.dispatched, key=run.plan.rank().__getitem__)
 
     async def complete_node(self, run_id: str, node_id: str, completion: NodeCompletion, *,
-                            take: int | None = None, token: int | None = None) -> Ready:
+                            take: int | None = None, token: int | None = None,
+                            next_claims: Sequence[NextClaim] = ()) -> Ready:
+        again = self._run(run_id).state.status.get(node_id) in NodeStatus.FINISHED
+        ready = await self._complete(run_id, node_id, completion, take, token)
+        if again or take is None:  # as complete.lua: a redelivered completion hands over, claims nothing
+            return ready
+        first = ready.nodes[0] if ready.nodes else None
+        for candidate in next_claims:
+            if candidate.node_id == first:  # one loop step, as atomic as one script
+                claim = await self._claim(run_id, first, candidate.lease_s, candidate.started, candidate.read)
+                if claim.kind == "run":
+                    ready.claim = claim
+                break
+        return ready
+
+    async def _complete(self, run_id: str, node_id: str, completion: NodeCompletion, take: int | None,
+                        token: int | None) -> Ready:
         run = self._run(run_id)
         if token is not None and run.tokens.get(node_id) != token:
             run.stale += 1

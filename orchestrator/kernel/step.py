@@ -30,6 +30,7 @@ from .errors import (
 from .expressions import Scope
 from .graph import ERROR_PORT, Graph, Node, trusted_graph
 from .limits import enter_ceiling, leave_ceiling, resolve_limits
+from .lookahead import next_claims, node_event, step_reads
 from .observer import ObservedEnd, ObservedNode, observe, with_usage
 from .output_limits import check_outputs
 from .parameters import resolve_parameters_off_loop
@@ -55,6 +56,7 @@ class StepOutcome:
     retry_in_s: float | None = None  # a retry is scheduled (or not due yet): run the node again after this long
     queued: int = 0  # ready successors this completion left on the run's queue (``take`` given)
     usage: dict[str, dict[str, float]] = field(default_factory=dict)  # what the execution reported (usage.py)
+    claim: Claim | None = None  # ``ready[0]``'s claim, granted with this completion: run it with that
 
 
 def _graph_for(plan: RunPlan) -> Graph:
@@ -173,18 +175,11 @@ class StepContext:
 
     def event(self, event_type: str, data: dict[str, Any] | None = None, attempt: int = 1) -> NodeEvent:
         """A node event; ``started``, ``completed`` and ``error`` say which worker ran it."""
-        if event_type in _WHERE_EVENTS:
-            data = {**(data or {}), "worker_id": self.env.worker_id}
-        node = self.node
-        return NodeEvent(run_id=self.plan.run_id, node_id=node.id, node_type=node.type, node_name=node.name,
-                         event_type=event_type, data=data, attempt=attempt)
-
-
-_WHERE_EVENTS = frozenset({EventType.STARTED, EventType.COMPLETED, EventType.ERROR})
+        return node_event(self.env, self.plan.run_id, self.node, event_type, data, attempt)
 
 
 async def run_step(env: StepEnvironment, run_id: str, node_id: str, *,
-                   take: Callable[[], int] | None = None) -> StepOutcome:
+                   take: Callable[[], int] | None = None, claimed: Claim | None = None) -> StepOutcome:
     """Run ``node_id`` of ``run_id`` once; safe to call again for the same node.
 
     A failed attempt with attempts left does not wait here: its completion is
@@ -194,6 +189,10 @@ async def run_step(env: StepEnvironment, run_id: str, node_id: str, *,
     ``take`` (the host's free slots, asked at completion time) puts the successors that
     became ready on the run's queue and returns at most that many of the oldest queued in
     ``ready`` (see ``RunStore.complete_node``); without it ``ready`` holds them all.
+
+    With ``take``, the completion also claims the successor handed over first (a chain's
+    next link) when it can: the outcome's ``claim``, which the host passes as ``claimed``
+    to the step of that node instead of a claim call of its own.
 
     ``env`` is what this process lends every step: store, registry, worker id, options,
     artifact cache, the runs' host objects and the nested-graph runner."""
@@ -206,10 +205,9 @@ async def run_step(env: StepEnvironment, run_id: str, node_id: str, *,
     node_type = registry.get(node.type, graph_id=graph.id, node_id=node.id, node_name=node.name)
     step = StepContext(env=env, plan=plan, graph=graph, node=node, node_type=node_type)
 
-    sources = [e.source for e in graph.incoming(node.id, "flow")]
-    needed = sorted(set(sources) | set(plan.refs.get(node.id, [])))
-    claim = await store.claim_node(run_id, node_id, worker_id=env.worker_id, lease_s=opts.lease_s,
-                                   started=step.event(EventType.STARTED), read=needed)
+    claim = claimed or await store.claim_node(run_id, node_id, worker_id=env.worker_id, lease_s=opts.lease_s,
+                                              started=step.event(EventType.STARTED),
+                                              read=step_reads(plan, graph, node.id))
     if claim.kind != "run":
         return StepOutcome(ready=claim.pending_dispatch, ran=False, status=claim.kind,
                            retry_in_s=claim.retry_in_s)
@@ -232,14 +230,15 @@ async def run_step(env: StepEnvironment, run_id: str, node_id: str, *,
         for ev in completion.events:
             if ev.event_type == EventType.COMPLETED and ev.data is not None:
                 ev.data["duration_ms"] = round((time.monotonic() - started_at) * 1000, 3)
+    upcoming = () if take is None else next_claims(env, plan, graph, node.id, completion)
     ready = await store.complete_node(run_id, node_id, completion, take=None if take is None else take(),
-                                      token=claim.token)
+                                      token=claim.token, next_claims=upcoming)
     if ready.stale:  # a later claim superseded this one: nothing was applied
         log.warning("run %s node %s: completion refused (token %d superseded)", run_id, node_id, claim.token)
         return StepOutcome(ready=[], ran=True, status="stale", node_type=node.type)
     return StepOutcome(ready=ready.nodes, ran=True, status=completion.status, node_type=node.type,
                        duration_s=time.monotonic() - started_at, retry_in_s=retry_in_s, queued=ready.queued,
-                       usage=usage.to_json())
+                       usage=usage.to_json(), claim=ready.claim)
 
 
 async def _execute_node(step: StepContext, claim: Claim, watch: Watch,

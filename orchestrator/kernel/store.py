@@ -120,6 +120,21 @@ class Ready:
     queued: int = 0
     backlog: int = 0
     stale: bool = False  # refused: the completion's token was superseded by a later claim
+    # The granted claim of ``nodes[0]``, made in the same call when it was one of the
+    # completion's ``next_claims`` (else None: the caller claims it itself).
+    claim: Claim | None = None
+
+
+@dataclass(frozen=True)
+class NextClaim:
+    """A node the completing caller runs next if the completion hands it over (a chain's
+    next link): ``RunStore.complete_node`` may claim it in the same call, exactly as
+    ``claim_node(node_id, lease_s=..., started=..., read=...)`` would."""
+
+    node_id: str
+    lease_s: float
+    started: NodeEvent
+    read: Sequence[str] = ()
 
 
 class RunQuery(ABC):
@@ -200,9 +215,15 @@ class RunStore(RunQuery):
 
     @abstractmethod
     async def complete_node(self, run_id: str, node_id: str, completion: NodeCompletion, *,
-                            take: int | None = None, token: int | None = None) -> Ready:
+                            take: int | None = None, token: int | None = None,
+                            next_claims: Sequence[NextClaim] = ()) -> Ready:
         """Apply a completion once: store outputs, count down successors, propagate
         skips, append events, finish the run when nothing remains.
+
+        ``next_claims``: when ``Ready.nodes[0]`` is one of them, it is claimed at once with
+        its arguments (the same answer ``claim_node`` would give, in the same atomic
+        step); a granted claim comes back as ``Ready.claim``, any other answer is dropped
+        (the caller's own ``claim_node`` gets it again).
 
         ``token`` is the fencing token of the claim that ran the node: when a later claim
         superseded it, nothing is applied, no event is appended, the refusal is counted,

@@ -25,13 +25,38 @@ from urllib.parse import unquote, urlsplit
 from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.connection import AbstractConnection, Connection, SSLConnection, UnixDomainSocketConnection
-from redis.exceptions import RedisClusterException
+from redis.exceptions import DataError, RedisClusterException
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from orchestrator.settings.store import is_cluster_url
 
+_hiredis_pack: Any = None
+try:
+    import hiredis
+
+    _hiredis_pack = hiredis.pack_command
+except ImportError:  # pragma: no cover - a dependency; redis-py works without it
+    pass
+
 
 class _CancellableWrites(AbstractConnection):
+    def pack_command(self, *args: Any) -> list[bytes]:
+        """One command in the Redis protocol, packed by hiredis when it is installed (as
+        redis-py's synchronous connections do; its asyncio ones pack in Python, which was
+        the largest item of a node step's client CPU: dozens of keys and arguments per
+        script call). The same bytes; a value hiredis cannot pack is redis-py's DataError."""
+        if _hiredis_pack is None or self.encoder.encoding != "utf-8":
+            return super().pack_command(*args)
+        head = args[0]
+        if isinstance(head, str):
+            args = (*head.encode().split(), *args[1:])
+        elif b" " in head:
+            args = (*head.split(), *args[1:])
+        try:
+            return [_hiredis_pack(tuple(bytes(a) if isinstance(a, (bytearray, memoryview)) else a for a in args))]
+        except TypeError as exc:
+            raise DataError(str(exc)) from exc
+
     async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         timeout_s = self.socket_timeout
         if not timeout_s:

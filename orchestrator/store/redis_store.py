@@ -7,7 +7,9 @@ number of workers can complete nodes of the same run concurrently:
   ``started`` event (a retry not due yet is answered ``early``);
 * ``complete.lua`` ``scheduling.complete`` in Lua (countdown, live ports, skip
   propagation, remaining counter) + outputs, events, and the run's terminal state; a
-  completion under a superseded token is refused;
+  completion under a superseded token is refused; the node it hands over first is
+  claimed in the same call when the caller named it (a chain's next link: one round
+  trip per node, the claim's logic shared with ``claim.lua`` in the prelude);
 * ``finish.lua``   a forced terminal status (cancel, timeout, sweeper), closing the nodes
   that had not started (``not_run``) or were running (``cancelled``);
 * ``resume.lua``   a waiting (suspended) node back to pending.
@@ -60,7 +62,16 @@ from orchestrator.errors import GraphConflictError, StorageBudgetError, StoreNot
 from orchestrator.kernel.errors import OrchestratorError, RunNotFoundError
 from orchestrator.kernel.protocol import DataValue, EventType, NodeEvent
 from orchestrator.kernel.scheduling import RunPlan
-from orchestrator.kernel.store import Claim, NodeCompletion, NodeStatus, Ready, RunRecord, RunStatus, RunStore
+from orchestrator.kernel.store import (
+    Claim,
+    NextClaim,
+    NodeCompletion,
+    NodeStatus,
+    Ready,
+    RunRecord,
+    RunStatus,
+    RunStore,
+)
 from orchestrator.settings import StoreSettings
 from orchestrator.store import redis_client
 from orchestrator.store.batching import CommandBatcher
@@ -102,6 +113,12 @@ def _lua_source(name: str) -> str:
 
 def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
+
+
+def _claim_args(node_id: str, lease_s: float, started: NodeEvent, read: Sequence[str]) -> dict[str, Any]:
+    """lua/prelude.lua ``claim``'s named arguments (claim.lua's, and each of complete.lua's ``next``)."""
+    return {"node": node_id, "lease_ms": max(1, int(lease_s * 1000)), "started": _event_json(started),
+            "read": list(read)}
 
 
 def _event_json(event: NodeEvent) -> str:
@@ -445,9 +462,11 @@ class RedisRunStore(RunStore):
         self, run_id: str, node_id: str, *, worker_id: str, lease_s: float, started: NodeEvent,
         read: Sequence[str] = (),
     ) -> Claim:
-        args = {"node": node_id, "lease_ms": max(1, int(lease_s * 1000)),
-                "started": _event_json(started), "read": list(read)}
-        reply = await self._call("claim", run_id, [_dumps(args)], node_id)
+        args = _claim_args(node_id, lease_s, started, read)
+        return self._claim(run_id, await self._call("claim", run_id, [_dumps(args)], node_id))
+
+    def _claim(self, run_id: str, reply: list[Any]) -> Claim:
+        """A claim from the reply of lua/prelude.lua ``claim``."""
         kind, claims, *rest = reply
         if kind == "run":
             run_input, session_id, resume, attempt, token, workspace, *stored = rest
@@ -510,15 +529,20 @@ class RedisRunStore(RunStore):
 
     async def complete_node(
         self, run_id: str, node_id: str, completion: NodeCompletion, *, take: int | None = None,
-        token: int | None = None,
+        token: int | None = None, next_claims: Sequence[NextClaim] = (),
     ) -> Ready:
         """Apply ``completion`` in one script call, which also counts its bytes against the
         storage budgets (see the module docstring): a refusal comes back instead of being
-        applied, and the node's failure naming the budget is stored in a second call."""
+        applied, and the node's failure naming the budget is stored in a second call. The
+        same call claims the node handed over first when it is one of ``next_claims``
+        (``claim`` in lua/prelude.lua; its lease key travels in KEYS)."""
         wake = (completion.payload or {}).get("wake")
         if completion.status == NodeStatus.WAITING and isinstance(wake, dict):
             await self.timers.schedule(run_id, node_id, wake)  # first: a crash leaves no untimed wait
         args = self._completion_args(run_id, node_id, completion, take, token)
+        if take is not None and next_claims:
+            args["next"] = [_claim_args(c.node_id, c.lease_s, c.started, c.read) for c in next_claims]
+        lease_keys = [self.keys.lease(run_id, c.node_id) for c in next_claims] if "next" in args else []
         stored = len(args["outputs"]) + len(args["payload"]) + sum(len(e) for e in args["events"])
         nbytes = stored + self._event_bytes.pop(run_id, 0)
         budget, workspace, budget_keys = "", "", list[Any]()
@@ -528,7 +552,8 @@ class RedisRunStore(RunStore):
             _, budget_keys, (count, ws_max, run_max, expire_at) = self.budget.request(nbytes, workspace=workspace,
                                                                                       run_id=run_id)
             budget = _dumps({"bytes": count, "ws_max": ws_max, "run_max": run_max, "expire_at": expire_at})
-        reply = await self._call("complete", run_id, [_dumps(args), budget], node_id, extra_keys=budget_keys)
+        reply = await self._call("complete", run_id, [_dumps(args), budget], node_id,
+                                 extra_keys=[*lease_keys, *budget_keys])
         if reply[0] == "budget":
             try:
                 self.budget.check(str(reply[1]), int(reply[2]), nbytes, workspace=workspace, run_id=run_id)
@@ -536,13 +561,17 @@ class RedisRunStore(RunStore):
                 completion = over_budget(run_id, node_id, completion, exc)
             args = self._completion_args(run_id, node_id, completion, take, token)
             reply = await self._call("complete", run_id, [_dumps(args), ""], node_id)
+        claim: Claim | None = None
+        if reply[0] == "claimed":
+            claim = self._claim(run_id, reply[1])
+            reply = reply[2:]
         queued, backlog, *nodes = reply
         if queued == "stale":
             metrics.STALE_REFUSED.labels(action="complete").inc()
             return Ready(stale=True)
         for event in completion.events:
             metrics.EVENTS_PUBLISHED.labels(event_type=event.event_type).inc()
-        return Ready(list(nodes), queued=int(queued), backlog=int(backlog))
+        return Ready(list(nodes), queued=int(queued), backlog=int(backlog), claim=claim)
 
     def _completion_args(self, run_id: str, node_id: str, completion: NodeCompletion,
                          take: int | None, token: int | None) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from typing import Any
 
 from redis.asyncio.connection import AbstractConnection
 
+from orchestrator.kernel.store import NextClaim
 from orchestrator.store.redis_store import RedisRunStore
 from tests.conformance.conftest import command_stats, reset_stats
 from tests.conformance.test_redis_keys import run_key_ttls
@@ -54,6 +55,34 @@ async def test_a_claim_and_a_budgeted_completion_are_one_round_trip_each(redis_s
     assert len(calls) == 2
     record = await redis_store.redis.hget(redis_store.keys.run(run_id), "bytes")
     assert int(record or 0) > 0  # the completion's bytes were counted
+
+
+async def test_a_chain_link_claimed_by_the_previous_completion_costs_one_round_trip(
+    redis_store: RedisRunStore,
+) -> None:
+    plan = make_plan("abc", [("a", "out", "b", "in"), ("b", "out", "c", "in")])
+    await Driver(redis_store, plan).start()
+    run_id = plan.run_id
+    first = await redis_store.claim_node(run_id, "a", worker_id="w1", lease_s=30, started=started_event(run_id, "a"))
+    workspace_key = redis_store.budget.request(1, workspace=first.workspace or "default")[1][0]
+    calls: list[int] = []
+    with round_trips(calls):
+        to_b = await redis_store.complete_node(run_id, "a", completed(run_id, "a", {"out"}), take=1,
+                                               token=first.token, next_claims=[next_claim(run_id, "b")])
+    assert to_b.claim is not None and to_b.claim.kind == "run"
+    bytes_after_a = int(await redis_store.redis.get(workspace_key) or 0)
+    with round_trips(calls):  # b runs on the claim it came with: its completion is all it costs
+        to_c = await redis_store.complete_node(run_id, "b", completed(run_id, "b", {"out"}), take=1,
+                                               token=to_b.claim.token, next_claims=[next_claim(run_id, "c")])
+    assert to_c.nodes == ["c"] and to_c.claim is not None
+    assert len(calls) == 2
+    # Both completions were counted against the budgets with the lease keys in front of
+    # the budget's day counters.
+    assert 0 < bytes_after_a < int(await redis_store.redis.get(workspace_key) or 0)
+
+
+def next_claim(run_id: str, node_id: str) -> NextClaim:
+    return NextClaim(node_id=node_id, lease_s=30, started=started_event(run_id, node_id), read=[])
 
 
 async def test_a_completion_of_an_active_run_sets_no_ttl(redis_store: RedisRunStore) -> None:

@@ -300,3 +300,38 @@ async def test_a_large_output_is_stored_whole_and_its_completed_event_carries_a_
     assert cut["preview"].startswith('{"text": "xxx')
     assert completed["b"]["outputs_truncated"] is False
     assert completed["b"]["outputs"]["out"] == {"type": "data", "value": "small"}
+
+
+async def test_a_chain_runs_each_next_link_on_the_claim_its_predecessor_completion_made() -> None:
+    from orchestrator.kernel.compile import compile_run
+    from orchestrator.kernel.step import run_step
+    from orchestrator.kernel.store import RunRecord, RunStatus
+    from orchestrator.kernel.validation import validate_graph
+
+    runner = LocalRunner(REG)
+    g = graph([("a", "emit", "A", {"value": 5}), ("b", "relay", "B"), ("c", "relay", "C")],
+              [("a", "out", "b", "in"), ("b", "out", "c", "in")])
+    plan = compile_run(validate_graph(g, REG), "r-chain", None)
+    await runner.store.create_run(plan, RunRecord(run_id="r-chain", status=RunStatus.QUEUED, graph_id="g"))
+    claims: list[str] = []
+    real_claim = runner.store.claim_node
+
+    async def counted(run_id: str, node_id: str, **kw: Any) -> Any:
+        claims.append(node_id)
+        return await real_claim(run_id, node_id, **kw)
+
+    runner.store.claim_node = counted  # type: ignore[method-assign]
+    node, claimed, ran = "a", None, []
+    while True:  # as a worker runs a chain: each step takes the next link (one slot)
+        outcome = await run_step(runner.env, "r-chain", node, take=lambda: 1, claimed=claimed)
+        ran.append((node, outcome.status))
+        if not outcome.ready:
+            break
+        node, claimed = outcome.ready[0], outcome.claim
+    assert ran == [("a", "succeeded"), ("b", "succeeded"), ("c", "succeeded")]
+    assert claims == ["a"]  # b and c ran on the claims made by the completions before them
+    assert (await runner.store.get_run("r-chain")).status == "succeeded"
+    assert runner.store.outputs("r-chain")["c"]["out"].value == 5
+    started = [e for e in runner.store.events("r-chain") if e.event_type == EventType.STARTED]
+    assert [e.node_id for e in started] == ["a", "b", "c"]
+    assert all(e.data == {"worker_id": "local"} for e in started)

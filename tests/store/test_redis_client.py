@@ -10,6 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 from redis.asyncio import Redis
+from redis.asyncio.connection import Connection
+from redis.exceptions import DataError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from orchestrator.local.embedded_redis import EmbeddedRedis
@@ -88,5 +90,34 @@ async def test_a_write_past_the_socket_timeout_is_redis_pys_timeout_error(server
             assert conn.socket_timeout == 0.2  # restored
         finally:
             await redis.connection_pool.release(conn)
+    finally:
+        await redis.aclose()
+
+
+PACKED_ARGS: list[tuple[object, ...]] = [
+    ("EVALSHA", "abc", 2, "k1", "k2", '{"node":"n1","read":["é"]}', 0.1, 1 / 3, 1e20, -7, b"\x00\xff"),
+    ("CONFIG GET", "maxmemory"),
+    (b"CLIENT SETNAME", "x"),
+    ("SET", "k", memoryview(b"view"), bytearray(b"array")),
+]
+
+
+@pytest.mark.parametrize("args", PACKED_ARGS)
+def test_commands_are_packed_as_redis_py_packs_them(args: tuple[object, ...]) -> None:
+    ours = redis_client.TcpConnection()
+    theirs = Connection()
+    assert b"".join(ours.pack_command(*args)) == b"".join(bytes(c) for c in theirs.pack_command(*args))
+
+
+def test_a_value_redis_cannot_take_is_redis_pys_data_error() -> None:
+    with pytest.raises(DataError):
+        redis_client.TcpConnection().pack_command("SET", "k", None)
+
+
+async def test_script_replies_come_back_through_the_packed_commands(server: EmbeddedRedis) -> None:
+    redis = redis_client.client(server.url, decode_responses=True)
+    try:
+        reply = await redis.eval("return {KEYS[1], ARGV[1], ARGV[2]}", 1, "k:é", 0.5, "x" * 70_000)
+        assert reply == ["k:é", "0.5", "x" * 70_000]
     finally:
         await redis.aclose()

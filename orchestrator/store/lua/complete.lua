@@ -9,12 +9,17 @@
 --   events [the completion's own event JSON strings, in order], next_attempt (retrying),
 --   retry_delay_s (retrying: the next attempt is due this long from NOW),
 --   take (null, or how many queued nodes the caller takes: see hand_over in the prelude),
---   token (null, or the fencing token of the claim that ran the node)
+--   token (null, or the fencing token of the claim that ran the node),
+--   next ([] or candidates {node, lease_ms, started, read} for the node the caller runs
+--   next, the i-th with its lease key at KEYS[18 + i]: when the first node handed over is
+--   one of them, it is claimed here as claim.lua would, saving the caller that call)
 -- ARGV[7] the storage budget reservation JSON, or '' for none: {bytes, ws_max, run_max,
---   expire_at}, with KEYS[19..] the workspace's day counters (today's first); the bytes
---   are counted here, in the script that stores them (orchestrator/store/storage_budget.py)
+--   expire_at}, with KEYS[19 + #next..] the workspace's day counters (today's first); the
+--   bytes are counted here, in the script that stores them (orchestrator/store/storage_budget.py)
 -- Returns {queued, backlog, nodes...}: with take null the nodes that became ready and are
 -- not yet dispatched, in plan order; with take, the oldest of the run's queue.
+-- Returns {'claimed', claim reply (see `claim` in the prelude), queued, backlog, nodes...}
+-- when the first of those nodes was one of `next` and its claim was granted.
 -- Returns {'stale', 0} when a later claim superseded token: nothing applied, counted.
 -- Returns {'budget', 'run' | 'workspace', used} when the bytes would pass that budget:
 -- nothing applied (the caller stores the node's failure naming it instead).
@@ -22,6 +27,9 @@ local args = cjson.decode(ARGV[6])
 local node, status = args.node, args.status
 local take = args.take
 if take == cjson.null then take = nil end
+local next_claims = args.next
+if type(next_claims) ~= 'table' then next_claims = {} end
+local BUDGET_KEY = 19 + #next_claims
 local NOTHING = {0, 0}
 local run_status = redis.call('HGET', K_RUN, 'status')
 if not run_status then
@@ -62,13 +70,13 @@ if ARGV[7] and ARGV[7] ~= '' then
   local used = tonumber(redis.call('HGET', K_RUN, 'bytes') or '0')
   if budget.run_max > 0 and used + budget.bytes > budget.run_max then return {'budget', 'run', used} end
   local total = 0
-  for _, used_that_day in ipairs(redis.call('MGET', unpack(KEYS, 19))) do
+  for _, used_that_day in ipairs(redis.call('MGET', unpack(KEYS, BUDGET_KEY))) do
     total = total + tonumber(used_that_day or '0')
   end
   if budget.ws_max > 0 and total + budget.bytes > budget.ws_max then return {'budget', 'workspace', total} end
   redis.call('HINCRBY', K_RUN, 'bytes', budget.bytes)
-  redis.call('INCRBY', KEYS[19], budget.bytes)
-  redis.call('EXPIREAT', KEYS[19], budget.expire_at)
+  redis.call('INCRBY', KEYS[BUDGET_KEY], budget.bytes)
+  redis.call('EXPIREAT', KEYS[BUDGET_KEY], budget.expire_at)
 end
 
 -- A failed attempt whose retry is scheduled: no worker holds the node until the next
@@ -189,4 +197,17 @@ for _, n in ipairs(plan_sorted(ready)) do
 end
 local handed = hand_over(out, take)
 refresh_active_ttl()
+-- The node the caller runs next, claimed now when it is one it named (a chain's next
+-- link): the same claim as claim.lua's, in this call. A claim not granted is not
+-- returned: the caller's own claim call then gets the same answer.
+local first = handed[3]
+for i, candidate in ipairs(next_claims) do
+  if candidate.node == first then
+    local granted = claim(first, KEYS[18 + i], candidate.lease_ms, candidate.started, candidate.read)
+    if granted[1] ~= 'run' then break end
+    local reply = {'claimed', granted}
+    for _, v in ipairs(handed) do table.insert(reply, v) end
+    return reply
+  end
+end
 return handed
