@@ -10,7 +10,7 @@ from typing import Any
 from sse_starlette import ServerSentEvent
 
 from orchestrator.api.event_hub import Delivery, EventHub
-from orchestrator.api.events import frames
+from orchestrator.api.events import ENCODERS
 from orchestrator.kernel.store import RunStatus
 from tests.api.conftest import Api
 from tests.api.test_event_hub import make_hub, stored_ids, until
@@ -60,8 +60,53 @@ async def test_a_stream_writes_the_events_that_arrived_together_as_one_chunk(api
     await make_run(api, "r1")
     await add_progress(api, "r1", 5)
     await api.store.finish_run("r1", RunStatus.CANCELLED)
-    chunks = [chunk async for chunk in frames(hub, "r1", "0-0", "events")]
+    chunks: list[bytes] = []
+    feed = hub.feed("r1", "0-0", lambda batch: chunks.append(ENCODERS["events"](batch)) is None)
+    await asyncio.wait_for(feed.run(), 10)
     assert len(chunks) == 1  # the replayed page
     events = parse_sse(chunks[0].decode())
     assert [frame["id"] for frame in events] == await stored_ids(api, "r1")
+    await hub.close()
+
+
+async def test_the_reader_writes_each_live_batch_to_every_feed_joined_once(api: Api) -> None:
+    hub: EventHub = make_hub(api)
+    await make_run(api, "r1")
+    written: list[list[bytes]] = [[] for _ in range(50)]
+
+    def sink(i: int) -> Any:
+        return lambda batch: written[i].append(ENCODERS["events"](batch)) is None
+
+    feeds = [hub.feed("r1", "0-0", sink(i)) for i in range(50)]
+    runs = [asyncio.create_task(feed.run()) for feed in feeds]
+    await until(lambda: all(written), "every feed replayed the history")
+    await add_progress(api, "r1", 10)
+    await api.store.finish_run("r1", RunStatus.CANCELLED)
+    await asyncio.wait_for(asyncio.gather(*runs), 10)
+    everything = await stored_ids(api, "r1")
+    for chunks in written:
+        assert [f["id"] for f in parse_sse(b"".join(chunks).decode())] == everything
+    live = [chunks[1:] for chunks in written]
+    # The live batches are the same bytes object for every feed: joined once, not 50 times.
+    assert all(len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True)) for a, b in zip(live, live[1:]))
+    assert hub.readers == 0
+    await hub.close()
+
+
+async def test_a_feed_whose_sink_refuses_ends_and_the_others_go_on(api: Api) -> None:
+    hub: EventHub = make_hub(api)
+    await make_run(api, "r1")
+    kept: list[bytes] = []
+    refused: list[int] = []
+    feeds = [hub.feed("r1", "0-0", lambda batch: kept.append(ENCODERS["events"](batch)) is None),
+             hub.feed("r1", "0-0", lambda batch: refused.append(len(batch)) is not None or len(refused) < 2)]
+    runs = [asyncio.create_task(feed.run()) for feed in feeds]
+    await until(lambda: kept and refused, "both replayed")
+    await add_progress(api, "r1", 1)
+    await asyncio.wait_for(runs[1], 10)  # its second batch was refused: it ended
+    assert hub.subscribers("r1") == 1
+    await add_progress(api, "r1", 1, start=1)
+    await api.store.finish_run("r1", RunStatus.CANCELLED)
+    await asyncio.wait_for(runs[0], 10)
+    assert [f["id"] for f in parse_sse(b"".join(kept).decode())] == await stored_ids(api, "r1")
     await hub.close()
