@@ -109,13 +109,22 @@ class BodyWriter:
         self.max_unsent_bytes = max_unsent_bytes
         self._callbacks: list[Callable[[], None]] = []
         self.closed = False
+        # How h11 frames this body, once its first write showed it (h11's send costs ~5 us
+        # a call, a tenth of a whole delivery; the framing is a format string).
+        self._frame: Callable[[bytes], bytes] | None = None
 
     def write(self, data: bytes) -> bool:
         cycle = self._cycle
         if self.closed or cycle.disconnected or cycle.response_complete or not cycle.response_started:
             return False
         transport = self._protocol.transport
-        transport.write(cycle.conn.send(h11.Data(data=data)))  # type: ignore[arg-type]
+        if self._frame is not None:
+            transport.write(self._frame(data))
+        else:
+            framed = cycle.conn.send(h11.Data(data=data))
+            assert framed is not None
+            transport.write(framed)
+            self._frame = _framing(cycle.conn, data, framed)
         if transport.get_write_buffer_size() > self.max_unsent_bytes:
             logger.warning("%s: a response holds more than %d unsent bytes; closing the connection",
                            self._protocol.client[0] if self._protocol.client else "client", self.max_unsent_bytes)
@@ -136,6 +145,23 @@ class BodyWriter:
         callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:
             callback()
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%b\r\n" % (len(data), data) if data else b""
+
+
+def _as_is(data: bytes) -> bytes:
+    return data
+
+
+def _framing(conn: h11.Connection, data: bytes, framed: bytes) -> Callable[[bytes], bytes] | None:
+    """The framing h11 applied to ``data`` (chunked for an HTTP/1.1 peer, none for HTTP/1.0,
+    as h11 frames a body of unknown length), when a first write confirms it; None (keep
+    asking h11) for anything else, e.g. a Content-Length body."""
+    chunked = conn.their_http_version is not None and conn.their_http_version >= b"1.1"
+    frame = _chunk if chunked else _as_is
+    return frame if data and frame(data) == framed else None
 
 
 class GuardedH11Protocol(H11Protocol):
