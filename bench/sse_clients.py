@@ -13,7 +13,12 @@ raw asyncio protocols speaking HTTP/1.0 (the body ends when the server closes). 
 receipt a client only appends ``(time.time(), bytes)``; frames are parsed after the run.
 Each client process reports its CPU time while events flow, beside the API process's.
 
-Prints JSON: time to connect every client, the API process's resident memory (idle,
+Then, in the same run, the same clients follow a *floor*: a bare asyncio server (no
+framework, no Redis) that writes the same frames, each encoded once, with
+``transport.write`` to every connection in turn: the least a Python server on this
+machine can do, so the API's figures read against it (``--no-floor`` skips it).
+
+Prints JSON (``api`` and ``floor``): time to connect every client, the API process's resident memory (idle,
 peak, after), whether every client received every event in order, the delivery latency
 (receipt time of the chunk that completed a frame minus the node's stamp) p50/p99 over
 all deliveries, and the CPU seconds of the API and of the clients during the event phase.
@@ -147,6 +152,43 @@ async def client_process(host: str, port: int, path: str, count: int) -> None:
                       "connect_cpu_s": connected_cpu}), flush=True)
 
 
+# -- the floor: the least a Python asyncio server can do for the same stream -------------
+
+
+async def floor_server(events: int, interval_ms: float, start_delay_s: float) -> None:
+    """A bare asyncio server: answers any request with SSE headers, then after
+    ``start_delay_s`` writes the same frames as the ticker run (each encoded once,
+    ``transport.write`` to every connection in turn) and closes every connection. No
+    framework, no Redis: the same-run floor under the API's figures."""
+    loop = asyncio.get_running_loop()
+    followers: list[asyncio.Transport] = []
+
+    class Follower(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport = transport
+            self.head = b""
+
+        def data_received(self, data: bytes) -> None:
+            self.head += data
+            if b"\r\n\r\n" in self.head and self.transport not in followers:
+                self.transport.write(b"HTTP/1.0 200 OK\r\ncontent-type: text/event-stream\r\n\r\n")  # type: ignore[attr-defined]
+                followers.append(self.transport)  # type: ignore[arg-type]
+
+    server = await loop.create_server(Follower, "127.0.0.1", 0, backlog=4096)
+    print(json.dumps({"port": server.sockets[0].getsockname()[1]}), flush=True)
+    await asyncio.sleep(start_delay_s)
+    for i in range(events):
+        body = json.dumps({"data": {"i": i, "sent": time.time()}})
+        frame = f"id: {i}\r\nevent: progress\r\ndata: {body}\r\n\r\n".encode()
+        for transport in followers:
+            transport.write(frame)
+        await asyncio.sleep(interval_ms / 1000)
+    for transport in followers:
+        transport.write(b"event: run_completed\r\ndata: {}\r\n\r\n")
+        transport.close()
+    await asyncio.sleep(1)
+
+
 # -- the bench ---------------------------------------------------------------------------
 
 
@@ -186,7 +228,6 @@ async def read_line(proc: asyncio.subprocess.Process) -> dict[str, Any]:
 
 
 async def measure(api: Any, redis_url: str, pack: Path, args: argparse.Namespace) -> dict[str, Any]:
-    clients, events = args.clients, args.events
     warmup = await start_run_directly(redis_url, pack, ticker_graph("warmup", 10, 0, 0))
     async with httpx.AsyncClient(timeout=30) as http:
         async with http.stream("GET", f"{api.base_url}/runs/{warmup}/events") as response:
@@ -194,33 +235,61 @@ async def measure(api: Any, redis_url: str, pack: Path, args: argparse.Namespace
                 pass  # the API's imports and pools are warm
     idle_mb = rss_mb(api.pid)
     run_id = await start_run_directly(redis_url, pack,
-                                      ticker_graph("fanout", events, args.interval_ms, args.start_delay_s))
+                                      ticker_graph("fanout", args.events, args.interval_ms, args.start_delay_s))
     stop_sampling, peak = asyncio.Event(), [idle_mb]
     sampler = asyncio.create_task(sample_rss(api.pid, stop_sampling, peak))
+    result = await follow(api.port, f"/runs/{run_id}/events", api.pid, args)
+    stop_sampling.set()
+    await sampler
+    result["api_rss_mb"] = {"idle": idle_mb, "all_connected": result.pop("rss_connected_mb"), "peak": peak[0],
+                            "after": rss_mb(api.pid)}
+    return result
+
+
+async def measure_floor(args: argparse.Namespace) -> dict[str, Any]:
+    """The same clients against :func:`floor_server`, in the same run."""
+    server = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--floor-server", "--events", str(args.events), "--interval-ms",
+        str(args.interval_ms), "--start-delay-s", str(args.floor_start_delay_s), stdout=asyncio.subprocess.PIPE)
+    try:
+        port = (await read_line(server))["port"]
+        result = await follow(port, "/", server.pid, argparse.Namespace(**{**vars(args),
+                                                                           "start_delay_s": args.floor_start_delay_s}))
+        result.pop("rss_connected_mb")
+        return result
+    finally:
+        if server.returncode is None:
+            server.kill()
+        await server.wait()
+
+
+async def follow(port: int, path: str, server_pid: int, args: argparse.Namespace) -> dict[str, Any]:
+    """``args.clients`` clients in ``args.client_processes`` processes follow ``path`` to its
+    end; what they received, and the server's and their CPU."""
+    clients, events = args.clients, args.events
     shares = [clients // args.client_processes + (1 if i < clients % args.client_processes else 0)
               for i in range(args.client_processes)]
     started = time.monotonic()
-    api_cpu_start = cpu_s(api.pid)
+    server_cpu_start = cpu_s(server_pid)
     procs = [await asyncio.create_subprocess_exec(
-        sys.executable, __file__, "--client-of", f"127.0.0.1:{api.port}/runs/{run_id}/events", "--clients", str(n),
+        sys.executable, __file__, "--client-of", f"127.0.0.1:{port}{path}", "--clients", str(n),
         stdout=asyncio.subprocess.PIPE, limit=1 << 30) for n in shares if n]
     deadline_s = args.start_delay_s + 120 + events * args.interval_ms / 1000
     connects = await asyncio.wait_for(asyncio.gather(*(read_line(p) for p in procs)), args.start_delay_s + 60)
     connect_all_s = time.monotonic() - started
-    connected_mb = rss_mb(api.pid)
-    api_cpu_connected = cpu_s(api.pid)
+    connected_mb = rss_mb(server_pid)
+    server_cpu_connected = cpu_s(server_pid)
     reports = await asyncio.wait_for(asyncio.gather(*(read_line(p) for p in procs)), deadline_s)
-    api_cpu_end = cpu_s(api.pid)
+    server_cpu_end = cpu_s(server_pid)
     for proc in procs:
         await proc.wait()
-    stop_sampling.set()
-    await sampler
     followers = [c for r in reports for c in r["clients"]]
     expected = list(range(events))
     complete = [c for c in followers if c["indices"] == expected and c["terminal"] == "run_completed"]
     latencies = [lat for c in followers for lat in c["latencies"]]
     per_client_p50 = [percentile(c["latencies"], 50) for c in followers if c["latencies"]]
     receive_cpu = sum(r["receive_cpu_s"] for r in reports)
+    streaming_cpu = server_cpu_end - server_cpu_connected
     return {
         "clients": clients,
         "connected": sum(c["connected"] for c in connects),
@@ -233,15 +302,13 @@ async def measure(api: Any, redis_url: str, pack: Path, args: argparse.Namespace
         "statuses": sorted({c["status"] for c in followers}),
         "connect_all_s": round(connect_all_s, 2),
         "connected_before_first_event": connect_all_s < args.start_delay_s,
-        "api_rss_mb": {"idle": idle_mb, "all_connected": connected_mb, "peak": peak[0],
-                       "after": rss_mb(api.pid)},
+        "rss_connected_mb": connected_mb,
         "delivery": summary_ms(latencies),
         "client_p50_spread_ms": summary_ms(per_client_p50),
         # From all connected to every stream closed (includes the start delay's idle time).
-        "cpu_s_while_streaming": {"api": round(api_cpu_end - api_cpu_connected, 2),
-                                  "clients": round(receive_cpu, 2)},
-        "api_cpu_s_connecting": round(api_cpu_connected - api_cpu_start, 2),
-        "api_cpu_us_per_delivery": round((api_cpu_end - api_cpu_connected) / max(1, len(latencies)) * 1e6, 1),
+        "cpu_s_while_streaming": {"server": round(streaming_cpu, 2), "clients": round(receive_cpu, 2)},
+        "server_cpu_s_connecting": round(server_cpu_connected - server_cpu_start, 2),
+        "server_cpu_us_per_delivery": round(streaming_cpu / max(1, len(latencies)) * 1e6, 1),
         "client_cpu_us_per_delivery": round(receive_cpu / max(1, len(latencies)) * 1e6, 1),
     }
 
@@ -254,7 +321,12 @@ def main() -> None:
     parser.add_argument("--client-processes", type=int, default=4)
     parser.add_argument("--start-delay-s", type=float, default=20.0,
                         help="the node waits this long before its first event (clients connect meanwhile)")
+    parser.add_argument("--floor-start-delay-s", type=float, default=12.0,
+                        help="the floor server's wait before its first event (a bare server accepts fast)")
+    parser.add_argument("--no-floor", action="store_true",
+                        help="skip the same-run floor (a bare asyncio server writing the same frames)")
     parser.add_argument("--client-of", help=argparse.SUPPRESS)  # host:port/path: run as a client process
+    parser.add_argument("--floor-server", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     # Each client costs one socket here and one in the API (the API reads each run once).
     fd_limit = raise_fd_limit(4 * args.clients + 1024)
@@ -263,12 +335,17 @@ def main() -> None:
         host, _, port = address.partition(":")
         asyncio.run(client_process(host, int(port), "/" + path, args.clients))
         return
+    if args.floor_server:
+        asyncio.run(floor_server(args.events, args.interval_ms, args.start_delay_s))
+        return
     started = time.monotonic()
     # Every client connects from 127.0.0.1: the API's per-client connection bound
     # (ORCH_API_MAX_CONNECTIONS_PER_CLIENT, 100 by default) would refuse all but 100.
     per_client = {"ORCH_API_MAX_CONNECTIONS_PER_CLIENT": str(args.clients + 100)}
     with system(workers=1, concurrency=1, api_env=per_client) as sys_:
-        result = asyncio.run(measure(sys_["api"], sys_["redis"].url, sys_["pack"], args))
+        result = {"api": asyncio.run(measure(sys_["api"], sys_["redis"].url, sys_["pack"], args))}
+    if not args.no_floor:
+        result["floor"] = asyncio.run(measure_floor(args))
     result["fd_limit"] = fd_limit
     result["wall_s"] = round(time.monotonic() - started, 1)
     result["cpus"] = os.cpu_count()
