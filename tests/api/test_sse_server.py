@@ -194,3 +194,22 @@ async def test_a_shutdown_ends_open_streams_and_the_server_exits(redis_server: E
     finally:
         if own.proc.poll() is None:
             own.stop()
+
+
+async def test_the_chat_format_streams_each_events_messages_with_the_stream_id_on_the_last(
+    server: Server, store: RedisRunStore
+) -> None:
+    from orchestrator.api.events import chat_events
+
+    run_id = await make_run(store)
+    for i in range(3):
+        await store.append_event(NodeEvent(run_id, "b", "relay", "progress", {"i": i}))
+    await store.finish_run(run_id, RunStatus.CANCELLED)
+    async with httpx.AsyncClient(timeout=10) as http:
+        response = await http.get(f"http://127.0.0.1:{server.port}/runs/{run_id}/events?format=chat")
+    assert response.status_code == 200 and response.headers["transfer-encoding"] == "chunked"
+    frames = [block for block in response.text.split("\r\n\r\n") if "event:" in block]
+    stored = await store.read_events(run_id)
+    expected = [str(m.get("type", "message")) for _, event in stored for m in chat_events(event)]
+    assert [re.search(r"^event: (.*)$", f, re.M).group(1) for f in frames] == expected  # type: ignore[union-attr]
+    assert re.search(r"^id: (.*)$", frames[-1], re.M).group(1) == stored[-1][0]  # type: ignore[union-attr]
