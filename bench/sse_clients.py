@@ -33,6 +33,7 @@ import os
 import resource
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -156,10 +157,11 @@ async def client_process(host: str, port: int, path: str, count: int) -> None:
 
 
 async def floor_server(events: int, interval_ms: float, start_delay_s: float) -> None:
-    """A bare asyncio server: answers any request with SSE headers, then after
-    ``start_delay_s`` writes the same frames as the ticker run (each encoded once,
-    ``transport.write`` to every connection in turn) and closes every connection. No
-    framework, no Redis: the same-run floor under the API's figures."""
+    """A bare asyncio server: answers any request with SSE headers, then, ``start_delay_s``
+    after a line on stdin (the bench: every client is connected), writes the same frames
+    as the ticker run (each encoded once, ``transport.write`` to every connection in turn),
+    closes every connection, and exits at the end of stdin. No framework, no Redis: the
+    same-run floor under the API's figures."""
     loop = asyncio.get_running_loop()
     followers: list[asyncio.Transport] = []
 
@@ -176,6 +178,7 @@ async def floor_server(events: int, interval_ms: float, start_delay_s: float) ->
 
     server = await loop.create_server(Follower, "127.0.0.1", 0, backlog=4096)
     print(json.dumps({"port": server.sockets[0].getsockname()[1]}), flush=True)
+    await asyncio.to_thread(sys.stdin.readline)
     await asyncio.sleep(start_delay_s)
     for i in range(events):
         body = json.dumps({"data": {"i": i, "sent": time.time()}})
@@ -186,7 +189,7 @@ async def floor_server(events: int, interval_ms: float, start_delay_s: float) ->
     for transport in followers:
         transport.write(b"event: run_completed\r\ndata: {}\r\n\r\n")
         transport.close()
-    await asyncio.sleep(1)
+    await asyncio.to_thread(sys.stdin.read)
 
 
 # -- the bench ---------------------------------------------------------------------------
@@ -250,22 +253,29 @@ async def measure_floor(args: argparse.Namespace) -> dict[str, Any]:
     """The same clients against :func:`floor_server`, in the same run."""
     server = await asyncio.create_subprocess_exec(
         sys.executable, __file__, "--floor-server", "--events", str(args.events), "--interval-ms",
-        str(args.interval_ms), "--start-delay-s", str(args.floor_start_delay_s), stdout=asyncio.subprocess.PIPE)
+        str(args.interval_ms), "--start-delay-s", str(args.floor_start_delay_s), stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE)
+    stdin = server.stdin
+    assert stdin is not None
     try:
         port = (await read_line(server))["port"]
-        result = await follow(port, "/", server.pid, argparse.Namespace(**{**vars(args),
-                                                                           "start_delay_s": args.floor_start_delay_s}))
+        floor_args = argparse.Namespace(**{**vars(args), "start_delay_s": args.floor_start_delay_s})
+        result = await follow(port, "/", server.pid, floor_args, connected=lambda: stdin.write(b"go\n"))
         result.pop("rss_connected_mb")
         return result
     finally:
-        if server.returncode is None:
+        stdin.close()
+        try:
+            await asyncio.wait_for(server.wait(), 10)
+        except TimeoutError:
             server.kill()
-        await server.wait()
+            await server.wait()
 
 
-async def follow(port: int, path: str, server_pid: int, args: argparse.Namespace) -> dict[str, Any]:
+async def follow(port: int, path: str, server_pid: int, args: argparse.Namespace,
+                 connected: Callable[[], None] | None = None) -> dict[str, Any]:
     """``args.clients`` clients in ``args.client_processes`` processes follow ``path`` to its
-    end; what they received, and the server's and their CPU."""
+    end (``connected`` is called once all are); what they received, the server's and their CPU."""
     clients, events = args.clients, args.events
     shares = [clients // args.client_processes + (1 if i < clients % args.client_processes else 0)
               for i in range(args.client_processes)]
@@ -277,6 +287,8 @@ async def follow(port: int, path: str, server_pid: int, args: argparse.Namespace
     deadline_s = args.start_delay_s + 120 + events * args.interval_ms / 1000
     connects = await asyncio.wait_for(asyncio.gather(*(read_line(p) for p in procs)), args.start_delay_s + 60)
     connect_all_s = time.monotonic() - started
+    if connected is not None:
+        connected()
     connected_mb = rss_mb(server_pid)
     server_cpu_connected = cpu_s(server_pid)
     reports = await asyncio.wait_for(asyncio.gather(*(read_line(p) for p in procs)), deadline_s)
@@ -301,7 +313,7 @@ async def follow(port: int, path: str, server_pid: int, args: argparse.Namespace
         "errors": sorted({e for r in [*connects, *reports] for e in r["errors"]})[:5],
         "statuses": sorted({c["status"] for c in followers}),
         "connect_all_s": round(connect_all_s, 2),
-        "connected_before_first_event": connect_all_s < args.start_delay_s,
+        "connected_before_first_event": connected is not None or connect_all_s < args.start_delay_s,
         "rss_connected_mb": connected_mb,
         "delivery": summary_ms(latencies),
         "client_p50_spread_ms": summary_ms(per_client_p50),
@@ -321,8 +333,8 @@ def main() -> None:
     parser.add_argument("--client-processes", type=int, default=4)
     parser.add_argument("--start-delay-s", type=float, default=20.0,
                         help="the node waits this long before its first event (clients connect meanwhile)")
-    parser.add_argument("--floor-start-delay-s", type=float, default=12.0,
-                        help="the floor server's wait before its first event (a bare server accepts fast)")
+    parser.add_argument("--floor-start-delay-s", type=float, default=2.0,
+                        help="the floor server's wait from all clients connected to its first event")
     parser.add_argument("--no-floor", action="store_true",
                         help="skip the same-run floor (a bare asyncio server writing the same frames)")
     parser.add_argument("--client-of", help=argparse.SUPPRESS)  # host:port/path: run as a client process
@@ -343,7 +355,7 @@ def main() -> None:
     # (ORCH_API_MAX_CONNECTIONS_PER_CLIENT, 100 by default) would refuse all but 100.
     per_client = {"ORCH_API_MAX_CONNECTIONS_PER_CLIENT": str(args.clients + 100)}
     with system(workers=1, concurrency=1, api_env=per_client) as sys_:
-        result = {"api": asyncio.run(measure(sys_["api"], sys_["redis"].url, sys_["pack"], args))}
+        result: dict[str, Any] = {"api": asyncio.run(measure(sys_["api"], sys_["redis"].url, sys_["pack"], args))}
     if not args.no_floor:
         result["floor"] = asyncio.run(measure_floor(args))
     result["fd_limit"] = fd_limit
