@@ -6,12 +6,14 @@ Contract (one response per client; ``events.py`` builds it):
 * the body is the run's deliveries after a stream id, replayed then live, each batch of
   deliveries written as one piece of bytes (``encode(batch)``, the same bytes for every
   client of a format); it ends after the run's terminal event, when the hub ends the
-  subscription (run over, client too slow, Redis error) or when ``allowed`` answers False;
+  subscription (run over, client too slow, Redis error) or once ``allowed`` answers False
+  (asked every ``Streams.check_s``);
 * under our uvicorn protocol (``connections.BodyWriter`` in the scope) the run's reader
   writes each batch to every client's connection itself, one synchronous call per client
   (``EventHub.feed``): no task wakes, no ``await send`` passes the ASGI layers, no timer
   runs per client. Elsewhere (tests, another server) a task per client sends the batches
-  through ASGI;
+  through ASGI (and a server shutdown does not end those streams: give that server a
+  graceful-shutdown timeout);
 * a client that does not read is cut once ``MAX_UNSENT_BYTES`` wait for it (memory stays
   bounded); it resumes with ``Last-Event-ID`` and loses nothing;
 * a disconnect ends the subscription at once (the connection's close callback, or an
