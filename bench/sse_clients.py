@@ -4,8 +4,9 @@
                                           [--client-processes 4]
 
 Starts its own redis-server, one Celery worker and one API process (`orchestrator
-serve`, one uvicorn process), stopped by pid at the end. The run's ticker node waits
-``--start-delay-s`` so every client is connected before the first event.
+serve`, one uvicorn process), stopped by pid at the end. The run's ticker node starts
+its events ``--start-delay-s`` after every client is connected (the bench then creates
+the file the node waits for).
 
 The clients are made as cheap as possible so that the 2 cores measure the server, not
 them: ``--client-processes`` processes, each holding its share of the connections as
@@ -44,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from api_events import percentile, rss_mb, summary_ms, system, ticker_graph
 
 CONNECT_PARALLELISM = 100  # connections being opened at once, per client process
+CONNECT_TIMEOUT_S = 300.0  # for every client to be connected
 
 
 def raise_fd_limit(wanted: int) -> int:
@@ -237,11 +239,12 @@ async def measure(api: Any, redis_url: str, pack: Path, args: argparse.Namespace
             async for _ in response.aiter_lines():
                 pass  # the API's imports and pools are warm
     idle_mb = rss_mb(api.pid)
-    run_id = await start_run_directly(redis_url, pack,
-                                      ticker_graph("fanout", args.events, args.interval_ms, args.start_delay_s))
+    gate = pack.parent / "clients-connected"
+    run_id = await start_run_directly(redis_url, pack, ticker_graph("fanout", args.events, args.interval_ms,
+                                                                    args.start_delay_s, str(gate)))
     stop_sampling, peak = asyncio.Event(), [idle_mb]
     sampler = asyncio.create_task(sample_rss(api.pid, stop_sampling, peak))
-    result = await follow(api.port, f"/runs/{run_id}/events", api.pid, args)
+    result = await follow(api.port, f"/runs/{run_id}/events", api.pid, args, connected=gate.touch)
     stop_sampling.set()
     await sampler
     result["api_rss_mb"] = {"idle": idle_mb, "all_connected": result.pop("rss_connected_mb"), "peak": peak[0],
@@ -253,14 +256,13 @@ async def measure_floor(args: argparse.Namespace) -> dict[str, Any]:
     """The same clients against :func:`floor_server`, in the same run."""
     server = await asyncio.create_subprocess_exec(
         sys.executable, __file__, "--floor-server", "--events", str(args.events), "--interval-ms",
-        str(args.interval_ms), "--start-delay-s", str(args.floor_start_delay_s), stdin=asyncio.subprocess.PIPE,
+        str(args.interval_ms), "--start-delay-s", str(args.start_delay_s), stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE)
     stdin = server.stdin
     assert stdin is not None
     try:
         port = (await read_line(server))["port"]
-        floor_args = argparse.Namespace(**{**vars(args), "start_delay_s": args.floor_start_delay_s})
-        result = await follow(port, "/", server.pid, floor_args, connected=lambda: stdin.write(b"go\n"))
+        result = await follow(port, "/", server.pid, args, connected=lambda: stdin.write(b"go\n"))
         result.pop("rss_connected_mb")
         return result
     finally:
@@ -285,7 +287,7 @@ async def follow(port: int, path: str, server_pid: int, args: argparse.Namespace
         sys.executable, __file__, "--client-of", f"127.0.0.1:{port}{path}", "--clients", str(n),
         stdout=asyncio.subprocess.PIPE, limit=1 << 30) for n in shares if n]
     deadline_s = args.start_delay_s + 120 + events * args.interval_ms / 1000
-    connects = await asyncio.wait_for(asyncio.gather(*(read_line(p) for p in procs)), args.start_delay_s + 60)
+    connects = await asyncio.wait_for(asyncio.gather(*(read_line(p) for p in procs)), CONNECT_TIMEOUT_S)
     connect_all_s = time.monotonic() - started
     if connected is not None:
         connected()
@@ -313,7 +315,6 @@ async def follow(port: int, path: str, server_pid: int, args: argparse.Namespace
         "errors": sorted({e for r in [*connects, *reports] for e in r["errors"]})[:5],
         "statuses": sorted({c["status"] for c in followers}),
         "connect_all_s": round(connect_all_s, 2),
-        "connected_before_first_event": connected is not None or connect_all_s < args.start_delay_s,
         "rss_connected_mb": connected_mb,
         "delivery": summary_ms(latencies),
         "client_p50_spread_ms": summary_ms(per_client_p50),
@@ -331,10 +332,8 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=100)
     parser.add_argument("--interval-ms", type=float, default=50.0)
     parser.add_argument("--client-processes", type=int, default=4)
-    parser.add_argument("--start-delay-s", type=float, default=20.0,
-                        help="the node waits this long before its first event (clients connect meanwhile)")
-    parser.add_argument("--floor-start-delay-s", type=float, default=2.0,
-                        help="the floor server's wait from all clients connected to its first event")
+    parser.add_argument("--start-delay-s", type=float, default=2.0,
+                        help="from every client connected to the node's first event")
     parser.add_argument("--no-floor", action="store_true",
                         help="skip the same-run floor (a bare asyncio server writing the same frames)")
     parser.add_argument("--client-of", help=argparse.SUPPRESS)  # host:port/path: run as a client process
