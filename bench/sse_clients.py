@@ -302,6 +302,12 @@ async def follow(port: int, path: str, server_pid: int, args: argparse.Namespace
     complete = [c for c in followers if c["indices"] == expected and c["terminal"] == "run_completed"]
     latencies = [lat for c in followers for lat in c["latencies"]]
     per_client_p50 = [percentile(c["latencies"], 50) for c in followers if c["latencies"]]
+    # Per event: the first client's latency (the way to the server and its first write) and
+    # the last one's (plus the whole fan-out).
+    by_event: dict[int, list[float]] = {}
+    for c in followers:
+        for index, latency in zip(c["indices"], c["latencies"], strict=True):
+            by_event.setdefault(index, []).append(latency)
     receive_cpu = sum(r["receive_cpu_s"] for r in reports)
     streaming_cpu = server_cpu_end - server_cpu_connected
     return {
@@ -318,6 +324,8 @@ async def follow(port: int, path: str, server_pid: int, args: argparse.Namespace
         "rss_connected_mb": connected_mb,
         "delivery": summary_ms(latencies),
         "client_p50_spread_ms": summary_ms(per_client_p50),
+        "first_client_per_event_ms": summary_ms([min(v) for v in by_event.values()]),
+        "last_client_per_event_ms": summary_ms([max(v) for v in by_event.values()]),
         # From all connected to every stream closed (includes the start delay's idle time).
         "cpu_s_while_streaming": {"server": round(streaming_cpu, 2), "clients": round(receive_cpu, 2)},
         "server_cpu_s_connecting": round(server_cpu_connected - server_cpu_start, 2),
