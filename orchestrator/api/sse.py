@@ -122,10 +122,11 @@ class EventStreamResponse(Response):
     media_type = "text/event-stream"
 
     def __init__(self, hub: EventHub, run_id: str, after: str, encode: Encode, *, streams: Streams,
-                 allowed: Allowed | None = None, headers: Mapping[str, str] | None = None) -> None:
+                 allowed: Allowed | None = None, headers: Mapping[str, str] | None = None,
+                 status_code: int = 200) -> None:  # FastAPI's OpenAPI reads this default
         self.hub, self.run_id, self.after = hub, run_id, after
         self.encode, self.streams, self.allowed = encode, streams, allowed
-        self.status_code = 200
+        self.status_code = status_code
         self.background: BackgroundTask | None = None
         self.init_headers(headers)  # no body: no content-length
 

@@ -211,5 +211,5 @@ async def test_the_chat_format_streams_each_events_messages_with_the_stream_id_o
     frames = [block for block in response.text.split("\r\n\r\n") if "event:" in block]
     stored = await store.read_events(run_id)
     expected = [str(m.get("type", "message")) for _, event in stored for m in chat_events(event)]
-    assert [re.search(r"^event: (.*)$", f, re.M).group(1) for f in frames] == expected  # type: ignore[union-attr]
-    assert re.search(r"^id: (.*)$", frames[-1], re.M).group(1) == stored[-1][0]  # type: ignore[union-attr]
+    assert [re.search(r"^event: ([^\r\n]*)", f, re.M).group(1) for f in frames] == expected  # type: ignore[union-attr]
+    assert re.search(r"^id: ([^\r\n]*)", frames[-1], re.M).group(1) == stored[-1][0]  # type: ignore[union-attr]
