@@ -16,7 +16,6 @@ interrupted. A Wait node's timer is waited for (this command's sweeper wakes it)
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import re
@@ -43,7 +42,7 @@ from orchestrator.store import redis_client
 from orchestrator.telemetry import tracing, usage
 from orchestrator.telemetry.pricing import load_table
 
-from ._signals import Terminated, interrupted_exit_code, terminate_as_interrupt
+from ._signals import Terminated, interrupted_exit_code, run_async, terminate_as_interrupt
 
 if TYPE_CHECKING:
     from orchestrator.store.redis_store import RedisRunStore
@@ -307,7 +306,7 @@ def _run_owned(args: argparse.Namespace, raw: dict[str, Any], run_input: Any,
             err.print("[dim]waiting for the worker to be ready…[/]")
             workers.wait_ready()
             err.print(f"[dim]ready in {time.monotonic() - began:.1f} s; starting the run[/]")
-        return asyncio.run(_run(url, registry, raw, run_input, start, args.json, console, err,
+        return run_async(_run(url, registry, raw, run_input, start, args.json, console, err,
                                 decide=args.decide, keep_waiting=workers is None,
                                 session_id=args.session))
 
