@@ -73,17 +73,20 @@ executor = Sleep()
 '''
 TICKER_DEFINITION = {
     "id": "ticker", "name": "Ticker", "category": "bench",
-    "description": "Waits start_delay_s, then emits count progress events interval_ms apart.",
+    "description": "Waits for start_file to exist (if set), then start_delay_s, then emits count progress "
+                   "events interval_ms apart.",
     "parameters": [
         {"id": "count", "type": "int", "default": 100, "min": 0},
         {"id": "interval_ms", "type": "float", "default": 0, "min": 0},
         {"id": "start_delay_s", "type": "float", "default": 0, "min": 0},
+        {"id": "start_file", "type": "string", "default": ""},
     ],
     "inputs": [{"id": "input", "socket": "data", "required": False}],
     "outputs": [{"id": "output", "socket": "data"}],
 }
 TICKER_EXECUTOR = '''
 import asyncio
+import os
 import time
 from orchestrator.kernel.protocol import DataValue, ExecutionResult
 
@@ -92,6 +95,8 @@ class Ticker:
     node_type = "ticker"
 
     async def execute(self, data, inputs, ctx):
+        while data.get("start_file") and not os.path.exists(data["start_file"]):
+            await asyncio.sleep(0.02)  # the bench creates it once its clients are connected
         await asyncio.sleep(float(data.get("start_delay_s") or 0))
         interval_s = float(data.get("interval_ms") or 0) / 1000
         count = int(data.get("count") or 0)
@@ -130,8 +135,9 @@ def graph(graph_id: str, nodes: list[tuple[str, str, dict[str, Any]]],
     }
 
 
-def ticker_graph(graph_id: str, count: int, interval_ms: float, start_delay_s: float) -> dict[str, Any]:
-    data = {"count": count, "interval_ms": interval_ms, "start_delay_s": start_delay_s}
+def ticker_graph(graph_id: str, count: int, interval_ms: float, start_delay_s: float,
+                 start_file: str = "") -> dict[str, Any]:
+    data = {"count": count, "interval_ms": interval_ms, "start_delay_s": start_delay_s, "start_file": start_file}
     return graph(graph_id, [("start", "manual_trigger", {}), ("tick", "ticker", data)],
                  [("start", "tick")])
 

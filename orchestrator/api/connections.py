@@ -26,6 +26,11 @@ IDLE while headers are awaited, SEND_BODY while the body is) after every read. B
 reverse proxy every connection comes from the proxy's address: raise the per-client bound
 above the proxy's own connection count (or set 0) and let the proxy bound its clients
 (docs/deployment.md, "Exposing the API").
+
+The protocol also offers each request a :class:`BodyWriter` (the ASGI scope extension
+:data:`BODY_WRITER`): a response that writes to thousands of connections at once (an
+event stream's fan-out) writes its body straight to the connection, one synchronous call,
+instead of one ``await send`` through every ASGI layer per connection and write.
 """
 
 from __future__ import annotations
@@ -33,17 +38,21 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import h11
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
 
 from orchestrator.settings import ApiSettings
 
 logger = logging.getLogger("uvicorn.error")
 
 PROTOCOL = "orchestrator.api.connections:GuardedH11Protocol"  # uvicorn's ``http`` setting
+BODY_WRITER = "orchestrator.body_writer"  # the scope extension holding the request's BodyWriter
+# Unsent bytes a BodyWriter lets a connection hold; past it the client is too slow and is cut.
+MAX_UNSENT_BYTES = 1 << 20
 TIMEOUT_RESPONSE = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
                     b"connection: close\r\ncontent-length: 22\r\n\r\nrequest read timed out")
 
@@ -80,6 +89,81 @@ def process_limits() -> ConnectionLimits:
 _per_client: Counter[str] = Counter()  # open connections of this process, by client address
 
 
+class BodyWriter:
+    """Writes one response's body straight to its connection, below the ASGI layers.
+
+    Contract: the response is started through ASGI (``http.response.start``) before the
+    first :meth:`write`, and completed through ASGI (the last ``http.response.body``).
+    :meth:`write` frames the bytes as the connection needs (chunked or not, by h11) and
+    hands them to the transport now; it answers False, writing nothing, once the
+    connection is gone, the response complete, or the server shutting down, and aborts
+    the connection (dropping what it holds) when more than ``max_unsent_bytes`` are left
+    unsent: a client that does not read costs a bounded buffer, then its connection.
+    :meth:`on_close` callbacks run once, when the connection is lost or the server shuts
+    down (a stream should then end)."""
+
+    def __init__(self, protocol: GuardedH11Protocol, cycle: RequestResponseCycle,
+                 max_unsent_bytes: int = MAX_UNSENT_BYTES) -> None:
+        self._protocol = protocol
+        self._cycle = cycle
+        self.max_unsent_bytes = max_unsent_bytes
+        self._callbacks: list[Callable[[], None]] = []
+        self.closed = False
+        # How h11 frames this body, once its first write showed it (h11's send costs ~5 us
+        # a call, a tenth of a whole delivery; the framing is a format string).
+        self._frame: Callable[[bytes], bytes] | None = None
+
+    def write(self, data: bytes) -> bool:
+        cycle = self._cycle
+        if self.closed or cycle.disconnected or cycle.response_complete or not cycle.response_started:
+            return False
+        transport = self._protocol.transport
+        if self._frame is not None:
+            transport.write(self._frame(data))
+        else:
+            framed = cycle.conn.send(h11.Data(data=data))
+            assert framed is not None
+            transport.write(framed)
+            self._frame = _framing(cycle.conn, data, framed)
+        if transport.get_write_buffer_size() > self.max_unsent_bytes:
+            logger.warning("%s: a response holds more than %d unsent bytes; closing the connection",
+                           self._protocol.client[0] if self._protocol.client else "client", self.max_unsent_bytes)
+            transport.abort()  # connection_lost follows: the callbacks run there
+            return False
+        return True
+
+    def on_close(self, callback: Callable[[], None]) -> None:
+        if self.closed:
+            callback()
+        else:
+            self._callbacks.append(callback)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%b\r\n" % (len(data), data) if data else b""
+
+
+def _as_is(data: bytes) -> bytes:
+    return data
+
+
+def _framing(conn: h11.Connection, data: bytes, framed: bytes) -> Callable[[bytes], bytes] | None:
+    """The framing h11 applied to ``data`` (chunked for an HTTP/1.1 peer, none for HTTP/1.0,
+    as h11 frames a body of unknown length), when a first write confirms it; None (keep
+    asking h11) for anything else, e.g. a Content-Length body."""
+    chunked = conn.their_http_version is not None and conn.their_http_version >= b"1.1"
+    frame = _chunk if chunked else _as_is
+    return frame if data and frame(data) == framed else None
+
+
 class GuardedH11Protocol(H11Protocol):
     """uvicorn's h11 protocol with the deadlines and the bound of the module docstring."""
 
@@ -89,6 +173,7 @@ class GuardedH11Protocol(H11Protocol):
         self._phase: str | None = None  # "headers", "body" or None (the server's turn)
         self._deadline: asyncio.TimerHandle | None = None
         self._address: str | None = None
+        self._writer: BodyWriter | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -105,6 +190,8 @@ class GuardedH11Protocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._arm(None)
+        if self._writer is not None:
+            self._writer.close()
         if self._address is not None:
             _per_client[self._address] -= 1
             if _per_client[self._address] <= 0:
@@ -115,6 +202,23 @@ class GuardedH11Protocol(H11Protocol):
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
         self._track()
+
+    def handle_events(self) -> None:
+        cycle = self.cycle
+        super().handle_events()
+        if self.cycle is not cycle and self.cycle is not None:  # a request came: its task has not run yet
+            if self._writer is not None:
+                self._writer.close()
+            self._writer = BodyWriter(self, self.cycle)
+            extensions: dict[str, Any] = self.cycle.scope.setdefault("extensions", {})  # type: ignore[assignment]
+            extensions[BODY_WRITER] = self._writer
+
+    def shutdown(self) -> None:
+        """The server stops: a response streaming through a BodyWriter is told to end (an
+        endless stream would otherwise hold the shutdown)."""
+        super().shutdown()
+        if self._writer is not None:
+            self._writer.close()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()

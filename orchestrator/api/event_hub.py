@@ -11,7 +11,10 @@ One hub lives on ``app.state`` for the life of the process. Contract:
 * :meth:`EventHub.subscribe` yields ``Delivery`` items (stream id, event, JSON, SSE frame;
   each encoded once for all subscribers) after a given stream id, each exactly once and
   in stream order, until the terminal event; :meth:`EventHub.subscribe_batches` the same
-  in the batches they arrive in (a stream writes a batch at once).
+  in the batches they arrive in (a stream writes a batch at once). :meth:`EventHub.feed`
+  pushes the same batches into a synchronous ``Sink`` instead: after the replay, the
+  reader itself calls each feed's sink as a batch arrives, so thousands of subscribers of
+  a run cost one call each per batch, with no task woken per subscriber.
   It joins race-free: the queue is registered first, the reader's start id is known
   before the history is read, history is replayed with short ``XRANGE`` pages (a pooled
   connection only for the call), then the queue is drained skipping ids <= the last
@@ -54,6 +57,9 @@ QUEUE_SIZE = 2_000
 
 RunOver = Callable[[str], Awaitable[bool]]  # run id -> is it over (terminal or gone)?
 Allowed = Callable[[], bool]  # may this subscriber go on (e.g. its API key is still known)?
+# Writes a batch of deliveries now; False: this subscriber stops (its client is gone, too
+# slow, or no longer allowed). Called by the reader's fan-out: it must not block or raise.
+Sink = Callable[[list["Delivery"]], bool]
 
 
 @dataclass(frozen=True)
@@ -145,6 +151,71 @@ def _release(waiter: asyncio.Future[None]) -> None:
 class _Subscriber:
     mailbox: _Mailbox
     dropped: bool = False
+    # Set once a feed's replay is done: the reader then writes batches through it.
+    sink: Sink | None = None
+    # Until the reader passes it, the last stream id the feed already wrote (its replay may
+    # have read further than the reader had).
+    floor: _StreamIdFloor | None = None
+
+    def fresh(self, batch: list[Delivery]) -> list[Delivery]:
+        """``batch`` without what this subscriber already had."""
+        floor = self.floor
+        if floor is None:
+            return batch
+        fresh = [d for d in batch if floor.passes(d.stream_id)]
+        if fresh:
+            self.floor = None  # the reader is past the replay: everything after is new
+        return fresh
+
+
+class Feed:
+    """A push subscription (:meth:`EventHub.feed`): :meth:`run` replays the stream after
+    ``after`` into ``sink``, then lets the run's reader call ``sink`` with each batch as it
+    arrives, and returns once the stream is over for this subscriber: after the terminal
+    event, when the sink answers False, when the reader ends or drops it, or on
+    :meth:`stop` (callable from anywhere, e.g. a connection-lost callback)."""
+
+    def __init__(self, hub: EventHub, run_id: str, after: str, sink: Sink) -> None:
+        self._hub = hub
+        self.run_id = run_id
+        self.after = after
+        self.sink = sink
+        self._subscriber = _Subscriber(_Mailbox(hub.queue_size))
+        self.stopped = False
+
+    def stop(self) -> None:
+        """End :meth:`run` now; nothing more is written to the sink."""
+        self.stopped = True
+        self._subscriber.sink = None
+        self._subscriber.mailbox.end()
+
+    async def run(self) -> None:
+        hub, subscriber = self._hub, self._subscriber
+        channel = hub._join(self.run_id, subscriber)
+        try:
+            await asyncio.shield(channel.started)  # the reader's start id is fixed first
+            last = self.after
+            async for page in hub._replay(self.run_id, self.after):
+                page = _through_terminal(page)
+                if self.stopped or not self.sink(page) or page[-1].terminal:
+                    return
+                last = page[-1].stream_id
+            if self.stopped:
+                return
+            # What the reader queued meanwhile, past the replay; then the reader writes.
+            floor = _StreamIdFloor(last)
+            items = subscriber.mailbox.take_all()
+            batch = _through_terminal([i for i in items if isinstance(i, Delivery) and floor.passes(i.stream_id)])
+            if batch and (not self.sink(batch) or batch[-1].terminal):
+                return
+            if any(isinstance(i, _End) for i in items):
+                return
+            subscriber.floor, subscriber.sink = floor, self.sink
+            while not any(isinstance(i, _End) for i in subscriber.mailbox.take_all()):
+                await subscriber.mailbox.wait()
+        finally:
+            subscriber.sink = None
+            await hub._leave_and_wait(channel, subscriber)
 
 
 @dataclass(eq=False)
@@ -265,12 +336,20 @@ class EventHub:
                 if ended:
                     return
         finally:
-            reader = self._leave(channel, subscriber)
-            if reader is not None and not reader.done():
-                # The last one out waits for the reader to close its connection (not
-                # cancellation-proof, and need not be: the reader closes it regardless);
-                # bounded, since the reader ends within one block once it has no subscriber.
-                await asyncio.wait([reader], timeout=2 * self.block_ms / 1000 + 1)
+            await self._leave_and_wait(channel, subscriber)
+
+    def feed(self, run_id: str, after: str, sink: Sink) -> Feed:
+        """A push subscription to the run's deliveries after ``after`` (see :class:`Feed`);
+        it starts with its ``run()``."""
+        return Feed(self, run_id, after, sink)
+
+    async def _leave_and_wait(self, channel: _Channel, subscriber: _Subscriber) -> None:
+        reader = self._leave(channel, subscriber)
+        if reader is not None and not reader.done():
+            # The last one out waits for the reader to close its connection (not
+            # cancellation-proof, and need not be: the reader closes it regardless);
+            # bounded, since the reader ends within one block once it has no subscriber.
+            await asyncio.wait([reader], timeout=2 * self.block_ms / 1000 + 1)
 
     def _join(self, run_id: str, subscriber: _Subscriber) -> _Channel:
         channel = self._channels.get(run_id)
@@ -342,14 +421,34 @@ class EventHub:
             await client.aclose()
 
     def _fan_out(self, channel: _Channel, batch: list[Delivery]) -> bool:
-        """Queue ``batch`` to every subscriber; True once the run's terminal event passed."""
-        for delivery in batch:
-            for subscriber in list(channel.subscribers):
-                if not subscriber.mailbox.put(delivery):
-                    self._drop(channel, subscriber)
-            if delivery.terminal:
-                return True
-        return False
+        """Write ``batch`` to every feed past its replay, queue it to every other
+        subscriber; True once the run's terminal event passed."""
+        batch = _through_terminal(batch)
+        if not batch:
+            return False
+        for subscriber in list(channel.subscribers):
+            sink = subscriber.sink
+            if sink is None:
+                for delivery in batch:
+                    if not subscriber.mailbox.put(delivery):
+                        self._drop(channel, subscriber)
+                        break
+                continue
+            fresh = subscriber.fresh(batch)
+            try:
+                written = not fresh or sink(fresh)
+            except Exception:
+                log.exception("a subscriber of run %s failed to take a batch; ending it", channel.run_id)
+                written = False
+            if not written:
+                self._end(channel, subscriber)
+        return batch[-1].terminal
+
+    def _end(self, channel: _Channel, subscriber: _Subscriber) -> None:
+        """A feed whose sink refused a batch (client gone, too slow, not allowed) ends."""
+        subscriber.sink = None
+        channel.subscribers.discard(subscriber)
+        subscriber.mailbox.end()
 
     def _drop(self, channel: _Channel, subscriber: _Subscriber) -> None:
         log.warning("dropping a subscriber of run %s: %d deliveries behind", channel.run_id, self.queue_size)

@@ -17,7 +17,11 @@ Contract:
   keep up is cut off (the stream ends without a terminal event) and resumes with
   ``Last-Event-ID``, losing nothing;
 * a stream whose key is removed from the configuration ends within
-  ``STREAM_KEY_CHECK_S`` (``frames``' ``allowed``), like every other request of that key.
+  ``STREAM_KEY_CHECK_S`` (checked before each batch and by the process's one stream
+  timer, ``sse.Streams``), like every other request of that key;
+* each batch of events is encoded once for all its clients and, under ``orchestrator
+  serve``, written by the run's reader straight to every client's connection
+  (``sse.py``); a client that stops reading is cut after a bounded buffer.
 
 ``follow`` is the same sequence for in-process callers that need no fan-out.
 """
@@ -26,22 +30,21 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncGenerator
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import ServerSentEvent
 
 from orchestrator.kernel.errors import ParameterError, RunNotFoundError
 from orchestrator.kernel.protocol import NodeEvent
 from orchestrator.kernel.store import RunStatus
-from orchestrator.telemetry import metrics
 
 from .auth import role
-from .event_hub import Allowed, Delivery, EventHub
+from .event_hub import Delivery, EventHub
 from .launch import owned_run
 from .principal import Principal, key_ring
 from .services import Services, get_services
+from .sse import BatchEncoder, EventStreamResponse, Streams
 
 router = APIRouter(tags=["events"])
 
@@ -79,23 +82,6 @@ def make_hub(services: Services) -> EventHub:
     return EventHub(services.redis, services.keys, run_over)
 
 
-async def frames(hub: EventHub, run_id: str, after: str, fmt: str,
-                 allowed: Allowed | None = None) -> AsyncGenerator[bytes, None]:
-    """The run's SSE frames, each batch of deliveries as one chunk of bytes: every event
-    is encoded once for all its subscribers (``Delivery.frame``, ``chat_frame``). With
-    ``allowed`` the stream ends once it answers False (checked before each batch and
-    every ``STREAM_KEY_CHECK_S`` while idle)."""
-    metrics.SSE_STREAMS.inc()
-    try:
-        async for batch in hub.subscribe_batches(run_id, after, allowed=allowed, check_every_s=STREAM_KEY_CHECK_S):
-            if fmt == "chat":
-                yield b"".join(chat_frame(delivery) for delivery in batch)
-            else:
-                yield b"".join(delivery.frame for delivery in batch)
-    finally:
-        metrics.SSE_STREAMS.dec()  # synchronous: an await here would be cancelled on disconnect
-
-
 def chat_frame(delivery: Delivery) -> bytes:
     """The chat protocol messages of one event as SSE frames, the stream id on the last
     one; encoded once per delivery however many chat clients follow the run."""
@@ -114,7 +100,21 @@ def chat_frame(delivery: Delivery) -> bytes:
     return cached
 
 
-@router.get("/runs/{run_id}/events", response_class=EventSourceResponse)
+# Each batch's bytes per format, joined once for all the clients the reader writes it to.
+ENCODERS = {"events": BatchEncoder(lambda delivery: delivery.frame), "chat": BatchEncoder(chat_frame)}
+
+
+def streams_of(request: Request) -> Streams:
+    """The process's open streams and their shared keep-alive timer (made on first use)."""
+    state = request.app.state
+    streams: Streams | None = getattr(state, "sse_streams", None)
+    if streams is None:
+        settings = state.services.settings
+        streams = state.sse_streams = Streams(settings.sse_ping_s, STREAM_KEY_CHECK_S)
+    return streams
+
+
+@router.get("/runs/{run_id}/events", response_class=EventStreamResponse)
 async def run_events(
     run_id: str,
     request: Request,
@@ -122,13 +122,13 @@ async def run_events(
     format: Literal["events", "chat"] = Query("events"),
     services: Services = Depends(get_services),  # noqa: B008
     who: Principal = Depends(role("viewer")),  # noqa: B008
-) -> EventSourceResponse:
+) -> EventStreamResponse:
     """The run's events as SSE (see the module docstring for the contract)."""
     cursor = start_id(request.headers.get("last-event-id"), after)
     await owned_run(services, run_id, who.workspace)  # 404 before the stream starts
     settings = services.settings
-    return EventSourceResponse(
-        frames(request.app.state.event_hub, run_id, cursor, format, lambda: key_ring(settings).knows(who)),
-        ping=services.settings.sse_ping_s,
+    return EventStreamResponse(
+        request.app.state.event_hub, run_id, cursor, ENCODERS[format], streams=streams_of(request),
+        allowed=lambda: key_ring(settings).knows(who),
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

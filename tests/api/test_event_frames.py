@@ -10,7 +10,7 @@ from typing import Any
 from sse_starlette import ServerSentEvent
 
 from orchestrator.api.event_hub import Delivery, EventHub
-from orchestrator.api.events import frames
+from orchestrator.api.events import ENCODERS
 from orchestrator.kernel.store import RunStatus
 from tests.api.conftest import Api
 from tests.api.test_event_hub import make_hub, stored_ids, until
@@ -55,13 +55,64 @@ async def test_every_subscriber_sends_the_same_frame_encoded_once(api: Api, monk
     await hub.close()
 
 
+class Written:
+    """A feed's sink that keeps each batch's bytes (as a stream writes them) and accepts
+    the first ``accept`` batches (all by default)."""
+
+    def __init__(self, accept: int = 1 << 30) -> None:
+        self.chunks: list[bytes] = []
+        self.accept = accept
+
+    def __call__(self, batch: list[Delivery]) -> bool:
+        self.chunks.append(ENCODERS["events"](batch))
+        return len(self.chunks) <= self.accept
+
+    def ids(self) -> list[str]:
+        return [frame["id"] for frame in parse_sse(b"".join(self.chunks).decode())]
+
+
 async def test_a_stream_writes_the_events_that_arrived_together_as_one_chunk(api: Api) -> None:
     hub: EventHub = make_hub(api)
     await make_run(api, "r1")
     await add_progress(api, "r1", 5)
     await api.store.finish_run("r1", RunStatus.CANCELLED)
-    chunks = [chunk async for chunk in frames(hub, "r1", "0-0", "events")]
-    assert len(chunks) == 1  # the replayed page
-    events = parse_sse(chunks[0].decode())
-    assert [frame["id"] for frame in events] == await stored_ids(api, "r1")
+    written = Written()
+    await asyncio.wait_for(hub.feed("r1", "0-0", written).run(), 10)
+    assert len(written.chunks) == 1  # the replayed page
+    assert written.ids() == await stored_ids(api, "r1")
+    await hub.close()
+
+
+async def test_the_reader_writes_each_live_batch_to_every_feed_joined_once(api: Api) -> None:
+    hub: EventHub = make_hub(api)
+    await make_run(api, "r1")
+    sinks = [Written() for _ in range(50)]
+    runs = [asyncio.create_task(hub.feed("r1", "0-0", sink).run()) for sink in sinks]
+    await until(lambda: all(sink.chunks for sink in sinks), "every feed replayed the history")
+    await add_progress(api, "r1", 10)
+    await api.store.finish_run("r1", RunStatus.CANCELLED)
+    await asyncio.wait_for(asyncio.gather(*runs), 10)
+    everything = await stored_ids(api, "r1")
+    assert all(sink.ids() == everything for sink in sinks)
+    # The live batches are the same bytes object for every feed: joined once, not 50 times.
+    first = sinks[0].chunks[1:]
+    assert first and all(len(sink.chunks[1:]) == len(first) for sink in sinks)
+    assert all(all(a is b for a, b in zip(sink.chunks[1:], first, strict=True)) for sink in sinks)
+    assert hub.readers == 0
+    await hub.close()
+
+
+async def test_a_feed_whose_sink_refuses_ends_and_the_others_go_on(api: Api) -> None:
+    hub: EventHub = make_hub(api)
+    await make_run(api, "r1")
+    kept, refusing = Written(), Written(accept=1)
+    runs = [asyncio.create_task(hub.feed("r1", "0-0", sink).run()) for sink in (kept, refusing)]
+    await until(lambda: kept.chunks and refusing.chunks, "both replayed")
+    await add_progress(api, "r1", 1)
+    await asyncio.wait_for(runs[1], 10)  # its second batch was refused: it ended
+    assert hub.subscribers("r1") == 1
+    await add_progress(api, "r1", 1, start=1)
+    await api.store.finish_run("r1", RunStatus.CANCELLED)
+    await asyncio.wait_for(runs[0], 10)
+    assert kept.ids() == await stored_ids(api, "r1")
     await hub.close()
