@@ -231,6 +231,8 @@ async def test_back_pressure_counts_the_messages_waiting_in_rabbitmq(
         await redis.aclose()
         with Connection(broker.url) as conn:
             conn.channel().queue_purge(NODE_QUEUE)
+        pool.dir.mkdir(parents=True, exist_ok=True)  # stop() removed it
+        pool.start()  # the module's later tests need workers again
 
 
 async def test_another_workspace_s_run_is_not_held_behind_a_flood_of_runs_on_rabbitmq(
