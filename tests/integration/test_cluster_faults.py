@@ -118,8 +118,20 @@ def check(results: list[RunResult]) -> None:
 
 
 async def settle(store: RedisRunStore, run_ids: list[str]) -> list[RunResult]:
+    """Each run's terminal result. Right after a failover the client may still route a read
+    to the dead primary until it learns the new map (redis-py refreshes it after errors, a
+    few tries with backoff): a reader tries again, as an SSE client reconnects."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
     async def one(run_id: str) -> RunResult:
-        return await collect(store, run_id, await wait_for_terminal(store, run_id, SETTLE_S))
+        deadline = time.monotonic() + SETTLE_S
+        while True:
+            try:
+                return await collect(store, run_id, await wait_for_terminal(store, run_id, SETTLE_S))
+            except RedisConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
 
     return list(await asyncio.gather(*(one(r) for r in run_ids)))
 
