@@ -17,6 +17,8 @@ import os
 import sys
 from importlib import metadata
 
+from orchestrator.kernel.errors import ConfigurationError
+
 from ._remote import share_connection_args
 
 SUBCOMMANDS = (  # sweeper_cmd also adds "beat"
@@ -24,6 +26,7 @@ SUBCOMMANDS = (  # sweeper_cmd also adds "beat"
 )
 DISTRIBUTION = "agentflow-orchestrator"
 BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader left
+CONFIG_ERROR_EXIT = 2  # a setting that cannot be used, as for other bad input
 
 
 def version() -> str:
@@ -55,10 +58,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)  # the parser reads settings for its defaults
         code: int = args.func(args)
         sys.stdout.flush()
+    except ConfigurationError as exc:  # a setting that cannot be used: its own words, one line
+        print(f"error: {exc}", file=sys.stderr)
+        return CONFIG_ERROR_EXIT
     except BrokenPipeError:
         # The reader went away (`| head`): stop quietly. Point stdout at /dev/null so the
         # interpreter's final flush does not raise again.

@@ -102,3 +102,16 @@ def test_run_whose_worker_cannot_start_says_why_in_one_line() -> None:
     (line,) = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert "worker w0 exited with code 2" in line
     assert "'no-such-pool' is not one of" in line
+
+
+@pytest.mark.timeout(60)
+def test_a_setting_that_cannot_be_used_is_one_error_line_not_a_traceback(tmp_path: Path) -> None:
+    """A Redis Cluster without a broker of its own: the CLI names the setting and exits 2."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
+    env.update(REDIS_URL="redis+cluster://127.0.0.1:1,127.0.0.1:2", PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "run", str(ROOT / "examples/branch_merge.json")],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=50)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("error: REDIS_URL names a Redis Cluster")
+    assert "ORCH_BROKER_URL" in done.stderr
