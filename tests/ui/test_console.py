@@ -286,7 +286,8 @@ def test_retry_failure_error_details_and_rerun_from_the_failed_node(console: Con
          ("b", "boom", "Boom", {"message": "bad input"})],
         [("t", "output", "f", "input"), ("f", "output", "b", "input")], id="ui-fail",
     )
-    failing["nodes"][1]["settings"] = {"retry": {"max_attempts": 2, "initial_interval_s": 0.8}}
+    # long enough a wait that the page, opened after the start, still sees the node retrying
+    failing["nodes"][1]["settings"] = {"retry": {"max_attempts": 2, "initial_interval_s": 3.0}}
     console.api("POST", "/graphs", failing)
     run_id = console.api("POST", "/graphs/ui-fail/runs", {"input": {}})["run_id"]
     console.go(f"runs/{run_id}")
