@@ -63,15 +63,20 @@ if args.op == 'unhold' then
   return 1
 end
 
+-- a held run: its start nodes are not ready (nor dispatched, nor sent) until it starts
+local function hold_start_nodes()
+  for _, node in ipairs(args.start) do
+    redis.call('SREM', KEYS[2], node)
+    redis.call('SREM', KEYS[3], node)
+    redis.call('HDEL', KEYS[4], node)
+  end
+  redis.call('HSET', KEYS[1], 'status', 'queued')
+end
+
 if args.op == 'hold' then
   redis.call('HSET', KEYS[1], 'concurrency', cjson.encode({scope = args.scope, key = args.key}))
   if args.hold then
-    for _, node in ipairs(args.start) do
-      redis.call('SREM', KEYS[2], node)
-      redis.call('SREM', KEYS[3], node)
-      redis.call('HDEL', KEYS[4], node)
-    end
-    redis.call('HSET', KEYS[1], 'status', 'queued')
+    hold_start_nodes()
   end
   return 1
 end
@@ -105,12 +110,7 @@ if args.op == 'admit' then
   end
   -- queue / round_robin: hold the run (its start nodes are not ready until it starts)
   if not args.split then
-    for _, node in ipairs(args.start) do
-      redis.call('SREM', KEYS[2], node)
-      redis.call('SREM', KEYS[3], node)
-      redis.call('HDEL', KEYS[4], node)
-    end
-    redis.call('HSET', KEYS[1], 'status', 'queued')
+    hold_start_nodes()
   end
   local seq = redis.call('INCR', SEQ)
   redis.call('ZADD', Q, seq, args.run)
