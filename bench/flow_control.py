@@ -23,7 +23,14 @@ through the operator's endpoint, on 2 worker processes (threads pool,
   one-node runs), then workspace ``b`` starts one 3-node run (trigger -> sleep 0 -> sleep 0):
   the time from b's start to its end, beside the same run on the idle cluster (measured
   first) and the flood's own length; once with one broker queue (``ORCH_LANES=1``, the
-  unfair baseline) and once with ``--lanes`` lanes, in the same run of the script.
+  unfair baseline) and once with ``--lanes`` lanes, in the same run of the script; then, with
+  ``--lanes`` lanes, a flooder and a victim that hashing puts on one lane (``ws-3``, ``ws-8``):
+  their runs on their hash lane (the lanes of old, forced through the run ids) and on the
+  lanes assigned to them (``orchestrator/store/lanes.py``).
+* ``weights`` (not in the default phases): workspaces ``heavy`` and ``light`` each start
+  ``--weight-flood`` one-node runs of ``--flood-delay-s``, in alternate batches; when the first
+  of them is done, how many runs of each are done: heavy of weight 1 (the baseline: even
+  shares), then of ``--weight`` (``ORCH_WORKSPACE_LIMITS``: that many lanes, so that many turns).
 * ``limiter``: one acquire of the GCRA script (``orchestrator/store/lua/limit.lua``) against
   a sliding-window log in a sorted set (the other usual design, written here for the
   comparison), same Redis, sequential calls: microseconds per acquire and the bytes one key
@@ -48,6 +55,7 @@ import sys
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -129,14 +137,14 @@ FREE_GRAPH = {"id": "bench-flow-free", "nodes": [
 
 
 class Harness:
-    def __init__(self, url: str, lanes: int | None = None) -> None:
+    def __init__(self, url: str, lanes: int | None = None, workspace_limits: str = "") -> None:
         from orchestrator.queue.app import make_celery
         from orchestrator.queue.dispatch import make_dispatch
         from orchestrator.service.plugins import load_registry
         from orchestrator.settings import Settings
         from orchestrator.store.redis_store import RedisRunStore
 
-        settings = Settings(node_paths=str(PACK), node_lease_s=LEASE_S,
+        settings = Settings(node_paths=str(PACK), node_lease_s=LEASE_S, workspace_limits=workspace_limits,
                             **({"lanes": lanes} if lanes is not None else {}))
         self.registry = load_registry(settings)
         self.store = RedisRunStore.from_url(url, settings)
@@ -268,52 +276,112 @@ async def broker_backlog(harness: Harness) -> int:
         return sum(int(n) for n in await pipe.execute())
 
 
-async def fairness(url: str, flood: int, delay_s: float, shape: str, lanes: int) -> dict[str, Any]:
-    """``shape`` ``fanout``: the flood is two runs fanned out; ``runs``: ``flood`` runs of one
-    node each (every one a node message on the broker queue). ``lanes`` 1: one FIFO queue
-    (b's messages behind a's); more: a's and b's runs on lanes of their own (workspaces
-    ``a`` and ``b`` hash to different lanes of 8)."""
+# Two workspaces hashing puts on one lane of 8 (crc32 mod 256 mod 8): the assigned-lanes rows
+COLLIDING = ("ws-3", "ws-8")
+
+
+@dataclass(frozen=True)
+class FairnessCase:
+    """One fairness measurement: ``flooder`` floods, then ``victim`` starts its 3-node run.
+    ``hashed``: both take their workspace's hash lane (the lanes of old: each run id chosen
+    as ``new_run_id(workspace)``), else the lanes assigned to them (``store/lanes.py``)."""
+
+    flood: int
+    delay_s: float
+    shape: str
+    lanes: int
+    flooder: str = "a"
+    victim: str = "b"
+    hashed: bool = False
+    samples: int = 1  # the victim's runs measured during the flood, one after another
+
+
+async def fairness(url: str, case: FairnessCase) -> dict[str, Any]:
+    """``case.shape`` ``fanout``: the flood is two runs fanned out; ``runs``: ``case.flood``
+    runs of one node each (every one a node message on the broker queue). ``lanes`` 1: one
+    FIFO queue (the victim's messages behind the flood's); more: on lanes of their own,
+    unless hashing put both on one (``hashed`` with a colliding pair)."""
     from orchestrator.queue.lanes import lane_of, new_run_id
     from orchestrator.service.runs import RunRequest, start_run
 
-    harness = Harness(url, lanes)
+    harness = Harness(url, case.lanes)
     harness.sweep()
 
-    async def small() -> float:
+    def request(workspace: str, **options: Any) -> RunRequest:
+        return RunRequest({}, meta={"workspace": workspace}, run_id=new_run_id(workspace) if case.hashed else None,
+                          **options)
+
+    async def small() -> tuple[float, str]:
         started = time.monotonic()
-        run_id = await start_run(harness.store, harness.registry, SMALL_GRAPH,
-                                 RunRequest({}, meta={"workspace": "b"}), dispatch=harness.dispatch)
+        run_id = await start_run(harness.store, harness.registry, SMALL_GRAPH, request(case.victim),
+                                 dispatch=harness.dispatch)
         await harness.finish(run_id)
-        return round(time.monotonic() - started, 3)
+        return round(time.monotonic() - started, 3), run_id
 
     try:
         await small()  # warm-up
-        idle_s = await small()
+        idle_s, _ = await small()
         started = time.monotonic()
-        if shape == "fanout":
-            bigs = [await start_run(harness.store, harness.registry, flood_graph(part, delay_s),
-                                    RunRequest({}, meta={"workspace": "a"}, deadline_s=3600),
-                                    dispatch=harness.dispatch)
-                    for part in (flood // 2, flood - flood // 2)]  # a graph has at most 5,000 nodes
+        if case.shape == "fanout":
+            bigs = [await start_run(harness.store, harness.registry, flood_graph(part, case.delay_s),
+                                    request(case.flooder, deadline_s=3600), dispatch=harness.dispatch)
+                    for part in (case.flood // 2, case.flood - case.flood // 2)]  # at most 5,000 nodes a graph
         else:
-            one = {**ONE_NODE, "nodes": [{**ONE_NODE["nodes"][0], "data": {"delay_s": delay_s}}]}
+            one = {**ONE_NODE, "nodes": [{**ONE_NODE["nodes"][0], "data": {"delay_s": case.delay_s}}]}
             bigs = []
-            for first in range(0, flood, START_BATCH):  # many clients at once: the backlog builds
+            for first in range(0, case.flood, START_BATCH):  # many clients at once: the backlog builds
                 bigs += await asyncio.gather(*(
-                    start_run(harness.store, harness.registry, one,
-                              RunRequest({}, start=["s"], meta={"workspace": "a"}, deadline_s=3600),
-                              dispatch=harness.dispatch) for _ in range(first, min(flood, first + START_BATCH))))
+                    start_run(harness.store, harness.registry, one, request(case.flooder, start=["s"], deadline_s=3600),
+                              dispatch=harness.dispatch)
+                    for _ in range(first, min(case.flood, first + START_BATCH))))
         await asyncio.sleep(2.0)  # the flood is under way
         backlog = await broker_backlog(harness)
-        during_s = await small()
+        during_s, victim_run = await small()
+        more_s = [(await small())[0] for _ in range(case.samples - 1)]  # one after another, the flood still on
         for big in bigs:
             await harness.finish(big)
-        return {"flood_shape": shape, "lanes": lanes,
-                "same_lane": lane_of(new_run_id("a"), lanes) == lane_of(new_run_id("b"), lanes),
-                "small_run_s_during_flood": during_s, "small_run_s_idle_baseline": idle_s,
-                "a_messages_queued_at_b_start": backlog,
-                "flood_s": round(time.monotonic() - started, 1), "flood_nodes": flood,
-                "flood_node_delay_s": delay_s}
+        return {"flood_shape": case.shape, "lanes": case.lanes, "flooder": case.flooder, "victim": case.victim,
+                "lanes_by": "hash" if case.hashed else "assignment",
+                "same_lane": lane_of(victim_run, case.lanes) in {lane_of(big, case.lanes) for big in bigs},
+                "small_run_s_during_flood": during_s, "small_run_s_during_flood_then": more_s,
+                "small_run_s_idle_baseline": idle_s, "a_messages_queued_at_b_start": backlog,
+                "flood_s": round(time.monotonic() - started, 1), "flood_nodes": case.flood,
+                "flood_node_delay_s": case.delay_s}
+    finally:
+        await harness.close()
+
+
+async def weighted(url: str, flood: int, delay_s: float, weight: int) -> dict[str, Any]:
+    """Workspaces ``heavy`` (of ``weight``) and ``light`` (1) each start ``flood`` one-node
+    runs, in alternate batches; when the first of them has all its runs done, how many of
+    each's runs are done (a saturated cluster serves ``weight`` turns of heavy's per light's)."""
+    from orchestrator.service.runs import RunRequest, start_run, workspace_lanes
+
+    limits = json.dumps({"heavy": {"weight": weight}}) if weight > 1 else ""
+    harness = Harness(url, 8, limits)
+    harness.sweep()
+    one = {**ONE_NODE, "id": f"bench-weighted-{weight}",
+           "nodes": [{**ONE_NODE["nodes"][0], "data": {"delay_s": delay_s}}]}
+    runs: dict[str, list[str]] = {"heavy": [], "light": []}
+    try:
+        started = time.time()
+        for first in range(0, flood, START_BATCH):
+            for workspace in runs:
+                runs[workspace] += await asyncio.gather(*(
+                    start_run(harness.store, harness.registry, one,
+                              RunRequest({}, start=["s"], meta={"workspace": workspace}, deadline_s=3600),
+                              dispatch=harness.dispatch) for _ in range(first, min(flood, first + START_BATCH))))
+        ends: dict[str, list[float]] = {}
+        for workspace, ids in runs.items():
+            for run_id in ids:
+                await harness.finish(run_id)
+            ends[workspace] = sorted([float((await harness.store.get_run(run_id)).finished_at or 0) for run_id in ids])
+        first_done = min(times[-1] for times in ends.values())
+        table = await workspace_lanes(harness.store).assigner.table()
+        return {"weight": weight, "flood_runs_each": flood, "flood_node_delay_s": delay_s,
+                "lanes": {ws: list(table.get(ws, ())) for ws in runs},
+                "all_done_s": {ws: round(times[-1] - started, 1) for ws, times in ends.items()},
+                "done_when_first_finished": {ws: sum(t <= first_done for t in times) for ws, times in ends.items()}}
     finally:
         await harness.close()
 
@@ -370,6 +438,9 @@ def main() -> int:
                         help="each flood node's sleep: long enough that the flood's messages back up")
     parser.add_argument("--lanes", type=int, default=8, help="lanes of the fair phase (beside 1, the baseline)")
     parser.add_argument("--shapes", default="fanout,runs", help="fairness flood shapes")
+    parser.add_argument("--samples", type=int, default=1, help="victim runs measured during each flood")
+    parser.add_argument("--weight", type=int, default=3, help="the heavy workspace's weight (phase weights)")
+    parser.add_argument("--weight-flood", type=int, default=1500, help="one-node runs of each workspace (weights)")
     parser.add_argument("--phases", default="limiter,fairness,declared,adaptive")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
@@ -382,13 +453,28 @@ def main() -> int:
             result["limiter"] = asyncio.run(limiter_figures(server.url))
             print(f"limiter: {result['limiter']}", file=sys.stderr)
         if "fairness" in phases:
-            for lanes in (1, args.lanes):  # the unfair baseline (one queue) first, in the same run
+            # the unfair baseline (one queue) first, then the lanes: a and b, and a pair hashing puts
+            # on one lane, by hash (the lanes of old) and by assignment, in the same run
+            cases = [(1, "a", "b", False), (args.lanes, "a", "b", False), (args.lanes, *COLLIDING, True),
+                     (args.lanes, *COLLIDING, False)]
+            for lanes in sorted({c[0] for c in cases}):
                 env = {**base_env, "ORCH_LANES": str(lanes)}
                 with WorkerProcesses(server.url, count=WORKERS, pool="threads", concurrency=CONCURRENCY, env=env):
                     for shape in args.shapes.split(","):
-                        name = f"fairness_{shape}_lanes{lanes}"
-                        result[name] = asyncio.run(fairness(server.url, args.flood, args.flood_delay_s, shape, lanes))
-                        print(f"{name}: {result[name]}", file=sys.stderr)
+                        for _, flooder, victim, hashed in (c for c in cases if c[0] == lanes):
+                            by = "hash" if hashed else "assigned"
+                            name = f"fairness_{shape}_lanes{lanes}_{flooder}_{victim}_{by}"
+                            case = FairnessCase(args.flood, args.flood_delay_s, shape, lanes, flooder, victim, hashed,
+                                                args.samples)
+                            result[name] = asyncio.run(fairness(server.url, case))
+                            print(f"{name}: {result[name]}", file=sys.stderr)
+        if "weights" in phases:  # heavy of weight 1 (the same share, the baseline), then of --weight
+            env = {**base_env, "ORCH_LANES": "8"}
+            with WorkerProcesses(server.url, count=WORKERS, pool="threads", concurrency=CONCURRENCY, env=env):
+                for weight in (1, args.weight):
+                    name = f"weights_heavy{weight}"
+                    result[name] = asyncio.run(weighted(server.url, args.weight_flood, args.flood_delay_s, weight))
+                    print(f"{name}: {result[name]}", file=sys.stderr)
         for name in ("declared", "adaptive"):
             if name not in phases:
                 continue

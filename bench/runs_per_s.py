@@ -2,6 +2,7 @@
 the same shapes on as many processes, in one run; CPU per run split by process.
 
     .venv/bin/python bench/runs_per_s.py [--seconds 3] [--lanes 16] [--workers 1,2,4]
+                                         [--shapes one,chain10,fanout50]
 
 Shapes: ``one`` (a trigger alone), ``chain10`` (trigger + 9 set_fields), ``fanout50``
 (trigger -> 50 set_fields -> the bench pack's join). Raw Celery: one task; a chain of 9
@@ -11,11 +12,18 @@ workers are the shipped default (``orchestrator worker``, ``-P threads``, node
 concurrency from the settings).
 
 Each point keeps ``--lanes`` runs in flight for ``--seconds`` (a lane starts its next
-run when its last one ended: engine runs start through ``runs.start_run`` in this
-process, which is the API's work, and end at their terminal event) and counts the runs
-that ended. CPU per run is each process's user+system CPU over the point divided by
+run when its last one ended: engine runs start in this process, which is the API's work,
+and end at their terminal event) and counts the runs that ended. Engine runs are runs of
+stored graphs started as the API starts them (``runs.start_stored``: the version's
+cached plan, the async dispatcher); ``--starts adhoc`` starts the graph JSON through
+``runs.start_run`` instead (validated per content, compiled per run, as before
+2026-11-24's ``onenode``). CPU per run is each process's user+system CPU over the point divided by
 the runs: ``starter`` (this process: starts and waits), ``workers`` (all worker
-processes) and ``redis``.
+processes) and ``redis``; the workers' CPU also by thread (:func:`thread_split`); with more
+than one worker process, ``workers_cpu_share`` is each one's share of the workers' CPU (how
+a burst of one run's nodes split between them).
+``cores``: the CPU all those processes got over the point, in cores: on a shared machine,
+more worker processes only help while this can grow.
 
 Prints JSON, and writes it to ``bench/results/runs-per-s-<time>.json``.
 """
@@ -31,6 +39,7 @@ import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -65,6 +74,51 @@ def one_graph() -> dict[str, Any]:
             "edges": []}
 
 
+@dataclass(frozen=True)
+class Starter:
+    """What ``runs.start_stored`` needs (``orchestrator.service.runs.Starter``), as the API has it."""
+
+    redis: Any
+    settings: Any
+    registry: Any
+    graphs: Any
+    run_store: Any
+    dispatch: Any
+
+
+def thread_cpu_s(pids: list[int]) -> dict[tuple[int, int], float]:
+    """User+system CPU seconds of every thread of ``pids``, by (pid, thread id)."""
+    out: dict[tuple[int, int], float] = {}
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except FileNotFoundError:
+            continue
+        for tid in tids:
+            try:
+                fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+            except FileNotFoundError:
+                continue
+            out[(pid, int(tid))] = (int(fields[11]) + int(fields[12])) / TICKS_S
+    return out
+
+
+def thread_split(before: dict[tuple[int, int], float], after: dict[tuple[int, int], float],
+                 runs: int) -> dict[str, float]:
+    """Worker CPU ms per run by thread: each process's main thread (Celery's consumer: the
+    broker, acks, handing tasks to the pool), its busiest other thread (the engine's event
+    loop, which runs the node steps; a raw Celery worker's busiest pool thread), the rest."""
+    spent = {key: cpu - before.get(key, 0.0) for key, cpu in after.items()}
+    main = sum(c for (pid, tid), c in spent.items() if pid == tid)
+    busiest: dict[int, float] = {}
+    for (pid, tid), c in spent.items():
+        if pid != tid:
+            busiest[pid] = max(busiest.get(pid, 0.0), c)
+    rest = sum(spent.values()) - main - sum(busiest.values())
+    return {name: round(c * 1000 / max(runs, 1), 2)
+            for name, c in (("main", main), ("busiest_other", sum(busiest.values())), ("rest", rest))}
+
+
 async def point(run_once: Callable[[], Awaitable[None]], lanes: int, seconds: float,
                 pids: dict[str, list[int]]) -> dict[str, Any]:
     """Runs/s with ``lanes`` in flight for ``seconds``, and CPU ms per run by process."""
@@ -78,15 +132,39 @@ async def point(run_once: Callable[[], Awaitable[None]], lanes: int, seconds: fl
             ended += 1
 
     before = {name: cpu_s(p) for name, p in pids.items()}
+    before_each = {pid: cpu_s([pid]) for pid in pids.get("workers", [])}
+    threads_before = thread_cpu_s(pids.get("workers", []))
     t0 = time.monotonic()
     await asyncio.gather(*(lane() for _ in range(lanes)))
     elapsed = time.monotonic() - t0
     cpu = {name: cpu_s(p) - before[name] for name, p in pids.items()}
-    return {"runs_per_s": round(ended / elapsed, 1),
-            "cpu_ms_per_run": {name: round(c * 1000 / max(ended, 1), 2) for name, c in cpu.items()}}
+    result: dict[str, Any] = {"runs_per_s": round(ended / elapsed, 1),
+                              "cpu_ms_per_run": {name: round(c * 1000 / max(ended, 1), 2) for name, c in cpu.items()},
+                              "cores": round(sum(cpu.values()) / elapsed, 2)}
+    workers = pids.get("workers", [])
+    if len(workers) > 1:  # how the work split between the worker processes (each one's share of their CPU)
+        each = [cpu_s([pid]) - before_each[pid] for pid in workers]
+        result["workers_cpu_share"] = [round(c / max(sum(each), 1e-9), 2) for c in each]
+    if workers:
+        result["worker_threads_ms_per_run"] = thread_split(threads_before, thread_cpu_s(workers), ended)
+    return result
 
 
-async def measure(url: str, redis_pid: int, worker_steps: list[int], lanes: int, seconds: float) -> dict[str, Any]:
+SHAPES = ("one", "chain10", "fanout50")
+
+
+@dataclass(frozen=True)
+class Points:
+    """What each point measures: the shapes, how engine runs start, runs in flight, seconds."""
+
+    shapes: tuple[str, ...] = SHAPES
+    starts: str = "stored"
+    lanes: int = 16
+    seconds: float = 3.0
+
+
+async def measure(url: str, redis_pid: int, worker_steps: list[int], points: Points) -> dict[str, Any]:
+    shapes, starts, lanes, seconds = points.shapes, points.starts, points.lanes, points.seconds
     import redis.asyncio as aioredis
     from celery import chain, chord, group
 
@@ -94,9 +172,10 @@ async def measure(url: str, redis_pid: int, worker_steps: list[int], lanes: int,
     from bench.celery_baseline import app as raw_app
     from orchestrator.kernel.protocol import EventType
     from orchestrator.queue.app import make_celery
-    from orchestrator.queue.dispatch import make_dispatch
+    from orchestrator.queue.dispatch import make_async_dispatch, make_dispatch
+    from orchestrator.service.graph_store import GraphStore
     from orchestrator.service.plugins import load_registry
-    from orchestrator.service.runs import RunRequest, start_run
+    from orchestrator.service.runs import RunRequest, StoredGraph, start_run, start_stored
     from orchestrator.settings import Settings
     from orchestrator.store.redis_store import RedisRunStore
 
@@ -105,11 +184,20 @@ async def measure(url: str, redis_pid: int, worker_steps: list[int], lanes: int,
     client = aioredis.Redis.from_url(url, decode_responses=True, max_connections=lanes * 2 + 8)
     app = make_celery(url, Settings())
     dispatch = make_dispatch(app)
-    graphs = {"one": one_graph(), "chain10": chain_graph(10), "fanout50": fanout_merge_graph(50)}
+    every = {"one": one_graph, "chain10": lambda: chain_graph(10), "fanout50": lambda: fanout_merge_graph(50)}
+    graphs = {shape: every[shape]() for shape in shapes}
+    starter = Starter(store.redis, Settings(), registry, GraphStore(store.redis, registry, Settings()), store,
+                      make_async_dispatch(app))
+    if starts == "stored":
+        for g in graphs.values():
+            await starter.graphs.create(g, str(g["id"]))
 
     def engine(g: dict[str, Any]) -> Callable[[], Awaitable[None]]:
         async def once() -> None:
-            run_id = await start_run(store, registry, g, RunRequest({"x": 1}), dispatch=dispatch)
+            if starts == "stored":
+                run_id = await start_stored(starter, StoredGraph(str(g["id"])), RunRequest({"x": 1}), trigger="bench")
+            else:
+                run_id = await start_run(store, registry, g, RunRequest({"x": 1}), dispatch=dispatch)
             after = "0-0"
             while True:
                 reply: Any = await client.xread({store.keys.events(run_id): after}, count=1000, block=20_000)
@@ -166,6 +254,7 @@ async def measure(url: str, redis_pid: int, worker_steps: list[int], lanes: int,
         for proc in baselines:
             os.killpg(proc.pid, 15)
             proc.wait(30)
+        await starter.dispatch.aclose()
         app.close()
         await store.close()
         await client.aclose()
@@ -181,15 +270,23 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--lanes", type=int, default=16)
     parser.add_argument("--workers", default="1,2,4", help="worker process counts, increasing")
+    parser.add_argument("--shapes", default=",".join(SHAPES), help="graph shapes to measure, of " + ",".join(SHAPES))
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--starts", choices=("stored", "adhoc"), default="stored",
+                        help="engine runs of stored graphs (the API's start) or of graph JSON (start_run)")
     args = parser.parse_args()
+    shapes = tuple(args.shapes.split(","))
+    if unknown := set(shapes) - set(SHAPES):
+        parser.error(f"--shapes: unknown shape(s) {sorted(unknown)}; known: {', '.join(SHAPES)}")
     counts = [int(n) for n in args.workers.split(",")]
     steps = [counts[0]] + [b - a for a, b in pairwise(counts)]
     with EmbeddedRedis(unix_socket=False) as server:
         os.environ["BENCH_REDIS_URL"] = server.url  # read when bench.celery_baseline is imported
         os.environ["BENCH_RESULT_BACKEND"] = "1"  # the chord needs one (the workers inherit it)
-        result = asyncio.run(measure(server.url, server.pid, steps, args.lanes, args.seconds))
-    result["config"] = {"seconds": args.seconds, "lanes": args.lanes, "engine_workers": "-P threads (default)",
+        result = asyncio.run(measure(server.url, server.pid, steps,
+                                     Points(shapes, args.starts, args.lanes, args.seconds)))
+    result["config"] = {"seconds": args.seconds, "lanes": args.lanes, "starts": args.starts,
+                        "engine_workers": "-P threads (default)",
                         "raw_workers": f"-P threads -c {BASELINE_THREADS}", "python": platform.python_version(),
                         "at": time.strftime("%Y-%m-%dT%H:%M:%S")}
     text = json.dumps(result, indent=2)

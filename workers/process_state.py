@@ -235,12 +235,15 @@ class WorkerServices:
     dispatch: Dispatcher
 
 
-async def _dispatch(run_id: str, node_ids: list[str]) -> None:
+async def _dispatch(run_id: str, node_ids: list[str], plan: str = "") -> None:
     """Send node tasks from the loop: the synchronous kombu publish runs in the executor."""
     from workers.app import celery_app  # loaded by now: this process is a worker
 
     await asyncio.get_running_loop().run_in_executor(None, functools.partial(send_nodes, celery_app, run_id,
-                                                                             node_ids))
+                                                                             node_ids, plan=plan))
+
+
+_dispatch.carries_plan = True  # type: ignore[attr-defined]  # a PlanDispatcher
 
 
 async def _client(url: str, settings: Settings) -> aioredis.Redis:

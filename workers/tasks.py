@@ -77,7 +77,7 @@ async def _step(run_id: str, node_id: str, *, promised: bool, claimed: Claim | N
     if not promised:
         state.slots.enter()
     handover = Handover(state.slots)
-    in_flight = metrics.NODES_IN_FLIGHT.labels(worker=state.worker_id)
+    in_flight = metrics.child(metrics.NODES_IN_FLIGHT, state.worker_id)
     in_flight.inc()
     outcome: StepOutcome | None = None
     try:
@@ -90,8 +90,8 @@ async def _step(run_id: str, node_id: str, *, promised: bool, claimed: Claim | N
     if outcome.ran and outcome.status != "stale":
         await _settle_children(run_id, node_id, outcome)
     if outcome.ran:
-        metrics.NODE_DURATION.labels(node_type=outcome.node_type).observe(outcome.duration_s)
-        metrics.NODE_RUNS.labels(node_type=outcome.node_type, status=outcome.status).inc()
+        metrics.child(metrics.NODE_DURATION, outcome.node_type).observe(outcome.duration_s)
+        metrics.child(metrics.NODE_RUNS, outcome.node_type, outcome.status).inc()
         if outcome.usage and outcome.status != "stale":
             await _count_usage(run_id, outcome.usage)
     return outcome
@@ -134,7 +134,7 @@ async def _publish(send: Callable[..., None], *args: Any, **kwargs: Any) -> None
     await asyncio.get_running_loop().run_in_executor(None, call)
 
 
-async def run_here(run_id: str, node_id: str, *, promised: bool = False) -> StepOutcome:
+async def run_here(run_id: str, node_id: str, *, promised: bool = False, plan: str = "") -> StepOutcome:
     """Run one node step on this process's loop, then, concurrently, the successors it
     takes from the run's queue. A node whose retry was scheduled is sent again with the
     retry's delay (its slot is free meanwhile).
@@ -148,14 +148,21 @@ async def run_here(run_id: str, node_id: str, *, promised: bool = False) -> Step
     Crash safety: a node taken from the queue is undispatched until its claim; if this
     process dies in between, the redelivered message of the node that took it (or the
     sweeper) sends it again; if it dies while the node runs, the lease expires and the
-    sweeper requeues it. Queued nodes stay in Redis, whatever dies."""
+    sweeper requeues it. Queued nodes stay in Redis, whatever dies.
+
+    ``plan``: the run's plan reference, when the node message carried one (a start of a
+    stored graph): a run of a plan this process holds reads no plan from Redis
+    (``orchestrator/store/plan_refs.py``)."""
+    if plan:
+        await process_state().store.load_plan(run_id, plan)  # the step finds it in the process's cache
     branches: list[asyncio.Task[StepOutcome]] = []
     current: str | None = node_id
     claimed: Claim | None = None
     while current is not None:  # a loop, not a recursion: a chain may be any length
         outcome = await _step(run_id, current, promised=promised, claimed=claimed)
         if outcome.retry_in_s is not None:
-            await _publish(send_nodes, run_id, [current], countdown_s=outcome.retry_in_s)
+            await _publish(send_nodes, run_id, [current], countdown_s=outcome.retry_in_s,
+                           plan=process_state().store.plan_ref(run_id))
         if outcome.queued > len(outcome.ready):
             await _wake(run_id, outcome.queued - len(outcome.ready))
         current = outcome.ready[0] if outcome.ready else None
@@ -184,11 +191,12 @@ async def _release_if_ended(run_id: str) -> None:
 
 async def _wake(run_id: str, waiting: int) -> None:
     """Drain messages for ``waiting`` newly queued nodes of ``run_id``."""
-    batch = max(1, process_state().settings.drain_batch)
-    await _publish(send_drains, run_id, math.ceil(waiting / batch))
+    state = process_state()
+    batch = max(1, state.settings.drain_batch)
+    await _publish(send_drains, run_id, math.ceil(waiting / batch), plan=state.store.plan_ref(run_id))
 
 
-async def drain(run_id: str, hops: int = 0) -> None:
+async def drain(run_id: str, hops: int = 0, plan: str = "") -> None:
     """Take queued nodes of ``run_id`` into this process's free slots and run them (their
     completions take more). With no slot free it returns at once rather than hold its pool
     thread waiting for one: drains queued behind a flood would otherwise take every pool
@@ -198,14 +206,15 @@ async def drain(run_id: str, hops: int = 0) -> None:
     its nodes takes from it and sends drains for what stays queued, and the sweeper sends a
     node of a run whose queue waits with none of its nodes running. A drain this process has
     no slot for is published again (at most ``DRAIN_MAX_HOPS`` times), so that another
-    worker with free slots takes the nodes instead of waiting for this one's completions."""
+    worker with free slots takes the nodes instead of waiting for this one's completions.
+    ``plan``: the run's plan reference, as in :func:`run_here`."""
     state = process_state()
     if not await state.store.queue_length(run_id):
         return
     free = state.slots.reserve_free()  # reserved: a concurrent drain sees them taken
     if not free:
         if hops < DRAIN_MAX_HOPS:
-            await _publish(send_drains, run_id, 1, hops + 1)
+            await _publish(send_drains, run_id, 1, hops + 1, plan=plan)
         return
     taken: list[str] = []
     try:
@@ -213,12 +222,14 @@ async def drain(run_id: str, hops: int = 0) -> None:
     finally:
         state.slots.release(free - len(taken))
     if taken:
+        if plan:
+            await state.store.load_plan(run_id, plan)  # the steps find it in the process's cache
         await asyncio.gather(*(run_here(run_id, n, promised=True) for n in taken))
 
 
-def step_and_dispatch(run_id: str, node_id: str) -> StepOutcome:
+def step_and_dispatch(run_id: str, node_id: str, plan: str = "") -> StepOutcome:
     """:func:`run_here` on the process's loop; blocks the calling pool thread only."""
-    return process_state().run(run_here(run_id, node_id))
+    return process_state().run(run_here(run_id, node_id, plan=plan))
 
 
 def _infra_retry(task: Task[Any, Any], work: Callable[[], Any], what: str) -> None:
@@ -237,16 +248,18 @@ def _infra_retry(task: Task[Any, Any], work: Callable[[], Any], what: str) -> No
 
 @celery_app.task(name=NODE_TASK, bind=True, ignore_result=True, acks_late=True,
                  reject_on_worker_lost=True)
-def node_task(self: Task[Any, Any], run_id: str, node_id: str) -> None:
+def node_task(self: Task[Any, Any], run_id: str, node_id: str, plan: str = "") -> None:
+    """One node message; ``plan``: the run's plan reference (a start of a stored graph;
+    every other sender, and messages from before references, go without)."""
     log.debug("node task received run=%s node=%s", run_id, node_id)
-    _infra_retry(self, lambda: step_and_dispatch(run_id, node_id), f"run={run_id} node={node_id}")
+    _infra_retry(self, lambda: step_and_dispatch(run_id, node_id, str(plan or "")), f"run={run_id} node={node_id}")
 
 
 @celery_app.task(name=DRAIN_TASK, bind=True, ignore_result=True, acks_late=True,
                  reject_on_worker_lost=True)
-def drain_task(self: Task[Any, Any], run_id: str, hops: int = 0) -> None:
+def drain_task(self: Task[Any, Any], run_id: str, hops: int = 0, plan: str = "") -> None:
     log.debug("drain task received run=%s hops=%s", run_id, hops)
-    _infra_retry(self, lambda: process_state().run(drain(run_id, int(hops))), f"run={run_id} drain")
+    _infra_retry(self, lambda: process_state().run(drain(run_id, int(hops), str(plan or ""))), f"run={run_id} drain")
 
 
 @celery_app.task(name=NOOP_TASK, ignore_result=True)

@@ -20,9 +20,9 @@ from redis.exceptions import RedisError
 
 from orchestrator.errors import AuthError, ForbiddenError
 from orchestrator.settings import Settings
-from orchestrator.store import fanin
+from orchestrator.store import fanin, lanes
 from orchestrator.store.keys import Keys
-from orchestrator.telemetry import metrics
+from orchestrator.telemetry import flow_metrics, metrics
 
 from .auth import credential
 from .principal import DEFAULT_WORKSPACE, key_ring
@@ -76,11 +76,11 @@ async def prometheus(request: Request, services: Services = SERVICES) -> Respons
         from orchestrator.queue.lanes import lane_queues
 
         queues = lane_queues(services.settings.lanes)  # one per lane
-        on_broker = await depth.broker_depth(services.settings.broker_url, queues)
-        if on_broker is not None:  # the node queues are RabbitMQ's, not Redis lists
-            queues = []
-            for queue, count in on_broker.items():
+        if services.settings.broker_url:  # the node queues are on the broker's own Redis or RabbitMQ
+            for queue, count in (await depth.lane_depths(services.settings.broker_url, services.redis,
+                                                         queues)).items():
                 metrics.QUEUE_DEPTH.labels(queue=queue).set(count)
+            queues = []
     except ImportError:  # an API-only install samples no queue
         queues = []
     try:
@@ -92,8 +92,10 @@ async def prometheus(request: Request, services: Services = SERVICES) -> Respons
 
 async def refresh_from_redis(redis: Redis, keys: Keys, queues: list[str]) -> None:
     """Sample the state that lives in Redis: the broker queues' lengths, the nodes waiting
-    on runs' queues (``queue="runs"``) and the number of active runs."""
+    on runs' queues (``queue="runs"``), the number of active runs and each active
+    workspace's lanes."""
     for queue in queues:
         metrics.QUEUE_DEPTH.labels(queue=queue).set(int(await redis.llen(queue)))
     metrics.QUEUE_DEPTH.labels(queue="runs").set(await fanin.queued_nodes(redis, keys))
     metrics.RUNS.labels(status="active").set(await fanin.active_runs(redis, keys))
+    flow_metrics.lanes(await lanes.read_table(redis, keys))  # each active workspace's lanes

@@ -135,7 +135,17 @@ def _entry(raw: object, where: str) -> _Entry:
     return _Entry(digest, workspace, role)
 
 
+TOKEN_CHARS = re.compile(r"[A-Za-z0-9\-._~+/]+=*")  # RFC 6750's b64token: what a Bearer header carries
+
+
 def _refuse_placeholder(key: str, where: str) -> None:
+    if not TOKEN_CHARS.fullmatch(key):
+        # e.g. a JSON object pasted into ORCH_API_KEYS, which is a comma-separated list (the
+        # key itself is not repeated: it may be a real secret)
+        raise ConfigurationError(
+            f"{where}: an API key may hold only letters, digits and -._~+/ (and a trailing =), as an "
+            "'Authorization: Bearer' header carries it; ORCH_API_KEYS is a comma-separated list of keys, "
+            "workspaces and roles go in ORCH_API_KEYS_FILE (a JSON list)")
     if key.strip().lower() in PLACEHOLDER_KEYS:
         raise ConfigurationError(
             f"{where}: the API key {key!r} is a placeholder; set a real secret "

@@ -17,6 +17,8 @@ import os
 import sys
 from importlib import metadata
 
+from pydantic import ValidationError
+
 from orchestrator.kernel.errors import ConfigurationError
 
 from ._remote import share_connection_args
@@ -57,6 +59,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def setting_errors(exc: ValidationError) -> list[str]:
+    """One line per malformed setting: its environment variable and what is wrong with it
+    (pydantic's words name the value, except for fields that may hold a secret)."""
+    from orchestrator.settings import Settings
+
+    lines = []
+    for error in exc.errors(include_url=False, include_input=False):
+        field = str(error["loc"][0]) if error["loc"] else ""
+        info = Settings.model_fields.get(field)
+        alias = getattr(info.validation_alias, "choices", None) if info is not None else None
+        # pydantic names a field read through an alias by that alias (REDIS_URL)
+        name = str(alias[0]) if alias else field if field.isupper() else f"ORCH_{field.upper()}"
+        lines.append(f"setting {name}: {str(error['msg']).removeprefix('Value error, ')}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)  # the parser reads settings for its defaults
@@ -64,6 +82,12 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
     except ConfigurationError as exc:  # a setting that cannot be used: its own words, one line
         print(f"error: {exc}", file=sys.stderr)
+        return CONFIG_ERROR_EXIT
+    except ValidationError as exc:  # a malformed setting (environment): a line each, naming it
+        if not exc.title.endswith("Settings"):
+            raise
+        for line in setting_errors(exc):
+            print(f"error: {line}", file=sys.stderr)
         return CONFIG_ERROR_EXIT
     except BrokenPipeError:
         # The reader went away (`| head`): stop quietly. Point stdout at /dev/null so the

@@ -24,6 +24,7 @@ from .nesting import nested_deeper_than
 from .protocol import DataValue, ExecutionResult
 
 DEFAULT_MAX_DEPTH = 128
+_AS_TEXT = json.JSONEncoder(default=str).encode  # built once (json.dumps with ``default`` builds one per call)
 
 
 def check_outputs(node: Node, definition: NodeDefinition, result: ExecutionResult, *, max_bytes: int,
@@ -47,7 +48,7 @@ def check_outputs(node: Node, definition: NodeDefinition, result: ExecutionResul
                 "(ORCH_MAX_OUTPUT_DEPTH); flatten it, or pass it on as text",
                 node_id=node.id, node_name=node.name, handle=port,
             )
-    size = len(json.dumps({k: v.to_json() for k, v in result.outputs.items()}, default=str))
+    size = len(_AS_TEXT({k: v.to_json() for k, v in result.outputs.items()}))
     if size > max_bytes:
         raise NodeExecutionError(
             f"outputs are {size} bytes, above the {max_bytes}-byte limit; store large payloads as a BinaryRef",

@@ -10,6 +10,12 @@ from .protocol import DataValue
 
 PREVIEW_CHARS = 2000  # a resolved parameter's JSON in completed/error events is cut here
 OUTPUT_PREVIEW_CHARS = 16 * 1024  # the outputs a completed event carries, all ports together
+_SCALARS = (str, int, float, bool, type(None))  # JSON decodes their JSON back to an equal value
+
+# Built once (json.dumps with ``default`` builds an encoder per call): values as text, an
+# unknown object as ``str(o)`` (outputs) or ``"<TypeName>"`` (parameters).
+_OUTPUT_TEXT = json.JSONEncoder(default=str).encode
+_PARAMETER_TEXT = json.JSONEncoder(default=lambda o: f"<{type(o).__name__}>").encode
 
 
 def output_preview(outputs: dict[str, DataValue]) -> tuple[dict[str, Any], bool]:
@@ -22,7 +28,7 @@ def output_preview(outputs: dict[str, DataValue]) -> tuple[dict[str, Any], bool]
     left = OUTPUT_PREVIEW_CHARS
     for port, value in outputs.items():
         whole = value.to_json()
-        text = json.dumps(whole["value"], default=str)
+        text = _OUTPUT_TEXT(whole["value"])
         if len(text) <= left:
             out[port], left = whole, left - len(text)
         else:
@@ -36,8 +42,11 @@ def parameter_preview(data: dict[str, Any]) -> dict[str, Any]:
     ``PREVIEW_CHARS`` as that JSON cut short."""
     out: dict[str, Any] = {}
     for key, value in data.items():
-        text = json.dumps(value, default=lambda o: f"<{type(o).__name__}>")
-        out[key] = json.loads(text) if len(text) <= PREVIEW_CHARS else text[:PREVIEW_CHARS] + "…"
+        text = _PARAMETER_TEXT(value)
+        if len(text) > PREVIEW_CHARS:
+            out[key] = text[:PREVIEW_CHARS] + "…"
+        else:  # a scalar as it is (its JSON decodes to itself), else what its JSON decodes to
+            out[key] = value if type(value) in _SCALARS else json.loads(text)
     return out
 
 

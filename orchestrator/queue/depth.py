@@ -1,14 +1,21 @@
-"""How many node messages wait in a RabbitMQ broker's node queues (its lanes), for
-back-pressure and ``/metrics``.
+"""How many node messages wait in the broker's node queues (its lanes), for back-pressure,
+``/metrics`` and the sweeper's lost-message watermark, wherever the broker is.
 
-On the Redis broker each lane is a Redis list, which admission reads with ``LLEN`` in the
-same round trip as the runs' queues. On RabbitMQ it is each quorum queue's message count
-(a passive ``queue.declare``: messages ready for delivery, not those a worker holds). A
-start must not wait on the broker, so :func:`node_queue_depth` answers the last sample and
-refreshes it in a thread when it is older than ``MAX_AGE_S`` (single flight: one sample at a
-time per process); the first call of a process waits for one sample. A broker that cannot be
-reached counts as 0 queued (the publish that follows fails the start with a clear error
-anyway), and the error is logged without the URL (it carries the password).
+* The default broker is the state Redis: each lane is a Redis list, which admission reads
+  with ``LLEN`` in the same round trip as the runs' queues (the caller does that itself).
+* ``ORCH_BROKER_URL=redis://...`` (required beside a Redis Cluster): the lanes are lists on
+  *that* Redis, read through one client per process (:class:`BrokerLanes`); the state Redis
+  holds none of them, so reading it there would count an empty broker and call every
+  waiting message lost.
+* ``ORCH_BROKER_URL=amqp://...``: each quorum queue's message count (a passive
+  ``queue.declare``: messages ready for delivery, not those a worker holds).
+
+A start must not wait on a broker of its own, so :func:`lane_depths` reuses a reading
+younger than ``MAX_AGE_S``; on RabbitMQ :func:`node_queue_depth` answers the last sample and
+refreshes it in a thread (single flight: one sample at a time per process); the first call
+of a process waits for one sample. A broker that cannot be reached counts as 0 queued (the
+publish that follows fails the start with a clear error anyway), and the error is logged
+without the URL (it carries the password).
 """
 
 from __future__ import annotations
@@ -20,8 +27,11 @@ import time
 from typing import Any
 
 from kombu import Connection
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from orchestrator.queue.app import is_amqp
+from orchestrator.store import redis_client
 
 log = logging.getLogger("orchestrator.queue.depth")
 
@@ -71,6 +81,7 @@ class _Sampler:
 
 
 _samplers: dict[tuple[str, tuple[str, ...]], _Sampler] = {}
+_broker_clients: dict[tuple[str, int], Redis] = {}
 
 
 async def node_queue_depth(url: str, queues: list[str]) -> dict[str, int]:
@@ -89,18 +100,84 @@ async def node_queue_depth(url: str, queues: list[str]) -> dict[str, int]:
     return dict(sampler.value)
 
 
-async def broker_depth(broker_url: str | None, queues: list[str]) -> dict[str, int] | None:
-    """The depth of each node queue (lane) in ``queues`` on the broker ``broker_url`` names
-    when it is RabbitMQ (:func:`node_queue_depth`); None when the broker is a Redis (its
-    queues are Redis lists, which the caller reads with ``LLEN``)."""
-    if not broker_url or not is_amqp(broker_url):
-        return None
-    return await node_queue_depth(broker_url, queues)
-
-
 def reset() -> None:
     """Forget every sample (tests; a process after fork)."""
     for sampler in _samplers.values():
         if sampler.conn is not None:
             sampler.conn.release()
     _samplers.clear()
+    _depth_cache.clear()
+
+
+async def close_clients() -> None:
+    """Close the broker clients :func:`broker_redis` keeps (tests; a process ending)."""
+    clients = list(_broker_clients.values())
+    _broker_clients.clear()
+    for client in clients:
+        await client.aclose()
+
+
+def broker_redis(broker_url: str | None, state: Redis) -> Redis | None:
+    """The Redis the node queues (lanes) are lists on: ``state`` when no broker URL is set,
+    a client of ``broker_url`` (one per URL and event loop, kept for the process) when it
+    names a Redis, None on RabbitMQ."""
+    if not broker_url:
+        return state
+    if is_amqp(broker_url):
+        return None
+    key = (broker_url, id(asyncio.get_running_loop()))
+    client = _broker_clients.get(key)
+    if client is None:
+        client = _broker_clients[key] = redis_client.client(broker_url, decode_responses=True)
+    return client
+
+
+class BrokerLanes:
+    """The lanes as a reader sees them, on whichever broker (see the module docstring)."""
+
+    def __init__(self, broker_url: str | None, state: Redis, queues: list[str]) -> None:
+        self.broker_url = broker_url
+        self.queues = queues
+        self.lists = broker_redis(broker_url, state)  # None: RabbitMQ
+
+    async def depths(self) -> dict[str, int]:
+        """Messages waiting on each lane (on RabbitMQ, a sample at most ``MAX_AGE_S`` old)."""
+        if self.lists is None:
+            assert self.broker_url is not None
+            return await node_queue_depth(self.broker_url, self.queues)
+        async with self.lists.pipeline(transaction=False) as pipe:
+            for queue in self.queues:
+                pipe.llen(queue)
+            counts = await pipe.execute()
+        return dict(zip(self.queues, (int(n) for n in counts), strict=True))
+
+    async def oldest(self, queue: str, count: int) -> list[str] | None:
+        """Up to ``count`` of the oldest messages of ``queue``, oldest last (kombu's Redis
+        queue is FIFO: LPUSH, BRPOP from the other end); None on RabbitMQ, whose messages
+        cannot be read without taking them."""
+        if self.lists is None:
+            return None
+        return [m if isinstance(m, str) else m.decode() for m in await self.lists.lrange(queue, -count, -1)]
+
+
+_depth_cache: dict[tuple[str, int], tuple[float, dict[str, int]]] = {}
+
+
+async def lane_depths(broker_url: str | None, state: Redis, queues: list[str]) -> dict[str, int]:
+    """Messages waiting on each lane of the broker (see the module docstring), for a caller
+    on every start: on a broker of its own, a reading at most ``MAX_AGE_S`` old is reused
+    by the process (a start pays no round trip to the broker for it)."""
+    lanes = BrokerLanes(broker_url, state, queues)
+    if lanes.lists is None or lanes.lists is state:
+        return await lanes.depths()
+    key = (str(broker_url), id(lanes.lists))
+    cached = _depth_cache.get(key)
+    if cached is not None and time.monotonic() - cached[0] < MAX_AGE_S and cached[1].keys() == set(queues):
+        return dict(cached[1])
+    try:
+        counts = await lanes.depths()
+    except (RedisError, OSError) as exc:  # as on RabbitMQ: count 0; the publish fails the start clearly
+        log.warning("broker queue depth unavailable: %s", type(exc).__name__)
+        counts = dict.fromkeys(queues, 0)
+    _depth_cache[key] = (time.monotonic(), counts)
+    return dict(counts)

@@ -24,11 +24,12 @@ Two ways a node message goes out, one message format (Celery's protocol v2):
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import weakref
 from collections.abc import Awaitable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol
+from typing import Protocol, TypeGuard
 
 import redis
 from celery import Celery
@@ -49,24 +50,41 @@ class Dispatcher(Protocol):
     def __call__(self, run_id: str, node_ids: list[str], /) -> Awaitable[None] | None: ...
 
 
+class PlanDispatcher(Dispatcher, Protocol):
+    """A dispatcher whose messages can carry the run's plan reference
+    (``orchestrator/store/plan_refs.py``), so that a worker that holds the plan reads none:
+    the Celery ones here are; a start of a stored graph passes ``plan`` to a dispatcher
+    that is (:func:`carries_plan`), and sends through any other as before."""
+
+    carries_plan: bool
+
+    def __call__(self, run_id: str, node_ids: list[str], /, plan: str = "") -> Awaitable[None] | None: ...
+
+
+def carries_plan(dispatch: object) -> TypeGuard[PlanDispatcher]:
+    """Whether ``dispatch`` takes a plan reference (:class:`PlanDispatcher`)."""
+    return getattr(dispatch, "carries_plan", False) is True
+
+
 def task_id(run_id: str, node_id: str) -> str:
     return f"{run_id}:{node_id}"
 
 
 def send_nodes(app: Celery, run_id: str, node_ids: Sequence[str], *,
-               countdown_s: float | None = None) -> None:
+               countdown_s: float | None = None, plan: str = "") -> None:
     """Publish one node task per id in ONE round trip: one ``LPUSH`` of template messages on
     a Redis broker (see the module docstring), else Celery's messages in kombu's
     ``Producer.batch`` (the LPUSHes in a pipeline flushed when the block ends, over one
     pooled producer connection). ``countdown_s`` delays delivery (a node's retry); on RabbitMQ it is
     rounded up to whole seconds, the unit of Celery's native delayed delivery (rounded down,
-    a 0.5 s delay would arrive at once and be sent back until due)."""
+    a 0.5 s delay would arrive at once and be sent back until due). ``plan``: the run's plan
+    reference, a third task argument when given (see :class:`Dispatcher`)."""
     if not node_ids:
         return
     queue = queue_for(run_id, lanes_of(app))
     direct = _direct(app) if not countdown_s else None
     if direct is not None:  # a Redis broker: the template's messages, one LPUSH
-        direct.client().lpush(queue, *direct.messages(queue).encode_all(run_id, node_ids))
+        direct.client().lpush(queue, *direct.messages(queue).encode_all(run_id, node_ids, plan))
         return
     if countdown_s is not None and countdown_s > 0 and is_amqp(str(app.conf.broker_url)):
         countdown_s = float(math.ceil(countdown_s))
@@ -74,7 +92,7 @@ def send_nodes(app: Celery, run_id: str, node_ids: Sequence[str], *,
         for node_id in node_ids:
             app.send_task(
                 NODE_TASK,
-                args=(run_id, node_id),
+                args=(run_id, node_id, plan) if plan else (run_id, node_id),
                 task_id=task_id(run_id, node_id),
                 queue=queue,
                 producer=producer,
@@ -85,26 +103,36 @@ def send_nodes(app: Celery, run_id: str, node_ids: Sequence[str], *,
 DRAIN_MAX_HOPS = 3  # a drain a worker has no free slot for is published again at most this often
 
 
-def send_drains(app: Celery, run_id: str, count: int, hops: int = 0) -> None:
+def send_drains(app: Celery, run_id: str, count: int, hops: int = 0, *, plan: str = "") -> None:
     """Publish ``count`` drain messages for ``run_id`` in one round trip: each one lets a
     worker with free slots take nodes from the run's queue (``orchestrator.drain``).
-    ``hops``: how many workers with no free slot passed this drain on already."""
+    ``hops``: how many workers with no free slot passed this drain on already; ``plan``:
+    the run's plan reference (see :class:`PlanDispatcher`)."""
     if count <= 0:
         return
     queue = queue_for(run_id, lanes_of(app))
+    args: tuple[str | int, ...] = (run_id, hops, plan) if plan else (run_id, hops) if hops else (run_id,)
     with app.producer_or_acquire() as producer, producer.batch():
         for _ in range(count):
-            app.send_task(DRAIN_TASK, args=(run_id, hops) if hops else (run_id,), queue=queue,
-                          producer=producer)
+            app.send_task(DRAIN_TASK, args=args, queue=queue, producer=producer)
 
 
-def make_dispatch(app: Celery) -> Dispatcher:
+class SyncDispatch:
+    """A blocking ``dispatch(run_id, node_ids)`` bound to a Celery app's broker (a
+    :class:`PlanDispatcher`)."""
+
+    carries_plan = True
+
+    def __init__(self, app: Celery) -> None:
+        self.app = app
+
+    def __call__(self, run_id: str, node_ids: list[str], /, plan: str = "") -> None:
+        send_nodes(self.app, run_id, node_ids, plan=plan)
+
+
+def make_dispatch(app: Celery) -> SyncDispatch:
     """A ``dispatch(run_id, node_ids)`` bound to ``app``'s broker."""
-
-    def dispatch(run_id: str, node_ids: list[str]) -> None:
-        send_nodes(app, run_id, node_ids)
-
-    return dispatch
+    return SyncDispatch(app)
 
 
 class _Direct:
@@ -163,23 +191,26 @@ class AsyncDispatch:
     iteration share one pipeline, on an asyncio client made for the loop that first
     dispatches (:meth:`aclose` closes it); else the publish runs on its own threads."""
 
+    carries_plan = True  # a PlanDispatcher
+
     def __init__(self, app: Celery, threads: int = PUBLISH_THREADS) -> None:
         self.app = app
         self._pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="orchestrator-publish")
         self._batcher: tuple[asyncio.AbstractEventLoop, CommandBatcher] | None = None
 
-    async def __call__(self, run_id: str, node_ids: list[str], /) -> None:
+    async def __call__(self, run_id: str, node_ids: list[str], /, plan: str = "") -> None:
         if not node_ids:
             return
         direct = _direct(self.app)
         loop = asyncio.get_running_loop()
         if direct is None:
-            await loop.run_in_executor(self._pool, send_nodes, self.app, run_id, node_ids)
+            await loop.run_in_executor(self._pool, functools.partial(send_nodes, self.app, run_id, node_ids,
+                                                                     plan=plan))
             return
         if self._batcher is None or self._batcher[0] is not loop:
             self._batcher = (loop, direct.batcher())  # an asyncio client is bound to its loop
         queue = queue_for(run_id, lanes_of(self.app))
-        await self._batcher[1].execute("LPUSH", queue, *direct.messages(queue).encode_all(run_id, node_ids))
+        await self._batcher[1].execute("LPUSH", queue, *direct.messages(queue).encode_all(run_id, node_ids, plan))
 
     async def aclose(self) -> None:
         """Close the asyncio client (call it on the loop that dispatched) and the threads."""

@@ -2,7 +2,8 @@
 ``send_task`` and kombu's Redis transport would put on the node queue, without them.
 
 A node task message is always the same but for its ids: task ``orchestrator.node``,
-arguments ``(run_id, node_id)``, task id ``"{run_id}:{node_id}"``, queue
+arguments ``(run_id, node_id)`` (and the run's plan reference, when the sender knows it:
+``orchestrator/store/plan_refs.py``), task id ``"{run_id}:{node_id}"``, queue
 ``orchestrator``, no countdown. Through Celery, one message costs ~0.3 ms of Python
 (``as_task_v2``, the argument repr, kombu's serializer, ``prepare_message``, the
 transport's routing, a producer from the pool); here the fixed parts are encoded once
@@ -65,17 +66,19 @@ class NodeMessages:
                       + json.dumps(headers)[:-1])
         self._properties = json.dumps(properties)[:-1]
 
-    def encode(self, run_id: str, node_id: str) -> str:
-        """The envelope kombu's Redis transport would LPUSH for this node task."""
-        ids = json.dumps([run_id, node_id])
+    def encode(self, run_id: str, node_id: str, plan: str = "") -> str:
+        """The envelope kombu's Redis transport would LPUSH for this node task (``plan``:
+        the run's plan reference, a third argument when given)."""
+        args = (run_id, node_id, plan) if plan else (run_id, node_id)
+        ids = json.dumps(args)
         task = json.dumps(f"{run_id}:{node_id}")
         body = base64.b64encode(f"[{ids}, {{}}, {_EMBED}]".encode()).decode()
-        argsrepr = json.dumps(repr((run_id, node_id)))
+        argsrepr = json.dumps(repr(args))
         return (f'{self._head}, "id": {task}, "root_id": {task}, "argsrepr": {argsrepr}}}, '
                 f'"properties": {self._properties}, "correlation_id": {task}, '
                 f'"delivery_tag": "{uuid.uuid4()}"}}, "body": "{body}"}}')
 
-    def encode_all(self, run_id: str, node_ids: Sequence[str]) -> list[str]:
+    def encode_all(self, run_id: str, node_ids: Sequence[str], plan: str = "") -> list[str]:
         """The messages of ``node_ids`` in the order a worker should take them: kombu's
         workers pop from the list's tail, so the first node is pushed first."""
-        return [self.encode(run_id, node_id) for node_id in node_ids]
+        return [self.encode(run_id, node_id, plan) for node_id in node_ids]

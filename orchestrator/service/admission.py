@@ -57,6 +57,7 @@ from orchestrator.kernel.errors import EvaluationError, ExpressionError, GraphSc
 from orchestrator.kernel.expressions import Scope, check_syntax, render, stringify
 from orchestrator.kernel.store import RunStatus
 from orchestrator.queue import depth
+from orchestrator.queue.dispatch import carries_plan
 from orchestrator.queue.lanes import lane_queues
 from orchestrator.settings import Settings
 from orchestrator.store import fanin
@@ -77,18 +78,16 @@ async def check(redis: Redis, settings: Settings) -> None:
         return
     keys = Keys.of(settings)
     lanes = lane_queues(settings.lanes)
-    if keys.buckets <= 1:
+    if not settings.broker_url and keys.buckets <= 1:  # the lanes are lists on this Redis: one round trip
         async with redis.pipeline(transaction=False) as pipe:
             for lane in lanes:
                 pipe.llen(lane)
             pipe.get(keys.queued_nodes())
             *lengths, waiting = await pipe.execute()
         tasks = dict(zip(lanes, (int(n) for n in lengths), strict=True))
-    else:  # a cluster: the broker is elsewhere (ORCH_BROKER_URL), the count summed over buckets
-        tasks, waiting = dict.fromkeys(lanes, 0), await fanin.queued_nodes(redis, keys)
-    on_broker = await depth.broker_depth(settings.broker_url, lanes)
-    if on_broker is not None:
-        tasks = on_broker
+    else:  # the broker is elsewhere (ORCH_BROKER_URL; required on a cluster): its lanes read there
+        tasks = await depth.lane_depths(settings.broker_url, redis, lanes)
+        waiting = await fanin.queued_nodes(redis, keys)
     for lane, count in tasks.items():
         metrics.QUEUE_DEPTH.labels(queue=lane).set(count)
     metrics.QUEUE_DEPTH.labels(queue=RUN_QUEUES).set(int(waiting or 0))
@@ -232,8 +231,8 @@ def _gate(store: Any) -> Gate | None:
     return Gate(redis, keys) if isinstance(keys, Keys) and redis is not None else None
 
 
-async def _dispatch(dispatch: Any, run_id: str, nodes: list[str]) -> None:
-    sent = dispatch(run_id, nodes)
+async def _dispatch(dispatch: Any, run_id: str, nodes: list[str], plan: str = "") -> None:
+    sent = dispatch(run_id, nodes, plan=plan) if plan and carries_plan(dispatch) else dispatch(run_id, nodes)
     if inspect.isawaitable(sent):
         await sent
 
@@ -248,11 +247,14 @@ def held_by(graph: dict[str, Any], run_input: Any, workspace: str) -> Held | Non
     return Held(rule, f"{workspace}:{graph_id}", key_of(rule, run_input, graph_id))
 
 
-async def admit(store: Any, held: Held | None, run_id: str, start: list[str], dispatch: Any) -> None:
-    """Dispatch the new run's start nodes now, or hold, cancel it or others by its rule."""
+async def admit(store: Any, held: Held | None, run_id: str, start: list[str], dispatch: Any, *,
+                plan: str = "") -> None:
+    """Dispatch the new run's start nodes now, or hold, cancel it or others by its rule.
+    ``plan``: the run's plan reference, which the start messages carry (a held run started
+    later goes without: its worker reads the plan)."""
     gate = _gate(store) if held is not None else None
     if held is None or gate is None:  # no rule, or a store without Redis (a local run)
-        await _dispatch(dispatch, run_id, start)
+        await _dispatch(dispatch, run_id, start, plan)
         return
     reply = await gate.admit(held, run_id, start)
     verdict = str(reply[0])
@@ -264,7 +266,7 @@ async def admit(store: Any, held: Held | None, run_id: str, start: list[str], di
             **CANCELLED_BY, "message": f"concurrency key {held.key!r} has {held.rule.max_runs} run(s) in progress "
                                        "(strategy cancel_newest)"})
         return
-    await _dispatch(dispatch, run_id, start)
+    await _dispatch(dispatch, run_id, start, plan)
     for old in (str(r) for r in reply[1:]):
         await store.finish_run(old, RunStatus.CANCELLED, {
             **CANCELLED_BY, "message": f"a newer run ({run_id}) of concurrency key {held.key!r} started "

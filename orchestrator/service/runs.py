@@ -18,6 +18,7 @@ import time
 from collections import OrderedDict
 from dataclasses import KW_ONLY, dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
+from weakref import WeakKeyDictionary
 
 from orchestrator.errors import StorageBudgetError
 from orchestrator.kernel.compile import compile_run
@@ -27,11 +28,14 @@ from orchestrator.kernel.scheduling import RunPlan
 from orchestrator.kernel.store import RunRecord, RunStatus, RunStore
 from orchestrator.kernel.validation import DEFAULT_GRAPH_LIMITS, GraphLimits, ValidatedGraph, validate_graph
 from orchestrator.queue.dispatch import Dispatcher
-from orchestrator.queue.lanes import new_run_id
+from orchestrator.queue.lanes import run_id_with_tag
 from orchestrator.service import admission
 from orchestrator.service.graph_store import DEFAULT_WORKSPACE
 from orchestrator.service.plan_cache import StoredPlan, choose_start, graph_deadline_s
-from orchestrator.settings import Settings
+from orchestrator.settings import Settings, WorkerSettings
+from orchestrator.store.keys import Keys
+from orchestrator.store.lanes import WorkspaceLanes
+from orchestrator.store.plan_refs import plan_ref
 from orchestrator.store.redis_store import RedisRunStore, StaleGraphError, StartGuard
 from orchestrator.telemetry import tracing
 from orchestrator.telemetry.budgets import graph_budget
@@ -44,6 +48,28 @@ if TYPE_CHECKING:
 VALIDATED_CACHE_SIZE = 128  # graphs (by content) whose validation this process remembers
 
 _validated: OrderedDict[str, tuple[Registry, ValidatedGraph, GraphLimits]] = OrderedDict()
+_lanes: WeakKeyDictionary[RunStore, WorkspaceLanes] = WeakKeyDictionary()
+
+
+def workspace_lanes(store: RunStore) -> WorkspaceLanes:
+    """The lanes new runs stored in ``store`` take (``orchestrator/store/lanes.py``): the
+    assignment in the store's Redis, else in memory; one cache per store (per process)."""
+    table = _lanes.get(store)
+    if table is None:
+        if isinstance(store, RedisRunStore):
+            settings = store.settings if isinstance(store.settings, WorkerSettings) \
+                else WorkerSettings.model_construct()  # a store built without the worker settings: the defaults
+            table = WorkspaceLanes.build(store.redis, store.keys, settings)
+        else:
+            table = WorkspaceLanes.build(None, Keys(), WorkerSettings.model_construct())
+        _lanes[store] = table
+    return table
+
+
+async def new_run_id(store: RunStore, workspace: str) -> str:
+    """A fresh run id in one of ``workspace``'s lanes; its first start in this process pays
+    one round trip, later ones none (``WorkspaceLanes``)."""
+    return run_id_with_tag(await workspace_lanes(store).tag(workspace))
 
 
 def validated(graph: dict[str, Any], registry: Registry, limits: GraphLimits = DEFAULT_GRAPH_LIMITS) -> ValidatedGraph:
@@ -114,7 +140,7 @@ async def start_run(
     starts = choose_start(vg, request.start)
     graph_budget(graph)  # a malformed settings.budget is a graph error, before anything is stored
     meta = dict(request.meta or {})
-    run_id = request.run_id or new_run_id(str(meta.get("workspace") or DEFAULT_WORKSPACE))  # in its lane
+    run_id = request.run_id or await new_run_id(store, str(meta.get("workspace") or DEFAULT_WORKSPACE))
     plan = compile_run(vg, run_id, starts)
     with tracing.run_span(run_id, vg.graph.id, trigger=str(meta.get("trigger") or ""),
                           rerun_of=str(meta.get("rerun_of") or "")) as trace_labels:
@@ -170,8 +196,10 @@ async def _store_and_dispatch(store: RunStore, start: _Start, request: RunReques
             raise
     # create_run marked the start nodes sent (Redis's clock): a message lost on the way,
     # or a send that fails, is sent again by the sweeper after its grace. A graph with
-    # settings.concurrency may hold the run instead (admission.py).
-    await admission.admit(store, held, run_id, list(plan.start), dispatch)
+    # settings.concurrency may hold the run instead (admission.py). A stored graph's start
+    # messages name the plan's content (store/plan_refs.py): a worker that holds it reads none.
+    ref = plan_ref(plan) if start.guard is not None and isinstance(store, RedisRunStore) else ""
+    await admission.admit(store, held, run_id, list(plan.start), dispatch, plan=ref)
     return run_id
 
 
@@ -256,7 +284,7 @@ async def _start_compiled(services: Starter, stored: StoredPlan, source: StoredG
     head, keys = stored.head, services.graphs.keys
     meta = {"graph_version": stored.version, **(request.meta or {}), "workspace": head.workspace,
             "trigger": trigger}
-    run_id = request.run_id or new_run_id(head.workspace)  # in its workspace's lane (queue/lanes.py)
+    run_id = request.run_id or await new_run_id(services.run_store, head.workspace)  # in its workspace's lane
     plan = stored.plan.for_run(run_id)
     guard = StartGuard(graph_key=keys.graph(head.graph_id), runs_key=keys.graph_runs(head.graph_id),
                        created_at=head.created_at, workspace=head.workspace, version=stored.version,

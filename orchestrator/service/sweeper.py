@@ -58,6 +58,7 @@ from typing import Any, cast
 
 from orchestrator.kernel.protocol import EventType, NodeEvent
 from orchestrator.kernel.store import NodeCompletion, NodeStatus, RunStatus
+from orchestrator.queue import depth
 from orchestrator.queue.dispatch import Dispatcher
 from orchestrator.queue.lanes import lane_of, lane_queues
 from orchestrator.service import admission
@@ -203,7 +204,7 @@ class Sweeper:
         counted queued nodes are read together first (one pipeline)."""
         seen: set[tuple[str, str]] = set()
         counted_before = [int(n or 0) for n in await self._per_bucket("get", self.keys.queued_nodes)]
-        self._watermarks = [await self._queue_watermark(queue) for queue in self.broker_queues]
+        self._watermarks = await self._lane_watermarks()
         for bucket, before in enumerate(counted_before):
             await self._check_bucket(bucket, before, now, report, seen)
         # forget runs and nodes that are no longer candidates
@@ -227,7 +228,19 @@ class Sweeper:
             await self._correct(keys=[self.keys.queued_nodes(bucket)],
                                 args=[queued - counted_before, int(self.settings.active_ttl_s)])
 
-    async def _queue_watermark(self, queue: str) -> float:
+    async def _lane_watermarks(self) -> list[float]:
+        """Each lane's watermark (:meth:`_queue_watermark`), read where the lanes are: the
+        state Redis, the broker's own Redis (``ORCH_BROKER_URL=redis://``), or RabbitMQ,
+        whose queues cannot be read without taking their messages: there a lane with
+        messages ready counts nothing as lost this pass (its oldest may be a backlog's) and
+        an empty one everything past the grace (as on Redis)."""
+        lanes = depth.BrokerLanes(self.settings.broker_url, self.redis, self.broker_queues)
+        if lanes.lists is None:
+            counts = await lanes.depths()
+            return [math.inf if not counts.get(queue) else -math.inf for queue in self.broker_queues]
+        return [await self._queue_watermark(lanes, queue) for queue in self.broker_queues]
+
+    async def _queue_watermark(self, lanes: depth.BrokerLanes, queue: str) -> float:
         """When the oldest node message still on the broker queue (one lane) was sent (Redis clock).
 
         kombu's Redis queue is FIFO (LPUSH, BRPOP from the other end), so a node of this
@@ -236,10 +249,10 @@ class Sweeper:
         sent again. ``inf`` for an empty queue; ``-inf`` when none of the oldest messages
         names a node with a sent time (then nothing of the lane counts as lost in transit
         this pass)."""
-        raw = await self.redis.lrange(queue, -WATERMARK_SCAN, -1)
+        raw = await lanes.oldest(queue, WATERMARK_SCAN)
         if not raw:
             return math.inf
-        for message in reversed(cast(list[str], raw)):  # the oldest is at the end
+        for message in reversed(raw):  # the oldest is at the end
             named = _node_of(message)
             if named is None:
                 continue

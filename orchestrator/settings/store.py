@@ -8,7 +8,9 @@ takes the group it reads (a ``Settings`` is each of them).
 
 from __future__ import annotations
 
-from pydantic import AliasChoices, Field
+from urllib.parse import urlsplit
+
+from pydantic import AliasChoices, Field, field_validator
 
 from orchestrator.settings.base import SettingsGroup
 
@@ -48,6 +50,16 @@ class StoreSettings(SettingsGroup):
     graph_ttl_s: int | None = None  # stored graphs never expire by default
 
 
+    @field_validator("redis_url", "control_redis_url")
+    @classmethod
+    def _redis_scheme(cls, url: str | None) -> str | None:
+        """A Redis URL redis-py can open (else its error at the first connection, deep in a
+        traceback); the URL itself is not repeated: it may carry a password."""
+        if url and urlsplit(url).scheme.lower() not in REDIS_SCHEMES:
+            raise ValueError(f"the URL's scheme must be one of {', '.join(s + '://' for s in REDIS_SCHEMES)}, "
+                             f"got {urlsplit(url).scheme or 'none'!r}")
+        return url or None
+
     @property
     def redis_cluster(self) -> bool:
         """Whether REDIS_URL names a Redis Cluster (``redis+cluster://``)."""
@@ -62,6 +74,7 @@ class StoreSettings(SettingsGroup):
 
 
 CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 
 
 def is_cluster_url(url: str | None) -> bool:

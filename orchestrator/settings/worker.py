@@ -8,9 +8,40 @@ of them).
 
 from __future__ import annotations
 
-from pydantic import Field
+import json
+
+from pydantic import Field, field_validator
 
 from orchestrator.settings.base import SettingsGroup
+
+LIMIT_FIELDS = ("max_in_flight", "weight")  # what an ORCH_WORKSPACE_LIMITS entry may carry
+
+
+def parse_workspace_limits(raw: str) -> dict[str, dict[str, int]]:
+    """``ORCH_WORKSPACE_LIMITS`` parsed: workspace -> {"max_in_flight": N >= 0, "weight": N >= 1}
+    (either or both). A malformed value raises ValueError naming the setting and the entry."""
+    try:
+        table = json.loads(raw or "{}")
+    except ValueError as exc:
+        raise ValueError(f"ORCH_WORKSPACE_LIMITS is not JSON: {exc}") from None
+    if not isinstance(table, dict):
+        raise ValueError('ORCH_WORKSPACE_LIMITS must be an object: {"<workspace>": {"max_in_flight": N, "weight": N}}')
+    parsed: dict[str, dict[str, int]] = {}
+    for workspace, entry in table.items():
+        where = f"ORCH_WORKSPACE_LIMITS[{workspace!r}]"
+        if not isinstance(entry, dict) or not entry:
+            raise ValueError(f'{where} must be an object such as {{"max_in_flight": 500}} or {{"weight": 3}}, '
+                             f"got {entry!r}")
+        unknown = sorted(set(entry) - set(LIMIT_FIELDS))
+        if unknown:
+            raise ValueError(f"{where} has unknown field(s) {', '.join(unknown)}: it may carry "
+                             f"{' and '.join(LIMIT_FIELDS)}")
+        for field, least in (("max_in_flight", 0), ("weight", 1)):
+            value = entry.get(field, least)
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ValueError(f"{where}.{field} must be a whole number >= {least}, got {value!r}")
+        parsed[str(workspace)] = {str(k): int(v) for k, v in entry.items()}
+    return parsed
 
 
 class WorkerSettings(SettingsGroup):
@@ -19,13 +50,19 @@ class WorkerSettings(SettingsGroup):
     # the broker is REDIS_URL's Redis (the embedded default and small deployments).
     broker_url: str | None = None
     # Fair share between workspaces: node messages travel on this many broker queues
-    # ("lanes"; orchestrator/queue/lanes.py), a run's lane fixed by its workspace, and every
-    # worker consumes them all in turn, so a flood of one workspace queues in its own lane
-    # only. 1 = one FIFO queue for everyone. Every process of a deployment must agree.
+    # ("lanes"; orchestrator/queue/lanes.py), and every worker consumes them all in turn. A
+    # workspace is assigned its own lane(s) when it starts a run (the least loaded ones;
+    # orchestrator/store/lanes.py), so a flood of one workspace queues in its own lane only;
+    # with more active workspaces than lanes they share evenly (raise this then). 1 = one
+    # FIFO queue for everyone. Every process of a deployment must agree.
     lanes: int = Field(default=8, ge=1, le=256)
+    # A workspace that starts no run for this long frees its lanes for others.
+    lane_idle_s: float = Field(default=3600.0, gt=0)
     # A ceiling of nodes in flight per workspace, cluster-wide (orchestrator/store/ceiling.py):
     # a node over it is rescheduled holding nothing. 0 = none. Per workspace, JSON:
-    # '{"acme": {"max_in_flight": 500}}' (0 there: none for that workspace).
+    # '{"acme": {"max_in_flight": 500}}' (0 there: none for that workspace). The same entry
+    # may carry a "weight" (default 1): that many lanes of its own, so a saturated cluster
+    # serves the workspace that many turns per rotation (orchestrator/store/lanes.py).
     workspace_max_in_flight: int = Field(default=0, ge=0)
     workspace_limits: str = ""
     node_lease_s: float = 60.0  # a running node's lease; renewed by a heartbeat while it runs
@@ -65,3 +102,8 @@ class WorkerSettings(SettingsGroup):
     child_max_depth: int = 8
     child_max_per_run: int = 10_000  # a Loop's iterations are child runs too (max_iterations: 10,000)
 
+    @field_validator("workspace_limits")
+    @classmethod
+    def _workspace_limits_parse(cls, value: str) -> str:
+        parse_workspace_limits(value)  # a malformed entry fails every process at start, naming it
+        return value

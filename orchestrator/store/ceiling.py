@@ -5,7 +5,8 @@ Fair share between workspaces is the lanes' job (``orchestrator/queue/lanes.py``
 workspace's messages are taken in turn. The ceiling bounds what one workspace may run at
 once, whatever the lanes: ``ORCH_WORKSPACE_MAX_IN_FLIGHT`` (0: none) for every workspace,
 ``ORCH_WORKSPACE_LIMITS='{"acme": {"max_in_flight": 500}}'`` per workspace (0 there: none
-for that workspace).
+for that workspace). The same setting gives a workspace a ``weight`` (its number of lanes:
+:func:`weights`, ``orchestrator/store/lanes.py``).
 
 * **Enter** (before the node's own limits, after its claim): a unit is granted while the
   workspace holds fewer than its ceiling; the holder is the node execution
@@ -39,6 +40,7 @@ from redis.exceptions import RedisError
 
 from orchestrator.kernel.limits import LimitDecision
 from orchestrator.settings import WorkerSettings
+from orchestrator.settings.worker import parse_workspace_limits
 from orchestrator.store.keys import Keys
 from orchestrator.store.limits import UNAVAILABLE, UNAVAILABLE_WAIT_S
 from orchestrator.telemetry import flow_metrics
@@ -54,20 +56,16 @@ MAX_WAIT_S = 5.0
 def ceilings(settings: WorkerSettings) -> tuple[int, dict[str, int]]:
     """(the default ceiling, the per-workspace ones) from the settings; a malformed
     ``ORCH_WORKSPACE_LIMITS`` raises ValueError naming the setting and the entry."""
-    try:
-        table = json.loads(settings.workspace_limits or "{}")
-    except ValueError as exc:
-        raise ValueError(f"ORCH_WORKSPACE_LIMITS is not JSON: {exc}") from None
-    if not isinstance(table, dict):
-        raise ValueError('ORCH_WORKSPACE_LIMITS must be an object: {"<workspace>": {"max_in_flight": N}}')
-    per: dict[str, int] = {}
-    for workspace, entry in table.items():
-        value = entry.get("max_in_flight") if isinstance(entry, dict) else None
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ValueError(f"ORCH_WORKSPACE_LIMITS[{workspace!r}].max_in_flight must be a whole number >= 0, "
-                             f"got {value!r}")
-        per[str(workspace)] = value
+    table = parse_workspace_limits(settings.workspace_limits)
+    per = {ws: entry["max_in_flight"] for ws, entry in table.items() if "max_in_flight" in entry}
     return settings.workspace_max_in_flight, per
+
+
+def weights(settings: WorkerSettings) -> dict[str, int]:
+    """The workspaces with a ``weight`` (lanes of their own, ``orchestrator/store/lanes.py``);
+    every other workspace weighs 1."""
+    return {ws: entry["weight"] for ws, entry in parse_workspace_limits(settings.workspace_limits).items()
+            if "weight" in entry}
 
 
 class WorkspaceCeiling:

@@ -12,7 +12,7 @@ Cluster"):
   ``crc32(run_id) % state_buckets`` (``runs:active``, ``runs:queued``, ``waits:due``,
   ``children`` and ``wsbytes:*`` are then one per bucket, summed where a global view is
   needed: ``orchestrator/store/fanin.py``, the sweeper);
-* control keys (graphs, hooks, credentials, sessions, drafts, limits, ``cc:*``, the
+* control keys (graphs, hooks, credentials, sessions, drafts, limits, ``cc:*``, lanes, the
   sweeper lock): ``{p}:{c}:...``, one slot;
 * a file: ``{p}:blob:{ws}:{<id>}`` (its own id as tag, with its ``:part``).
 
@@ -109,6 +109,12 @@ key                                        type        what, TTL
                                                        holder -> lease expiry (ms); 1 day idle
 {p}:inflight:{ws}:w / :s                   zset / hash the nodes refused a unit (-> when), start times and the
                                                        average hold (store/ceiling.py); 1 day idle
+{p}:lanes                                  hash        workspace -> "<lanes>:<its lanes>" ("8:3", "8:1,4,6";
+                                                       store/lanes.py); 2 x lane_idle_s idle (an entry
+                                                       goes when its workspace is idle lane_idle_s)
+{p}:lanes:seen                             zset        workspace -> when it last started a run (ms, Redis
+                                                       clock; touched at most every 30 s a process);
+                                                       2 x lane_idle_s idle
 =========================================  ==========  ==============================================
 """
 
@@ -323,3 +329,10 @@ class Keys:
     def inflight(self, workspace: str) -> str:
         """The stem of a workspace's ceiling of nodes in flight (``store/ceiling.py``)."""
         return f"{self._c}:inflight:{workspace}"
+
+    def lanes(self) -> str:
+        """Workspace -> its assigned lanes (``store/lanes.py``, ``lua/lanes.lua``)."""
+        return f"{self._c}:lanes"
+
+    def lanes_seen(self) -> str:
+        return f"{self._c}:lanes:seen"

@@ -39,6 +39,11 @@ except ImportError:  # pragma: no cover - a dependency; redis-py works without i
     pass
 
 
+# Packed as bytes first: hiredis refuses a bytearray and packs a strided memoryview's
+# underlying buffer, not its items.
+_AS_BYTES = frozenset({bytearray, memoryview})
+
+
 class _CancellableWrites(AbstractConnection):
     def pack_command(self, *args: Any) -> list[bytes]:
         """One command in the Redis protocol, packed by hiredis when it is installed (as
@@ -52,8 +57,10 @@ class _CancellableWrites(AbstractConnection):
             args = (*head.encode().split(), *args[1:])
         elif b" " in head:
             args = (*head.split(), *args[1:])
+        if not _AS_BYTES.isdisjoint(map(type, args)):  # rare; checked in C, not per argument in Python
+            args = tuple(bytes(a) if isinstance(a, (bytearray, memoryview)) else a for a in args)
         try:
-            return [_hiredis_pack(tuple(bytes(a) if isinstance(a, (bytearray, memoryview)) else a for a in args))]
+            return [_hiredis_pack(args)]
         except TypeError as exc:
             raise DataError(str(exc)) from exc
 

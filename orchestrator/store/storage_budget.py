@@ -61,6 +61,7 @@ from orchestrator.store.keys import Keys
 
 DAY_S = 86400
 OTHERS_MAX_AGE_S = 1.0  # a cluster: other buckets' use of a workspace budget is re-read this often
+DAY_KEYS_MEMO_SIZE = 1024  # (workspace, day, bucket) day-counter key lists kept; cleared when full
 
 # KEYS: the workspace's day counters, today's first, then (ARGV[5] == '1') the run record.
 # ARGV: bytes, workspace budget, run budget, today's counter expires at (epoch s), has run.
@@ -135,6 +136,7 @@ class StorageBudget:
         self._release = redis.register_script(RELEASE_LUA)
         self._others: dict[str, tuple[float, dict[int, int]]] = {}  # workspace -> (when, bytes per bucket)
         self._refreshing: dict[str, asyncio.Future[None]] = {}  # workspace -> its sum under way
+        self._day_keys_memo: dict[tuple[str, int, int], tuple[str, ...]] = {}
         self._call: ScriptCall = call or (lambda script, keys, args: script(keys=keys, args=args))
 
     @property
@@ -175,9 +177,20 @@ class StorageBudget:
         completion's bytes with them in the same script that stores it."""
         days = self._days(time.time())
         bucket = self._bucket(workspace, run_id)
-        keys: list[Any] = [self.keys.workspace_bytes(workspace, day, bucket) for day in days]
+        keys: list[Any] = list(self._day_keys(workspace, days, bucket))
         expire_at = (days[0] + 1) * DAY_S + self.counted_s
         return days, keys, [nbytes, self._workspace_allowance(workspace, bucket), self.run_max_bytes, expire_at]
+
+    def _day_keys(self, workspace: str, days: list[int], bucket: int) -> tuple[str, ...]:
+        """The day counters' keys of ``days`` (today first), built once per workspace, day
+        and bucket: every completion passes them (a dozen keys)."""
+        memo = (workspace, days[0], bucket)
+        keys = self._day_keys_memo.get(memo)
+        if keys is None:
+            if len(self._day_keys_memo) >= DAY_KEYS_MEMO_SIZE:
+                self._day_keys_memo.clear()
+            keys = self._day_keys_memo[memo] = tuple(self.keys.workspace_bytes(workspace, d, bucket) for d in days)
+        return keys
 
     def _workspace_allowance(self, workspace: str, bucket: int) -> int:
         """The workspace budget a script checks in ``bucket``: the whole budget on one

@@ -12,6 +12,9 @@ orchestrator_workspace_in_flight            gauge      workspace (nodes holding 
                                                        ceiling, cluster-wide, last seen here)
 orchestrator_workspace_waiting              gauge      workspace (nodes refused a unit lately)
 orchestrator_workspace_ceiling_total        counter    workspace, outcome (granted, wait)
+orchestrator_workspace_lane                 gauge      workspace, lane (1 for each lane assigned to an
+                                                       active workspace; sampled from Redis at scrape
+                                                       by the API, store/lanes.py)
 ==========================================  =========  =====================================
 
 ``limit`` is the limit's key as scoped in Redis (``ws:<workspace>:<key>`` for a node's
@@ -77,6 +80,14 @@ WORKSPACE_CEILING = Counter(
     registry=REGISTRY,
 )
 
+WORKSPACE_LANE = Gauge(
+    "orchestrator_workspace_lane",
+    "1 for each lane (broker queue) assigned to an active workspace (sampled at scrape).",
+    ["workspace", "lane"],
+    multiprocess_mode="mostrecent",
+    registry=REGISTRY,
+)
+
 _seen: set[str] = set()
 
 
@@ -111,3 +122,11 @@ def ceiling(workspace: str, in_flight: int, waiting: int | None, wait_s: float |
         WORKSPACE_WAITING.labels(workspace=name).set(waiting)
     if wait_s is not None:
         WORKSPACE_CEILING.labels(workspace=name, outcome="wait" if wait_s > 0 else "granted").inc()
+
+
+def lanes(table: dict[str, tuple[int, ...]]) -> None:
+    """Every active workspace's lanes as sampled now (the first ``MAX_LABELS`` workspaces by name)."""
+    WORKSPACE_LANE.clear()
+    for workspace in sorted(table)[:MAX_LABELS]:
+        for lane in table[workspace]:
+            WORKSPACE_LANE.labels(workspace=workspace, lane=str(lane)).set(1)

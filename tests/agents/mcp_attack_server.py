@@ -76,22 +76,36 @@ def _unshare_and_mount() -> dict[str, str]:
 
 
 def namespaces(_arg: str) -> dict[str, Any]:
+    # clone(CLONE_NEWUSER) and unshare(CLONE_NEWUSER) are tried in a fresh, single-threaded
+    # interpreter (fork + exec): unshare needs a single-threaded process, and the child of a
+    # raw clone of this threaded server returns into Python, where it could block for good
+    # on a lock (malloc's, say) another thread held at the clone, and its parent with it.
     out: dict[str, Any] = {}
+    try:
+        done = subprocess.run([sys.executable, os.path.abspath(__file__), "--once", "clone_newuser,unshare_mount"],
+                              capture_output=True, text=True, timeout=20, check=False)
+        report = json.loads(done.stdout)
+        out.update(report["clone_newuser"])
+        out.update(report["unshare_mount"])
+    except (subprocess.TimeoutExpired, ValueError, KeyError) as exc:
+        out["unshare"] = f"no report: {exc!r}"
+    return out
+
+
+def clone_newuser(_arg: str) -> dict[str, Any]:
     pid = libc_holding_gil.syscall(SYS_CLONE, CLONE_NEWUSER | signal.SIGCHLD, None, None, None, None)
     if pid == 0:
         os._exit(0)
-    out["clone_newuser"] = _failed("clone") if pid < 0 else "cloned"
+    out = {"clone_newuser": _failed("clone") if pid < 0 else "cloned"}
     if pid > 0:
-        os.waitpid(pid, 0)
-    # unshare(CLONE_NEWUSER) needs a single-threaded process: the server has threads, so a
-    # fresh interpreter (fork + exec: no Python runs in a forked copy of a threaded
-    # process, which could hang on a lock another thread held) tries and reports.
-    try:
-        done = subprocess.run([sys.executable, os.path.abspath(__file__), "--once", "unshare_mount"],
-                              capture_output=True, text=True, timeout=20, check=False)
-        out.update(json.loads(done.stdout)["unshare_mount"])
-    except (subprocess.TimeoutExpired, ValueError, KeyError) as exc:
-        out["unshare"] = f"no report: {exc!r}"
+        for _ in range(100):  # bounded: 10 s
+            if os.waitpid(pid, os.WNOHANG) != (0, 0):
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            out["clone_newuser"] = "cloned, the child hung"
     return out
 
 
@@ -233,7 +247,7 @@ def syscalls(arg: str) -> dict[str, Any]:
 
 
 ATTACKS: dict[str, Callable[[str], dict[str, Any]]] = {
-    f.__name__: f for f in (ptrace, namespaces, unshare_mount, fork_bomb, memory_bomb, sockets, environ,
+    f.__name__: f for f in (ptrace, namespaces, clone_newuser, unshare_mount, fork_bomb, memory_bomb, sockets, environ,
                             write, unix_socket, helper, status, tmpfs, syscalls)
 }
 

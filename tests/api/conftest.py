@@ -73,6 +73,14 @@ class Api:
     dispatched: list[tuple[str, list[str]]] = field(default_factory=list)
     store: Any = None
     app: Any = None
+    plans: dict[str, str] = field(default_factory=dict)  # run id -> the plan reference its start messages carried
+
+    carries_plan = True  # the app's dispatcher (a PlanDispatcher): records what it was asked to send
+
+    def __call__(self, run_id: str, nodes: list[str], /, plan: str = "") -> None:
+        self.dispatched.append((run_id, list(nodes)))
+        if plan:
+            self.plans[run_id] = plan
 
     async def close(self) -> None:
         """Close what the app opened on this loop (the ASGI transport runs no lifespan):
@@ -85,11 +93,8 @@ class Api:
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[EmbeddedRedis]:
-    server = EmbeddedRedis(unix_socket=False).start()
-    try:
+    with EmbeddedRedis(unix_socket=False) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def make_settings(server: EmbeddedRedis, **overrides: Any) -> Settings:
@@ -116,7 +121,7 @@ async def open_api(server: EmbeddedRedis, registry: Registry | None = None, **ov
         registry=registry or api_registry(),
         redis=redis,
         run_store=store,
-        dispatch=lambda run_id, nodes: api.dispatched.append((run_id, list(nodes))),
+        dispatch=api,
     )
     api.app = app
     api.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api")

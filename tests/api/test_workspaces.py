@@ -134,6 +134,17 @@ def test_a_placeholder_key_is_refused_at_start(redis_server: EmbeddedRedis, keys
         create_app(make_settings(redis_server, api_keys=keys))
 
 
+@pytest.mark.parametrize("keys", ['{"s3cr3t-key": {"workspace": "beta"}}', "ok-key-one,two words"])
+def test_a_key_a_bearer_header_cannot_carry_is_refused_at_start_without_echoing_it(
+    redis_server: EmbeddedRedis, keys: str,
+) -> None:
+    """A JSON object pasted into ORCH_API_KEYS (a comma-separated list) would otherwise be
+    taken as literal keys no client can send."""
+    with pytest.raises(ConfigurationError, match="ORCH_API_KEYS_FILE") as refused:
+        create_app(make_settings(redis_server, api_keys=keys))
+    assert "s3cr3t" not in str(refused.value) and "words" not in str(refused.value)
+
+
 def test_a_keys_file_with_an_unknown_role_is_refused_at_start(redis_server: EmbeddedRedis, tmp_path: Path) -> None:
     keys_file = tmp_path / "keys.json"
     keys_file.write_text(json.dumps([{"key": "k" * 20, "workspace": "w", "role": "owner"}]))

@@ -115,3 +115,24 @@ def test_a_setting_that_cannot_be_used_is_one_error_line_not_a_traceback(tmp_pat
     assert "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith("error: REDIS_URL names a Redis Cluster")
     assert "ORCH_BROKER_URL" in done.stderr
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("setting", "value", "says"), [
+    ("ORCH_LANES", "abc", "setting ORCH_LANES: Input should be a valid integer"),
+    ("ORCH_WORKSPACE_LIMITS", '{"acme": {"weight": 0}}',
+     "setting ORCH_WORKSPACE_LIMITS: ORCH_WORKSPACE_LIMITS['acme']"),
+    ("REDIS_URL", "ftp://user:hunter2@example", "setting REDIS_URL: the URL's scheme must be one of"),
+])
+def test_a_malformed_setting_is_one_error_line_naming_it(tmp_path: Path, setting: str, value: str, says: str) -> None:
+    """A typo in the environment: the CLI names the variable and what is wrong, exits 2,
+    and never echoes a URL's password."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_") and k != "REDIS_URL"}
+    env.update({setting: value, "PYTHONPATH": str(ROOT)})
+    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "graphs", "list"],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=50)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: {says}")
+    assert "hunter2" not in done.stderr

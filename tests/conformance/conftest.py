@@ -17,7 +17,6 @@ from orchestrator.local.embedded_redis import EmbeddedRedis
 from orchestrator.settings import Settings
 from orchestrator.store.redis_client import is_cluster
 from orchestrator.store.redis_store import RedisRunStore
-from tests.support import redis_server as start_redis
 
 # Distinct TTLs so a test can tell "active" from "retention" by the TTL alone.
 SETTINGS = Settings(active_ttl_s=1000, retention_s=5000, events_maxlen=10_000)
@@ -25,11 +24,8 @@ SETTINGS = Settings(active_ttl_s=1000, retention_s=5000, events_maxlen=10_000)
 
 @pytest.fixture(scope="module")
 def redis_server() -> Iterator[EmbeddedRedis]:
-    server = start_redis()
-    try:
+    with EmbeddedRedis(unix_socket=False) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def settings_for(request: pytest.FixtureRequest, kind: str) -> tuple[str, Settings]:

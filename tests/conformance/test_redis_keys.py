@@ -208,3 +208,21 @@ async def test_a_start_no_replica_confirms_fails_naming_the_setting_and_dispatch
         await start_run(store, make_registry(), g, RunRequest(None), dispatch=lambda r, n: sent.append((r, n)))
     assert "0 of the 1 replicas" in str(refused.value)
     assert sent == []
+
+
+async def test_workspaces_lanes_live_on_the_control_tag_with_a_ttl_and_show_in_the_metrics(
+        redis_store: RedisRunStore) -> None:
+    from orchestrator.api.health import refresh_from_redis
+    from orchestrator.store.lanes import LaneTableShape, RedisLaneAssigner
+    from orchestrator.telemetry import metrics
+
+    assigner = RedisLaneAssigner(redis_store.redis, redis_store.keys, LaneTableShape(4, 60))
+    taken = [await assigner.assign(f"ws-{i}", 2 if i == 0 else 1) for i in range(3)]
+    assert len({lane for lanes in taken for lane in lanes}) == 4, "no two workspaces share a lane of 4"
+    for key in (redis_store.keys.lanes(), redis_store.keys.lanes_seen()):
+        assert 0 < await redis_store.redis.ttl(key) <= 120
+    await refresh_from_redis(redis_store.redis, redis_store.keys, [])
+    for i, lanes in enumerate(taken):
+        for lane in lanes:
+            assert metrics.REGISTRY.get_sample_value(
+                "orchestrator_workspace_lane", {"workspace": f"ws-{i}", "lane": str(lane)}) == 1

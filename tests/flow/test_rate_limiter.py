@@ -14,14 +14,12 @@ from orchestrator.kernel.limits import LimitRequest
 from orchestrator.local.embedded_redis import EmbeddedRedis
 from orchestrator.store.keys import Keys
 from orchestrator.store.limits import RateLimiter
-from tests.support import redis_server as start_redis
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[EmbeddedRedis]:
-    s = start_redis()
-    yield s
-    s.stop()
+    with EmbeddedRedis(unix_socket=False) as s:
+        yield s
 
 
 @pytest.fixture

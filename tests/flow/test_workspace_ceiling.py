@@ -12,16 +12,14 @@ from orchestrator.local.embedded_redis import EmbeddedRedis
 from orchestrator.settings import Settings
 from orchestrator.store.ceiling import WorkspaceCeiling, ceilings
 from orchestrator.store.keys import Keys
-from tests.support import redis_server as start_redis
 
 LEASE_S = 0.3
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[EmbeddedRedis]:
-    s = start_redis()
-    yield s
-    s.stop()
+    with EmbeddedRedis(unix_socket=False) as s:
+        yield s
 
 
 @pytest.fixture

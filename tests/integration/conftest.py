@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,11 +52,8 @@ class RunResult:
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[EmbeddedRedis]:
-    server = EmbeddedRedis(unix_socket=False).start()
-    try:
+    with EmbeddedRedis(unix_socket=False) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")
@@ -170,6 +169,38 @@ def run_graph(workers: WorkerProcesses, store: Any, registry: Registry, celery: 
         return await collect(store, run_id, events)
 
     return run
+
+
+def completions(result: RunResult) -> Counter[str]:
+    """How many times each node of the run completed (exactly once is the guarantee)."""
+    return Counter(e.node_id for _, e in result.events if e.node_id and e.event_type == "completed")
+
+
+async def run_through(store: Any, registry: Registry, celery: Any, graph: dict[str, Any],
+                      timeout_s: float = 40.0) -> RunResult:
+    """Start ``graph`` as the API does (``start_run`` + the Celery dispatch of ``celery``)
+    and collect it once it ended."""
+    from orchestrator.queue.dispatch import make_dispatch
+    from orchestrator.service.runs import RunRequest, start_run
+
+    run_id = await start_run(store, registry, graph, RunRequest({"x": 1}), dispatch=make_dispatch(celery))
+    return await collect(store, run_id, await wait_for_terminal(store, run_id, timeout_s))
+
+
+@asynccontextmanager
+async def sweeping_every(period_s: float, store: Any, celery: Any, settings: Settings) -> AsyncIterator[Any]:
+    """A sweeper on ``store`` sending through ``celery``, a pass every ``period_s`` while the
+    block runs."""
+    from orchestrator.queue.dispatch import make_dispatch
+    from orchestrator.service.sweeper import Sweeper
+
+    sweeper = Sweeper(store, make_dispatch(celery), settings)
+    task = asyncio.create_task(sweeper.run_forever(period_s))
+    try:
+        yield sweeper
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 def trigger(node_id: str = "t", name: str = "Start") -> tuple[str, str, str]:

@@ -17,7 +17,6 @@ import os
 import signal
 import threading
 import time
-from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,8 @@ from orchestrator.service.sweeper import Sweeper
 from orchestrator.settings import Settings
 from orchestrator.store.redis_store import RedisRunStore
 from tests.fake_nodes import graph
-from tests.integration.conftest import RunResult, collect, wait_for_terminal
+from tests.integration.conftest import collect, completions, sweeping_every, wait_for_terminal
+from tests.integration.conftest import run_through as run
 from tests.support import redis_cluster
 from tests.support.servers import serve_in_thread
 
@@ -59,11 +59,8 @@ def cluster() -> Iterator[redis_cluster.Cluster]:
 
 @pytest.fixture(scope="module")
 def broker() -> Iterator[EmbeddedRedis]:
-    s = EmbeddedRedis(unix_socket=False).start()
-    try:
+    with EmbeddedRedis(unix_socket=False) as s:
         yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture(scope="module")
@@ -104,25 +101,8 @@ async def store(cluster: redis_cluster.Cluster, settings: Settings) -> AsyncIter
 
 @pytest.fixture
 async def sweeping(store: RedisRunStore, celery: Any, settings: Settings) -> AsyncIterator[Sweeper]:
-    from orchestrator.queue.dispatch import make_dispatch
-
-    sweeper = Sweeper(store, make_dispatch(celery), settings)
-    task = asyncio.create_task(sweeper.run_forever(SWEEP_PERIOD_S))
-    yield sweeper
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-
-
-async def run(store: RedisRunStore, registry: Registry, celery: Any, g: dict[str, Any],
-              timeout_s: float = 40.0) -> RunResult:
-    from orchestrator.queue.dispatch import make_dispatch
-
-    run_id = await start_run(store, registry, g, RunRequest({"x": 1}), dispatch=make_dispatch(celery))
-    return await collect(store, run_id, await wait_for_terminal(store, run_id, timeout_s))
-
-
-def completions(result: RunResult) -> Counter[str]:
-    return Counter(e.node_id for _, e in result.events if e.node_id and e.event_type == "completed")
+    async with sweeping_every(SWEEP_PERIOD_S, store, celery, settings) as sweeper:
+        yield sweeper
 
 
 def fan_out(width: int, delay_s: float = 0.2) -> dict[str, Any]:

@@ -48,11 +48,8 @@ def worker_env(kill_dir: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[EmbeddedRedis]:
-    s = EmbeddedRedis(unix_socket=False).start()
-    try:
+    with EmbeddedRedis(unix_socket=False) as s:
         yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture(scope="module")

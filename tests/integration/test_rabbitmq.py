@@ -15,7 +15,6 @@ import asyncio
 import os
 import signal
 import time
-from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,8 @@ from orchestrator.service.sweeper import Sweeper
 from orchestrator.settings import Settings
 from orchestrator.store.redis_store import RedisRunStore
 from tests.fake_nodes import graph
-from tests.integration.conftest import RunResult, collect, wait_for_terminal
+from tests.integration.conftest import collect, completions, sweeping_every, wait_for_terminal
+from tests.integration.conftest import run_through as run
 from tests.support import rabbitmq
 
 pytestmark = [
@@ -57,11 +57,8 @@ def broker() -> Iterator[rabbitmq.RabbitServer]:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[EmbeddedRedis]:
-    s = EmbeddedRedis(unix_socket=False).start()
-    try:
+    with EmbeddedRedis(unix_socket=False) as s:
         yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture(scope="module")
@@ -101,25 +98,8 @@ async def store(server: EmbeddedRedis, settings: Settings) -> AsyncIterator[Redi
 
 @pytest.fixture
 async def sweeping(store: RedisRunStore, celery: Any, settings: Settings) -> AsyncIterator[Sweeper]:
-    from orchestrator.queue.dispatch import make_dispatch
-
-    sweeper = Sweeper(store, make_dispatch(celery), settings)
-    task = asyncio.create_task(sweeper.run_forever(SWEEP_PERIOD_S))
-    yield sweeper
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-
-
-async def run(store: RedisRunStore, registry: Registry, celery: Any, g: dict[str, Any],
-              timeout_s: float = 40.0) -> RunResult:
-    from orchestrator.queue.dispatch import make_dispatch
-
-    run_id = await start_run(store, registry, g, RunRequest({"x": 1}), dispatch=make_dispatch(celery))
-    return await collect(store, run_id, await wait_for_terminal(store, run_id, timeout_s))
-
-
-def completions(result: RunResult) -> Counter[str]:
-    return Counter(e.node_id for _, e in result.events if e.node_id and e.event_type == "completed")
+    async with sweeping_every(SWEEP_PERIOD_S, store, celery, settings) as sweeper:
+        yield sweeper
 
 
 async def test_a_fan_out_runs_on_both_workers_through_rabbitmq(
@@ -239,10 +219,12 @@ async def test_another_workspace_s_run_is_not_held_behind_a_flood_of_runs_on_rab
     pool: WorkerProcesses, store: RedisRunStore, registry: Registry, celery: Any, settings: Settings,
 ) -> None:
     """Each lane is a consumer with its own prefetch: the flooded lane holds at most that
-    many of a worker's messages, and the other workspace's lane is served at once."""
+    many of a worker's messages, and the other workspace's lane is served at once (two
+    workspaces hashing would put on one lane: assigned lanes of their own)."""
     from orchestrator.queue.dispatch import make_dispatch
-    from tests.integration.test_lanes import flood_then_other
+    from tests.integration.test_lanes import COLLIDING_FLOODER, COLLIDING_VICTIM, flood_then_other
 
-    took_s, flood_left_s = await flood_then_other(store, registry, make_dispatch(celery), settings.lanes)
+    took_s, flood_left_s = await flood_then_other(store, registry, make_dispatch(celery), settings.lanes,
+                                                  flooder=COLLIDING_FLOODER, victim=COLLIDING_VICTIM)
     assert flood_left_s > 1.5, "the chain ended long before the flood"
     assert took_s < 2.5

@@ -14,6 +14,7 @@ from orchestrator.local.embedded_redis import EmbeddedRedis
 from orchestrator.local.embedded_workers import WorkerProcesses
 from orchestrator.service.runs import RunRequest, start_run
 from orchestrator.settings import Settings
+from orchestrator.store.keys import Keys
 from orchestrator.store.redis_store import RedisRunStore
 from orchestrator.store.storage_budget import DAY_S
 from tests.fake_nodes import graph
@@ -24,14 +25,19 @@ pytestmark = pytest.mark.integration
 FAKE_PACK = str(Path(__file__).parent / "fake_pack")
 RETENTION_S = 2
 SETTINGS = Settings(retention_s=RETENTION_S, active_ttl_s=60, node_paths=FAKE_PACK)
+KEYS = Keys.of(SETTINGS)
 RUNS = 50
 MEMORY_MARGIN_BYTES = 256 * 1024
 
 
+LANES = {KEYS.lanes(), KEYS.lanes_seen()}  # one entry per active workspace (store/lanes.py)
+
+
 def run_keys(sync: redis.Redis) -> list[str]:
     """The product's keys but the storage budgets' day counters (one per workspace and day,
-    kept until the day's data has expired: checked on their own)."""
-    return [k for k in sync.keys(f"{SETTINGS.key_prefix}:*") if ":wsbytes:" not in k]
+    kept until the day's data has expired) and the lanes table (an entry per workspace,
+    kept while it starts runs): each checked on its own."""
+    return [k for k in sync.keys(f"{SETTINGS.key_prefix}:*") if ":wsbytes:" not in k and k not in LANES]
 
 
 async def expired(sync: redis.Redis, timeout_s: float) -> None:
@@ -79,6 +85,10 @@ async def test_finished_runs_expire_and_redis_returns_to_its_baseline() -> None:
             without_ttl = [k for k in product if sync.ttl(k) < 0]
             assert without_ttl == []
             assert max(sync.ttl(k) for k in product) <= RETENTION_S
+            # the lanes table: this workspace's entry, idle-expiring (2 x ORCH_LANE_IDLE_S)
+            assert set(sync.keys(f"{SETTINGS.key_prefix}:lanes*")) == LANES
+            assert all(0 < sync.ttl(k) <= 2 * SETTINGS.lane_idle_s for k in LANES)
+            assert sync.hlen(KEYS.lanes()) == 1
 
             await expired(sync, RETENTION_S + 10)
             assert sync.keys(f"{SETTINGS.key_prefix}:run:*") == []

@@ -9,7 +9,6 @@ import pytest
 from orchestrator.local.embedded_redis import EmbeddedRedis
 from orchestrator.settings import Settings
 from orchestrator.store.redis_store import RedisRunStore
-from tests.support import redis_server as start_redis
 
 # Distinct TTLs so a test can tell "active" from "retention" by the TTL alone.
 SETTINGS = Settings(active_ttl_s=1000, retention_s=5000, node_lease_s=30)
@@ -17,11 +16,8 @@ SETTINGS = Settings(active_ttl_s=1000, retention_s=5000, node_lease_s=30)
 
 @pytest.fixture(scope="module")
 def redis_server() -> Iterator[EmbeddedRedis]:
-    server = start_redis()
-    try:
+    with EmbeddedRedis(unix_socket=False) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 from orchestrator.kernel.protocol import EventType, NodeEvent
 from orchestrator.kernel.store import NodeCompletion, NodeStatus, RunStatus
 from orchestrator.local.embedded_redis import EmbeddedRedis
-from orchestrator.queue.lanes import lane_of, new_run_id, queue_for
+from orchestrator.queue.lanes import lane_of, queue_for
 from orchestrator.service.runs import RunRequest, start_run
 from orchestrator.service.sweeper import Sweeper
 from orchestrator.store.redis_store import RedisRunStore
@@ -86,14 +86,12 @@ async def test_a_node_whose_message_waits_behind_a_backlog_is_not_sent_again(
 async def test_a_message_lost_in_one_lane_is_sent_again_whatever_waits_in_another_lane(
     store: RedisRunStore, sent: Any, celery: Any,
 ) -> None:
-    lanes = store.settings.lanes
-    flooded, quiet = ("ws-a", "ws-b") if lane_of(new_run_id("ws-a"), lanes) != lane_of(new_run_id("ws-b"), lanes) \
-        else ("ws-a", "ws-c")
-    assert lane_of(new_run_id(flooded), lanes) != lane_of(new_run_id(quiet), lanes)
+    lanes, flooded, quiet = store.settings.lanes, "ws-a", "ws-b"  # assigned lanes of their own
     backlog = await start_run(store, make_registry(), CHAIN, RunRequest({"x": 1}, meta={"workspace": flooded}),
                               dispatch=queued(celery))  # waits in its lane, never taken
     lost_one = await start_run(store, make_registry(), CHAIN, RunRequest({"x": 1}, meta={"workspace": quiet}),
                                dispatch=lost)
+    assert lane_of(backlog, lanes) != lane_of(lost_one, lanes)
     await asyncio.sleep(GRACE_S + 0.05)
     assert (await sweeper(store, sent).sweep_once()).resent == [(lost_one, "t")]
     assert await store.redis.llen(queue_for(backlog, lanes)) == 1
@@ -152,3 +150,85 @@ async def test_the_run_store_stamps_deadlines_retries_and_events_with_redis_cloc
     events = await events_of(store, plan.run_id)
     assert [e.event_type for e in events] == ["run_started", "started", "retry"]
     assert all(abs(e.timestamp - redis_now) < 5 for e in events)
+
+
+# --- the broker elsewhere (ORCH_BROKER_URL): its lanes are read where they are -------------
+
+
+@pytest.fixture(scope="module")
+def broker_server() -> Iterator[EmbeddedRedis]:
+
+    with EmbeddedRedis(unix_socket=False) as server:
+        yield server
+
+
+@pytest.fixture
+async def split(redis_server: EmbeddedRedis, broker_server: EmbeddedRedis) -> Any:
+    """A store on the state Redis whose settings put the broker on a second Redis, and a
+    Celery app publishing there (no worker takes anything)."""
+    from orchestrator.queue import depth
+    from orchestrator.queue.app import make_celery
+    from tests.liveness.conftest import SETTINGS
+
+    settings = SETTINGS.model_copy(update={"broker_url": broker_server.url, "max_queued_nodes": 2})
+    s = RedisRunStore.from_url(redis_server.url, settings)
+    await s.redis.flushdb()
+    broker = RedisRunStore.from_url(broker_server.url, settings).redis
+    await broker.flushdb()
+    app = make_celery(redis_server.url, settings)
+    depth.reset()
+    try:
+        yield s, app, broker
+    finally:
+        app.close()
+        depth.reset()
+        await depth.close_clients()
+        await broker.aclose()
+        await s.close()
+
+
+async def test_a_backlog_on_the_brokers_own_redis_is_not_sent_again(split: Any, sent: Any) -> None:
+    store, app, broker = split
+    waiting = await start(store, queued(app))
+    lane = queue_for(waiting, store.settings.lanes)
+    assert await broker.llen(lane) == 1 and await store.redis.llen(lane) == 0  # on the broker, not the state
+    s = Sweeper(store, sent, store.settings, undispatched_grace_s=GRACE_S)
+    await asyncio.sleep(GRACE_S + 0.05)
+    assert (await s.sweep_once()).resent == []  # still waiting on the broker: not lost
+    assert await broker.rpop(lane)  # a worker took it ... and lost it
+    await asyncio.sleep(GRACE_S + 0.05)
+    assert (await s.sweep_once()).resent == [(waiting, "t")]
+
+
+async def test_back_pressure_counts_the_messages_on_the_brokers_own_redis(split: Any) -> None:
+    from orchestrator.errors import OverloadedError
+    from orchestrator.queue import depth
+    from orchestrator.service import admission
+
+    store, app, _ = split
+    await admission.check(store.redis, store.settings)  # nothing queued yet
+    for _ in range(2):
+        await start(store, queued(app))
+    depth.reset()  # the reading a start reuses for half a second
+    with pytest.raises(OverloadedError, match="2 nodes are queued"):
+        await admission.check(store.redis, store.settings)
+
+
+@pytest.mark.parametrize(("ready", "resent"), [(3, False), (0, True)])
+async def test_on_rabbitmq_a_lane_with_messages_ready_counts_none_lost(
+    store: RedisRunStore, sent: Any, monkeypatch: pytest.MonkeyPatch, ready: int, resent: bool,
+) -> None:
+    """RabbitMQ's queues cannot be read without taking their messages: a lane with
+    messages ready may hold the node's, so nothing of it is sent again this pass."""
+    from orchestrator.queue import depth
+
+    async def sample(url: str, queues: list[str]) -> dict[str, int]:
+        assert url.startswith("amqp://")
+        return dict.fromkeys(queues, ready)
+
+    monkeypatch.setattr(depth, "node_queue_depth", sample)
+    settings = store.settings.model_copy(update={"broker_url": "amqp://guest:guest@127.0.0.1:1//"})
+    run_id = await start(store, lost)
+    await asyncio.sleep(GRACE_S + 0.05)
+    report = await Sweeper(store, sent, settings, undispatched_grace_s=GRACE_S).sweep_once()
+    assert report.resent == ([(run_id, "t")] if resent else [])

@@ -73,11 +73,8 @@ def node_redis() -> Iterator[Any]:
     """A real redis-server on a free port for nodes that read credentials and files."""
     from orchestrator.local.embedded_redis import EmbeddedRedis
 
-    server = EmbeddedRedis(unix_socket=False).start()
-    try:
+    with EmbeddedRedis(unix_socket=False) as server:
         yield server
-    finally:
-        server.stop()
 
 
 CREDENTIALS_KEY = "kS3i5vyfYd4YJ0k7oC2x6M9yM8p0PZp8w3r9T3eT4mU="

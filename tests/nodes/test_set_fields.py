@@ -38,3 +38,11 @@ async def test_set_fields_rejects_fields_that_are_not_an_object() -> None:
 async def test_set_fields_keep_input_needs_an_object_input() -> None:
     with pytest.raises(ValueError, match="'keep_input'"):
         await run_node("set_fields", {"fields": {"a": 1}}, {"input": [1, 2]})
+
+
+async def test_set_fields_inside_a_list_leaves_the_inputs_list_untouched() -> None:
+    given = {"items": [{"n": 1, "tags": ["a"]}, {"n": 2}], "when": None, "ratio": 0.5}
+    data = {"fields": {"items.0.n": 9, "items.0.tags.0": "b"}}
+    out = values(await run_node("set_fields", data, {"input": given}))["output"]
+    assert out == {"items": [{"n": 9, "tags": ["b"]}, {"n": 2}], "when": None, "ratio": 0.5}
+    assert given["items"] == [{"n": 1, "tags": ["a"]}, {"n": 2}]

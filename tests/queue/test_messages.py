@@ -18,7 +18,6 @@ from orchestrator.queue.dispatch import make_async_dispatch, make_dispatch, send
 from orchestrator.queue.lanes import queue_for
 from orchestrator.queue.messages import NodeMessages, redis_url_of
 from orchestrator.settings import Settings
-from tests.support import redis_server as start_redis
 
 # Per process or per message in Celery too: who sent it, where results would go, kombu's tag.
 VARYING = {("headers", "origin"), ("properties", "reply_to"), ("properties", "delivery_tag")}
@@ -26,11 +25,8 @@ VARYING = {("headers", "origin"), ("properties", "reply_to"), ("properties", "de
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[EmbeddedRedis]:
-    started = start_redis()
-    try:
+    with EmbeddedRedis(unix_socket=False) as started:
         yield started
-    finally:
-        started.stop()
 
 
 @pytest.fixture
@@ -56,13 +52,13 @@ def lane(run_id: str) -> str:
     return queue_for(run_id, Settings().lanes)
 
 
-def celery_messages(url: str, client: redis.Redis, run_id: str, node_ids: list[str]) -> list[bytes]:
+def celery_messages(url: str, client: redis.Redis, run_id: str, node_ids: list[str], plan: str = "") -> list[bytes]:
     """What Celery's own send_task puts on the queue (the path taken with a countdown of 0)."""
     app = make_celery(url, Settings())
     with app.producer_or_acquire() as producer, producer.batch():
         for node_id in node_ids:
-            app.send_task("orchestrator.node", args=(run_id, node_id), task_id=f"{run_id}:{node_id}",
-                          queue=lane(run_id), producer=producer)
+            app.send_task("orchestrator.node", args=(run_id, node_id, plan) if plan else (run_id, node_id),
+                          task_id=f"{run_id}:{node_id}", queue=lane(run_id), producer=producer)
     raw = client.lrange(lane(run_id), 0, -1)
     client.delete(lane(run_id))
     return list(raw)
@@ -75,6 +71,16 @@ def test_a_template_message_is_the_message_celery_publishes(server: EmbeddedRedi
     got = client.lrange(lane(run_id), 0, -1)
     assert [comparable(m) for m in got] == [comparable(m) for m in expected]
     assert len({json.loads(m)["properties"]["delivery_tag"] for m in got}) == 2  # kombu acks by this tag
+
+
+def test_a_template_message_with_a_plan_reference_is_the_message_celery_publishes(
+        server: EmbeddedRedis, client: redis.Redis) -> None:
+    run_id, nodes, plan = "3f2a", ["n1"], "0123456789abcdef0123456789abcdef"
+    expected = celery_messages(server.url, client, run_id, nodes, plan)
+    send_nodes(make_celery(server.url, Settings()), run_id, nodes, plan=plan)
+    got = client.lrange(lane(run_id), 0, -1)
+    assert [comparable(m) for m in got] == [comparable(m) for m in expected]
+    assert comparable(got[0])["body"][0] == [run_id, "n1", plan]
 
 
 def test_the_first_node_is_the_first_a_worker_takes(server: EmbeddedRedis, client: redis.Redis) -> None:

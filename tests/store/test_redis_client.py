@@ -99,6 +99,7 @@ PACKED_ARGS: list[tuple[object, ...]] = [
     ("CONFIG GET", "maxmemory"),
     (b"CLIENT SETNAME", "x"),
     ("SET", "k", memoryview(b"view"), bytearray(b"array")),
+    ("SET", "k", memoryview(b"a-s-t-r-i-d-e")[::2]),  # hiredis alone would pack its whole buffer
 ]
 
 

@@ -96,11 +96,8 @@ def serve_api(settings: Any, port: int) -> ApiServer:
 
 @pytest.fixture(scope="module")
 def redis_server() -> Iterator[EmbeddedRedis]:
-    server = EmbeddedRedis(unix_socket=False).start()
-    try:
+    with EmbeddedRedis(unix_socket=False) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")

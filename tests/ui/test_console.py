@@ -94,7 +94,9 @@ def test_the_sign_in_page_says_where_keys_come_from_and_offers_no_sign_out(conso
 
 
 def test_a_run_lights_up_live_and_shows_node_outputs(console: Console) -> None:
-    console.api("POST", "/graphs", slow_graph("ui-live"))
+    # p1 runs 2.5 s: long enough that a page opened on a loaded machine still sees it live
+    # (with 1.2 s it was seen replaying a p1 that had already handed over to p2)
+    console.api("POST", "/graphs", slow_graph("ui-live", delay_s=2.5))
     run_id = console.api("POST", "/graphs/ui-live/runs", {"input": {"hello": "world"}})["run_id"]
     console.go(f"runs/{run_id}")
     wait_state(console, "p1", "running")
@@ -105,7 +107,7 @@ def test_a_run_lights_up_live_and_shows_node_outputs(console: Console) -> None:
     console.page.click(".node-item[data-node='p2']")
     assert "world" in (console.page.locator("#node-outputs + pre").text_content() or "")
     resolved = console.page.locator("h3:has-text('Parameters (resolved)') + pre").text_content() or ""
-    assert '"delay_s": 1.2' in resolved  # from the completed event: the value the node ran with
+    assert '"delay_s": 2.5' in resolved  # from the completed event: the value the node ran with
     console.page.click("#tab-timeline")
     assert console.page.locator(".tl-row").count() == 3
     console.shot("run-done", BOTH)

@@ -1,0 +1,118 @@
+"""A worker's CPU per run, measured in process: the node steps alone, no broker, no starts.
+
+    .venv/bin/python bench/worker_cpu.py [--shapes fanout50,chain20] [--runs 100] [--profile 30]
+
+Starts its own redis-server, builds this process's worker state (``workers.process_state``,
+the loop thread and store a worker process uses, with room for every node at once), starts
+``--runs`` runs of each shape through ``runs.start_run`` (not measured), then runs them all
+with ``workers.tasks.run_here`` on the loop, 8 runs at a time, as a worker does when a run's
+first node message arrives: a fan-out's branches and a chain's links are taken from the
+run's queue at each completion. Reports the process's CPU per run over that part (the loop
+thread and the Redis client; Redis itself is another process). On a loaded machine this is
+steadier than ``runs_per_s.py``'s runs per second: pair before and after back to back.
+
+``--profile N`` also prints the N most expensive functions by own CPU time (cProfile on
+CPU time, several times slower: read the shares, not the total).
+
+Shapes: ``fanout50`` (trigger -> 50 set_fields -> the bench pack's join), ``chain20``
+(trigger + 19 set_fields). Prints JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import gc
+import json
+import os
+import pstats
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+
+from bench.chain import chain_graph  # noqa: E402
+from bench.fanout import PACK, fanout_merge_graph  # noqa: E402
+from orchestrator.local.embedded_redis import EmbeddedRedis  # noqa: E402
+
+SHAPES = {"fanout50": lambda: fanout_merge_graph(50), "chain20": lambda: chain_graph(20)}
+IN_FLIGHT = 8  # runs at a time
+WARM_RUNS = 10
+
+
+def measure(shapes: list[str], runs: int, profile: int) -> dict[str, Any]:
+    from orchestrator.service.runs import RunRequest, start_run
+    from workers import process_state
+    from workers.tasks import run_here
+
+    process_state.set_capacity(10_000)  # every node of the runs in flight runs here, none is sent
+    state = process_state.process_state()
+
+    async def no_dispatch(run_id: str, nodes: list[str]) -> None:
+        """Nothing goes to the broker: the measured part runs each run's first node itself."""
+
+    async def started(graph: dict[str, Any], count: int) -> list[str]:
+        return [await start_run(state.store, state.registry, graph, RunRequest({"x": 1}), dispatch=no_dispatch)
+                for _ in range(count)]
+
+    async def run_all(run_ids: list[str], first: str, profiler: cProfile.Profile | None = None) -> None:
+        gate = asyncio.Semaphore(IN_FLIGHT)
+
+        async def one(run_id: str) -> None:
+            async with gate:
+                await run_here(run_id, first)
+
+        if profiler:  # on the loop thread, where the steps run
+            profiler.enable()
+        try:
+            await asyncio.gather(*(one(r) for r in run_ids))
+        finally:
+            if profiler:
+                profiler.disable()
+
+    result: dict[str, Any] = {}
+    try:
+        for shape in shapes:
+            graph = SHAPES[shape]()
+            first = graph["nodes"][0]["id"]
+            state.run(run_all(state.run(started(graph, WARM_RUNS)), first))
+            run_ids = state.run(started(graph, runs))
+            gc.collect()
+            gc.freeze()  # as a worker process does once its node packs are loaded
+            profiler = cProfile.Profile(time.process_time) if profile else None
+            cpu0, wall0 = time.process_time(), time.monotonic()
+            state.run(run_all(run_ids, first, profiler))
+            cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+            result[shape] = {"runs": runs, "cpu_ms_per_run": round(cpu * 1000 / runs, 2),
+                             "wall_ms_per_run": round(wall * 1000 / runs, 2)}
+            if profiler:
+                print(f"--- {shape}: own CPU time, top {profile}", file=sys.stderr)
+                pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(profile)
+    finally:
+        process_state.reset()
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", default=",".join(SHAPES), help="of " + ",".join(SHAPES))
+    parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--profile", type=int, default=0, help="print the top N functions (cProfile)")
+    args = parser.parse_args()
+    shapes = args.shapes.split(",")
+    if unknown := set(shapes) - set(SHAPES):
+        parser.error(f"--shapes: unknown shape(s) {sorted(unknown)}; known: {', '.join(SHAPES)}")
+    with EmbeddedRedis(unix_socket=False) as server:
+        os.environ["REDIS_URL"] = os.environ["ORCH_REDIS_URL"] = server.url  # read when the state is built
+        os.environ["ORCH_NODE_PATHS"] = str(PACK)
+        result = measure(shapes, args.runs, args.profile)
+    result["load_average"] = os.getloadavg()
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
