@@ -24,6 +24,7 @@ import asyncio
 import logging
 import threading
 import time
+import weakref
 from typing import Any
 
 from kombu import Connection
@@ -81,7 +82,9 @@ class _Sampler:
 
 
 _samplers: dict[tuple[str, tuple[str, ...]], _Sampler] = {}
-_broker_clients: dict[tuple[str, int], Redis] = {}
+# (url, id(loop)) -> (the loop, weakly, and its client): a loop's id can be reused once it is
+# gone, so an entry counts only while its loop is the one asking.
+_broker_clients: dict[tuple[str, int], tuple[weakref.ref[asyncio.AbstractEventLoop], Redis]] = {}
 
 
 async def node_queue_depth(url: str, queues: list[str]) -> dict[str, int]:
@@ -110,10 +113,12 @@ def reset() -> None:
 
 
 async def close_clients() -> None:
-    """Close the broker clients :func:`broker_redis` keeps (tests; a process ending)."""
-    clients = list(_broker_clients.values())
-    _broker_clients.clear()
-    for client in clients:
+    """Close the broker clients :func:`broker_redis` keeps for the running loop (tests; a
+    process ending)."""
+    loop = asyncio.get_running_loop()
+    ours = [key for key, (owner, _) in _broker_clients.items() if owner() is loop]
+    for key in ours:
+        _, client = _broker_clients.pop(key)
         await client.aclose()
 
 
@@ -125,11 +130,12 @@ def broker_redis(broker_url: str | None, state: Redis) -> Redis | None:
         return state
     if is_amqp(broker_url):
         return None
-    key = (broker_url, id(asyncio.get_running_loop()))
-    client = _broker_clients.get(key)
-    if client is None:
-        client = _broker_clients[key] = redis_client.client(broker_url, decode_responses=True)
-    return client
+    loop = asyncio.get_running_loop()
+    key = (broker_url, id(loop))
+    entry = _broker_clients.get(key)
+    if entry is None or entry[0]() is not loop:
+        entry = _broker_clients[key] = (weakref.ref(loop), redis_client.client(broker_url, decode_responses=True))
+    return entry[1]
 
 
 class BrokerLanes:

@@ -24,7 +24,8 @@ module imports nothing of Celery.
 from __future__ import annotations
 
 import uuid
-import zlib
+
+from orchestrator.store.lanes import hash_tag
 
 NODE_QUEUE = "orchestrator"  # lane 0; lane i > 0 is "orchestrator.<i>"
 TAG_CHARS = 2  # a run id's first two hex digits: its tag (its lane modulo ORCH_LANES)
@@ -38,14 +39,9 @@ def lane_queues(lanes: int) -> list[str]:
     return [NODE_QUEUE] + [f"{NODE_QUEUE}.{i}" for i in range(1, lanes)]
 
 
-def workspace_tag(workspace: str) -> str:
-    """The two hex digits every run id of ``workspace`` starts with."""
-    return f"{zlib.crc32(workspace.encode()) & 0xFF:02x}"
-
-
 def new_run_id(workspace: str) -> str:
     """A fresh run id (32 hex digits, uuid4 entropy) of ``workspace``'s hash lane."""
-    return workspace_tag(workspace) + uuid.uuid4().hex[TAG_CHARS:]
+    return run_id_with_tag(hash_tag(workspace))
 
 
 def run_id_with_tag(tag: int) -> str:
@@ -61,7 +57,7 @@ def run_tag(run_id: str) -> int:
     head = run_id[:TAG_CHARS]
     if len(head) == TAG_CHARS and set(head) <= _HEX:
         return int(head, 16)
-    return zlib.crc32(run_id.encode()) & 0xFF
+    return hash_tag(run_id)
 
 
 def tagged(parent_run_id: str, digest: str) -> str:

@@ -55,9 +55,10 @@ FALLBACK_S = 5.0  # after a failed ask, runs take the hash tag this long before 
 ASK_ERRORS = (RedisError, OSError, asyncio.TimeoutError)
 
 
-def hash_tag(workspace: str) -> int:
-    """The tag (0-255) hashing gives ``workspace``: a run's tag when its lanes cannot be asked."""
-    return zlib.crc32(workspace.encode()) & 0xFF
+def hash_tag(name: str) -> int:
+    """The tag (0-255) hashing gives ``name``: a workspace's run tag when its lanes cannot be
+    asked, and the tag of a caller-chosen run id without a hex tag (the one hash of lanes)."""
+    return zlib.crc32(name.encode()) & 0xFF
 
 
 def choose_lanes(others: Mapping[str, Sequence[int]], held: Sequence[int], want: int, lanes: int,
