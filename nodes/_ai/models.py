@@ -22,6 +22,8 @@ and keys from the environment: a graph chooses only the model id.
 With ``ORCH_OFFLINE_MODELS=1`` every spec resolves to the dry-run model.
 
 API keys are never read from graph JSON (a spec carrying ``api_key`` is rejected).
+Agno is imported when a model is resolved, not with this module (``embedders`` imports it
+at node discovery).
 ``orchestrator/host/redaction.py`` masks secrets in events and errors; the key of a
 credential a model uses is registered there for the node execution.
 """
@@ -31,18 +33,17 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agno.models.base import Model
-from agno.models.utils import get_model
-
-from nodes._ai.dryrun import DryRunModel
 from orchestrator.host.endpoint import resolve_endpoint
 from orchestrator.host.flow import gate_for
 from orchestrator.host.node_host import node_host
 from orchestrator.host.redaction import mask_also
 from orchestrator.kernel.errors import ParameterError
 from orchestrator.kernel.protocol import FlowContext
+
+if TYPE_CHECKING:
+    from agno.models.base import Model
 
 OFFLINE_ENV = "ORCH_OFFLINE_MODELS"
 DRYRUN_PROVIDERS = frozenset({"dryrun", "dry-run"})
@@ -117,6 +118,8 @@ async def resolve_model(spec: str | dict[str, Any] | None, ctx: FlowContext, *,
     host = node_host(ctx)
     settings = host.settings
     if offline() or provider in DRYRUN_PROVIDERS:
+        from nodes._ai.dryrun import DryRunModel
+
         steps = script
         if steps is None and provider in DRYRUN_PROVIDERS and model_id.endswith(".json"):
             steps = load_script(model_id, settings.dryrun_scripts_dir)
@@ -135,6 +138,8 @@ async def resolve_model(spec: str | dict[str, Any] | None, ctx: FlowContext, *,
         if extra:
             raise ParameterError(f"model spec {spec_label(spec)!r}: base_url and credential apply to "
                                  f"{' and '.join(sorted(OPENAI_PROVIDERS))} only", parameter="model")
+        from agno.models.utils import get_model
+
         try:
             resolved = get_model(f"{provider}:{model_id}")
         except (ValueError, ImportError) as exc:

@@ -3,11 +3,12 @@
 ``SqliteVectorStore`` (the embedded default) keeps the collections of one workspace in
 one SQLite file (``default``: ``ORCH_VECTOR_SQLITE_PATH``; any other workspace its own
 ``vectors.sqlite3`` in its folder, ``orchestrator/host/workspace.py``) and searches exactly (cosine,
-numpy) over the collection's matrix, cached per process and reloaded when the collection's
-version changes. It needs no service, and every worker process on the machine shares it
-through SQLite's own locking (WAL). ``PgVectorStore`` is the server every worker of a
-deployment shares: PostgreSQL with the pgvector extension, one table per collection of a
-workspace with an HNSW cosine index, through SQLAlchemy's async engine (asyncpg).
+numpy, imported on first use rather than at node discovery) over the collection's matrix,
+cached per process and reloaded when the collection's version changes. It needs no service,
+and every worker process on the machine shares it through SQLite's own locking (WAL).
+``PgVectorStore`` is the server every worker of a deployment shares: PostgreSQL with the
+pgvector extension, one table per collection of a workspace with an HNSW cosine index,
+through SQLAlchemy's async engine (asyncpg).
 
 A store object is one workspace's: collection names are namespaced by the workspace it
 was opened for (``services.open_vector_store``), so another workspace's collection of the
@@ -33,8 +34,6 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
-
-import numpy as np
 
 from orchestrator.kernel.errors import NodeExecutionError, ParameterError
 
@@ -112,6 +111,8 @@ _CACHE_LOCK = threading.Lock()
 
 
 def _normalised(vector: list[float]) -> Any:
+    import numpy as np
+
     arr = np.asarray(vector, dtype=np.float32)
     norm = float(np.linalg.norm(arr))
     return arr / norm if norm else arr
@@ -173,6 +174,8 @@ class SqliteVectorStore:
         return len(doomed)
 
     def _matrix(self, collection: str) -> _Matrix | None:
+        import numpy as np
+
         conn = self._connect()
         try:
             known = self._dims(conn, collection)
@@ -196,6 +199,8 @@ class SqliteVectorStore:
         return matrix
 
     def _query(self, collection: str, vector: list[float], top_k: int, where: dict[str, Any] | None) -> list[Hit]:
+        import numpy as np
+
         matrix = self._matrix(collection)
         if matrix is None or not matrix.ids:
             return []

@@ -38,6 +38,9 @@ authorizer (:class:`SqliteGuard`) that refuses, before the statement runs:
   :data:`PRAGMAS_READ` (read, not set) and :data:`PRAGMAS_SET`: the rest change the file,
   the connection's guards (``query_only``), memory use, or reveal the file's path
   (``database_list``).
+
+SQLAlchemy and the drivers are imported when a statement runs, not with this module: node
+discovery imports it in every worker and CLI process, and they cost about a second there.
 """
 
 from __future__ import annotations
@@ -51,17 +54,14 @@ import sqlite3
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import aiosqlite
-import asyncpg
-from sqlalchemy import text
-from sqlalchemy.engine import Connection, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
-from sqlalchemy.pool import NullPool
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.kernel.errors import NodeExecutionError, NodeTimeoutError, OrchestratorError, ParameterError
+
+if TYPE_CHECKING:
+    import aiosqlite
+    from sqlalchemy.engine import URL, Connection
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 DRIVERS = {"postgresql": "postgresql+asyncpg", "postgres": "postgresql+asyncpg", "sqlite": "sqlite+aiosqlite"}
 
@@ -98,12 +98,19 @@ def sqlite_limits(max_bytes: int) -> dict[int, int]:
     }
 
 
-def async_url(raw: str) -> str:
-    """``postgresql://`` / ``sqlite:///`` URLs with their async driver; others refused."""
+def _parse_url(raw: str) -> URL:
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
-        url = make_url(raw)
+        return make_url(raw)
     except ArgumentError:
         raise ParameterError("the database URL is not a valid URL", parameter="credential") from None
+
+
+def async_url(raw: str) -> str:
+    """``postgresql://`` / ``sqlite:///`` URLs with their async driver; others refused."""
+    url = _parse_url(raw)
     backend = url.get_backend_name()
     if backend not in ("postgresql", "sqlite"):
         raise ParameterError(f"database {backend!r} is not supported (postgresql, sqlite)", parameter="credential")
@@ -119,10 +126,7 @@ def sqlite_url(path: str | Path) -> str:
 def sqlite_path(raw: str) -> str | None:
     """The file a ``sqlite:`` URL names (``:memory:`` for none), None for another database;
     a SQLite URL with options (``?...``) is refused: connections are opened here."""
-    try:
-        url = make_url(raw)
-    except ArgumentError:
-        raise ParameterError("the database URL is not a valid URL", parameter="credential") from None
+    url = _parse_url(raw)
     if url.get_backend_name() != "sqlite":
         return None
     if url.query:
@@ -182,6 +186,10 @@ class SqliteGuard:
 
 def _sqlite_engine(path: str, stmt: Statement, guard: SqliteGuard) -> AsyncEngine:
     """An engine whose one connection is the guarded SQLite connection to ``path``."""
+    import aiosqlite
+    from sqlalchemy.ext.asyncio import create_async_engine
+    from sqlalchemy.pool import NullPool
+
     read_only = stmt.read_only
 
     def connect() -> sqlite3.Connection:  # runs on aiosqlite's thread, which then owns it
@@ -222,6 +230,8 @@ def to_json(value: Any) -> Any:
 
 async def _prepare(conn: AsyncConnection, dialect: str, stmt: Statement) -> None:
     """PostgreSQL's per-transaction guards (SQLite's are set when it connects)."""
+    from sqlalchemy import text
+
     if dialect == "postgresql":
         if stmt.read_only:
             await conn.execute(text("SET TRANSACTION READ ONLY"))
@@ -242,6 +252,8 @@ def _json_bytes(value: Any) -> int:
 def _fetch(conn: Connection, stmt: Statement) -> dict[str, Any]:
     """Run ``stmt`` and read its rows within the budgets (on SQLAlchemy's greenlet, through
     ``AsyncConnection.run_sync``: the sync ``Result`` API over the async drivers)."""
+    from sqlalchemy import text
+
     # A server-side cursor cannot run a statement per parameter set, and asyncpg's does not
     # report the rows a write changed: PostgreSQL writes keep the plain cursor (see above).
     if isinstance(stmt.parameters, list) or (conn.dialect.name == "postgresql" and not stmt.read_only):
@@ -275,9 +287,12 @@ async def _execute(conn: AsyncConnection, stmt: Statement) -> dict[str, Any]:
     return await conn.run_sync(_fetch, stmt)
 
 
-# The drivers' own errors: SQLAlchemy wraps them as DBAPIError when a statement starts, but
-# not when a server-side cursor fetches its rows (asyncpg's and aiosqlite's adapters).
-DRIVER_ERRORS = (sqlite3.Error, asyncpg.PostgresError)
+def _driver_errors() -> tuple[type[Exception], ...]:
+    """The drivers' own errors: SQLAlchemy wraps them as DBAPIError when a statement starts,
+    but not when a server-side cursor fetches its rows (asyncpg's and aiosqlite's adapters)."""
+    import asyncpg
+
+    return (sqlite3.Error, asyncpg.PostgresError)
 
 
 def _refusal(orig: BaseException | None, stmt: Statement, guard: SqliteGuard) -> OrchestratorError:
@@ -296,12 +311,17 @@ def _refusal(orig: BaseException | None, stmt: Statement, guard: SqliteGuard) ->
 
 async def run_statement(url: str, stmt: Statement) -> dict[str, Any]:
     """Run ``stmt`` on the database at ``url`` (see the module docstring)."""
+    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+    from sqlalchemy.ext.asyncio import create_async_engine
+    from sqlalchemy.pool import NullPool
+
     path = sqlite_path(url)
     sql_max_bytes = min(SQL_MAX_BYTES, stmt.max_bytes)
     if len(stmt.sql.encode()) > sql_max_bytes:
         raise ParameterError(f"the statement is longer than {sql_max_bytes} bytes (SQLITE_LIMIT_SQL_LENGTH); "
                              "values go in parameters", parameter="query")
     guard = SqliteGuard()
+    errors = _driver_errors()
     engine = (_sqlite_engine(path, stmt, guard) if path is not None
               else create_async_engine(async_url(url), poolclass=NullPool))
     dialect = engine.dialect.name
@@ -317,9 +337,10 @@ async def run_statement(url: str, stmt: Statement) -> dict[str, Any]:
                     driver = (await conn.get_raw_connection()).driver_connection
                     if driver is not None:
                         await driver.interrupt()
+                    ended: tuple[type[Exception], ...] = (SQLAlchemyError, *errors)
                     try:
                         await work
-                    except (SQLAlchemyError, *DRIVER_ERRORS):
+                    except ended:
                         pass
                 else:
                     work.cancel()
@@ -329,7 +350,7 @@ async def run_statement(url: str, stmt: Statement) -> dict[str, Any]:
             return out
     except DBAPIError as exc:
         raise _refusal(exc.orig, stmt, guard) from None
-    except DRIVER_ERRORS as exc:
+    except errors as exc:
         raise _refusal(exc, stmt, guard) from None
     except (SQLAlchemyError, OSError) as exc:
         raise NodeExecutionError(f"database error: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}") from None

@@ -18,18 +18,16 @@ When the kernel cancels the node (the run ended, or the node timed out) the Agno
 cancelled with it and its MCP connections close (see :class:`~nodes._ai.runner.AgnoStream`).
 
 ``materialize("agent")``: a :class:`~nodes._ai.builder.SubAgent` (a Team member).
+
+Agno and ``nodes._ai`` are imported when the node first runs, not at node discovery: they
+cost every worker and CLI process about a second otherwise.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agno.run.requirement import RunRequirement
-
-from nodes._ai import workflow_tools
-from nodes._ai.builder import SubAgent, build_runner, model_label, user_message
-from nodes._ai.runner import AgnoStream, agno_run_id
 from orchestrator.kernel.errors import ParameterError, SuspendRequested
 from orchestrator.kernel.protocol import (
     DataValue,
@@ -39,12 +37,17 @@ from orchestrator.kernel.protocol import (
     NodeEvent,
 )
 
+if TYPE_CHECKING:
+    from agno.run.requirement import RunRequirement
+
 
 def _session(ctx: FlowContext) -> str:
     return ctx.session_id or ctx.run_id
 
 
 def _resolve_requirements(payload: dict[str, Any], decision_input: Any) -> list[RunRequirement]:
+    from agno.run.requirement import RunRequirement
+
     decision_input = decision_input or {}
     decision = decision_input.get("decision")
     if decision not in ("approve", "reject"):
@@ -69,6 +72,10 @@ class AgentExecutor:
     async def execute(
         self, data: dict[str, Any], inputs: dict[str, DataValue], ctx: FlowContext
     ) -> AsyncIterator[NodeEvent | ExecutionResult]:
+        from nodes._ai import workflow_tools
+        from nodes._ai.builder import build_runner, model_label, user_message
+        from nodes._ai.runner import AgnoStream, agno_run_id
+
         runner = await build_runner(data, ctx)
         name = str(runner.name)
         session_id = _session(ctx)
@@ -119,6 +126,8 @@ class AgentExecutor:
             raise ParameterError(f"agent offers only the 'agent' link, not {output_handle!r}",
                                  node_id=ctx.node_id, node_name=ctx.node_name,
                                  handle=output_handle)
+        from nodes._ai.builder import SubAgent, build_runner
+
         member = await build_runner(data, ctx, member=True)
         return SubAgent(node_id=ctx.node_id, name=str(member.name), member=member)
 

@@ -13,9 +13,6 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any
 
-from nodes._ai.builder import parse_script, user_message
-from nodes._ai.models import resolve_model
-from nodes._ai.runner import complete_text
 from orchestrator.kernel.errors import ParameterError
 from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext, NodeEvent
 
@@ -51,6 +48,11 @@ class ClassifierExecutor:
     async def execute(
         self, data: dict[str, Any], inputs: dict[str, DataValue], ctx: FlowContext
     ) -> AsyncIterator[NodeEvent | ExecutionResult]:
+        # Agno loads with these, at the first execution, not at node discovery (nodes/_ai).
+        from nodes._ai.builder import parse_script, user_message
+        from nodes._ai.models import resolve_model
+        from nodes._ai.runner import complete_text
+
         labels = _labels(data.get("labels"), ctx)
         model = await resolve_model(data.get("model"), ctx, script=parse_script(data.get("script")))
         system = SYSTEM.format(labels=", ".join(labels))

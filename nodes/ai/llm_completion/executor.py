@@ -5,9 +5,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from nodes._ai.builder import parse_script, user_message
-from nodes._ai.models import resolve_model
-from nodes._ai.runner import complete_text
 from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext, NodeEvent
 
 
@@ -17,6 +14,11 @@ class LlmCompletionExecutor:
     async def execute(
         self, data: dict[str, Any], inputs: dict[str, DataValue], ctx: FlowContext
     ) -> AsyncIterator[NodeEvent | ExecutionResult]:
+        # Agno loads with these, at the first execution, not at node discovery (nodes/_ai).
+        from nodes._ai.builder import parse_script, user_message
+        from nodes._ai.models import resolve_model
+        from nodes._ai.runner import complete_text
+
         temperature = data.get("temperature")
         model = await resolve_model(data.get("model"), ctx, script=parse_script(data.get("script")),
                                     temperature=float(temperature) if temperature is not None else None)

@@ -29,9 +29,6 @@ from jsonschema_specifications import REGISTRY as SPECIFICATIONS
 from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
-from nodes._ai.builder import parse_script, user_message
-from nodes._ai.models import resolve_model
-from nodes._ai.runner import complete_text
 from nodes._shared.json_schemas import bounded_validator, check_patterns
 from nodes._shared.patterns import PatternClock
 from orchestrator.host.node_host import node_host
@@ -106,6 +103,11 @@ class StructuredOutputExecutor:
     async def execute(
         self, data: dict[str, Any], inputs: dict[str, DataValue], ctx: FlowContext
     ) -> AsyncIterator[NodeEvent | ExecutionResult]:
+        # Agno loads with these, at the first execution, not at node discovery (nodes/_ai).
+        from nodes._ai.builder import parse_script, user_message
+        from nodes._ai.models import resolve_model
+        from nodes._ai.runner import complete_text
+
         schema = data.get("schema")
         if isinstance(schema, str):
             schema = json.loads(schema)

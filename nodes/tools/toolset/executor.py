@@ -2,18 +2,19 @@
 
 ``toolkits`` names toolkits; ``requires_approval`` names tools that pause the run for a
 human decision. An unknown toolkit or tool name is a ``ParameterError`` naming the node.
+Agno loads when a toolset is materialized, not at node discovery.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agno.tools import Toolkit
-
-from nodes._ai.toolkits import build_toolkit
 from orchestrator.kernel.errors import ParameterError
 from orchestrator.kernel.protocol import FlowContext
+
+if TYPE_CHECKING:
+    from agno.tools import Toolkit
 
 
 def _names(raw: Any, parameter: str, ctx: FlowContext) -> list[str]:
@@ -33,6 +34,8 @@ class ToolsetExecutor:
 
     async def materialize(self, data: dict[str, Any], output_handle: str,
                           ctx: FlowContext) -> list[Toolkit]:
+        from nodes._ai.toolkits import build_toolkit
+
         names = _names(data.get("toolkits"), "toolkits", ctx)
         approval = _names(data.get("requires_approval"), "requires_approval", ctx)
         try:

@@ -1,13 +1,16 @@
-"""Workflow Tool: a stored graph offered to an agent as one tool (``nodes/_ai/workflow_tools.py``)."""
+"""Workflow Tool: a stored graph offered to an agent as one tool (``nodes/_ai/workflow_tools.py``,
+imported with Agno when the tool is materialized, not at node discovery)."""
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from nodes._ai.workflow_tools import WorkflowTool
 from orchestrator.kernel.errors import ParameterError
 from orchestrator.kernel.protocol import FlowContext
+
+if TYPE_CHECKING:
+    from nodes._ai.workflow_tools import WorkflowTool
 
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what model providers accept as a function name
 
@@ -30,6 +33,8 @@ class WorkflowToolExecutor:
         elif isinstance(version, bool) or not isinstance(version, int) or version < 1:
             raise ParameterError(f"parameter 'version' must be a version number, not {version!r}",
                                  parameter="version", **where)
+        from nodes._ai.workflow_tools import WorkflowTool
+
         return WorkflowTool(tool_name=name, description=str(data.get("description") or name), graph_id=graph_id,
                             version=version)
 
