@@ -23,12 +23,13 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Protocol
-
-import httpx
+from typing import TYPE_CHECKING, Any, Protocol
 
 from nodes._ai.models import offline
 from orchestrator.kernel.errors import NodeExecutionError, ParameterError
+
+if TYPE_CHECKING:
+    import httpx
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 DEFAULT_DIMENSIONS = 256
@@ -89,6 +90,8 @@ class OpenAIEmbedder:
             body["dimensions"] = self.dimensions
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         url = self.base_url.rstrip("/") + "/embeddings"
+        import httpx
+
         try:
             response = await self.client.post(url, json=body, headers=headers)
         except httpx.HTTPError as exc:

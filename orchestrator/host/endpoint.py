@@ -33,8 +33,6 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 from orchestrator.host.egress.origins import Origin
 from orchestrator.host.egress.policy import EgressPolicy
 from orchestrator.host.flow import ProviderLimits, operator_limits
@@ -71,6 +69,8 @@ class Endpoint:
 
 def normalized(url: str) -> str:
     """``url`` as compared with the operator's list: parsed, no trailing slash."""
+    import httpx  # here, not at node discovery (see egress/origins.py)
+
     return str(httpx.URL(url.strip())).rstrip("/")
 
 
@@ -98,6 +98,8 @@ def operator_key(settings: Settings) -> str:
 def _url(raw: Any, parameter: str) -> str:
     if not isinstance(raw, str):
         raise ParameterError(f"parameter {parameter!r}: base_url must be a string", parameter=parameter)
+    import httpx
+
     try:
         Origin.of(raw.strip())
         return normalized(raw)

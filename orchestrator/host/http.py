@@ -1,6 +1,6 @@
 """The HTTP client of the integration nodes: one request through the egress policy.
 
-:func:`fetch` sends an :class:`HttpCall` with :func:`orchestrator.host.egress.policy.egress_client`
+:func:`fetch` sends an :class:`HttpCall` with :func:`orchestrator.host.egress.client.egress_client`
 (every connection, redirects included, checked after DNS), attaches a credential's auth,
 reads at most ``max_bytes`` of the body, and translates httpx's errors into the error
 tree. Statuses, when ``retry_statuses`` is on: a 429 raises ``WaitRequested`` through the
@@ -34,8 +34,8 @@ from typing import Any
 import httpx
 
 from orchestrator.host.credentials import Credential, mask
+from orchestrator.host.egress.client import egress_client
 from orchestrator.host.egress.origins import Origin
-from orchestrator.host.egress.policy import egress_client
 from orchestrator.host.flow import ProviderLimits, gate_for
 from orchestrator.host.node_host import node_host
 from orchestrator.kernel.errors import (

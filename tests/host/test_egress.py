@@ -9,7 +9,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from orchestrator.host.egress.policy import EgressPolicy, egress_client
+from orchestrator.host.egress.client import egress_client
+from orchestrator.host.egress.policy import EgressPolicy
 from orchestrator.kernel.errors import EgressDeniedError
 
 

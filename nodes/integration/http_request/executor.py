@@ -1,7 +1,8 @@
 """HTTP Request: one request through the egress policy -> ``{status, headers, body, url, elapsed_ms}``.
 
 The request itself is ``orchestrator/host/http.py`` (egress, credential auth, size limit,
-status handling, retry on 429/5xx). The body is decoded by ``response_format``: ``json``,
+status handling, retry on 429/5xx), imported with httpx when the node runs, not at node
+discovery. The body is decoded by ``response_format``: ``json``,
 ``text``, or ``binary`` (stored through the file store and output as a file reference,
 ``{"$binary": {ref, mime, size}}``); ``auto`` picks by content type, and any body above
 ``inline_max_bytes`` becomes a file reference too, so large payloads stay out of the
@@ -26,20 +27,20 @@ that deduplicates on it; page N > 1 of a paginated read sends ``<key>:page-N``.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin
-
-import httpx
 
 from nodes._rag.services import as_text
 from nodes._shared.paths import get_path
 from nodes._shared.values import result
 from orchestrator.host.credentials import mask
 from orchestrator.host.files import as_binary_ref
-from orchestrator.host.http import HttpCall, HttpResponse, fetch
 from orchestrator.host.node_host import node_host
 from orchestrator.kernel.errors import NodeExecutionError, ParameterError
 from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext
+
+if TYPE_CHECKING:
+    from orchestrator.host.http import HttpCall, HttpResponse
 
 
 def _object(data: dict[str, Any], name: str) -> dict[str, Any]:
@@ -110,6 +111,8 @@ async def _decode(response: HttpResponse, fmt: str, inline_max_bytes: int, ctx: 
 def _next_url(data: dict[str, Any], response: HttpResponse, body: Any, call: HttpCall) -> str | None:
     mode = as_text(data.get("pagination")) or "none"
     if mode == "link_header":
+        import httpx
+
         link = httpx.Response(200, headers={"link": response.headers.get("link", "")}).links.get("next")
         found = link.get("url") if link else None
     elif mode == "next_url":
@@ -132,6 +135,8 @@ class HttpRequest:
     node_type = "http_request"
 
     async def execute(self, data: dict[str, Any], inputs: dict[str, DataValue], ctx: FlowContext) -> ExecutionResult:
+        from orchestrator.host.http import HttpCall, fetch
+
         url = as_text(data.get("url")).strip()
         if not url:
             raise ParameterError("parameter 'url' is required", parameter="url")

@@ -15,7 +15,6 @@ from nodes._rag.documents import parse
 from nodes._rag.services import as_text
 from nodes._shared.values import input_value, result
 from orchestrator.host.files import as_binary_ref
-from orchestrator.host.http import HttpCall, fetch
 from orchestrator.host.node_host import node_host
 from orchestrator.kernel.errors import ParameterError
 from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext
@@ -54,6 +53,8 @@ class DocumentLoader:
             docs = parse(blob.data, fmt, source=blob.name or ref.ref, mime=blob.mime or ref.mime,
                          text_field=text_field)
         elif source == "url":
+            from orchestrator.host.http import HttpCall, fetch  # with httpx, not at node discovery
+
             url = as_text(data.get("url"))
             call = HttpCall(method="GET", url=url, timeout_s=float(data.get("timeout_s") or 30),
                             max_bytes=int(data.get("max_bytes") or 32 << 20),

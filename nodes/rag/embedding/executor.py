@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
-
 from nodes._rag.documents import documents_in
 from nodes._rag.embedders import (
     DEFAULT_DIMENSIONS,
@@ -27,7 +25,6 @@ from nodes._rag.embedders import (
 from nodes._rag.services import as_text
 from nodes._shared.values import input_value, result
 from orchestrator.host.credentials import mask
-from orchestrator.host.egress.policy import egress_client
 from orchestrator.host.endpoint import resolve_endpoint
 from orchestrator.host.node_host import node_host
 from orchestrator.kernel.errors import OrchestratorError, ParameterError
@@ -50,6 +47,10 @@ async def _embed(data: dict[str, Any], ctx: FlowContext, texts: list[str]) -> tu
     credential = as_text(data.get("credential"))
     endpoint = await resolve_endpoint(ctx, base_url=as_text(data.get("base_url")), credential=credential,
                                       parameter="credential" if credential else "base_url")
+    import httpx  # here, not at node discovery
+
+    from orchestrator.host.egress.client import egress_client
+
     timeout = httpx.Timeout(float(data.get("timeout_s") or 60))
     async with egress_client(endpoint.policy(node_host(ctx).settings), timeout=timeout) as client:
         embedder = OpenAIEmbedder(name=spec, model=model, base_url=endpoint.base_url, api_key=endpoint.api_key,

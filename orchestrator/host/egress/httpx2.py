@@ -1,6 +1,6 @@
 """The egress policy for httpx2 clients (the engine of the OpenAI and MCP SDKs).
 
-:func:`egress_client_httpx2` is :func:`orchestrator.host.egress.policy.egress_client` for httpx2: an
+:func:`egress_client_httpx2` is :func:`orchestrator.host.egress.client.egress_client` for httpx2: an
 ``httpx2.AsyncClient`` whose transport's pool opens every TCP connection through
 :class:`orchestrator.host.egress.policy.GuardedConnects` (resolved and checked after DNS, on the
 address actually connected to), follows no redirect unless asked, and ignores proxies

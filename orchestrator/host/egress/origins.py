@@ -14,14 +14,17 @@ path, query, fragment or user info.
 
 URLs are parsed with httpx's parser, the one the node clients connect with, so the origin
 checked is the origin connected to (a URL that two parsers read differently cannot pass
-the check under one reading and connect under the other).
+the check under one reading and connect under the other). httpx is imported at the first
+parse, not with this module: node discovery imports it in every worker and CLI process.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import httpx
+if TYPE_CHECKING:
+    import httpx
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 WILDCARD = "*."
@@ -36,6 +39,8 @@ class Origin:
     @classmethod
     def of(cls, url: str | httpx.URL) -> Origin:
         """The origin of an http(s) URL; ``ValueError`` for anything else."""
+        import httpx
+
         try:
             parsed = url if isinstance(url, httpx.URL) else httpx.URL(url)
         except (httpx.InvalidURL, TypeError) as exc:

@@ -20,7 +20,7 @@ prefix length (48, 56, 64 or 96; RFC 6052) is the operator's choice and cannot b
 from the address, so the address is read at each length and refused if any reading is.
 
 The check runs *after* DNS resolution, at connect time, on the address actually
-connected to: :func:`egress_client` gives an ``httpx.AsyncClient`` whose transport
+connected to: ``egress_client`` (``client.py``) gives an ``httpx.AsyncClient`` whose transport
 resolves each host itself, checks every address, and connects to a checked address
 (TLS still verifies the original host name). Every connection the client opens passes
 the check, so redirects, retries and pagination need no extra care, and a DNS answer that
@@ -30,10 +30,11 @@ the environment are ignored (``trust_env=False``): a proxy would connect on our 
 Why hand-written: the maintained SSRF guards are for ``requests`` (advocate, unmaintained
 since 2020) or check a URL before the request (a time-of-check gap); httpcore's network
 backend is the one place where the address connected to is known, so the guard sits there.
-:class:`GuardedConnects` is that guard for both engines in use: httpcore (httpx, above)
-and httpcore2 (httpx2, the client of the OpenAI and MCP SDKs:
-``orchestrator/host/egress/httpx2.py``), one resolve-and-check code path; :func:`guarded` puts
-it into a transport's pool.
+:class:`GuardedConnects` is that guard for both engines in use: httpcore (httpx, above:
+``orchestrator/host/egress/client.py``) and httpcore2 (httpx2, the client of the OpenAI and
+MCP SDKs: ``orchestrator/host/egress/httpx2.py``), one resolve-and-check code path;
+:func:`guarded` puts it into a transport's pool. Neither engine is imported here: the node
+host imports this module in every worker and CLI process.
 
 :meth:`EgressPolicy.allowing` adds hosts the operator configured elsewhere (a model
 endpoint in ``ORCH_OPENAI_BASE_URL``) for one client, never for the whole process.
@@ -52,9 +53,6 @@ from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any, ClassVar, Protocol, TypeVar
 from urllib.parse import urlsplit
-
-import httpcore
-import httpx
 
 from orchestrator.kernel.errors import EgressDeniedError
 from orchestrator.settings import EgressSettings
@@ -250,12 +248,6 @@ class GuardedConnects:
         await self._inner.sleep(seconds)
 
 
-class _GuardedBackend(GuardedConnects, httpcore.AsyncNetworkBackend):
-    """httpcore's network backend with the policy applied to every TCP connect."""
-
-    engine: ClassVar[ModuleType] = httpcore
-
-
 def guarded(transport: Transport, backend: GuardedConnects) -> Transport:
     """``transport`` (httpx's or httpx2's ``AsyncHTTPTransport``) with every connection of
     its pool opened through ``backend``.
@@ -267,11 +259,3 @@ def guarded(transport: Transport, backend: GuardedConnects) -> Transport:
     """
     transport._pool._network_backend = backend
     return transport
-
-
-def egress_client(policy: EgressPolicy, **kwargs: Any) -> httpx.AsyncClient:
-    """An ``httpx.AsyncClient`` for node traffic: every connection passes ``policy`` (a
-    node's comes from its host: ``NodeHost.egress_policy``); environment proxies are not used."""
-    kwargs.setdefault("follow_redirects", False)
-    transport = guarded(httpx.AsyncHTTPTransport(), _GuardedBackend(policy))
-    return httpx.AsyncClient(transport=transport, trust_env=False, **kwargs)
