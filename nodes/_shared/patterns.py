@@ -24,10 +24,12 @@ loop (a thread), so the loop never waits on it.
 from __future__ import annotations
 
 import time
-
-import regex
+from typing import TYPE_CHECKING
 
 from orchestrator.host.node_host import standalone
+
+if TYPE_CHECKING:
+    import regex
 
 MAX_PATTERN_CHARS = 20_000
 
@@ -71,6 +73,8 @@ def compile_pattern(pattern: str, *, what: str) -> regex.Pattern[str]:
     if len(pattern) > MAX_PATTERN_CHARS:
         raise ValueError(f"{what}: the regular expression is {len(pattern)} characters, above the "
                          f"limit of {MAX_PATTERN_CHARS}")
+    import regex  # at the first pattern, not when node discovery imports the filter nodes
+
     try:
         return regex.compile(pattern, cache_pattern=False)
     except regex.error as exc:

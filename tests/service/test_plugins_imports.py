@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Imported by a node only when it executes; never at discovery or worker start.
 HEAVY = ("agno", "openai", "fastmcp", "mcp", "httpx2", "httpx", "httpcore", "sqlalchemy", "asyncpg", "aiosqlite",
-         "numpy")
+         "numpy", "jsonschema", "regex")
 
 # A fresh interpreter: records, for each heavy package, the project frames that first
 # imported it, then imports the worker's task module and loads the registry.

@@ -13,6 +13,8 @@ resolve is a ``ParameterError`` naming ``schema``.
 Validation runs in a thread (an answer can be large, a schema costly), and the schema's
 regular expressions match within one time budget per node execution
 (``nodes/_shared/json_schemas.py``; ``ORCH_PATTERN_TIMEOUT_S``).
+
+jsonschema, like Agno, is imported when the node runs, not at node discovery.
 """
 
 from __future__ import annotations
@@ -20,20 +22,16 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
-import referencing.exceptions
-from jsonschema.protocols import Validator
-from jsonschema_specifications import REGISTRY as SPECIFICATIONS
-from referencing import Registry
-from referencing.jsonschema import DRAFT202012
-
-from nodes._shared.json_schemas import bounded_validator, check_patterns
 from nodes._shared.patterns import PatternClock
 from orchestrator.host.node_host import node_host
 from orchestrator.kernel.errors import ParameterError
 from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext, NodeEvent
+
+if TYPE_CHECKING:
+    import referencing.exceptions
+    from jsonschema.protocols import Validator
 
 SYSTEM = ("Answer with a single JSON value that validates against this JSON Schema, and "
           "nothing else (no prose, no code fences):\n{schema}")
@@ -70,6 +68,13 @@ def validator(schema: dict[str, Any], clock: PatternClock) -> Validator:
     """A validator for ``schema`` whose references never leave it (see the module
     docstring) and whose patterns match on ``clock``; a ParameterError names a reference
     that does not resolve."""
+    import referencing.exceptions
+    from jsonschema_specifications import REGISTRY as SPECIFICATIONS
+    from referencing import Registry
+    from referencing.jsonschema import DRAFT202012
+
+    from nodes._shared.json_schemas import bounded_validator
+
     root = str(schema.get("$id") or "")
     registry = SPECIFICATIONS.with_resource(root, DRAFT202012.create_resource(schema)).crawl()
     resolver = registry.resolver(base_uri=root)
@@ -83,6 +88,9 @@ def validator(schema: dict[str, Any], clock: PatternClock) -> Validator:
 
 def _check(text: str, checker: Validator) -> tuple[Any, str | None]:
     """(value, None) when valid, else (None, a description of what is wrong)."""
+    import jsonschema
+    import referencing.exceptions
+
     try:
         value = _parse(text)
     except json.JSONDecodeError as exc:
@@ -103,10 +111,13 @@ class StructuredOutputExecutor:
     async def execute(
         self, data: dict[str, Any], inputs: dict[str, DataValue], ctx: FlowContext
     ) -> AsyncIterator[NodeEvent | ExecutionResult]:
-        # Agno loads with these, at the first execution, not at node discovery (nodes/_ai).
+        # Agno and jsonschema load here, at the first execution, not at node discovery.
+        import jsonschema
+
         from nodes._ai.builder import parse_script, user_message
         from nodes._ai.models import resolve_model
         from nodes._ai.runner import complete_text
+        from nodes._shared.json_schemas import check_patterns
 
         schema = data.get("schema")
         if isinstance(schema, str):

@@ -33,8 +33,6 @@ import math
 from datetime import datetime
 from typing import Any
 
-import jsonschema
-
 from nodes._shared.values import input_value, result
 from orchestrator.kernel.errors import ParameterError, SuspendRequested
 from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext
@@ -96,6 +94,8 @@ def form_schema(data: dict[str, Any]) -> dict[str, Any]:
     if found := _regex_keywords(schema):
         raise ParameterError(f"form_schema may not use {', '.join(sorted(set(found)))} "
                              "(regular expressions are not checked on forms)", parameter="form_schema")
+    import jsonschema  # here, not at node discovery
+
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as exc:
@@ -164,6 +164,8 @@ class Wait:
             return result({"output": passed})
         if via == "form":
             schema = (ctx.resume.get("payload") or {}).get("wait", {}).get("schema") or {}
+            import jsonschema
+
             validator = jsonschema.validators.validator_for(schema)(schema)  # no regex keywords
             errors = list(validator.iter_errors(answer.get("data")))
             if errors:
