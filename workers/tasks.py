@@ -16,7 +16,7 @@ finished (or that a live lease holds it), and the step returns only the successo
 answers for (taken from the queue but never claimed), which run again. A node taken from
 the queue is marked dispatched by its own claim, which for a chain's next link is made by
 the completion that hands it over (same script call: ``RunStore.complete_node``'s
-``next_claims``); if this worker dies after completing the previous node and before the
+``take.claims``); if this worker dies after completing the previous node and before the
 taken node's claim, the sweeper sends the taken node (ready, never dispatched) after its
 grace; if it dies after the claim (the node running, or claimed with the completion), its
 lease expires and the sweeper requeues it, and the new claim's fencing token makes

@@ -2,7 +2,7 @@
 and the claims its completion may make for the successor the same host runs next.
 
 A completion that hands its host the next node (a chain's next link) can claim it in the
-same store call (``RunStore.complete_node``'s ``next_claims``): the host then runs it with
+same store call (``RunStore.complete_node``'s ``Take.claims``): the host then runs it with
 no claim call of its own. The candidates are the first ``NEXT_CLAIMS`` targets of the
 node's out-edges in plan order that have no other input, the nodes a completion hands
 over first when they become ready. Per-node lists are derived once per plan
@@ -17,19 +17,20 @@ from .environment import StepEnvironment
 from .graph import Graph, Node
 from .protocol import EventType, NodeEvent
 from .scheduling import RunPlan
-from .store import NextClaim, NodeCompletion, NodeStatus
+from .store import ClaimRequest, NodeCompletion, NodeStatus
 
 NEXT_CLAIMS = 2  # successors a completion may claim for the node its host runs next
 _WHERE_EVENTS = frozenset({EventType.STARTED, EventType.COMPLETED, EventType.ERROR})
 
 
 def node_event(env: StepEnvironment, run_id: str, node: Node, event_type: str,
-               data: dict[str, Any] | None = None, attempt: int = 1) -> NodeEvent:
-    """A node event; ``started``, ``completed`` and ``error`` say which worker ran it."""
+               data: dict[str, Any] | None = None) -> NodeEvent:
+    """A node event of attempt 1 (the caller sets another); ``started``, ``completed`` and
+    ``error`` say which worker ran it."""
     if event_type in _WHERE_EVENTS:
         data = {**(data or {}), "worker_id": env.worker_id}
     return NodeEvent(run_id=run_id, node_id=node.id, node_type=node.type, node_name=node.name,
-                     event_type=event_type, data=data, attempt=attempt)
+                     event_type=event_type, data=data)
 
 
 def step_reads(plan: RunPlan, graph: Graph, node_id: str) -> list[str]:
@@ -57,12 +58,12 @@ def successors(plan: RunPlan, node_id: str) -> list[str]:
 
 
 def next_claims(env: StepEnvironment, plan: RunPlan, graph: Graph, node_id: str,
-                completion: NodeCompletion) -> list[NextClaim]:
+                completion: NodeCompletion) -> list[ClaimRequest]:
     """The claims ``completion`` of ``node_id`` may make for the successor its host runs
     next; none for a completion that readies nothing (a retry, a suspension, a stop)."""
     if completion.status not in (NodeStatus.SUCCEEDED, NodeStatus.FAILED) or completion.stop_run:
         return []
     lease_s = env.options.lease_s
-    return [NextClaim(node_id=nid, lease_s=lease_s, read=step_reads(plan, graph, nid),
+    return [ClaimRequest(node_id=nid, lease_s=lease_s, read=step_reads(plan, graph, nid),
                       started=node_event(env, plan.run_id, graph.node_by_id[nid], EventType.STARTED))
             for nid in successors(plan, node_id)]

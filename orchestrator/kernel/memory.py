@@ -11,14 +11,14 @@ import asyncio
 import copy
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import RunNotFoundError
 from .protocol import DataValue, EventType, NodeEvent
 from .scheduling import BarrierState, RunPlan, complete
-from .store import Claim, NextClaim, NodeCompletion, NodeStatus, Ready, RunRecord, RunStatus, RunStore
+from .store import Claim, ClaimRequest, NodeCompletion, NodeStatus, Ready, RunRecord, RunStatus, RunStore, Take
 
 EventCallback = Callable[[NodeEvent], Awaitable[None] | None]
 _UNSTARTED = frozenset({NodeStatus.PENDING, NodeStatus.RETRYING, NodeStatus.WAITING})
@@ -138,12 +138,11 @@ class MemoryStore(RunStore):
     async def get_run(self, run_id: str) -> RunRecord:
         return self._run(run_id).record
 
-    async def claim_node(self, run_id: str, node_id: str, *, worker_id: str, lease_s: float,
-                         started: NodeEvent, read: Sequence[str] = ()) -> Claim:
-        return await self._claim(run_id, node_id, lease_s, started, read)
+    async def claim_node(self, run_id: str, request: ClaimRequest, *, worker_id: str) -> Claim:
+        return await self._claim(run_id, request)
 
-    async def _claim(self, run_id: str, node_id: str, lease_s: float, started: NodeEvent,
-                     read: Sequence[str]) -> Claim:
+    async def _claim(self, run_id: str, request: ClaimRequest) -> Claim:
+        node_id, lease_s, started, read = request.node_id, request.lease_s, request.started, request.read
         run = self._run(run_id)
         if run.record.status not in RunStatus.ACTIVE or node_id not in run.plan.nodes:
             return Claim(kind="closed")
@@ -226,16 +225,15 @@ class MemoryStore(RunStore):
         return sorted(run.state.ready - run.state.dispatched, key=run.plan.rank().__getitem__)
 
     async def complete_node(self, run_id: str, node_id: str, completion: NodeCompletion, *,
-                            take: int | None = None, token: int | None = None,
-                            next_claims: Sequence[NextClaim] = ()) -> Ready:
+                            take: Take | None = None, token: int | None = None) -> Ready:
         again = self._run(run_id).state.status.get(node_id) in NodeStatus.FINISHED
-        ready = await self._complete(run_id, node_id, completion, take, token)
+        ready = await self._complete(run_id, node_id, completion, None if take is None else take.max_nodes, token)
         if again or take is None:  # as complete.lua: a redelivered completion hands over, claims nothing
             return ready
         first = ready.nodes[0] if ready.nodes else None
-        for candidate in next_claims:
+        for candidate in take.claims:
             if candidate.node_id == first:  # one loop step, as atomic as one script
-                claim = await self._claim(run_id, first, candidate.lease_s, candidate.started, candidate.read)
+                claim = await self._claim(run_id, candidate)
                 if claim.kind == "run":
                     ready.claim = claim
                 break

@@ -40,7 +40,7 @@ from .registry import NodeType, Registry
 from .retry import backoff_s, is_retryable
 from .runtime import GraphRuntime, RunFrame
 from .scheduling import RunPlan
-from .store import Claim, NodeCompletion, NodeStatus
+from .store import Claim, ClaimRequest, NodeCompletion, NodeStatus, Take
 from .supervision import Watch, supervise, supervisor_for, timed
 from .usage import Usage
 
@@ -175,7 +175,9 @@ class StepContext:
 
     def event(self, event_type: str, data: dict[str, Any] | None = None, attempt: int = 1) -> NodeEvent:
         """A node event; ``started``, ``completed`` and ``error`` say which worker ran it."""
-        return node_event(self.env, self.plan.run_id, self.node, event_type, data, attempt)
+        event = node_event(self.env, self.plan.run_id, self.node, event_type, data)
+        event.attempt = attempt
+        return event
 
 
 async def run_step(env: StepEnvironment, run_id: str, node_id: str, *,
@@ -205,9 +207,9 @@ async def run_step(env: StepEnvironment, run_id: str, node_id: str, *,
     node_type = registry.get(node.type, graph_id=graph.id, node_id=node.id, node_name=node.name)
     step = StepContext(env=env, plan=plan, graph=graph, node=node, node_type=node_type)
 
-    claim = claimed or await store.claim_node(run_id, node_id, worker_id=env.worker_id, lease_s=opts.lease_s,
-                                              started=step.event(EventType.STARTED),
-                                              read=step_reads(plan, graph, node.id))
+    claim = claimed or await store.claim_node(
+        run_id, ClaimRequest(node_id, lease_s=opts.lease_s, started=step.event(EventType.STARTED),
+                             read=step_reads(plan, graph, node.id)), worker_id=env.worker_id)
     if claim.kind != "run":
         return StepOutcome(ready=claim.pending_dispatch, ran=False, status=claim.kind,
                            retry_in_s=claim.retry_in_s)
@@ -230,9 +232,8 @@ async def run_step(env: StepEnvironment, run_id: str, node_id: str, *,
         for ev in completion.events:
             if ev.event_type == EventType.COMPLETED and ev.data is not None:
                 ev.data["duration_ms"] = round((time.monotonic() - started_at) * 1000, 3)
-    upcoming = () if take is None else next_claims(env, plan, graph, node.id, completion)
-    ready = await store.complete_node(run_id, node_id, completion, take=None if take is None else take(),
-                                      token=claim.token, next_claims=upcoming)
+    handover = None if take is None else Take(take(), claims=next_claims(env, plan, graph, node.id, completion))
+    ready = await store.complete_node(run_id, node_id, completion, take=handover, token=claim.token)
     if ready.stale:  # a later claim superseded this one: nothing was applied
         log.warning("run %s node %s: completion refused (token %d superseded)", run_id, node_id, claim.token)
         return StepOutcome(ready=[], ran=True, status="stale", node_type=node.type)
@@ -312,7 +313,7 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch,
                 "error": _error_info(exc, node)}, attempt)
             return NodeCompletion(status=NodeStatus.RETRYING, events=[retry], next_attempt=attempt + 1,
                                   retry_delay_s=delay), delay
-        failure = _failure(node, definition, exc, gathered, step, attempt)
+        failure = _failure(step, exc, gathered, attempt)
         for ev in failure.events:
             if ev.data is not None:
                 ev.data["parameters"] = resolved
@@ -358,8 +359,8 @@ def _pass_through(definition: NodeDefinition, gathered: _Gathered) -> ExecutionR
     return ExecutionResult(outputs={outs[0].id: DataValue("data", gathered.scope_input)})
 
 
-def _failure(node: Node, definition: NodeDefinition, exc: BaseException, gathered: _Gathered,
-             step: StepContext, attempt: int) -> NodeCompletion:
+def _failure(step: StepContext, exc: BaseException, gathered: _Gathered, attempt: int) -> NodeCompletion:
+    node, definition = step.node, step.node_type.definition
     info = _error_info(exc, node)
     mode = "stop" if getattr(exc, "stops_run", False) else node.settings.on_error
     log.warning("run %s node %s failed: %s (mode %s)", getattr(exc, "run_id", None) or "", node.id,

@@ -121,20 +121,31 @@ class Ready:
     backlog: int = 0
     stale: bool = False  # refused: the completion's token was superseded by a later claim
     # The granted claim of ``nodes[0]``, made in the same call when it was one of the
-    # completion's ``next_claims`` (else None: the caller claims it itself).
+    # completion's ``take.claims`` (else None: the caller claims it itself).
     claim: Claim | None = None
 
 
 @dataclass(frozen=True)
-class NextClaim:
-    """A node the completing caller runs next if the completion hands it over (a chain's
-    next link): ``RunStore.complete_node`` may claim it in the same call, exactly as
-    ``claim_node(node_id, lease_s=..., started=..., read=...)`` would."""
+class ClaimRequest:
+    """What a caller asks when it claims a node (``RunStore.claim_node``): the lease it
+    wants, the ``started`` event to append, and the nodes whose stored outputs a granted
+    claim carries (``read``). Also a node the completing caller runs next if the
+    completion hands it over (a chain's next link, ``Take.claims``)."""
 
     node_id: str
     lease_s: float
     started: NodeEvent
     read: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class Take:
+    """What a completing caller takes (``RunStore.complete_node``): the nodes that became
+    ready join the tail of the run's queue, and the caller takes up to ``max_nodes`` from
+    its head. When the first it takes is one of ``claims``, the same call claims it."""
+
+    max_nodes: int
+    claims: Sequence[ClaimRequest] = ()
 
 
 class RunQuery(ABC):
@@ -186,14 +197,11 @@ class RunStore(RunQuery):
         earlier run's results), so inputs and expressions can read them."""
 
     @abstractmethod
-    async def claim_node(
-        self, run_id: str, node_id: str, *, worker_id: str, lease_s: float, started: NodeEvent,
-        read: Sequence[str] = (),
-    ) -> Claim:
-        """Atomically take the node's lease under a new fencing token and mark it
-        dispatched; append ``started`` (``data.reclaimed`` / ``data.resumed`` on a reclaim or
+    async def claim_node(self, run_id: str, request: ClaimRequest, *, worker_id: str) -> Claim:
+        """Atomically take the lease of ``request.node_id`` under a new fencing token and
+        mark it dispatched; append ``request.started`` (``data.reclaimed`` / ``data.resumed`` on a reclaim or
         a resume, ``attempt`` set after a scheduled retry). A granted claim carries the
-        stored outputs of ``read``.
+        stored outputs of ``request.read``.
 
         A live lease makes the claim ``busy``, whoever holds it; a retry not yet due by the
         store's clock makes it ``early`` (nothing changes)."""
@@ -215,13 +223,12 @@ class RunStore(RunQuery):
 
     @abstractmethod
     async def complete_node(self, run_id: str, node_id: str, completion: NodeCompletion, *,
-                            take: int | None = None, token: int | None = None,
-                            next_claims: Sequence[NextClaim] = ()) -> Ready:
+                            take: Take | None = None, token: int | None = None) -> Ready:
         """Apply a completion once: store outputs, count down successors, propagate
         skips, append events, finish the run when nothing remains.
 
-        ``next_claims``: when ``Ready.nodes[0]`` is one of them, it is claimed at once with
-        its arguments (the same answer ``claim_node`` would give, in the same atomic
+        ``take.claims``: when ``Ready.nodes[0]`` is one of them, it is claimed at once with
+        its request (the same answer ``claim_node`` would give, in the same atomic
         step); a granted claim comes back as ``Ready.claim``, any other answer is dropped
         (the caller's own ``claim_node`` gets it again).
 
@@ -231,7 +238,7 @@ class RunStore(RunQuery):
         since, still completes. ``None`` (a host acting on the node itself) is not fenced.
 
         ``take=None``: ``Ready.nodes`` are all the nodes that became ready and are not yet
-        dispatched. ``take=n``: those nodes join the tail of the run's queue (which counts as
+        dispatched. ``take=Take(n)``: those nodes join the tail of the run's queue (which counts as
         dispatched: the queue answers for them), and the caller takes up to ``n`` from its
         head, the oldest first (also after a ``retrying`` or ``waiting`` completion, whose
         slot is free too). A second call for the same node applies nothing and returns the

@@ -64,13 +64,14 @@ from orchestrator.kernel.protocol import DataValue, EventType, NodeEvent
 from orchestrator.kernel.scheduling import RunPlan
 from orchestrator.kernel.store import (
     Claim,
-    NextClaim,
+    ClaimRequest,
     NodeCompletion,
     NodeStatus,
     Ready,
     RunRecord,
     RunStatus,
     RunStore,
+    Take,
 )
 from orchestrator.settings import StoreSettings
 from orchestrator.store import redis_client
@@ -119,10 +120,10 @@ def _dumps(value: Any) -> str:
     return _COMPACT.encode(value)
 
 
-def _claim_args(node_id: str, lease_s: float, started: NodeEvent, read: Sequence[str]) -> dict[str, Any]:
+def _claim_args(request: ClaimRequest) -> dict[str, Any]:
     """lua/prelude.lua ``claim``'s named arguments (claim.lua's, and each of complete.lua's ``next``)."""
-    return {"node": node_id, "lease_ms": max(1, int(lease_s * 1000)), "started": _event_json(started),
-            "read": list(read)}
+    return {"node": request.node_id, "lease_ms": max(1, int(request.lease_s * 1000)),
+            "started": _event_json(request.started), "read": list(request.read)}
 
 
 def _event_json(event: NodeEvent) -> str:
@@ -507,12 +508,9 @@ class RedisRunStore(RunStore):
             meta=json.loads(h["meta"]) if h.get("meta") else {},
         )
 
-    async def claim_node(
-        self, run_id: str, node_id: str, *, worker_id: str, lease_s: float, started: NodeEvent,
-        read: Sequence[str] = (),
-    ) -> Claim:
-        args = _claim_args(node_id, lease_s, started, read)
-        return self._claim(run_id, await self._call("claim", run_id, [_dumps(args)], node_id))
+    async def claim_node(self, run_id: str, request: ClaimRequest, *, worker_id: str) -> Claim:
+        args = _claim_args(request)
+        return self._claim(run_id, await self._call("claim", run_id, [_dumps(args)], request.node_id))
 
     def _claim(self, run_id: str, reply: list[Any]) -> Claim:
         """A claim from the reply of lua/prelude.lua ``claim``."""
@@ -577,21 +575,23 @@ class RedisRunStore(RunStore):
         return stream_id
 
     async def complete_node(
-        self, run_id: str, node_id: str, completion: NodeCompletion, *, take: int | None = None,
-        token: int | None = None, next_claims: Sequence[NextClaim] = (),
+        self, run_id: str, node_id: str, completion: NodeCompletion, *, take: Take | None = None,
+        token: int | None = None,
     ) -> Ready:
         """Apply ``completion`` in one script call, which also counts its bytes against the
         storage budgets (see the module docstring): a refusal comes back instead of being
         applied, and the node's failure naming the budget is stored in a second call. The
-        same call claims the node handed over first when it is one of ``next_claims``
+        same call claims the node handed over first when it is one of ``take.claims``
         (``claim`` in lua/prelude.lua; its lease key travels in KEYS)."""
         wake = (completion.payload or {}).get("wake")
         if completion.status == NodeStatus.WAITING and isinstance(wake, dict):
             await self.timers.schedule(run_id, node_id, wake)  # first: a crash leaves no untimed wait
-        args = self._completion_args(run_id, node_id, completion, take, token)
-        if take is not None and next_claims:
-            args["next"] = [_claim_args(c.node_id, c.lease_s, c.started, c.read) for c in next_claims]
-        lease_keys = [self.keys.lease(run_id, c.node_id) for c in next_claims] if "next" in args else []
+        max_nodes = None if take is None else take.max_nodes
+        args = self._completion_args(run_id, node_id, completion, max_nodes, token)
+        claims = take.claims if take is not None else ()
+        if claims:
+            args["next"] = [_claim_args(c) for c in claims]
+        lease_keys = [self.keys.lease(run_id, c.node_id) for c in claims]
         stored = len(args["outputs"]) + len(args["payload"]) + sum(len(e) for e in args["events"])
         nbytes = stored + self._event_bytes.pop(run_id, 0)
         budget, workspace, budget_keys = "", "", list[Any]()
@@ -608,7 +608,7 @@ class RedisRunStore(RunStore):
                 self.budget.check(str(reply[1]), int(reply[2]), nbytes, workspace=workspace, run_id=run_id)
             except StorageBudgetError as exc:
                 completion = over_budget(run_id, node_id, completion, exc)
-            args = self._completion_args(run_id, node_id, completion, take, token)
+            args = self._completion_args(run_id, node_id, completion, max_nodes, token)
             reply = await self._call("complete", run_id, [_dumps(args), ""], node_id)
         claim: Claim | None = None
         if reply[0] == "claimed":

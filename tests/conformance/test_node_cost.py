@@ -10,7 +10,7 @@ from typing import Any
 
 from redis.asyncio.connection import AbstractConnection
 
-from orchestrator.kernel.store import NextClaim
+from orchestrator.kernel.store import ClaimRequest, Take
 from orchestrator.store.redis_store import RedisRunStore
 from tests.conformance.conftest import command_stats, reset_stats
 from tests.conformance.test_redis_keys import run_key_ttls
@@ -47,8 +47,8 @@ async def test_a_claim_and_a_budgeted_completion_are_one_round_trip_each(redis_s
     await driver.step("a")  # scripts loaded, the run's workspace known from its claim
     run_id, calls = plan.run_id, list[int]()
     with round_trips(calls):
-        claim = await redis_store.claim_node(run_id, "b", worker_id="w1", lease_s=30,
-                                             started=started_event(run_id, "b"))
+        claim = await redis_store.claim_node(run_id, ClaimRequest("b", lease_s=30, started=started_event(run_id, "b")),
+                                             worker_id="w1")
         assert claim.kind == "run"
         ready = await redis_store.complete_node(run_id, "b", completed(run_id, "b", {"out"}))
     assert ready.nodes == ["c"]
@@ -68,17 +68,20 @@ async def test_a_chain_link_claimed_by_the_previous_completion_costs_one_round_t
     plan = make_plan("abc", [("a", "out", "b", "in"), ("b", "out", "c", "in")])
     await Driver(redis_store, plan).start()
     run_id = plan.run_id
-    first = await redis_store.claim_node(run_id, "a", worker_id="w1", lease_s=30, started=started_event(run_id, "a"))
+    first = await redis_store.claim_node(run_id, ClaimRequest("a", lease_s=30, started=started_event(run_id, "a")),
+                                         worker_id="w1")
     workspace_key = redis_store.budget.request(1, workspace=first.workspace or "default", run_id=run_id)[1][0]
     calls: list[int] = []
     with round_trips(calls):
-        to_b = await redis_store.complete_node(run_id, "a", completed(run_id, "a", {"out"}), take=1,
-                                               token=first.token, next_claims=[next_claim(run_id, "b")])
+        to_b = await redis_store.complete_node(run_id, "a", completed(run_id, "a", {"out"}),
+                                               take=Take(1, claims=[next_claim(run_id, "b")]),
+                                               token=first.token)
     assert to_b.claim is not None and to_b.claim.kind == "run"
     bytes_after_a = int(await redis_store.redis.get(workspace_key) or 0)
     with round_trips(calls):  # b runs on the claim it came with: its completion is all it costs
-        to_c = await redis_store.complete_node(run_id, "b", completed(run_id, "b", {"out"}), take=1,
-                                               token=to_b.claim.token, next_claims=[next_claim(run_id, "c")])
+        to_c = await redis_store.complete_node(run_id, "b", completed(run_id, "b", {"out"}),
+                                               take=Take(1, claims=[next_claim(run_id, "c")]),
+                                               token=to_b.claim.token)
     assert to_c.nodes == ["c"] and to_c.claim is not None
     assert len(calls) == 2
     # Both completions were counted against the budgets with the lease keys in front of
@@ -86,8 +89,8 @@ async def test_a_chain_link_claimed_by_the_previous_completion_costs_one_round_t
     assert 0 < bytes_after_a < int(await redis_store.redis.get(workspace_key) or 0)
 
 
-def next_claim(run_id: str, node_id: str) -> NextClaim:
-    return NextClaim(node_id=node_id, lease_s=30, started=started_event(run_id, node_id), read=[])
+def next_claim(run_id: str, node_id: str) -> ClaimRequest:
+    return ClaimRequest(node_id=node_id, lease_s=30, started=started_event(run_id, node_id), read=[])
 
 
 async def test_a_completion_of_an_active_run_sets_no_ttl(redis_store: RedisRunStore) -> None:
@@ -109,9 +112,10 @@ async def test_keys_a_run_creates_while_it_progresses_expire_with_it(redis_store
     run_id = plan.run_id
     driver = Driver(redis_store, plan)
     await driver.start()
-    await redis_store.claim_node(run_id, "a", worker_id="w1", lease_s=30, started=started_event(run_id, "a"))
+    await redis_store.claim_node(run_id, ClaimRequest("a", lease_s=30, started=started_event(run_id, "a")),
+                                 worker_id="w1")
     # a worker with one free slot: the ready nodes wait on the run's queue (a new key)
-    ready = await redis_store.complete_node(run_id, "a", completed(run_id, "a", {"out"}), take=1)
+    ready = await redis_store.complete_node(run_id, "a", completed(run_id, "a", {"out"}), take=Take(1))
     assert len(ready.nodes) == 1 and ready.queued == 3
     ttls = await run_key_ttls(redis_store, run_id)
     assert redis_store.keys.queue(run_id) in ttls

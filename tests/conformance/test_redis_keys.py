@@ -9,6 +9,7 @@ import pytest
 
 from orchestrator.kernel.errors import OrchestratorError, RunNotFoundError
 from orchestrator.kernel.protocol import EventType, NodeEvent
+from orchestrator.kernel.store import ClaimRequest
 from orchestrator.store.redis_store import RedisRunStore
 from tests.conformance.conftest import SETTINGS
 from tests.support import Driver, completed, make_plan, record_for, started_event
@@ -82,16 +83,17 @@ async def test_unknown_run_raises_run_not_found(redis_store: RedisRunStore) -> N
     with pytest.raises(RunNotFoundError):
         await redis_store.load_plan("nope")
     assert not await redis_store.finish_run("nope", "cancelled")
-    claim = await redis_store.claim_node("nope", "a", worker_id="w", lease_s=1,
-                                         started=started_event("nope", "a"))
+    claim = await redis_store.claim_node("nope", ClaimRequest("a", lease_s=1, started=started_event("nope", "a")),
+                                         worker_id="w")
     assert claim.kind == "closed"
 
 
 async def test_claim_of_a_node_outside_the_plan_is_closed(redis_store: RedisRunStore) -> None:
     plan = make_plan("ab", [("a", "out", "b", "in")])
     await redis_store.create_run(plan, record_for(plan))
-    claim = await redis_store.claim_node(plan.run_id, "zzz", worker_id="w", lease_s=1,
-                                         started=started_event(plan.run_id, "zzz"))
+    claim = await redis_store.claim_node(plan.run_id, ClaimRequest("zzz", lease_s=1,
+                                                                   started=started_event(plan.run_id, "zzz")),
+                                         worker_id="w")
     assert claim.kind == "closed"
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from orchestrator.kernel.errors import GraphError
 from orchestrator.kernel.protocol import DataValue
+from orchestrator.kernel.store import ClaimRequest
 from orchestrator.service.runs import RunRequest, start_run
 from orchestrator.store.redis_store import RedisRunStore
 from tests.fake_nodes import graph, make_registry
@@ -35,8 +36,8 @@ async def test_start_run_stores_the_run_and_dispatches_the_trigger(
     assert (record.session_id, record.meta) == ("s1", {"who": "test"})
     assert await redis_store.node_states(run_id) == {"t": "pending", "r": "pending"}
     # the start node is dispatched: a redelivered claim of it has nothing left to send
-    done = await redis_store.claim_node(run_id, "t", worker_id="w", lease_s=5,
-                                        started=started_event(run_id, "t"))
+    done = await redis_store.claim_node(run_id, ClaimRequest("t", lease_s=5, started=started_event(run_id, "t")),
+                                        worker_id="w")
     assert done.kind == "run"
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.kernel.protocol import DataValue
-from orchestrator.kernel.store import NodeCompletion, NodeStatus
+from orchestrator.kernel.store import ClaimRequest, NodeCompletion, NodeStatus
 from orchestrator.store import storage_budget
 from orchestrator.store.redis_store import RedisRunStore
 from tests.support import make_plan, record_for, started_event
@@ -25,8 +25,9 @@ async def test_a_workspace_budget_holds_across_runs_in_every_bucket(
         plan = make_plan("ab", [("a", "out", "b", "in")], run_id=f"budget-{i}")
         buckets.add(store.keys.bucket(plan.run_id))
         await store.create_run(plan, record_for(plan))
-        claim = await store.claim_node(plan.run_id, "a", worker_id="w", lease_s=5,
-                                       started=started_event(plan.run_id, "a"))
+        claim = await store.claim_node(plan.run_id, ClaimRequest("a", lease_s=5,
+                                                                 started=started_event(plan.run_id, "a")),
+                                       worker_id="w")
         big = NodeCompletion(status=NodeStatus.SUCCEEDED, outputs={"out": DataValue("data", "x" * (300 * KB))})
         await store.complete_node(plan.run_id, "a", big, token=claim.token)
         results.append((await store.node_states(plan.run_id))["a"])

@@ -305,7 +305,7 @@ async def test_a_large_output_is_stored_whole_and_its_completed_event_carries_a_
 async def test_a_chain_runs_each_next_link_on_the_claim_its_predecessor_completion_made() -> None:
     from orchestrator.kernel.compile import compile_run
     from orchestrator.kernel.step import run_step
-    from orchestrator.kernel.store import RunRecord, RunStatus
+    from orchestrator.kernel.store import ClaimRequest, RunRecord, RunStatus
     from orchestrator.kernel.validation import validate_graph
 
     runner = LocalRunner(REG)
@@ -316,9 +316,9 @@ async def test_a_chain_runs_each_next_link_on_the_claim_its_predecessor_completi
     claims: list[str] = []
     real_claim = runner.store.claim_node
 
-    async def counted(run_id: str, node_id: str, **kw: Any) -> Any:
-        claims.append(node_id)
-        return await real_claim(run_id, node_id, **kw)
+    async def counted(run_id: str, request: ClaimRequest, **kw: Any) -> Any:
+        claims.append(request.node_id)
+        return await real_claim(run_id, request, **kw)
 
     runner.store.claim_node = counted  # type: ignore[method-assign]
     node, claimed, ran = "a", None, []

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.kernel.store import RunStatus
+from orchestrator.kernel.store import RunStatus, Take
 from orchestrator.service.sweeper import Sweeper, lock_key
 from orchestrator.store.redis_store import RedisRunStore
 from tests.liveness.conftest import SETTINGS
@@ -147,7 +147,7 @@ async def test_a_queue_left_with_no_running_node_gets_its_oldest_node_sent(
     run_id = plan.run_id
     await claim(store, run_id, "a")
     # "a" queued its three successors, took none, and its drain messages died with the worker
-    assert (await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]), take=0)).backlog == 3
+    assert (await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]), take=Take(0))).backlog == 3
     s = sweeper(store, sent, undispatched_grace_s=10)
     now = time.time()
     assert (await s.sweep_once(now=now)).dispatched == []
@@ -162,7 +162,7 @@ async def test_a_queue_behind_running_nodes_is_left_to_them(store: RedisRunStore
     await store.create_run(plan, record_for(plan), deadline_s=600)
     run_id = plan.run_id
     await claim(store, run_id, "a")
-    await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]), take=1)
+    await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]), take=Take(1))
     await claim(store, run_id, "b0")  # running: its completion will take from the queue
     s = sweeper(store, sent, undispatched_grace_s=10)
     now = time.time()
@@ -260,14 +260,14 @@ async def test_a_pass_corrects_a_drifted_queued_count_and_keeps_what_changed_mea
     counter = store.keys.queued_nodes()
     early = await fanned_run(store, 2, deadline_s=300)  # swept first (nearer deadline)
     late = await fanned_run(store, 3, deadline_s=600)
-    await store.complete_node(late, "a", completed(late, "a", ["out"]), take=0)  # 3 queued
+    await store.complete_node(late, "a", completed(late, "a", ["out"]), take=Take(0))  # 3 queued
     await store.redis.set(counter, 10)  # drift: say, a queued run whose keys expired
     s = sweeper(store, sent, undispatched_grace_s=10)
     check_run = s._check_run
 
     async def meanwhile(run_id: str, *args: Any) -> int:
         if run_id == late:  # the early run was counted (empty); now it queues two
-            await store.complete_node(early, "a", completed(early, "a", ["out"]), take=0)
+            await store.complete_node(early, "a", completed(early, "a", ["out"]), take=Take(0))
         return await check_run(run_id, *args)
 
     s._check_run = meanwhile  # type: ignore[method-assign]

@@ -17,7 +17,7 @@ from typing import Any
 from orchestrator.host.node_host import NodeHost
 from orchestrator.kernel.protocol import DataValue, EventType, NodeEvent
 from orchestrator.kernel.scheduling import PlanInput, RunPlan, plan_run
-from orchestrator.kernel.store import Claim, NodeCompletion, RunRecord, RunStore
+from orchestrator.kernel.store import Claim, ClaimRequest, NodeCompletion, RunRecord, RunStore
 from orchestrator.local.embedded_redis import EmbeddedRedis
 
 _run_ids = itertools.count(1)
@@ -78,8 +78,9 @@ def completed(run_id: str, node_id: str, ports: Iterable[str], *, status: str = 
 
 async def claim(store: RunStore, run_id: str, node_id: str, *, worker_id: str = "w1",
                 lease_s: float = 30) -> Claim:
-    return await store.claim_node(run_id, node_id, worker_id=worker_id, lease_s=lease_s,
-                                  started=started_event(run_id, node_id))
+    return await store.claim_node(run_id, ClaimRequest(node_id, lease_s=lease_s,
+                                                       started=started_event(run_id, node_id)),
+                                  worker_id=worker_id)
 
 
 async def events_of(store: RunStore, run_id: str) -> list[NodeEvent]:
@@ -120,8 +121,9 @@ class Driver:
 
     async def step(self, node_id: str) -> list[str]:
         run_id = self.plan.run_id
-        claim = await self.store.claim_node(run_id, node_id, worker_id=self.worker_id, lease_s=30,
-                                            started=started_event(run_id, node_id))
+        claim = await self.store.claim_node(run_id, ClaimRequest(node_id, lease_s=30,
+                                                                 started=started_event(run_id, node_id)),
+                                            worker_id=self.worker_id)
         assert claim.kind == "run", (node_id, claim)
         self.ran.append(node_id)
         ready = (await self.store.complete_node(
