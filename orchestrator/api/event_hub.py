@@ -55,6 +55,18 @@ BATCH = 200
 # between subscribers, so a full queue costs pointers, not copies.
 QUEUE_SIZE = 2_000
 
+
+
+@dataclass(frozen=True)
+class HubConfig:
+    """How the hub reads a run's stream (``block_ms`` per XREAD, ``batch`` entries per
+    read) and how far a subscriber may fall behind before it is dropped (``queue_size``)."""
+
+    queue_size: int = QUEUE_SIZE
+    block_ms: int = BLOCK_MS
+    batch: int = BATCH
+
+
 RunOver = Callable[[str], Awaitable[bool]]  # run id -> is it over (terminal or gone)?
 Allowed = Callable[[], bool]  # may this subscriber go on (e.g. its API key is still known)?
 # Writes a batch of deliveries now; False: this subscriber stops (its client is gone, too
@@ -253,22 +265,13 @@ class EventHub:
     ``run_over(run_id)`` answers whether a run is over (terminal status, or expired).
     """
 
-    def __init__(
-        self,
-        redis: Redis,
-        keys: Keys,
-        run_over: RunOver,
-        *,
-        queue_size: int = QUEUE_SIZE,
-        block_ms: int = BLOCK_MS,
-        batch: int = BATCH,
-    ) -> None:
+    def __init__(self, redis: Redis, keys: Keys, run_over: RunOver, config: HubConfig = HubConfig()) -> None:
         self.redis = redis
         self.keys = keys
         self.run_over = run_over
-        self.queue_size = queue_size
-        self.block_ms = block_ms
-        self.batch = batch
+        self.queue_size = config.queue_size
+        self.block_ms = config.block_ms
+        self.batch = config.batch
         self._channels: dict[str, _Channel] = {}
         self.dropped = 0  # subscribers dropped for falling behind, since start
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -44,7 +45,7 @@ from .event_hub import Delivery, EventHub
 from .launch import owned_run
 from .principal import Principal, key_ring
 from .services import Services, get_services
-from .sse import BatchEncoder, EventStreamResponse, Streams
+from .sse import BatchEncoder, EventStreamResponse, StreamRequest, Streams
 
 router = APIRouter(tags=["events"])
 
@@ -114,21 +115,28 @@ def streams_of(request: Request) -> Streams:
     return streams
 
 
+@dataclass(frozen=True)
+class EventsQuery:
+    """The query of a stream of events: the stream id to resume after (the Last-Event-ID
+    header, which a reconnecting browser sends, wins) and the format of its frames."""
+
+    after: str | None = Query(None, max_length=50, description="stream id to resume after")
+    format: Literal["events", "chat"] = Query("events")
+
+
 @router.get("/runs/{run_id}/events", response_class=EventStreamResponse)
 async def run_events(
     run_id: str,
     request: Request,
-    after: str | None = Query(None, max_length=50, description="stream id to resume after"),
-    format: Literal["events", "chat"] = Query("events"),
+    query: EventsQuery = Depends(),  # noqa: B008
     services: Services = Depends(get_services),  # noqa: B008
     who: Principal = Depends(role("viewer")),  # noqa: B008
 ) -> EventStreamResponse:
     """The run's events as SSE (see the module docstring for the contract)."""
-    cursor = start_id(request.headers.get("last-event-id"), after)
+    cursor = start_id(request.headers.get("last-event-id"), query.after)
     await owned_run(services, run_id, who.workspace)  # 404 before the stream starts
     settings = services.settings
-    return EventStreamResponse(
-        request.app.state.event_hub, run_id, cursor, ENCODERS[format], streams=streams_of(request),
-        allowed=lambda: key_ring(settings).knows(who),
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    stream = StreamRequest(request.app.state.event_hub, run_id, cursor, ENCODERS[query.format],
+                           allowed=lambda: key_ring(settings).knows(who))
+    return EventStreamResponse(stream, streams=streams_of(request),
+                               headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

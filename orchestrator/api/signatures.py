@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
+from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
@@ -33,6 +34,16 @@ from orchestrator.errors import AuthError
 from orchestrator.store.keys import Keys
 
 SIGNATURE_HEADER = "x-signature-256"
+
+
+@dataclass(frozen=True)
+class ReplayWindow:
+    """How far a signature's timestamp may be from the server's clock (``tolerance_s``,
+    either way), and where the signatures accepted within it are remembered."""
+
+    redis: Redis
+    keys: Keys
+    tolerance_s: float
 
 
 def sign(secret: str, body: bytes, timestamp: int) -> str:
@@ -55,9 +66,11 @@ def _parse(header: str) -> tuple[int, list[str]]:
     return timestamp, macs
 
 
-async def verify(redis: Redis, keys: Keys, secret: str, body: bytes, header: str | None,
-                 *, tolerance_s: float, now: float | None = None) -> None:
-    """Accept a signed request once, or raise :class:`AuthError` (see the module docstring)."""
+async def verify(window: ReplayWindow, secret: str, body: bytes, header: str | None, *,
+                 now: float | None = None) -> None:
+    """Accept a signed request once within ``window``, or raise :class:`AuthError` (see the
+    module docstring)."""
+    tolerance_s = window.tolerance_s
     if not header:
         raise AuthError("missing X-Signature-256 header ('t=<unix seconds>,v1=<hex HMAC-SHA256 of \"<t>.<body>\">')")
     timestamp, macs = _parse(header)
@@ -72,6 +85,6 @@ async def verify(redis: Redis, keys: Keys, secret: str, body: bytes, header: str
         raise AuthError(f"X-Signature-256 timestamp is more than {tolerance_s:g}s from the server's clock; "
                         "sign each request when it is sent")
     digest = hashlib.sha256(f"{timestamp}.{expected}".encode()).hexdigest()
-    fresh = await redis.set(keys.hook_signature(digest), "1", nx=True, ex=max(1, int(2 * tolerance_s)))
+    fresh = await window.redis.set(window.keys.hook_signature(digest), "1", nx=True, ex=max(1, int(2 * tolerance_s)))
     if not fresh:
         raise AuthError("this X-Signature-256 was already used: a signed request is accepted once")

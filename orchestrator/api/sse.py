@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from starlette.background import BackgroundTask
 from starlette.responses import Response
@@ -116,16 +117,28 @@ class Streams:
         self._timer = loop.call_later(self._interval_s(), self._tick) if self._open else None
 
 
+@dataclass(frozen=True)
+class StreamRequest:
+    """What one client streams: the run's deliveries from ``hub`` after stream id
+    ``after``, each batch as ``encode`` writes it, for as long as ``allowed`` (None: to
+    the end)."""
+
+    hub: EventHub
+    run_id: str
+    after: str
+    encode: Encode
+    allowed: Allowed | None = None
+
+
 class EventStreamResponse(Response):
     """The SSE response of the module docstring; ``start(sink)`` makes the hub's feed."""
 
     media_type = "text/event-stream"
 
-    def __init__(self, hub: EventHub, run_id: str, after: str, encode: Encode, *, streams: Streams,
-                 allowed: Allowed | None = None, headers: Mapping[str, str] | None = None,
+    def __init__(self, request: StreamRequest, *, streams: Streams, headers: Mapping[str, str] | None = None,
                  status_code: int = 200) -> None:  # FastAPI's OpenAPI reads this default
-        self.hub, self.run_id, self.after = hub, run_id, after
-        self.encode, self.streams, self.allowed = encode, streams, allowed
+        self.hub, self.run_id, self.after = request.hub, request.run_id, request.after
+        self.encode, self.streams, self.allowed = request.encode, streams, request.allowed
         self.status_code = status_code
         self.background: BackgroundTask | None = None
         self.init_headers(headers)  # no body: no content-length

@@ -35,7 +35,7 @@ from .launch import launch, nodes_of_type, run_detail
 from .models import ChatId, ChatMessage
 from .principal import Principal
 from .services import Services, get_services
-from .signatures import SIGNATURE_HEADER, verify
+from .signatures import SIGNATURE_HEADER, ReplayWindow, verify
 
 CHAT_NODE_TYPE = "chat_start"  # the trigger type a chat message starts
 WEBHOOK_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
@@ -113,8 +113,8 @@ async def webhook(path: str, request: Request, services: Services = SERVICES) ->
     body = await request.body()
     secret = await secret_for(services, graph)
     if secret:
-        await verify(services.redis, services.keys, secret, body, request.headers.get(SIGNATURE_HEADER),
-                     tolerance_s=services.settings.webhook_tolerance_s)
+        window = ReplayWindow(services.redis, services.keys, tolerance_s=services.settings.webhook_tolerance_s)
+        await verify(window, secret, body, request.headers.get(SIGNATURE_HEADER))
     node = next(n for n in nodes_of_type(graph, WEBHOOK_NODE_TYPE) if webhook_paths({"nodes": [n]}) == [path])
     data = node.get("data") or {}
     method = str(data.get("method") or "POST").upper()

@@ -117,12 +117,16 @@ async def resume_url(run_id: str, node_id: str, services: Services = SERVICES,
             "expires_at": expires}
 
 
+def resume_link(run_id: str, node_id: str, exp: str = EXP, sig: str = SIG) -> waits.ResumeLink:
+    """The signed resume URL a request was sent to (its path and query), as sent."""
+    return waits.ResumeLink(run_id, node_id, exp, sig)
+
+
 @open_router.post("/resume/{run_id}/{node_id}")
-async def resume(run_id: str, node_id: str, request: Request, exp: str = EXP, sig: str = SIG,
+async def resume(request: Request, link: waits.ResumeLink = Depends(resume_link),  # noqa: B008
                  services: Services = SERVICES) -> dict[str, Any]:
     """A signed resume URL: the JSON body becomes the waiting node's output."""
-    waits.check_signature(services.settings.resume_url_secret, waits.ResumeLink(run_id, node_id, exp, sig),
-                          await _redis_now(services))
+    waits.check_signature(services.settings.resume_url_secret, link, await _redis_now(services))
     data = await _json_body(request, services, empty={})
-    await waits.resume_by_url(_store(services), run_id, node_id, data, dispatch=_dispatch(services))
-    return {"run_id": run_id, "node_id": node_id, "resumed": True}
+    await waits.resume_by_url(_store(services), link.run_id, link.node_id, data, dispatch=_dispatch(services))
+    return {"run_id": link.run_id, "node_id": link.node_id, "resumed": True}

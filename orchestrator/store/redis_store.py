@@ -259,16 +259,14 @@ class RedisRunStore(RunStore):
         lua/prelude.lua expects."""
         return self.keys.run_keys(run_id)
 
-    async def _call(self, script: str, run_id: str, args: list[Any], node_id: str = "",
-                    extra_keys: Sequence[str] = (), *, replicated: bool = False) -> Any:
-        """Run a prelude script on the run's keys. ``replicated``: with
-        ``redis_wait_replicas`` set, the write must reach that many replicas in time, else
+    async def _call(self, script: str, run_id: str, args: list[Any], extra_keys: Sequence[str] = (), *,
+                    replicated: bool = False) -> Any:
+        """Run a prelude script on the run's keys, then ``extra_keys`` (first the lease of the
+        node it acts on, when it acts on one). ``replicated``: with ``redis_wait_replicas``
+        set, the write must reach that many replicas in time, else
         :class:`StoreNotReplicatedError`."""
         run_keys, notify = self._script_keys(run_id)
-        keys = [*run_keys]
-        if node_id:
-            keys.append(self.keys.lease(run_id, node_id))
-        keys += extra_keys
+        keys = [*run_keys, *extra_keys]
         s = self.settings
         # ARGV[5] the publish command of the wake-up hint (PUBLISH, or SPUBLISH on a cluster)
         head: list[Any] = [s.events_maxlen, notify, s.active_ttl_s, s.retention_s, self._publish]
@@ -510,7 +508,8 @@ class RedisRunStore(RunStore):
 
     async def claim_node(self, run_id: str, request: ClaimRequest, *, worker_id: str) -> Claim:
         args = _claim_args(request)
-        return self._claim(run_id, await self._call("claim", run_id, [_dumps(args)], request.node_id))
+        return self._claim(run_id, await self._call("claim", run_id, [_dumps(args)],
+                                                    [self.keys.lease(run_id, request.node_id)]))
 
     def _claim(self, run_id: str, reply: list[Any]) -> Claim:
         """A claim from the reply of lua/prelude.lua ``claim``."""
@@ -601,15 +600,15 @@ class RedisRunStore(RunStore):
             _, budget_keys, (count, ws_max, run_max, expire_at) = self.budget.request(nbytes, workspace=workspace,
                                                                                       run_id=run_id)
             budget = _dumps({"bytes": count, "ws_max": ws_max, "run_max": run_max, "expire_at": expire_at})
-        reply = await self._call("complete", run_id, [_dumps(args), budget], node_id,
-                                 extra_keys=[*lease_keys, *budget_keys])
+        node_lease = self.keys.lease(run_id, node_id)
+        reply = await self._call("complete", run_id, [_dumps(args), budget], [node_lease, *lease_keys, *budget_keys])
         if reply[0] == "budget":
             try:
                 self.budget.check(str(reply[1]), int(reply[2]), nbytes, workspace=workspace, run_id=run_id)
             except StorageBudgetError as exc:
                 completion = over_budget(run_id, node_id, completion, exc)
             args = self._completion_args(run_id, node_id, completion, max_nodes, token)
-            reply = await self._call("complete", run_id, [_dumps(args), ""], node_id)
+            reply = await self._call("complete", run_id, [_dumps(args), ""], [node_lease])
         claim: Claim | None = None
         if reply[0] == "claimed":
             claim = self._claim(run_id, reply[1])
@@ -693,7 +692,7 @@ class RedisRunStore(RunStore):
     async def resume_node(self, run_id: str, node_id: str, resume_input: Any) -> bool:
         event = self._run_event(run_id, EventType.RUN_RESUMED, {"node_id": node_id})
         args = [node_id, _dumps(resume_input), event]
-        return bool(await self._call("resume", run_id, args, node_id))
+        return bool(await self._call("resume", run_id, args, [self.keys.lease(run_id, node_id)]))
 
     async def get_resume(self, run_id: str, node_id: str) -> dict[str, Any] | None:
         raw = await self.redis.hget(self.keys.resume(run_id), node_id)

@@ -14,7 +14,7 @@ import pytest
 from redis.asyncio import Redis
 
 from orchestrator.api import create_app
-from orchestrator.api.event_hub import EventHub
+from orchestrator.api.event_hub import EventHub, HubConfig
 from orchestrator.kernel.errors import RunNotFoundError
 from orchestrator.kernel.store import RunStatus
 from orchestrator.local.embedded_redis import EmbeddedRedis
@@ -30,7 +30,7 @@ def make_hub(api: Api, **options: Any) -> EventHub:
         except RunNotFoundError:
             return True
 
-    return EventHub(api.redis, Keys(api.settings.key_prefix), run_over, **options)
+    return EventHub(api.redis, Keys(api.settings.key_prefix), run_over, HubConfig(**options))
 
 
 @pytest.fixture
