@@ -22,6 +22,7 @@ import re
 import sys
 import time
 from contextlib import AsyncExitStack, ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -45,6 +46,7 @@ from orchestrator.telemetry.pricing import load_table
 from ._signals import Terminated, interrupted_exit_code, run_async, terminate_as_interrupt
 
 if TYPE_CHECKING:
+    from orchestrator.service.runs import RunRequest
     from orchestrator.store.redis_store import RedisRunStore
 
 Decision = Literal["approve", "reject"]
@@ -55,6 +57,21 @@ READ_BLOCK_MS = 1000
 STOP_GRACE_S = 2.0
 BARE_WORD = re.compile(r"[\w.@/:+-]+")
 os.environ.setdefault("AGNO_TELEMETRY", "false")  # node packs may import agno in this process
+
+
+@dataclass(frozen=True)
+class FollowOptions:
+    """How the command follows its run: the run's view on ``console`` (a live view, or
+    JSON lines with ``as_json``), notes and errors on ``err``; and when the run waits for
+    an approval, the answer ``decide`` gives (else a prompt on a terminal). With
+    ``keep_waiting`` a run nobody answers stays waiting (its Redis outlives the command),
+    else it is cancelled."""
+
+    console: Console
+    err: Console
+    as_json: bool = False
+    decide: Decision | None = None
+    keep_waiting: bool = False
 
 
 class InputError(ValueError):
@@ -223,12 +240,12 @@ def _ask(console: Console, event: NodeEvent) -> Decision | None:
     return "approve" if answer in ("y", "yes") else "reject"
 
 
-async def _decide(store: RedisRunStore, run_id: str, event: NodeEvent, decide: Decision | None,
-                  dispatch: Any, console: Console) -> bool:
+async def _decide(store: RedisRunStore, run_id: str, event: NodeEvent, dispatch: Any,
+                  options: FollowOptions) -> bool:
     """Answer a waiting run (``--decide`` or a prompt); False when nobody can answer."""
     from orchestrator.service.approvals import submit_approval
 
-    decision = decide or _ask(console, event)
+    decision = options.decide or _ask(options.console, event)
     if decision is None:
         return False
     if child_asks(event):  # the child run that asks, named by the question copied to this run
@@ -306,22 +323,24 @@ def _run_owned(args: argparse.Namespace, raw: dict[str, Any], run_input: Any,
             err.print("[dim]waiting for the worker to be ready…[/]")
             workers.wait_ready()
             err.print(f"[dim]ready in {time.monotonic() - began:.1f} s; starting the run[/]")
-        return run_async(_run(url, registry, raw, run_input, start, args.json, console, err,
-                                decide=args.decide, keep_waiting=workers is None,
-                                session_id=args.session))
+        from orchestrator.service.runs import RunRequest
+
+        request = RunRequest(run_input, start=start, session_id=args.session)
+        options = FollowOptions(console, err, as_json=args.json, decide=args.decide, keep_waiting=workers is None)
+        return run_async(_run(url, registry, raw, request, options))
 
 
-async def _run(url: str, registry: Registry, raw: dict[str, Any], run_input: Any,
-               start: list[str] | None, as_json: bool, console: Console, err: Console, *,
-               decide: Decision | None = None, keep_waiting: bool = False,
-               session_id: str | None = None) -> int:
+async def _run(url: str, registry: Registry, raw: dict[str, Any], request: RunRequest,
+               options: FollowOptions) -> int:
     """Start the run and follow it; exit code 3 when it waits for an approval nobody gives
-    (``keep_waiting``: the run stays waiting in a Redis that outlives this command)."""
+    (``options.keep_waiting``: the run stays waiting in a Redis that outlives this command)."""
 
     from orchestrator.queue.app import make_celery
     from orchestrator.queue.dispatch import make_dispatch
-    from orchestrator.service.runs import RunRequest, start_run
+    from orchestrator.service.runs import start_run
     from orchestrator.store.redis_store import RedisRunStore
+
+    console, err, as_json, keep_waiting = options.console, options.err, options.as_json, options.keep_waiting
 
     settings = get_settings()
     if tracing.configure("orchestrator-cli"):  # the run's root span, and the publish of its start nodes
@@ -332,8 +351,8 @@ async def _run(url: str, registry: Registry, raw: dict[str, Any], run_input: Any
     try:
         store = RedisRunStore(client, settings)
         try:
-            run_id = await start_run(store, registry, raw, RunRequest(run_input, start=start, session_id=session_id),
-                                     dispatch=make_dispatch(app), limits=settings.graph_limits())
+            run_id = await start_run(store, registry, raw, request, dispatch=make_dispatch(app),
+                                     limits=settings.graph_limits())
         except GraphError as exc:
             print_error(err, exc)
             return 2
@@ -365,7 +384,7 @@ async def _run(url: str, registry: Registry, raw: dict[str, Any], run_input: Any
                 what = (f"a {wait['wait'].get('kind')} (a Wait node: answer it through the API, "
                         f"orchestrator runs waits {run_id})") if "wait" in wait else \
                     "an approval: pass --decide approve|reject"
-                if "wait" in wait or not await _decide(store, run_id, event, decide, dispatch, console):
+                if "wait" in wait or not await _decide(store, run_id, event, dispatch, options):
                     err.print(f"run {run_id} waits for {what}"
                               + ("" if keep_waiting else " (the embedded run is cancelled now)"))
                     if not keep_waiting:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .errors import GraphError
-from .scheduling import PlanInput, RunPlan, plan_run
+from .scheduling import FlowGraph, PlanInput, RunPlan, plan_run
 from .validation import ValidatedGraph
 
 
@@ -29,4 +29,4 @@ def compile_run(vg: ValidatedGraph, run_id: str, start: list[str] | None = None)
     flow_edges = [
         (e.id, e.source, e.source_handle, e.target, e.target_handle) for e in graph.edges if e.channel == "flow"
     ]
-    return plan_run(run_id, graph.to_json(), nodes, flow_edges, list(start), refs=vg.refs)
+    return plan_run(run_id, graph.to_json(), FlowGraph(nodes, flow_edges), list(start), refs=vg.refs)

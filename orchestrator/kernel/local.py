@@ -14,7 +14,7 @@ from typing import Any
 
 from .compile import compile_run
 from .environment import ArtifactCache, Nested, StepEnvironment, StepOptions
-from .memory import EventCallback, MemoryStore
+from .memory import MemoryStore
 from .protocol import DataValue, NodeEvent, SubgraphResult
 from .registry import Registry
 from .step import main_output, run_step
@@ -76,13 +76,12 @@ class LocalRunner:
         run_id: str | None = None,
         start: list[str] | None = None,
         session_id: str | None = None,
-        on_event: EventCallback | None = None,
     ) -> LocalRunResult:
+        """Validate, plan and run ``graph`` to its end; its events go to the store's
+        callbacks (``MemoryStore(on_event=...)``, or ``store.subscribe`` for one run)."""
         vg = validate_graph(graph, self.registry, self.env.options.graph_limits)
         run_id = run_id or uuid.uuid4().hex
         plan = compile_run(vg, run_id, start)
-        if on_event is not None:
-            self.store.subscribe(run_id, on_event)
         self._graphs[run_id] = vg
         await self.store.create_run(plan, RunRecord(run_id=run_id, status=RunStatus.QUEUED, graph_id=vg.graph.id,
                                                     graph_version=vg.graph.version, run_input=run_input,
@@ -140,20 +139,13 @@ class LocalRunner:
                               events=self.store.events(run_id), error=record.error, sinks=sinks)
 
 
-async def run_graph_local(
-    graph: dict[str, Any],
-    registry: Registry,
-    run_input: Any = None,
-    *,
-    run_id: str | None = None,
-    start: list[str] | None = None,
-    session_id: str | None = None,
-    on_event: EventCallback | None = None,
-    host: object = None,
-) -> LocalRunResult:
-    """Validate, plan and run ``graph`` in this process; return its final state."""
-    runner = LocalRunner(registry, store=MemoryStore(on_event=on_event), host=host)
-    return await runner.run(graph, run_input, run_id=run_id, start=start, session_id=session_id)
+async def run_graph_local(graph: dict[str, Any], registry: Registry, run_input: Any = None, *,
+                          run_id: str | None = None, session_id: str | None = None) -> LocalRunResult:
+    """Validate, plan and run ``graph`` in this process from its trigger; return its final
+    state. For a host, an event callback, other start nodes or several runs, use a
+    :class:`LocalRunner`."""
+    runner = LocalRunner(registry)
+    return await runner.run(graph, run_input, run_id=run_id, session_id=session_id)
 
 
 async def run_nested(env: StepEnvironment, nested: Nested) -> SubgraphResult:
@@ -161,6 +153,6 @@ async def run_nested(env: StepEnvironment, nested: Nested) -> SubgraphResult:
     registry, options, artifact cache and host: the ``SubgraphRunner`` of workers and of
     ``LocalRunner``."""
     runner = LocalRunner(env.registry, host=nested.host, artifacts=env.artifacts, options=env.options)
-    result = await runner.run(nested.graph, nested.run_input, run_id=nested.run_id, session_id=nested.session_id,
-                              on_event=nested.on_event)
+    runner.store.subscribe(nested.run_id, nested.on_event)
+    result = await runner.run(nested.graph, nested.run_input, run_id=nested.run_id, session_id=nested.session_id)
     return result.as_subgraph_result()

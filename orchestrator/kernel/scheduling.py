@@ -134,16 +134,19 @@ class PlanInput:
     required_ports: set[str]  # required flow input ports per the definition
 
 
-def plan_run(
-    run_id: str,
-    graph: dict[str, Any],
-    nodes: list[PlanInput],
-    flow_edges: list[tuple[str, str, str, str, str]],  # (edge_id, source, source_handle, target, target_handle)
-    start: list[str],
-    refs: dict[str, list[str]] | None = None,
-) -> RunPlan:
+@dataclass(frozen=True)
+class FlowGraph:
+    """The graph as the planner reads it: its nodes in graph order and its flow edges."""
+
+    nodes: list[PlanInput]
+    edges: list[tuple[str, str, str, str, str]]  # (edge_id, source, source_handle, target, target_handle)
+
+
+def plan_run(run_id: str, graph: dict[str, Any], flow: FlowGraph, start: list[str],
+             refs: dict[str, list[str]] | None = None) -> RunPlan:
     """Compile the active sub-graph reachable from ``start`` over flow edges; linear in
     nodes + edges."""
+    nodes, flow_edges = flow.nodes, flow.edges
     by_id = {n.node_id: n for n in nodes}
     for s in start:
         if s not in by_id:

@@ -16,7 +16,7 @@ from typing import Any
 
 from orchestrator.host.node_host import NodeHost
 from orchestrator.kernel.protocol import DataValue, EventType, NodeEvent
-from orchestrator.kernel.scheduling import PlanInput, RunPlan, plan_run
+from orchestrator.kernel.scheduling import FlowGraph, PlanInput, RunPlan, plan_run
 from orchestrator.kernel.store import Claim, ClaimRequest, NodeCompletion, RunRecord, RunStore
 from orchestrator.local.embedded_redis import EmbeddedRedis
 
@@ -49,7 +49,7 @@ def make_plan(
     required = required or {}
     inputs = [PlanInput(n, "fake", n, set(required.get(n, set()))) for n in node_ids]
     flow = [(f"e{i}", s, sh, t, th) for i, (s, sh, t, th) in enumerate(edge_list)]
-    return plan_run(run_id or new_run_id(), {"id": "g"}, inputs, flow, start or node_ids[:1])
+    return plan_run(run_id or new_run_id(), {"id": "g"}, FlowGraph(inputs, flow), start or node_ids[:1])
 
 
 def record_for(plan: RunPlan) -> RunRecord:
