@@ -325,7 +325,7 @@ def _run_owned(args: argparse.Namespace, raw: dict[str, Any], run_input: Any,
             err.print(f"[dim]ready in {time.monotonic() - began:.1f} s; starting the run[/]")
         from orchestrator.service.runs import RunRequest
 
-        request = RunRequest(run_input, start=start, session_id=args.session)
+        request = RunRequest(run_input, start=start, session_id=args.session, limits=settings.graph_limits())
         options = FollowOptions(console, err, as_json=args.json, decide=args.decide, keep_waiting=workers is None)
         return run_async(_run(url, registry, raw, request, options))
 
@@ -351,8 +351,7 @@ async def _run(url: str, registry: Registry, raw: dict[str, Any], request: RunRe
     try:
         store = RedisRunStore(client, settings)
         try:
-            run_id = await start_run(store, registry, raw, request, dispatch=make_dispatch(app),
-                                     limits=settings.graph_limits())
+            run_id = await start_run(store, registry, raw, request, dispatch=make_dispatch(app))
         except GraphError as exc:
             print_error(err, exc)
             return 2

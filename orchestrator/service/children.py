@@ -87,11 +87,11 @@ class Children(ChildLinks):
         graph = spec.graph if spec.graph is not None else await self._stored(spec, meta)
         meta["graph_version"] = graph.get("version")
         request = RunRequest(spec.run_input, run_id=child_id, meta=meta,
-                             deadline_s=await self._deadline_s(spec.parent_run, graph))
+                             deadline_s=await self._deadline_s(spec.parent_run, graph),
+                             limits=self.services.settings.graph_limits())
         await self.link(spec.parent_run, spec.parent_node, child_id)
         try:
-            await start_run(self.store, self.services.registry, graph, request, dispatch=self.dispatch,
-                            limits=self.services.settings.graph_limits())
+            await start_run(self.store, self.services.registry, graph, request, dispatch=self.dispatch)
         except BaseException:
             await self.unlink(spec.parent_run, child_id)
             raise

@@ -104,6 +104,7 @@ class RunRequest:
     ``run_id`` defaults to a uuid4 hex (in the workspace's lane); ``deadline_s`` to the graph's
     ``settings.deadline_s``, then ``Settings.run_deadline_s``; ``seed_outputs`` (a rerun)
     are stored as outputs of nodes that will not run, so expressions can read them.
+    ``limits``: the graph bounds of the caller's settings (``Settings.graph_limits()``).
     """
 
     run_input: Any
@@ -114,29 +115,23 @@ class RunRequest:
     meta: dict[str, Any] | None = None
     deadline_s: float | None = None
     seed_outputs: dict[str, dict[str, DataValue]] | None = None
+    limits: GraphLimits = DEFAULT_GRAPH_LIMITS
 
 
-async def start_run(
-    store: RunStore,
-    registry: Registry,
-    graph: dict[str, Any],
-    request: RunRequest,
-    *,
-    dispatch: Dispatcher,
-    limits: GraphLimits = DEFAULT_GRAPH_LIMITS,
-) -> str:
+async def start_run(store: RunStore, registry: Registry, graph: dict[str, Any], request: RunRequest, *,
+                    dispatch: Dispatcher) -> str:
     """Validate ``graph``, compile the run ``request`` asks for, store it, dispatch its
     start nodes.
 
     Returns the run id (``request.run_id``, else a uuid4 hex tagged with the workspace's lane). Graph faults raise
     ``GraphError`` subclasses before anything is stored. ``request.deadline_s`` defaults
-    to the graph's ``settings.deadline_s``, then ``Settings.run_deadline_s``. ``limits``: the
-    graph bounds of the caller's settings (``Settings.graph_limits()``).
+    to the graph's ``settings.deadline_s``, then ``Settings.run_deadline_s``; the graph is
+    checked against ``request.limits``.
     ``request.seed_outputs`` (a rerun) are stored as outputs of nodes that will not run,
     so expressions can read them. Calling it twice with the same ``run_id`` stores once
     and dispatches again, which the store's claim makes harmless.
     """
-    vg = validated(graph, registry, limits)
+    vg = validated(graph, registry, request.limits)
     starts = choose_start(vg, request.start)
     graph_budget(graph)  # a malformed settings.budget is a graph error, before anything is stored
     meta = dict(request.meta or {})
@@ -232,8 +227,9 @@ async def admit_and_start(services: Starter, graph: dict[str, Any], request: Run
 
     await admission.check(services.redis, services.settings)
     run_id = await start_run(services.run_store, services.registry, graph,
-                             replace(request, meta={**(request.meta or {}), "trigger": trigger}),
-                             dispatch=services.dispatch, limits=services.settings.graph_limits())
+                             replace(request, meta={**(request.meta or {}), "trigger": trigger},
+                                     limits=services.settings.graph_limits()),
+                             dispatch=services.dispatch)
     if graph.get("id"):
         await services.graphs.add_run(str(graph["id"]), run_id)
     metrics.RUNS_STARTED.labels(trigger=trigger).inc()

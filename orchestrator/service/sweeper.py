@@ -114,12 +114,23 @@ class SweepReport:
     children_resumed: int = 0  # parent nodes resumed for child runs that ended (service/children.py)
 
 
+@dataclass(frozen=True)
+class SweepLimits:
+    """When the sweeper fails a node whose workers keep dying (``max_node_reclaims``) and
+    when it sends a ready node nobody sent again (``undispatched_grace_s``); None: the
+    settings' value."""
+
+    max_node_reclaims: int | None = None
+    undispatched_grace_s: float | None = None
+
+
 class Sweeper:
     """Deadlines, lost workers and lost dispatches of every active run in one store.
 
     ``dispatch(run_id, node_ids)`` sends node tasks (sync or async), as for
     ``orchestrator.service.runs.start_run``. Limits default to the settings (``sweep_period_s``,
-    ``max_node_reclaims``, ``undispatched_grace_s``) and can be overridden per instance.
+    ``max_node_reclaims``, ``undispatched_grace_s``) and can be overridden per instance
+    (``limits``).
     ``broker_queues`` are the Redis lists the node tasks travel on, one per lane (same Redis
     database; default: the settings' lanes, ``orchestrator/queue/lanes.py``).
     """
@@ -130,8 +141,7 @@ class Sweeper:
         dispatch: Dispatcher,
         settings: Settings,
         *,
-        max_node_reclaims: int | None = None,
-        undispatched_grace_s: float | None = None,
+        limits: SweepLimits = SweepLimits(),
         broker_queues: list[str] | None = None,
     ) -> None:
         self.store = store
@@ -139,10 +149,10 @@ class Sweeper:
         self.dispatch = dispatch
         self.settings = settings
         self.keys = Keys.of(self.settings)
-        self.max_node_reclaims = _setting(self.settings, "max_node_reclaims", max_node_reclaims,
+        self.max_node_reclaims = _setting(self.settings, "max_node_reclaims", limits.max_node_reclaims,
                                           DEFAULT_MAX_NODE_RECLAIMS)
         self.undispatched_grace_s = _setting(self.settings, "undispatched_grace_s",
-                                             undispatched_grace_s, DEFAULT_UNDISPATCHED_GRACE_S)
+                                             limits.undispatched_grace_s, DEFAULT_UNDISPATCHED_GRACE_S)
         self.broker_queues = broker_queues or lane_queues(settings.lanes)
         self._release = self.redis.register_script(_RELEASE)
         self._correct = self.redis.register_script(_CORRECT)

@@ -60,7 +60,7 @@ from orchestrator.kernel.registry import Registry
 from orchestrator.local.embedded_redis import EmbeddedRedis
 from orchestrator.local.embedded_workers import PROJECT_ROOT, WorkerProcesses
 from orchestrator.service.runs import RunRequest, start_run
-from orchestrator.service.sweeper import Sweeper
+from orchestrator.service.sweeper import Sweeper, SweepLimits
 from orchestrator.settings import Settings
 from orchestrator.store.redis_store import RedisRunStore
 from tests.fake_nodes import graph
@@ -513,7 +513,7 @@ async def test_runs_continue_when_a_primary_is_killed_and_its_replica_takes_over
         store = RedisRunStore.from_url(cluster.url, settings)
         celery = make_celery(broker.url, settings)
         dispatch = make_dispatch(celery)
-        sweeper = Sweeper(store, dispatch, settings, max_node_reclaims=3)
+        sweeper = Sweeper(store, dispatch, settings, limits=SweepLimits(max_node_reclaims=3))
         sweeping = asyncio.create_task(sweeper.run_forever(SWEEP_PERIOD_S))
         try:
             g = fanout(delay_s=1.0)

@@ -24,7 +24,7 @@ from orchestrator.kernel.registry import Registry
 from orchestrator.local.embedded_redis import EmbeddedRedis
 from orchestrator.local.embedded_workers import WorkerProcesses
 from orchestrator.service.runs import RunRequest, start_run
-from orchestrator.service.sweeper import Sweeper
+from orchestrator.service.sweeper import Sweeper, SweepLimits
 from orchestrator.settings import Settings
 from orchestrator.store.redis_store import RedisRunStore
 from tests.fake_nodes import graph
@@ -92,7 +92,7 @@ async def sweeping(store: RedisRunStore, celery: Any) -> AsyncIterator[Sweeper]:
     """A sweeper running every SWEEP_PERIOD_S for the test's duration."""
     from orchestrator.queue.dispatch import make_dispatch
 
-    sweeper = Sweeper(store, make_dispatch(celery), SETTINGS, max_node_reclaims=1)
+    sweeper = Sweeper(store, make_dispatch(celery), SETTINGS, limits=SweepLimits(max_node_reclaims=1))
     task = asyncio.create_task(sweeper.run_forever(SWEEP_PERIOD_S))
     yield sweeper
     task.cancel()

@@ -15,7 +15,7 @@ from orchestrator.kernel.store import NodeCompletion, NodeStatus, RunStatus
 from orchestrator.local.embedded_redis import EmbeddedRedis
 from orchestrator.queue.lanes import lane_of, queue_for
 from orchestrator.service.runs import RunRequest, start_run
-from orchestrator.service.sweeper import Sweeper
+from orchestrator.service.sweeper import Sweeper, SweepLimits
 from orchestrator.store.redis_store import RedisRunStore
 from tests.fake_nodes import graph, make_registry
 from tests.support import claim, events_of, make_plan, record_for
@@ -51,7 +51,7 @@ async def start(store: RedisRunStore, dispatch: Any) -> str:
 
 
 def sweeper(store: RedisRunStore, sent: Any) -> Sweeper:
-    return Sweeper(store, sent, store.settings, undispatched_grace_s=GRACE_S)
+    return Sweeper(store, sent, store.settings, limits=SweepLimits(undispatched_grace_s=GRACE_S))
 
 
 async def test_a_start_node_sent_and_never_claimed_is_sent_again_after_the_grace(
@@ -192,7 +192,7 @@ async def test_a_backlog_on_the_brokers_own_redis_is_not_sent_again(split: Any, 
     waiting = await start(store, queued(app))
     lane = queue_for(waiting, store.settings.lanes)
     assert await broker.llen(lane) == 1 and await store.redis.llen(lane) == 0  # on the broker, not the state
-    s = Sweeper(store, sent, store.settings, undispatched_grace_s=GRACE_S)
+    s = Sweeper(store, sent, store.settings, limits=SweepLimits(undispatched_grace_s=GRACE_S))
     await asyncio.sleep(GRACE_S + 0.05)
     assert (await s.sweep_once()).resent == []  # still waiting on the broker: not lost
     assert await broker.rpop(lane)  # a worker took it ... and lost it
@@ -230,5 +230,5 @@ async def test_on_rabbitmq_a_lane_with_messages_ready_counts_none_lost(
     settings = store.settings.model_copy(update={"broker_url": "amqp://guest:guest@127.0.0.1:1//"})
     run_id = await start(store, lost)
     await asyncio.sleep(GRACE_S + 0.05)
-    report = await Sweeper(store, sent, settings, undispatched_grace_s=GRACE_S).sweep_once()
+    report = await Sweeper(store, sent, settings, limits=SweepLimits(undispatched_grace_s=GRACE_S)).sweep_once()
     assert report.resent == ([(run_id, "t")] if resent else [])

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from orchestrator.kernel.store import RunStatus, Take
-from orchestrator.service.sweeper import Sweeper, lock_key
+from orchestrator.service.sweeper import Sweeper, SweepLimits, lock_key
 from orchestrator.store.redis_store import RedisRunStore
 from tests.liveness.conftest import SETTINGS
 from tests.support import claim, completed, events_of, make_plan, node_states, record_for
@@ -42,7 +42,7 @@ async def start(store: RedisRunStore, *, deadline_s: float = 600) -> str:
 
 
 def sweeper(store: RedisRunStore, sent: Any, **kw: Any) -> Sweeper:
-    return Sweeper(store, sent, store.settings, **kw)
+    return Sweeper(store, sent, store.settings, limits=SweepLimits(**kw))
 
 
 async def test_run_past_its_deadline_ends_timed_out_with_a_run_event(
