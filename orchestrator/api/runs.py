@@ -123,23 +123,16 @@ async def approve(run_id: str, body: Approval, services: Services = SERVICES,
 
     A node of the run that waits for a child run passes the approval on to the child (and
     its children): ``run_id`` in the answer is the run whose node was resumed."""
-    from orchestrator.service.approvals import submit_approval
+    from orchestrator.service import approvals
     from orchestrator.service.child_links import submit_approval_through
 
     await owned_run(services, run_id, who.workspace)
     links = child_links(services)
+    approval = approvals.Approval(body.decision, body.arguments, body.note)
     if links is not None:
-        target_run, resumed = await submit_approval_through(links, run_id, body.node_id, body.decision,
-                                                            (body.arguments, body.note))
+        target_run, resumed = await submit_approval_through(links, run_id, body.node_id, approval)
         return {"run_id": target_run, "node_id": resumed, "decision": body.decision}
     dispatch = services.dispatch
-    node_id = await submit_approval(
-        services.run_store,
-        run_id,
-        body.node_id,
-        body.decision,
-        body.arguments,
-        body.note,
-        dispatch=lambda rid, nid: dispatch(rid, [nid]),
-    )
+    node_id = await approvals.submit_approval(services.run_store, run_id, body.node_id, approval,
+                                              dispatch=lambda rid, nid: dispatch(rid, [nid]))
     return {"run_id": run_id, "node_id": node_id, "decision": body.decision}

@@ -243,18 +243,18 @@ def _ask(console: Console, event: NodeEvent) -> Decision | None:
 async def _decide(store: RedisRunStore, run_id: str, event: NodeEvent, dispatch: Any,
                   options: FollowOptions) -> bool:
     """Answer a waiting run (``--decide`` or a prompt); False when nobody can answer."""
-    from orchestrator.service.approvals import submit_approval
+    from orchestrator.service.approvals import Approval, submit_approval
 
     decision = options.decide or _ask(options.console, event)
     if decision is None:
         return False
     if child_asks(event):  # the child run that asks, named by the question copied to this run
         data = event.data or {}
-        await submit_approval(store, str(data["child_run"]), data.get("child_node_id"), decision,
+        await submit_approval(store, str(data["child_run"]), data.get("child_node_id"), Approval(decision),
                               dispatch=lambda r, n: dispatch(r, [n]))
         return True
     node_id = (event.data or {}).get("node_id")
-    await submit_approval(store, run_id, node_id, decision,
+    await submit_approval(store, run_id, node_id, Approval(decision),
                           dispatch=lambda r, n: dispatch(r, [n]))
     return True
 

@@ -55,6 +55,7 @@ from redis.asyncio import Redis
 from orchestrator.errors import OverloadedError
 from orchestrator.kernel.errors import EvaluationError, ExpressionError, GraphSchemaError, ParameterError
 from orchestrator.kernel.expressions import Scope, check_syntax, render, stringify
+from orchestrator.kernel.scheduling import RunPlan
 from orchestrator.kernel.store import RunStatus
 from orchestrator.queue import depth
 from orchestrator.queue.dispatch import carries_plan
@@ -247,14 +248,14 @@ def held_by(graph: dict[str, Any], run_input: Any, workspace: str) -> Held | Non
     return Held(rule, f"{workspace}:{graph_id}", key_of(rule, run_input, graph_id))
 
 
-async def admit(store: Any, held: Held | None, run_id: str, start: list[str], dispatch: Any, *,
-                plan: str = "") -> None:
+async def admit(store: Any, held: Held | None, plan: RunPlan, dispatch: Any, *, ref: str = "") -> None:
     """Dispatch the new run's start nodes now, or hold, cancel it or others by its rule.
-    ``plan``: the run's plan reference, which the start messages carry (a held run started
+    ``ref``: the run's plan reference, which the start messages carry (a held run started
     later goes without: its worker reads the plan)."""
+    run_id, start = plan.run_id, list(plan.start)
     gate = _gate(store) if held is not None else None
     if held is None or gate is None:  # no rule, or a store without Redis (a local run)
-        await _dispatch(dispatch, run_id, start, plan)
+        await _dispatch(dispatch, run_id, start, ref)
         return
     reply = await gate.admit(held, run_id, start)
     verdict = str(reply[0])
@@ -266,7 +267,7 @@ async def admit(store: Any, held: Held | None, run_id: str, start: list[str], di
             **CANCELLED_BY, "message": f"concurrency key {held.key!r} has {held.rule.max_runs} run(s) in progress "
                                        "(strategy cancel_newest)"})
         return
-    await _dispatch(dispatch, run_id, start, plan)
+    await _dispatch(dispatch, run_id, start, ref)
     for old in (str(r) for r in reply[1:]):
         await store.finish_run(old, RunStatus.CANCELLED, {
             **CANCELLED_BY, "message": f"a newer run ({run_id}) of concurrency key {held.key!r} started "

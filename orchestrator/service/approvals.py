@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from orchestrator.kernel.errors import RunError
@@ -23,6 +24,17 @@ from orchestrator.kernel.store import NodeStatus, RunStatus, RunStore
 
 Decision = Literal["approve", "reject"]
 DispatchFn = Callable[[str, str], Awaitable[Any] | Any]
+
+
+@dataclass(frozen=True)
+class Approval:
+    """A person's answer to a node waiting for a decision. ``arguments`` (only with
+    ``approve``) replace the paused tool call's arguments key by key; ``note`` is passed
+    on to the node."""
+
+    decision: Decision
+    arguments: dict[str, Any] | None = None
+    note: str | None = None
 
 
 class ApprovalError(RunError):
@@ -42,22 +54,14 @@ async def waiting_nodes(store: RunStore, run_id: str) -> list[str]:
     return sorted(n for n, s in dict(states).items() if s == NodeStatus.WAITING)
 
 
-async def submit_approval(
-    store: RunStore,
-    run_id: str,
-    node_id: str | None,
-    decision: Decision,
-    arguments: dict[str, Any] | None = None,
-    note: str | None = None,
-    *,
-    dispatch: DispatchFn,
-) -> str:
-    """Resume the waiting node with the decision; returns the node id that was resumed.
+async def submit_approval(store: RunStore, run_id: str, node_id: str | None, approval: Approval, *,
+                          dispatch: DispatchFn) -> str:
+    """Resume the waiting node with ``approval``; returns the node id that was resumed.
 
-    ``node_id`` may be None when exactly one node of the run waits. ``arguments`` (only
-    with ``approve``) replace the paused tool call's arguments key by key. ``dispatch(run_id,
+    ``node_id`` may be None when exactly one node of the run waits. ``dispatch(run_id,
     node_id)`` sends the node to a worker (sync or async).
     """
+    decision, arguments, note = approval.decision, approval.arguments, approval.note
     if decision not in ("approve", "reject"):
         raise ApprovalError(f"decision must be 'approve' or 'reject', got {decision!r}",
                             run_id=run_id, node_id=node_id, parameter="decision")

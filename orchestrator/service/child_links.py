@@ -23,7 +23,7 @@ from orchestrator.kernel.graph import ERROR_PORT
 from orchestrator.kernel.protocol import EventType, NodeEvent
 from orchestrator.kernel.store import NodeStatus, RunStatus
 from orchestrator.queue.dispatch import Dispatcher
-from orchestrator.service.approvals import ApprovalError, Decision, submit_approval
+from orchestrator.service.approvals import Approval, ApprovalError, submit_approval
 from orchestrator.settings import StoreSettings
 from orchestrator.store.redis_store import RedisRunStore
 from orchestrator.telemetry.budgets import spent
@@ -310,13 +310,11 @@ class ChildLinks:
             await sent
 
 
-async def submit_approval_through(links: ChildLinks, run_id: str, node_id: str | None, decision: Decision,
-                                  answer: tuple[dict[str, Any] | None, str | None] = (None, None)) -> tuple[str, str]:
+async def submit_approval_through(links: ChildLinks, run_id: str, node_id: str | None,
+                                  approval: Approval) -> tuple[str, str]:
     """``submit_approval`` on the run that asks: ``run_id`` itself, or the child (of a
-    child ...) its waiting node waits for. ``answer`` is (arguments, note). Returns (the
-    run, the node) that was resumed."""
+    child ...) its waiting node waits for. Returns (the run, the node) that was resumed."""
     target_run, target_node = await links.approval_target(run_id, node_id)
-    arguments, note = answer
-    resumed = await submit_approval(links.store, target_run, target_node, decision, arguments, note,
+    resumed = await submit_approval(links.store, target_run, target_node, approval,
                                     dispatch=lambda rid, nid: links.dispatch(rid, [nid]))
     return target_run, resumed

@@ -194,7 +194,7 @@ async def _store_and_dispatch(store: RunStore, start: _Start, request: RunReques
     # settings.concurrency may hold the run instead (admission.py). A stored graph's start
     # messages name the plan's content (store/plan_refs.py): a worker that holds it reads none.
     ref = plan_ref(plan) if start.guard is not None and isinstance(store, RedisRunStore) else ""
-    await admission.admit(store, held, run_id, list(plan.start), dispatch, plan=ref)
+    await admission.admit(store, held, plan, dispatch, ref=ref)
     return run_id
 
 

@@ -12,7 +12,7 @@ from orchestrator.kernel.local import LocalRunner, run_graph_local
 from orchestrator.kernel.protocol import NodeEvent
 from orchestrator.kernel.registry import Registry
 from orchestrator.kernel.store import RunStatus
-from orchestrator.service.approvals import ApprovalError, submit_approval
+from orchestrator.service.approvals import Approval, ApprovalError, submit_approval
 from orchestrator.service.plugins import load_registry
 from orchestrator.settings import load_settings
 
@@ -107,7 +107,7 @@ async def test_approval_pause_then_approve_finishes_the_run_with_the_tool_result
     async def dispatch(rid: str, node_id: str) -> None:
         dispatched.append((rid, node_id))
 
-    node = await submit_approval(runner.store, run_id, None, "approve", dispatch=dispatch)
+    node = await submit_approval(runner.store, run_id, None, Approval("approve"), dispatch=dispatch)
     assert dispatched == [(run_id, "assistant")] and node == "assistant"
     await runner._drive(run_id, [node])
     final = await runner.result(run_id)
@@ -135,7 +135,7 @@ async def test_approving_a_run_that_is_not_waiting_is_an_approval_error(
         raise AssertionError("must not dispatch")
 
     with pytest.raises(ApprovalError, match="not waiting"):
-        await submit_approval(runner.store, result.run_id, None, "approve", dispatch=dispatch)
+        await submit_approval(runner.store, result.run_id, None, Approval("approve"), dispatch=dispatch)
 
 
 async def test_a_failing_model_fails_the_agent_node_and_the_run(registry: Registry) -> None:

@@ -15,7 +15,7 @@ import pytest
 from orchestrator.kernel.protocol import EventType, NodeEvent
 from orchestrator.kernel.registry import Registry
 from orchestrator.kernel.store import RunStatus
-from orchestrator.service.approvals import ApprovalError, submit_approval
+from orchestrator.service.approvals import Approval, ApprovalError, submit_approval
 from orchestrator.service.runs import RunRequest, start_run
 from tests.integration.conftest import collect, read_until, wait_for_terminal
 
@@ -111,7 +111,7 @@ async def test_a_waiting_run_holds_no_worker_and_approval_runs_the_tool(
     assert [o.status for o in others] == ["succeeded"] * 4
     assert (await store.get_run(run_id)).status == RunStatus.WAITING
 
-    node = await submit_approval(store, run_id, None, "approve", dispatch=dispatch)
+    node = await submit_approval(store, run_id, None, Approval("approve"), dispatch=dispatch)
     assert node == "assistant"
     result = await collect(store, run_id, await wait_for_terminal(store, run_id))
     assert result.status == "succeeded"
@@ -128,7 +128,7 @@ async def test_a_waiting_run_holds_no_worker_and_approval_runs_the_tool(
 async def test_rejection_resumes_the_run_without_running_the_tool(
         paused_run: Any, store: Any, dispatch: Any) -> None:
     run_id = await paused_run()
-    await submit_approval(store, run_id, "assistant", "reject", note="no dividing today",
+    await submit_approval(store, run_id, "assistant", Approval("reject", note="no dividing today"),
                           dispatch=dispatch)
     result = await collect(store, run_id, await wait_for_terminal(store, run_id))
     assert result.status == "succeeded"
@@ -152,4 +152,4 @@ async def test_a_waiting_run_past_its_deadline_is_timed_out_by_the_sweeper(
     record = await store.get_run(run_id)
     assert record.status == RunStatus.TIMED_OUT
     with pytest.raises(ApprovalError, match="not waiting"):
-        await submit_approval(store, run_id, None, "approve", dispatch=dispatch)
+        await submit_approval(store, run_id, None, Approval("approve"), dispatch=dispatch)
