@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.local.embedded_redis import EmbeddedRedis, free_port  # noqa: E402
-from orchestrator.local.embedded_workers import WorkerProcesses  # noqa: E402
+from orchestrator.local.embedded_workers import WorkerConfig, WorkerProcesses  # noqa: E402
 
 BIN = Path(sys.executable).parent
 API_START_TIMEOUT_S = 90.0
@@ -232,7 +232,7 @@ def system(workers: int = 1, concurrency: int = 2, api: bool = True,
                                redis_max_connections=api_redis_max_connections)
                     if api else None)
         try:
-            with WorkerProcesses(server.url, count=workers, concurrency=concurrency, env=env):
+            with WorkerProcesses(server.url, WorkerConfig(count=workers, concurrency=concurrency, env=env)):
                 if api_proc is not None:
                     api_proc.wait_ready()
                 yield {"redis": server, "api": api_proc, "pack": pack, "workdir": workdir}

@@ -35,7 +35,7 @@ from celery import chain  # noqa: E402
 
 from orchestrator.kernel.protocol import EventType  # noqa: E402
 from orchestrator.local.embedded_redis import EmbeddedRedis  # noqa: E402
-from orchestrator.local.embedded_workers import WorkerProcesses  # noqa: E402
+from orchestrator.local.embedded_workers import WorkerConfig, WorkerProcesses  # noqa: E402
 
 CHAIN_LENGTH = 10
 RESULTS = ROOT / "bench" / "results"
@@ -143,8 +143,8 @@ def main() -> int:
                         help="the worker's concurrency (node steps in flight with the default threads pool)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    with EmbeddedRedis() as server, WorkerProcesses(server.url, count=1,
-                                                    concurrency=args.concurrency) as workers:
+    with EmbeddedRedis() as server, WorkerProcesses(server.url, WorkerConfig(count=1,
+                                                                             concurrency=args.concurrency)) as workers:
         result = asyncio.run(bench(server.url, args.runs, args.warmup))
     # The pool the worker really ran (the settings' default, ``-P threads`` unless
     # ORCH_WORKER_POOL says otherwise), as its command line named it.

@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from orchestrator.kernel.protocol import EventType  # noqa: E402
 from orchestrator.local.embedded_redis import EmbeddedRedis  # noqa: E402
-from orchestrator.local.embedded_workers import WorkerProcesses  # noqa: E402
+from orchestrator.local.embedded_workers import WorkerConfig, WorkerProcesses  # noqa: E402
 
 PACK = ROOT / "bench" / "pack"
 RESULTS = ROOT / "bench" / "results"
@@ -177,7 +177,7 @@ def main() -> int:
         os.environ["BENCH_REDIS_URL"] = server.url  # read when bench.celery_baseline is imported
         for width in widths:
             env = {"ORCH_NODE_PATHS": str(PACK)}
-            with WorkerProcesses(server.url, count=1, pool="threads", concurrency=width, env=env):
+            with WorkerProcesses(server.url, WorkerConfig(count=1, pool="threads", concurrency=width, env=env)):
                 asyncio.run(engine_once(server.url, min(width, 20), 0.05))  # warm-up
                 engine = asyncio.run(engine_once(server.url, width, args.delay_s))
             print(f"width {width}: engine done", file=sys.stderr)

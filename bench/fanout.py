@@ -34,7 +34,7 @@ from bench.chain import summary  # noqa: E402
 from bench.concurrency import start_baseline_worker  # noqa: E402
 from orchestrator.kernel.protocol import EventType  # noqa: E402
 from orchestrator.local.embedded_redis import EmbeddedRedis  # noqa: E402
-from orchestrator.local.embedded_workers import WorkerProcesses  # noqa: E402
+from orchestrator.local.embedded_workers import WorkerConfig, WorkerProcesses  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 PACK = ROOT / "bench" / "pack"
@@ -132,8 +132,8 @@ def main() -> int:
         os.environ["BENCH_RESULT_BACKEND"] = "1"  # the chord needs one (the worker inherits it)
         baseline = start_baseline_worker(server.url, args.concurrency)
         try:
-            with WorkerProcesses(server.url, count=1, pool="threads", concurrency=args.concurrency,
-                                 env={"ORCH_NODE_PATHS": str(PACK)}):
+            with WorkerProcesses(server.url, WorkerConfig(count=1, pool="threads", concurrency=args.concurrency,
+                                                          env={"ORCH_NODE_PATHS": str(PACK)})):
                 result = asyncio.run(bench(server.url, args.runs, args.warmup, args.width))
         finally:
             os.killpg(baseline.pid, 15)

@@ -64,7 +64,7 @@ sys.path.insert(0, str(ROOT))
 
 from orchestrator.kernel.protocol import EventType  # noqa: E402
 from orchestrator.local.embedded_redis import EmbeddedRedis  # noqa: E402
-from orchestrator.local.embedded_workers import WorkerProcesses  # noqa: E402
+from orchestrator.local.embedded_workers import WorkerConfig, WorkerProcesses  # noqa: E402
 from tests.agents.openai_stub import StubServer, _Handler  # noqa: E402
 
 PACK = ROOT / "bench" / "pack"
@@ -459,7 +459,8 @@ def main() -> int:
                      (args.lanes, *COLLIDING, False)]
             for lanes in sorted({c[0] for c in cases}):
                 env = {**base_env, "ORCH_LANES": str(lanes)}
-                with WorkerProcesses(server.url, count=WORKERS, pool="threads", concurrency=CONCURRENCY, env=env):
+                with WorkerProcesses(server.url, WorkerConfig(count=WORKERS, pool="threads", concurrency=CONCURRENCY,
+                                                              env=env)):
                     for shape in args.shapes.split(","):
                         for _, flooder, victim, hashed in (c for c in cases if c[0] == lanes):
                             by = "hash" if hashed else "assigned"
@@ -470,7 +471,8 @@ def main() -> int:
                             print(f"{name}: {result[name]}", file=sys.stderr)
         if "weights" in phases:  # heavy of weight 1 (the same share, the baseline), then of --weight
             env = {**base_env, "ORCH_LANES": "8"}
-            with WorkerProcesses(server.url, count=WORKERS, pool="threads", concurrency=CONCURRENCY, env=env):
+            with WorkerProcesses(server.url, WorkerConfig(count=WORKERS, pool="threads", concurrency=CONCURRENCY,
+                                                          env=env)):
                 for weight in (1, args.weight):
                     name = f"weights_heavy{weight}"
                     result[name] = asyncio.run(weighted(server.url, args.weight_flood, args.flood_delay_s, weight))
@@ -484,7 +486,8 @@ def main() -> int:
             # a fresh key prefix per phase: what the first phase taught is not the second's
             env["ORCH_KEY_PREFIX"] = f"b{uuid.uuid4().hex[:6]}"
             os.environ["ORCH_KEY_PREFIX"] = env["ORCH_KEY_PREFIX"]
-            with WorkerProcesses(server.url, count=WORKERS, pool="threads", concurrency=args.concurrency, env=env):
+            with WorkerProcesses(server.url, WorkerConfig(count=WORKERS, pool="threads", concurrency=args.concurrency,
+                                                          env=env)):
                 result[name] = asyncio.run(phase(server.url, stub, args.nodes, free_probe=name == "declared"))
             print(f"{name}: {result[name]}", file=sys.stderr)
     result["config"] = {"nodes": args.nodes, "rpm": args.rpm, "window_s": args.window_s,

@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from orchestrator.kernel.protocol import EventType  # noqa: E402
 from orchestrator.local.embedded_redis import EmbeddedRedis  # noqa: E402
-from orchestrator.local.embedded_workers import WorkerProcesses  # noqa: E402
+from orchestrator.local.embedded_workers import WorkerConfig, WorkerProcesses  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 PACK = ROOT / "bench" / "pack"
@@ -108,7 +108,8 @@ def main() -> int:
     distributed: list[float] = []
     local: list[float] = []
     with EmbeddedRedis(unix_socket=False) as server, \
-            WorkerProcesses(server.url, count=2, pool="threads", concurrency=100, env={"ORCH_NODE_PATHS": str(PACK)}):
+            WorkerProcesses(server.url, WorkerConfig(count=2, pool="threads", concurrency=100,
+                                                     env={"ORCH_NODE_PATHS": str(PACK)})):
         for i in range(args.rounds):
             if i % 2:
                 local.append(asyncio.run(in_process_once(graph)))

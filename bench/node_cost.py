@@ -30,7 +30,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from bench.chain import chain_graph  # noqa: E402
 from orchestrator.local.embedded_redis import EmbeddedRedis  # noqa: E402
-from orchestrator.local.embedded_workers import WorkerProcesses  # noqa: E402
+from orchestrator.local.embedded_workers import WorkerConfig, WorkerProcesses  # noqa: E402
 
 
 async def count_commands(url: str, length: int, runs: int, timed: int) -> tuple[Counter[str], list[float]]:
@@ -132,7 +132,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--timed", type=int, default=30, help="timed runs of each chain (no MONITOR)")
     args = parser.parse_args()
-    with EmbeddedRedis(unix_socket=False) as server, WorkerProcesses(server.url, count=1) as workers:
+    with EmbeddedRedis(unix_socket=False) as server, WorkerProcesses(server.url, WorkerConfig(count=1)) as workers:
         short, short_s = asyncio.run(count_commands(server.url, 10, args.runs, args.timed))
         long, long_s = asyncio.run(count_commands(server.url, 20, args.runs, args.timed))
         rtt_s = asyncio.run(round_trip_s(server.url))

@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from orchestrator.kernel.protocol import EventType  # noqa: E402
 from orchestrator.local.embedded_redis import EmbeddedRedis  # noqa: E402
-from orchestrator.local.embedded_workers import WorkerProcesses  # noqa: E402
+from orchestrator.local.embedded_workers import WorkerConfig, WorkerProcesses  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 WORDS = ("redis celery worker graph node edge run event stream lease sweeper retry vector chunk embed "
@@ -200,7 +200,8 @@ def main() -> int:
         pg_url = str(pg.get_uri())
         env.update({"ORCH_VECTOR_BACKEND": "pgvector", "ORCH_VECTOR_DATABASE_URL": pg_url})
     try:
-        with EmbeddedRedis() as server, WorkerProcesses(server.url, count=1, concurrency=args.concurrency, env=env):
+        with EmbeddedRedis() as server, WorkerProcesses(server.url, WorkerConfig(count=1, concurrency=args.concurrency,
+                                                                                 env=env)):
             result = asyncio.run(bench(server.url, args, pg_url))
     finally:
         if pg is not None:

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from orchestrator.kernel.protocol import EventType  # noqa: E402
 from orchestrator.local.embedded_redis import EmbeddedRedis  # noqa: E402
-from orchestrator.local.embedded_workers import WorkerProcesses  # noqa: E402
+from orchestrator.local.embedded_workers import WorkerConfig, WorkerProcesses  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 
@@ -100,7 +100,7 @@ def main() -> int:
     sizes = [int(s) for s in args.sizes.split(",")]
     result: dict[str, Any] = {}
     with EmbeddedRedis(unix_socket=False) as server, \
-            WorkerProcesses(server.url, count=1, pool="threads", concurrency=100):
+            WorkerProcesses(server.url, WorkerConfig(count=1, pool="threads", concurrency=100)):
         for kind in ("chain", "fanout"):
             rows = {}
             for size in sizes:

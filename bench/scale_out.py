@@ -266,7 +266,7 @@ def store_path(layout: Layout, args: argparse.Namespace) -> dict[str, Any]:
 
 async def worker_path(layout: Layout, args: argparse.Namespace, broker_url: str) -> dict[str, Any]:
     from orchestrator.kernel.protocol import EventType
-    from orchestrator.local.embedded_workers import WorkerProcesses
+    from orchestrator.local.embedded_workers import WorkerConfig, WorkerProcesses
     from orchestrator.queue.app import make_celery
     from orchestrator.queue.dispatch import make_dispatch
     from orchestrator.service.plugins import load_registry
@@ -278,7 +278,7 @@ async def worker_path(layout: Layout, args: argparse.Namespace, broker_url: str)
     registry = load_registry(settings)
     graph = fanout_merge_graph(args.width)
     env = {"ORCH_NODE_PATHS": str(PACK), "ORCH_BROKER_URL": broker_url}
-    with WorkerProcesses(layout.url, count=args.workers, env=env) as workers:
+    with WorkerProcesses(layout.url, WorkerConfig(count=args.workers, env=env)) as workers:
         store = RedisRunStore.from_url(layout.url, settings)
         app = make_celery(broker_url, settings)
         dispatch = make_dispatch(app)

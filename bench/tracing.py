@@ -38,7 +38,7 @@ from bench.chain import celery_chain_once, chain_graph, summary  # noqa: E402
 from bench.concurrency import PACK, engine_once  # noqa: E402
 from orchestrator.kernel.protocol import EventType  # noqa: E402
 from orchestrator.local.embedded_redis import EmbeddedRedis  # noqa: E402
-from orchestrator.local.embedded_workers import WorkerProcesses  # noqa: E402
+from orchestrator.local.embedded_workers import WorkerConfig, WorkerProcesses  # noqa: E402
 from orchestrator.telemetry import tracing  # noqa: E402
 from tests.support.otlp import OtlpReceiver  # noqa: E402
 
@@ -111,8 +111,8 @@ async def chain_bench(off_url: str, on_url: str, runs: int, warmup: int) -> dict
 def fanout_bench(env_on: dict[str, str], width: int, delay_s: float) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for label, extra in (("off_1", {}), ("on", env_on), ("off_2", {})):
-        with EmbeddedRedis(unix_socket=False) as server, WorkerProcesses(
-                server.url, count=1, pool="threads", concurrency=width, env={"ORCH_NODE_PATHS": str(PACK), **extra}):
+        config = WorkerConfig(count=1, pool="threads", concurrency=width, env={"ORCH_NODE_PATHS": str(PACK), **extra})
+        with EmbeddedRedis(unix_socket=False) as server, WorkerProcesses(server.url, config):
             asyncio.run(engine_once(server.url, min(width, 20), 0.05))  # warm-up
             out[label] = asyncio.run(engine_once(server.url, width, delay_s))
         print(f"fan-out {width} {label}: efficiency {out[label]['efficiency']}", file=sys.stderr)
@@ -136,8 +136,8 @@ def main() -> int:
         env_on = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint}
         env_off = {"OTEL_EXPORTER_OTLP_ENDPOINT": "", "OTEL_SDK_DISABLED": "true"}
         with EmbeddedRedis() as off_redis, EmbeddedRedis() as on_redis, \
-                WorkerProcesses(off_redis.url, count=1, concurrency=2, env=env_off), \
-                WorkerProcesses(on_redis.url, count=1, concurrency=2, env=env_on):
+                WorkerProcesses(off_redis.url, WorkerConfig(count=1, concurrency=2, env=env_off)), \
+                WorkerProcesses(on_redis.url, WorkerConfig(count=1, concurrency=2, env=env_on)):
             result: dict[str, Any] = {"chain": asyncio.run(chain_bench(off_redis.url, on_redis.url,
                                                                        args.runs, args.warmup))}
         os.environ.update(OTEL_SDK_DISABLED="true")  # fan-out "off" workers inherit no endpoint

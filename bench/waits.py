@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from bench.chain import summary  # noqa: E402
 from orchestrator.kernel.protocol import EventType  # noqa: E402
 from orchestrator.local.embedded_redis import EmbeddedRedis  # noqa: E402
-from orchestrator.local.embedded_workers import WorkerProcesses  # noqa: E402
+from orchestrator.local.embedded_workers import WorkerConfig, WorkerProcesses  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 PACK = ROOT / "bench" / "pack"
@@ -134,8 +134,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     with EmbeddedRedis(unix_socket=False) as server, \
-            WorkerProcesses(server.url, count=1, pool="threads", concurrency=args.slots,
-                            env={"ORCH_NODE_PATHS": str(PACK)}):
+            WorkerProcesses(server.url, WorkerConfig(count=1, pool="threads", concurrency=args.slots,
+                                                     env={"ORCH_NODE_PATHS": str(PACK)})):
         result = asyncio.run(bench(server.url, args.runs, args.duration_s, args.sweep_s))
     result["config"] = {"runs": args.runs, "duration_s": args.duration_s, "sweep_s": args.sweep_s,
                         "workers": f"1 process, -P threads -c {args.slots}", "redis": "embedded, TCP",

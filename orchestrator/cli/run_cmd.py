@@ -297,13 +297,13 @@ def _run_owned(args: argparse.Namespace, raw: dict[str, Any], run_input: Any,
         began = time.monotonic()
         if url is None:
             from orchestrator.local.embedded_redis import EmbeddedRedis
-            from orchestrator.local.embedded_workers import WorkerProcesses
+            from orchestrator.local.embedded_workers import WorkerConfig, WorkerProcesses
 
             err.print("[dim]starting an embedded redis-server (REDIS_URL is unset)…[/]")
             url = stack.enter_context(EmbeddedRedis(maxmemory_mb=settings.embedded_redis_maxmemory_mb)).url
             count = max(1, args.workers)
-            workers = WorkerProcesses(url, count=count, env=worker_env, grace_s=STOP_GRACE_S,
-                                      settings=settings)
+            workers = WorkerProcesses(url, WorkerConfig(count=count, env=worker_env,
+                                                        grace_s=STOP_GRACE_S), settings=settings)
             stack.callback(workers.stop)
             err.print(f"[dim]starting {count} Celery worker process{'es' if count > 1 else ''} "
                       f"({workers.pool} pool, {workers.concurrency} node steps at once each)"

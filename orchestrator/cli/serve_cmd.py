@@ -105,7 +105,7 @@ def _serve(args: argparse.Namespace) -> int:
         settings = get_settings()
         if settings.redis_url is None:
             from orchestrator.local.embedded_redis import EmbeddedRedis
-            from orchestrator.local.embedded_workers import WorkerProcesses
+            from orchestrator.local.embedded_workers import WorkerConfig, WorkerProcesses
 
             print("starting an embedded redis-server (REDIS_URL is unset)…",
                   file=sys.stderr, flush=True)
@@ -115,7 +115,7 @@ def _serve(args: argparse.Namespace) -> int:
             get_settings.cache_clear()
             print(f"embedded redis at {server.url} (pid {server.pid})", flush=True)
             if args.local_workers > 0:
-                workers = WorkerProcesses(server.url, count=args.local_workers, settings=settings)
+                workers = WorkerProcesses(server.url, WorkerConfig(count=args.local_workers), settings=settings)
                 stack.callback(workers.stop)
                 print(f"starting {args.local_workers} Celery worker(s)…",
                       file=sys.stderr, flush=True)

@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
@@ -48,37 +49,44 @@ class WorkerStartError(RuntimeError):
         self.summary = f"{what}: {last}" if last else what
 
 
-class WorkerProcesses:
-    """``count`` Celery worker processes on ``redis_url``; a context manager. The pool and
-    its concurrency default to ``settings``' (the CLI passes the process settings; without
-    them, those settings' declared defaults)."""
+@dataclass(frozen=True)
+class WorkerConfig:
+    """What worker processes to start: ``count`` of them, each a Celery ``pool`` running
+    ``concurrency`` node steps at once (None: the settings'), on ``queue`` (None: every
+    lane), with ``env`` added to this process's environment; how long each may take to
+    become ready (``start_timeout_s``) and to finish its node steps when stopped
+    (``grace_s``)."""
 
-    def __init__(
-        self,
-        redis_url: str,
-        *,
-        count: int = 2,
-        concurrency: int | None = None,
-        env: Mapping[str, str] | None = None,
-        queue: str | None = None,
-        pool: str | None = None,
-        loglevel: str = "WARNING",
-        start_timeout_s: float = START_TIMEOUT_S,
-        grace_s: float = STOP_GRACE_S,
-        settings: WorkerSettings | None = None,
-    ) -> None:
+    count: int = 2
+    concurrency: int | None = None
+    pool: str | None = None
+    queue: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    loglevel: str = "WARNING"
+    start_timeout_s: float = START_TIMEOUT_S
+    grace_s: float = STOP_GRACE_S
+
+
+class WorkerProcesses:
+    """``config.count`` Celery worker processes on ``redis_url``; a context manager. The
+    pool and its concurrency default to ``settings``' (the CLI passes the process settings;
+    without them, those settings' declared defaults)."""
+
+    def __init__(self, redis_url: str, config: WorkerConfig = WorkerConfig(), *,
+                 settings: WorkerSettings | None = None) -> None:
         self.redis_url = redis_url
         settings = settings or WorkerSettings.model_construct()
-        self.count = count
-        self.pool = pool or settings.worker_pool
+        self.count = config.count
+        self.pool = config.pool or settings.worker_pool
+        concurrency = config.concurrency
         if concurrency is None:
             concurrency = settings.worker_concurrency if self.pool == "prefork" else settings.node_concurrency
         self.concurrency = concurrency
-        self.env = dict(env or {})
-        self.queue = queue
-        self.loglevel = loglevel
-        self.start_timeout_s = start_timeout_s
-        self.grace_s = grace_s
+        self.env = dict(config.env)
+        self.queue = config.queue
+        self.loglevel = config.loglevel
+        self.start_timeout_s = config.start_timeout_s
+        self.grace_s = config.grace_s
         self.dir = Path(tempfile.mkdtemp(prefix="orc-workers-"))
         self.procs: list[subprocess.Popen[bytes]] = []
 

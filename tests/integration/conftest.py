@@ -24,7 +24,7 @@ import redis
 from orchestrator.kernel.protocol import EventType, NodeEvent
 from orchestrator.kernel.registry import Registry
 from orchestrator.local.embedded_redis import EmbeddedRedis
-from orchestrator.local.embedded_workers import WorkerProcesses
+from orchestrator.local.embedded_workers import WorkerConfig, WorkerProcesses
 from orchestrator.settings import Settings
 
 FAKE_PACK = Path(__file__).parent / "fake_pack"
@@ -58,13 +58,13 @@ def redis_server() -> Iterator[EmbeddedRedis]:
 
 @pytest.fixture(scope="session")
 def workers(redis_server: EmbeddedRedis) -> Iterator[WorkerProcesses]:
-    procs = WorkerProcesses(
-        redis_server.url, count=WORKER_COUNT, concurrency=WORKER_CONCURRENCY,
+    procs = WorkerProcesses(redis_server.url, WorkerConfig(
+        count=WORKER_COUNT, concurrency=WORKER_CONCURRENCY,
         env={"ORCH_NODE_PATHS": str(FAKE_PACK), "ORCH_OFFLINE_MODELS": "1",
              # test_agents_history's MCP server reports its parent (the worker process):
              # allowed, and unconfined so that the worker's pid is visible to it.
              "ORCH_MCP_STDIO_COMMANDS": sys.executable, "ORCH_MCP_STDIO_CONFINE": "false"},
-    )
+    ))
     procs.start()
     try:
         yield procs

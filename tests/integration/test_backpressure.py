@@ -18,7 +18,7 @@ from orchestrator.api import create_app
 from orchestrator.client import Client, ServerBusyError
 from orchestrator.kernel.registry import Registry
 from orchestrator.local.embedded_redis import EmbeddedRedis
-from orchestrator.local.embedded_workers import WorkerProcesses
+from orchestrator.local.embedded_workers import WorkerConfig, WorkerProcesses
 from orchestrator.settings import Settings
 from tests.fake_nodes import graph
 from tests.integration.conftest import FAKE_PACK
@@ -74,7 +74,7 @@ def test_runs_over_the_queue_bound_get_429_and_every_accepted_run_finishes(
         assert (busy.value.retry_after_s, busy.value.limit) == (7.0, "ORCH_MAX_QUEUED_NODES")
         assert client.list_graphs()["items"][0]["id"] == "bp"  # nothing else broke meanwhile
         env = {"ORCH_NODE_PATHS": str(FAKE_PACK)}
-        with WorkerProcesses(server.url, count=1, pool="threads", concurrency=10, env=env):
+        with WorkerProcesses(server.url, WorkerConfig(count=1, pool="threads", concurrency=10, env=env)):
             for run_id in accepted:
                 last = [e for _, e in client.iter_events(run_id)][-1]
                 assert last["event_type"] == "run_completed"
@@ -94,7 +94,7 @@ def test_nodes_waiting_on_a_runs_queue_count_toward_the_bound(
                  [("t", "output", f"b{i}", "input") for i in range(8)], id="bp-wide")
     env = {"ORCH_NODE_PATHS": str(FAKE_PACK)}
     with Client(api_url) as client, \
-            WorkerProcesses(server.url, count=1, pool="threads", concurrency=2, env=env):
+            WorkerProcesses(server.url, WorkerConfig(count=1, pool="threads", concurrency=2, env=env)):
         client.create_graph(wide)
         run_id = client.start_run("bp-wide", {})
         counter = redis.Redis.from_url(server.url, decode_responses=True)

@@ -58,7 +58,7 @@ import redis
 from orchestrator.kernel.protocol import EventType
 from orchestrator.kernel.registry import Registry
 from orchestrator.local.embedded_redis import EmbeddedRedis
-from orchestrator.local.embedded_workers import PROJECT_ROOT, WorkerProcesses
+from orchestrator.local.embedded_workers import PROJECT_ROOT, WorkerConfig, WorkerProcesses
 from orchestrator.service.runs import RunRequest, start_run
 from orchestrator.service.sweeper import Sweeper, SweepLimits
 from orchestrator.settings import Settings
@@ -507,8 +507,9 @@ async def test_runs_continue_when_a_primary_is_killed_and_its_replica_takes_over
 
     cluster = failover_cluster
     with EmbeddedRedis(unix_socket=False) as broker, \
-            WorkerProcesses(cluster.url, count=2, concurrency=WORKER_SLOTS, pool="threads", loglevel="INFO",
-                            env=worker_env(broker.url), grace_s=2.0) as workers:
+            WorkerProcesses(cluster.url, WorkerConfig(count=2, concurrency=WORKER_SLOTS, pool="threads",
+                                                      loglevel="INFO", env=worker_env(broker.url),
+               grace_s=2.0)) as workers:
         settings = settings_for(cluster.url, broker.url)
         store = RedisRunStore.from_url(cluster.url, settings)
         celery = make_celery(broker.url, settings)

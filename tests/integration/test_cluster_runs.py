@@ -27,7 +27,7 @@ import pytest
 from orchestrator.kernel.errors import OrchestratorError
 from orchestrator.kernel.registry import Registry
 from orchestrator.local.embedded_redis import EmbeddedRedis
-from orchestrator.local.embedded_workers import WorkerProcesses
+from orchestrator.local.embedded_workers import WorkerConfig, WorkerProcesses
 from orchestrator.service.runs import RunRequest, start_run
 from orchestrator.service.sweeper import Sweeper
 from orchestrator.settings import Settings
@@ -72,7 +72,7 @@ def settings(cluster: redis_cluster.Cluster, broker: EmbeddedRedis) -> Settings:
 @pytest.fixture(scope="module")
 def pool(cluster: redis_cluster.Cluster, broker: EmbeddedRedis) -> Iterator[WorkerProcesses]:
     env = {"ORCH_NODE_PATHS": NODE_PATHS, "ORCH_NODE_LEASE_S": str(LEASE_S), "ORCH_BROKER_URL": broker.url}
-    with WorkerProcesses(cluster.url, count=2, concurrency=4, env=env) as procs:
+    with WorkerProcesses(cluster.url, WorkerConfig(count=2, concurrency=4, env=env)) as procs:
         yield procs
 
 

@@ -23,7 +23,7 @@ import pytest
 
 from orchestrator.kernel.registry import Registry
 from orchestrator.local.embedded_redis import EmbeddedRedis
-from orchestrator.local.embedded_workers import WorkerProcesses
+from orchestrator.local.embedded_workers import WorkerConfig, WorkerProcesses
 from orchestrator.queue.dispatch import DRAIN_MAX_HOPS
 from orchestrator.service.runs import RunRequest, start_run
 from orchestrator.service.sweeper import Sweeper
@@ -82,7 +82,7 @@ def wide(model_stub: StubServer) -> Iterator[tuple[EmbeddedRedis, WorkerProcesse
     """One worker process holding up to 150 node steps (its models: the local stub)."""
     env = {**ENV, "ORCH_OPENAI_BASE_URL": model_stub.base_url, "OPENAI_API_KEY": "sk-test-not-a-real-key"}
     with EmbeddedRedis(unix_socket=False) as server, \
-            WorkerProcesses(server.url, count=1, pool="threads", concurrency=150, env=env) as procs:
+            WorkerProcesses(server.url, WorkerConfig(count=1, pool="threads", concurrency=150, env=env)) as procs:
         yield server, procs
 
 
@@ -218,7 +218,7 @@ async def test_a_retry_waits_without_holding_the_worker_slot(registry: Registry)
               [("t", "output", "f", "input"), ("t", "output", "p", "input")])
     g["nodes"][1]["settings"] = {"retry": {"max_attempts": 2, "initial_interval_s": 1.5, "jitter": False}}
     with EmbeddedRedis(unix_socket=False) as server, \
-            WorkerProcesses(server.url, count=1, pool="threads", concurrency=1, env=ENV) as procs:
+            WorkerProcesses(server.url, WorkerConfig(count=1, pool="threads", concurrency=1, env=ENV)) as procs:
         c = await cluster_on(server, procs, registry)
         try:
             result = await c.run(g)
@@ -239,8 +239,8 @@ async def test_sigkill_of_a_worker_with_a_hundred_nodes_in_flight_loses_and_repe
     g = fan_out(WIDTH, ("late", {"delay_s": 2.0}), nodes=(("join", "probe", "Join"),),
                 edges=tuple((f"n{i}", "output", "join", "input") for i in range(WIDTH)))
     with EmbeddedRedis(unix_socket=False) as server:
-        first = WorkerProcesses(server.url, count=1, pool="threads", concurrency=150, env=ENV).start()
-        second = WorkerProcesses(server.url, count=1, pool="threads", concurrency=150, env=ENV)
+        first = WorkerProcesses(server.url, WorkerConfig(count=1, pool="threads", concurrency=150, env=ENV)).start()
+        second = WorkerProcesses(server.url, WorkerConfig(count=1, pool="threads", concurrency=150, env=ENV))
         async with swept(server, registry, first, second) as c:
             run_id = await c.start(g)
             started: set[str] = set()
@@ -290,7 +290,7 @@ async def test_a_fan_out_wider_than_the_slots_waits_on_the_queue_not_in_the_brok
     cost a few drain messages, not fifty node messages."""
     g = fan_out(60, ("late", {"delay_s": 0.3}))
     with EmbeddedRedis(unix_socket=False) as server, \
-            WorkerProcesses(server.url, count=1, pool="threads", concurrency=10, env=ENV) as procs:
+            WorkerProcesses(server.url, WorkerConfig(count=1, pool="threads", concurrency=10, env=ENV)) as procs:
         c = await cluster_on(server, procs, registry)
         try:
             before = await broker_pushes(server)
@@ -317,8 +317,8 @@ async def test_a_second_worker_takes_queued_nodes_and_a_killed_one_loses_none(re
     g = fan_out(width, ("late", {"delay_s": 0.5}), nodes=(("join", "probe", "Join"),),
                 edges=tuple((f"n{i}", "output", "join", "input") for i in range(width)))
     with EmbeddedRedis(unix_socket=False) as server:
-        first = WorkerProcesses(server.url, count=1, pool="threads", concurrency=5, env=ENV).start()
-        second = WorkerProcesses(server.url, count=1, pool="threads", concurrency=20, env=ENV).start()
+        first = WorkerProcesses(server.url, WorkerConfig(count=1, pool="threads", concurrency=5, env=ENV)).start()
+        second = WorkerProcesses(server.url, WorkerConfig(count=1, pool="threads", concurrency=20, env=ENV)).start()
         async with swept(server, registry, first, second) as c:
             run_id = await c.start(g)
             done: set[str] = set()

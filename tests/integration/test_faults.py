@@ -22,7 +22,7 @@ import pytest
 
 from orchestrator.kernel.registry import Registry
 from orchestrator.local.embedded_redis import EmbeddedRedis
-from orchestrator.local.embedded_workers import WorkerProcesses
+from orchestrator.local.embedded_workers import WorkerConfig, WorkerProcesses
 from orchestrator.service.runs import RunRequest, start_run
 from orchestrator.service.sweeper import Sweeper, SweepLimits
 from orchestrator.settings import Settings
@@ -59,8 +59,8 @@ def kill_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def pool(server: EmbeddedRedis, kill_dir: Path) -> Iterator[WorkerProcesses]:
-    with WorkerProcesses(server.url, count=2, concurrency=1, pool="prefork",
-                         env=worker_env(kill_dir)) as procs:
+    with WorkerProcesses(server.url, WorkerConfig(count=2, concurrency=1, pool="prefork",
+                                                  env=worker_env(kill_dir))) as procs:
         yield procs
 
 
@@ -193,7 +193,7 @@ async def test_run_ends_by_its_deadline_when_every_worker_is_killed(
     deadline_s = 4.0
     g = chain(tmp_path, ("s", "stall", "Stall", {"pid_dir": str(tmp_path), "delay_s": 30}))
     with EmbeddedRedis(unix_socket=False) as server, \
-            WorkerProcesses(server.url, count=1, concurrency=1, env=worker_env(tmp_path)) as lonely:
+            WorkerProcesses(server.url, WorkerConfig(count=1, concurrency=1, env=worker_env(tmp_path))) as lonely:
         store = RedisRunStore.from_url(server.url, SETTINGS)
         celery = make_celery(server.url, SETTINGS)
         sweeper = Sweeper(store, make_dispatch(celery), SETTINGS)

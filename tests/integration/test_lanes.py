@@ -15,7 +15,7 @@ import pytest
 
 from orchestrator.kernel.registry import Registry
 from orchestrator.local.embedded_redis import EmbeddedRedis
-from orchestrator.local.embedded_workers import WorkerProcesses
+from orchestrator.local.embedded_workers import WorkerConfig, WorkerProcesses
 from orchestrator.queue.lanes import lane_of, new_run_id
 from orchestrator.service.runs import RunRequest, start_run
 from orchestrator.settings import Settings
@@ -70,8 +70,8 @@ def server() -> Iterator[EmbeddedRedis]:
 
 @pytest.fixture(scope="module")
 def pool(server: EmbeddedRedis) -> Iterator[WorkerProcesses]:
-    with WorkerProcesses(server.url, count=2, concurrency=4, pool="threads",
-                         env={"ORCH_NODE_PATHS": NODE_PATHS, "ORCH_LANES": "8"}) as procs:
+    with WorkerProcesses(server.url, WorkerConfig(count=2, concurrency=4, pool="threads",
+                                                  env={"ORCH_NODE_PATHS": NODE_PATHS, "ORCH_LANES": "8"})) as procs:
         yield procs
 
 

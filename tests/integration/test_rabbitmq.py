@@ -24,7 +24,7 @@ from kombu import Connection
 
 from orchestrator.kernel.registry import Registry
 from orchestrator.local.embedded_redis import EmbeddedRedis
-from orchestrator.local.embedded_workers import WorkerProcesses
+from orchestrator.local.embedded_workers import WorkerConfig, WorkerProcesses
 from orchestrator.service.runs import RunRequest, start_run
 from orchestrator.service.sweeper import Sweeper
 from orchestrator.settings import Settings
@@ -69,7 +69,7 @@ def settings(broker: rabbitmq.RabbitServer) -> Settings:
 @pytest.fixture(scope="module")
 def pool(server: EmbeddedRedis, broker: rabbitmq.RabbitServer) -> Iterator[WorkerProcesses]:
     env = {"ORCH_NODE_PATHS": NODE_PATHS, "ORCH_NODE_LEASE_S": str(LEASE_S), "ORCH_BROKER_URL": broker.url}
-    with WorkerProcesses(server.url, count=2, concurrency=4, env=env) as procs:
+    with WorkerProcesses(server.url, WorkerConfig(count=2, concurrency=4, env=env)) as procs:
         yield procs
 
 

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from orchestrator.local.embedded_redis import EmbeddedRedis
-from orchestrator.local.embedded_workers import WorkerProcesses
+from orchestrator.local.embedded_workers import WorkerConfig, WorkerProcesses
 from orchestrator.service.runs import RunRequest, start_run
 from orchestrator.settings import Settings
 from orchestrator.store.keys import Keys
@@ -57,7 +57,7 @@ async def test_finished_runs_expire_and_redis_returns_to_its_baseline() -> None:
     g = graph([("t", "manual_trigger", "Start"), ("p", "probe", "Probe", {"value": "v" * 200})],
               [("t", "output", "p", "input")])
     with EmbeddedRedis(unix_socket=False) as server, \
-            WorkerProcesses(server.url, count=1, concurrency=2, env=env):
+            WorkerProcesses(server.url, WorkerConfig(count=1, concurrency=2, env=env)):
         sync = redis.Redis.from_url(server.url, decode_responses=True)
         store = RedisRunStore.from_url(server.url, SETTINGS)
         celery = make_celery(server.url, SETTINGS)

@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from orchestrator.local.embedded_redis import EmbeddedRedis
-from orchestrator.local.embedded_workers import WorkerProcesses
+from orchestrator.local.embedded_workers import WorkerConfig, WorkerProcesses
 from tests.fake_nodes import graph
 from tests.support.otlp import OtlpReceiver, ReceivedSpan
 
@@ -50,7 +50,7 @@ def traced() -> Iterator[tuple[OtlpReceiver, str]]:
         env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100",
                "ORCH_NODE_PATHS": str(FAKE_PACK), "ORCH_OFFLINE_MODELS": "1", "OPENAI_API_KEY": SECRET,
                "AGNO_TELEMETRY": "false"}
-        workers = WorkerProcesses(server.url, count=2, concurrency=2, env=env)
+        workers = WorkerProcesses(server.url, WorkerConfig(count=2, concurrency=2, env=env))
         port = _free_port()
         api: subprocess.Popen[bytes] | None = None
         try:

@@ -20,7 +20,7 @@ from orchestrator.api import create_app
 from orchestrator.client import ApiError, Client
 from orchestrator.kernel.registry import Registry
 from orchestrator.local.embedded_redis import EmbeddedRedis
-from orchestrator.local.embedded_workers import WorkerProcesses
+from orchestrator.local.embedded_workers import WorkerConfig, WorkerProcesses
 from orchestrator.service.waits import sign
 from orchestrator.settings import Settings
 from tests.fake_nodes import graph
@@ -53,7 +53,7 @@ def api(redis_server: EmbeddedRedis, registry: Registry) -> Iterator[str]:
 
 @contextmanager
 def worker(redis_server: EmbeddedRedis) -> Iterator[WorkerProcesses]:
-    procs = WorkerProcesses(redis_server.url, count=1).start()
+    procs = WorkerProcesses(redis_server.url, WorkerConfig(count=1)).start()
     try:
         yield procs
     finally:

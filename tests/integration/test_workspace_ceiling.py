@@ -19,7 +19,7 @@ import pytest
 
 from orchestrator.kernel.registry import Registry
 from orchestrator.local.embedded_redis import EmbeddedRedis
-from orchestrator.local.embedded_workers import WorkerProcesses
+from orchestrator.local.embedded_workers import WorkerConfig, WorkerProcesses
 from orchestrator.service.runs import RunRequest, start_run
 from orchestrator.service.sweeper import Sweeper
 from orchestrator.settings import Settings
@@ -47,7 +47,7 @@ def server() -> Iterator[EmbeddedRedis]:
 @pytest.fixture(scope="module")
 def pool(server: EmbeddedRedis) -> Iterator[WorkerProcesses]:
     env = {"ORCH_NODE_PATHS": NODE_PATHS, "ORCH_NODE_LEASE_S": str(LEASE_S), "ORCH_WORKSPACE_LIMITS": LIMITS}
-    with WorkerProcesses(server.url, count=3, concurrency=4, pool="threads", env=env) as procs:
+    with WorkerProcesses(server.url, WorkerConfig(count=3, concurrency=4, pool="threads", env=env)) as procs:
         yield procs
 
 

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from orchestrator.local.embedded_redis import EmbeddedRedis, free_port
-from orchestrator.local.embedded_workers import WorkerProcesses
+from orchestrator.local.embedded_workers import WorkerConfig, WorkerProcesses
 
 CHROMIUM = "/usr/bin/chromium"
 KEY = "ui-test-key"
@@ -102,10 +102,9 @@ def redis_server() -> Iterator[EmbeddedRedis]:
 
 @pytest.fixture(scope="module")
 def workers(redis_server: EmbeddedRedis) -> Iterator[WorkerProcesses]:
-    procs = WorkerProcesses(
-        redis_server.url, count=1, concurrency=3,
-        env={"ORCH_NODE_PATHS": NODE_PATHS, "ORCH_OFFLINE_MODELS": "1"},
-    )
+    procs = WorkerProcesses(redis_server.url, WorkerConfig(
+        count=1, concurrency=3, env={"ORCH_NODE_PATHS": NODE_PATHS, "ORCH_OFFLINE_MODELS": "1"},
+    ))
     procs.start()
     try:
         yield procs
