@@ -21,6 +21,15 @@ LIMIT = 5
 # above does not break the list); an entry that no longer exceeds the limit fails the test,
 # so the list only shrinks.
 ALLOWED: dict[str, str] = {
+    # The error tree's root: one message and the context fields every error carries
+    # (graph, node, edge, handle, run, parameter, path), keyword-only, each mirrored by
+    # to_dict's JSON that the API and events send. A context object would wrap every one
+    # of the raise sites and put a level between an error and its fields.
+    "orchestrator/kernel/errors.py:OrchestratorError.__init__": "the error tree's context fields",
+    # Left for the branches working in nodes/ and orchestrator/host/ now.
+    "nodes/_ai/openai_models.py:openai_model": "nodes/ has another branch in flight",
+    "orchestrator/host/sandbox/python.py:run_python": "orchestrator/host/ has another branch in flight",
+    "orchestrator/host/sandbox/python.py:_run_python": "orchestrator/host/ has another branch in flight",
 }
 
 
