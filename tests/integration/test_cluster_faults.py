@@ -155,8 +155,8 @@ class HostWorker(WorkerProcesses):
     """One Celery worker process on ``host``."""
 
     def __init__(self, hosts: netns.Hosts, host: str, cluster_url: str, broker_url: str) -> None:
-        super().__init__(cluster_url, count=1, concurrency=WORKER_SLOTS, pool="threads",
-                         env=worker_env(broker_url), grace_s=2.0)
+        super().__init__(cluster_url, WorkerConfig(count=1, concurrency=WORKER_SLOTS, pool="threads",
+                                                   env=worker_env(broker_url), grace_s=2.0))
         self.prefix = hosts.exec_prefix(host)
         self.host = host
 
