@@ -126,14 +126,15 @@ async def resolve_model(spec: str | dict[str, Any] | None, ctx: FlowContext, *,
         return DryRunModel(id=model_id, script=list(steps or []))
     model: Model
     if provider in OPENAI_PROVIDERS:
-        from nodes._ai.openai_models import openai_model
+        from nodes._ai.openai_models import EndpointAccess, openai_model
 
         endpoint = await resolve_endpoint(ctx, base_url=extra.get("base_url", ""),
                                           credential=extra.get("credential", ""), parameter="model")
         gate = gate_for(ctx)  # the model's requests hold it (one gate per execution)
         await gate.prepay(endpoint.limits)  # a node that must wait learns it before building anything
         mask_also(endpoint.secrets())
-        model = openai_model(provider, model_id, endpoint, endpoint.policy(settings), host.operator_secrets, gate)
+        access = EndpointAccess(endpoint, endpoint.policy(settings), host.operator_secrets, gate)
+        model = openai_model(provider, model_id, access)
     else:
         if extra:
             raise ParameterError(f"model spec {spec_label(spec)!r}: base_url and credential apply to "

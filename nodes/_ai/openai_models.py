@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import httpx2
@@ -81,6 +82,18 @@ def http_client(endpoint: Endpoint, policy: EgressPolicy, secrets: Callable[[], 
                                 event_hooks={"request": [guard, flow_before], "response": [flow_after]})
 
 
+@dataclass(frozen=True)
+class EndpointAccess:
+    """How a model client reaches its ``endpoint``: where its requests may go
+    (``egress``), the host's operator ``secrets`` (never sent to an endpoint the operator
+    did not configure), and the node execution's flow ``gate`` (provider limits and 429s)."""
+
+    endpoint: Endpoint
+    egress: EgressPolicy
+    secrets: Callable[[], list[str]]
+    gate: FlowGate | None = None
+
+
 class EndpointOpenAIChat(OpenAIChat):
     """``OpenAIChat`` whose only client is :func:`http_client` of its endpoint."""
 
@@ -114,11 +127,9 @@ class EndpointOpenAILike(EndpointOpenAIChat, OpenAILike):
     """``OpenAILike`` (sends ``system``, tolerates no key) with the same client."""
 
 
-def openai_model(provider: str, model_id: str, endpoint: Endpoint, policy: EgressPolicy,
-                 secrets: Callable[[], list[str]], gate: FlowGate | None = None) -> Model:
-    """Agno's model for ``openai-chat`` / ``openai-like`` at ``endpoint``; ``secrets``: the
-    host's operator secrets, never sent to an endpoint the operator did not configure;
-    ``gate``: the node execution's flow gate (provider limits and 429s)."""
+def openai_model(provider: str, model_id: str, access: EndpointAccess) -> Model:
+    """Agno's model for ``openai-chat`` / ``openai-like`` at ``access.endpoint``."""
+    endpoint = access.endpoint
     kwargs: dict[str, Any] = {"id": model_id, "base_url": endpoint.base_url, "max_retries": 0}
     model: EndpointOpenAIChat
     if provider == "openai-like":
@@ -127,5 +138,5 @@ def openai_model(provider: str, model_id: str, endpoint: Endpoint, policy: Egres
         # No key: Agno looks for OPENAI_API_KEY, which resolve_endpoint already read for
         # the operator's endpoints (the only ones that can come without a key).
         model = EndpointOpenAIChat(api_key=endpoint.api_key or None, **kwargs)
-    model.endpoint, model.egress, model.secrets, model.gate = endpoint, policy, secrets, gate
+    model.endpoint, model.egress, model.secrets, model.gate = endpoint, access.egress, access.secrets, access.gate
     return model

@@ -38,7 +38,7 @@ from orchestrator.host import evaluator, redaction
 from orchestrator.host.children import ChildResult, ChildRuns, ChildSpec
 from orchestrator.host.credentials import DEFAULT_WORKSPACE, Credential, CredentialStore
 from orchestrator.host.egress.policy import EgressPolicy
-from orchestrator.host.sandbox.python import SandboxResult, run_python
+from orchestrator.host.sandbox.python import SandboxLimits, SandboxResult, run_python
 from orchestrator.host.workspace import checked_workspace, workspace_dir, workspace_file
 from orchestrator.kernel.errors import ConfigurationError, ParameterError
 from orchestrator.kernel.protocol import FlowContext, NodeEvent
@@ -91,7 +91,7 @@ class NodeHost:
 
     async def run_python(self, code: str, value: Any, *, timeout_s: float, memory_mb: int) -> SandboxResult:
         """``code`` run in this host's sandbox (``orchestrator/host/sandbox/python.py``)."""
-        return await run_python(code, value, settings=self.settings, timeout_s=timeout_s, memory_mb=memory_mb)
+        return await run_python(code, value, SandboxLimits(timeout_s, memory_mb), settings=self.settings)
 
     async def evaluate_jsonata(self, expression: str, value: Any, *, timeout_ms: int, max_depth: int) -> Any:
         """``expression`` on ``value`` in this host's evaluator pool (``orchestrator/host/evaluator.py``)."""

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.host.sandbox import bwrap
-from orchestrator.host.sandbox.python import SandboxError, run_python
+from orchestrator.host.sandbox.python import SandboxError, SandboxLimits, run_python
 from orchestrator.settings import Settings, load_settings
 from tests.nodes.test_code import run_code
 
@@ -48,8 +48,8 @@ def worker_secret(monkeypatch: pytest.MonkeyPatch) -> str:
 
 async def bare(code: str, **limits: float) -> object:
     """Run with the audit hook left out: only the OS boundary stands in the way."""
-    ran = await run_python(code, None, settings=load_settings(), timeout_s=limits.get("timeout_s", 5),
-                           memory_mb=int(limits.get("memory_mb", 256)), audit_hook=False)
+    ran = await run_python(code, None, SandboxLimits(limits.get("timeout_s", 5), int(limits.get("memory_mb", 256))),
+                           settings=load_settings(), audit_hook=False)
     return ran.value
 
 
@@ -260,11 +260,11 @@ async def test_legit_code_works_and_the_loop_stays_free() -> None:
 DIES_WITH_PARENT = textwrap.dedent("""\
     import asyncio, sys
     sys.path.insert(0, %r)
-    from orchestrator.host.sandbox.python import run_python
+    from orchestrator.host.sandbox.python import SandboxLimits, run_python
     from orchestrator.settings import load_settings
     async def main():
-        task = asyncio.ensure_future(run_python('import time\\ntime.sleep(60)', None, settings=load_settings(),
-                                                timeout_s=60, memory_mb=128))
+        task = asyncio.ensure_future(run_python('import time\\ntime.sleep(60)', None, SandboxLimits(60, 128),
+                                                settings=load_settings()))
         await asyncio.sleep(1.0)
         print('ready', flush=True)
         await task
@@ -349,7 +349,7 @@ async def test_no_pipe_of_a_killed_sandbox_outlives_the_call() -> None:
         warnings.simplefilter("always", ResourceWarning)
         for code, timeout_s, kind in floods:
             with pytest.raises(SandboxError) as failed:
-                await run_python(code, None, settings=load_settings(), timeout_s=timeout_s, memory_mb=256)
+                await run_python(code, None, SandboxLimits(timeout_s, 256), settings=load_settings())
             assert failed.value.kind == kind
         gc.collect()
     assert not [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
@@ -388,10 +388,9 @@ FILL_WITHOUT_HOOK = textwrap.dedent("""\
 NON_ROOT_UID = 4242
 NON_ROOT_WORKER = textwrap.dedent("""\
     import asyncio, json, sys
-    from orchestrator.host.sandbox.python import run_python
+    from orchestrator.host.sandbox.python import SandboxLimits, run_python
     from orchestrator.settings import load_settings
-    ran = asyncio.run(run_python(sys.argv[1], None, settings=load_settings(), timeout_s=30,
-                                 memory_mb=int(sys.argv[2])))
+    ran = asyncio.run(run_python(sys.argv[1], None, SandboxLimits(30, int(sys.argv[2])), settings=load_settings()))
     print(json.dumps(ran.value))
     """)
 SYSTEM_PYTHON = f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"

@@ -26,10 +26,6 @@ ALLOWED: dict[str, str] = {
     # to_dict's JSON that the API and events send. A context object would wrap every one
     # of the raise sites and put a level between an error and its fields.
     "orchestrator/kernel/errors.py:OrchestratorError.__init__": "the error tree's context fields",
-    # Left for the branches working in nodes/ and orchestrator/host/ now.
-    "nodes/_ai/openai_models.py:openai_model": "nodes/ has another branch in flight",
-    "orchestrator/host/sandbox/python.py:run_python": "orchestrator/host/ has another branch in flight",
-    "orchestrator/host/sandbox/python.py:_run_python": "orchestrator/host/ has another branch in flight",
 }
 
 

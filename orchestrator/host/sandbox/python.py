@@ -1,6 +1,6 @@
 """Run a Python function body in a confined child process (the Code node's engine).
 
-``run_python(code, value, settings=..., timeout_s=..., memory_mb=...)`` starts the worker's interpreter
+``run_python(code, value, SandboxLimits(timeout_s, memory_mb), settings=...)`` starts the worker's interpreter
 (``python -I -B -c <child.py>``) inside the OS-level boundary of
 ``bwrap.confine`` (namespaces, uid 65534, read-only interpreter, a tmpfs scratch of
 at most ``memory_mb`` and nothing else writable, no network) with the seccomp program of
@@ -65,6 +65,15 @@ class SandboxError(RuntimeError):
         self.logs = logs
 
 
+@dataclass(frozen=True)
+class SandboxLimits:
+    """What one run of code may use: ``timeout_s`` of wall time (its CPU limit follows)
+    and ``memory_mb`` of memory (its scratch holds at most as much)."""
+
+    timeout_s: float
+    memory_mb: int
+
+
 @dataclass
 class SandboxResult:
     value: Any
@@ -99,9 +108,8 @@ def _crash(returncode: int, err: bytes, timeout_s: float, memory_mb: int) -> San
 sandbox_slots = LoopSlots()
 
 
-async def run_python(
-    code: str, value: Any, *, settings: Settings, timeout_s: float, memory_mb: int, audit_hook: bool = True
-) -> SandboxResult:
+async def run_python(code: str, value: Any, limits: SandboxLimits, *, settings: Settings,
+                     audit_hook: bool = True) -> SandboxResult:
     """Run ``code`` as the body of ``def main(input, items)``; return its value and prints.
 
     ``settings``: the host's (a node calls :meth:`NodeHost.run_python`). Waits for one of
@@ -109,17 +117,18 @@ async def run_python(
     layer (tests use it to show that the OS boundary alone stops an attack); it is refused
     outside the OS boundary.
     """
+    memory_mb = limits.memory_mb
     if memory_mb > settings.sandbox_max_memory_mb:
         raise ParameterError(
             f"parameter 'memory_mb' is {memory_mb}; this deployment allows at most "
             f"{settings.sandbox_max_memory_mb} (ORCH_SANDBOX_MAX_MEMORY_MB)")
     async with sandbox_slots(settings.sandbox_max_concurrent):
-        return await _run_python(code, value, settings=settings, timeout_s=timeout_s, memory_mb=memory_mb,
-                                 audit_hook=audit_hook)
+        return await _run_python(code, value, limits, settings=settings, audit_hook=audit_hook)
 
 
-async def _run_python(code: str, value: Any, *, settings: Settings, timeout_s: float, memory_mb: int,
+async def _run_python(code: str, value: Any, limits: SandboxLimits, *, settings: Settings,
                       audit_hook: bool) -> SandboxResult:
+    timeout_s, memory_mb = limits.timeout_s, limits.memory_mb
     boundary = await boundary_or_refusal(settings)
     if not audit_hook and not boundary:
         raise ValueError("audit_hook=False needs the OS-level boundary")
