@@ -50,7 +50,12 @@ _BULKY = frozenset({
     "reasoning_messages", "additional_input", "references", "model_provider_data",
     "member_responses", "citations", "input",
 })
-CANCEL_GRACE_S = 1.0  # how long a cancelled node lets Agno wind its run down itself
+CANCEL_GRACE_S = 1.0  # how long a cancelled node lets Agno notice the cancel and end its run
+# Then, once Agno has ended the run, how long its cleanup may take: storing the run, closing
+# each MCP toolkit it connected (fastmcp bounds one disconnect at 2 x 5 s), dropping its
+# cancellation record. Usually well under a second; a loaded host can take seconds.
+CLEANUP_GRACE_S = 10.0
+_TERMINAL = frozenset({"RunCompleted", "RunError", "RunCancelled", "RunPaused"})
 _END = object()  # end-of-stream marker on the pump queue
 _BACKGROUND: set[asyncio.Future[None]] = set()  # wind-downs in flight (the loop holds weak refs)
 
@@ -98,10 +103,16 @@ class AgnoStream:
     cancellation of the node (the kernel cancels its task when the run ends, or on a
     node timeout) lands on the queue, not inside Agno. The node then tells Agno with
     ``acancel_run`` (``Team.acancel_run`` for a team: members too) and gives it
-    ``CANCEL_GRACE_S`` to stop on its own: Agno stores the run as cancelled, closes the
-    MCP connections it opened and drops its cancellation record. A pump still running
-    after that is cancelled outright (Agno's finally-blocks close MCP then too). Nothing
-    Agno emits after the cancellation is forwarded.
+    ``CANCEL_GRACE_S`` to end the run on its own. Once it has (its terminal event went
+    through the pump), its cleanup is not cut short, up to ``CLEANUP_GRACE_S``: Agno stores
+    the run as cancelled, closes the MCP connections it opened and drops its cancellation
+    record. (A cancel landing in Agno's ``MCPTools.close`` is swallowed there and leaves
+    the toolkit half-closed: ``session`` still set, its server stopped by nobody waiting.)
+    A pump still running after that, or whose run Agno has not ended within the grace (a
+    model call that does not return), is cancelled outright; Agno's finally-blocks then
+    close MCP with the cancel already delivered. The node's task ends after the pump, so a
+    cancelled node has closed what its agent opened. Nothing Agno emits after the
+    cancellation is forwarded.
     """
 
     def __init__(self, ctx: FlowContext, name: str, run_id: str, runner: Any = None) -> None:
@@ -119,6 +130,7 @@ class AgnoStream:
         self.tool_calls: list[dict[str, Any]] = []
         self._error: str | None = None
         self._stopping: asyncio.Future[None] | None = None
+        self._agno_ended = False  # the run's terminal event went through: Agno cleans up
         self._tool_errors: list[str] = []  # Agno's, when no tool-error policy is hooked
         self.guards = guards_of(runner)
         self._usage: list[tuple[str, dict[str, int]]] = []  # model requests not yet reported
@@ -128,7 +140,7 @@ class AgnoStream:
 
     async def events(self, stream: AsyncIterator[Any]) -> AsyncIterator[NodeEvent]:
         queue: asyncio.Queue[Any] = asyncio.Queue()
-        pump = asyncio.ensure_future(_pump(stream, queue))
+        pump = asyncio.ensure_future(self._pump(stream, queue))
         # A consumer cancelled while it handles an event (not while it waits on the
         # queue) leaves this generator suspended at its yield; its task's end still stops
         # the Agno run rather than waiting for the generator to be collected.
@@ -266,15 +278,32 @@ class AgnoStream:
         return self._stopping
 
     async def _wind_down(self, pump: asyncio.Future[None]) -> None:
-        """Cancel the Agno run: ask Agno, wait ``CANCEL_GRACE_S``, then cancel the pump."""
+        """Cancel the Agno run: ask Agno, wait ``CANCEL_GRACE_S`` for it to end the run (and
+        if it did, ``CLEANUP_GRACE_S`` more for its cleanup), then cancel the pump."""
         try:
             with contextlib.suppress(Exception):
                 await self._cancel_agno()
             await asyncio.wait({pump}, timeout=CANCEL_GRACE_S)
+            if not pump.done() and self._agno_ended:
+                await asyncio.wait({pump}, timeout=CLEANUP_GRACE_S)
         finally:
             if not pump.done():
                 pump.cancel()
             await asyncio.gather(pump, return_exceptions=True)
+
+    async def _pump(self, stream: AsyncIterator[Any], queue: asyncio.Queue[Any]) -> None:
+        """Move every item of ``stream`` to ``queue``, then an exception it raised, then _END;
+        notes the run's terminal event (the consumer may have stopped reading)."""
+        try:
+            async for ev in stream:
+                if getattr(ev, "run_id", None) == self.run_id and \
+                        str(getattr(ev, "event", "")).removeprefix("Team") in _TERMINAL:
+                    self._agno_ended = True
+                queue.put_nowait(ev)
+        except Exception as exc:  # Agno reports model/tool errors as events; this is the rest
+            queue.put_nowait(exc)
+        finally:
+            queue.put_nowait(_END)
 
     async def _cancel_agno(self) -> bool:
         """``acancel_run`` of the runner's class (a Team also cancels its members' runs)."""
@@ -283,17 +312,6 @@ class AgnoStream:
         cancel = getattr(type(self.runner), "acancel_run", None) or Agent.acancel_run
         told: bool = await cancel(self.run_id)
         return told
-
-
-async def _pump(stream: AsyncIterator[Any], queue: asyncio.Queue[Any]) -> None:
-    """Move every item of ``stream`` to ``queue``, then an exception it raised, then _END."""
-    try:
-        async for ev in stream:
-            queue.put_nowait(ev)
-    except Exception as exc:  # Agno reports model/tool errors as events; this is the rest
-        queue.put_nowait(exc)
-    finally:
-        queue.put_nowait(_END)
 
 
 async def complete_text(ctx: FlowContext, model: Any, prompt: str, *, system: str | None = None,

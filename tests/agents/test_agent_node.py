@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 
 import pytest
 
@@ -163,6 +164,49 @@ async def test_cancelling_a_streaming_agent_stops_it_mid_answer() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert 3 <= len(tokens) < 200
+
+
+async def test_a_cancelled_agent_closes_its_mcp_toolkit_even_when_the_close_outlasts_the_grace(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Agno closes the MCP toolkits it connected once it has ended the cancelled run; a close
+    slower than the node's grace (a stdio server stopping on a loaded host) is not cut short:
+    cut, Agno's own close swallows the cancel and leaves the toolkit half-closed."""
+    from agno.tools.mcp import MCPTools
+
+    from nodes._ai import runner
+
+    monkeypatch.setattr(runner, "CANCEL_GRACE_S", 0.1)
+    closes: list[str] = []
+
+    class SlowToClose(MCPTools):
+        async def connect(self, force: bool = False) -> None:
+            self._initialized = True
+
+        async def close(self) -> None:
+            closes.append("started")
+            await asyncio.sleep(0.3)  # three graces
+            self._initialized = False
+            closes.append("done")
+
+    toolkit = SlowToClose(command=f"{sys.executable} -c pass", transport="stdio")
+    script = [{"say": " ".join(f"w{i}" for i in range(200)), "delay_s": 0.01}]
+    streaming = asyncio.Event()
+
+    async def consume() -> None:
+        async for item in agent.execute({"model": "dryrun:x", "prompt": "go", "script": script,
+                                         "history": False}, data_in({}),
+                                        make_ctx(run_id="r-slow-close", links={("a1", "tools"): [toolkit]})):
+            if isinstance(item, NodeEvent) and (item.data or {}).get("event") == "RunContent":
+                streaming.set()
+
+    task = asyncio.ensure_future(consume())
+    await asyncio.wait_for(streaming.wait(), 30)
+    assert toolkit.initialized
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # the node's task ends once the close has: nothing is left open behind it
+    assert closes == ["started", "done"] and not toolkit.initialized
 
 
 async def test_materialize_offers_only_the_agent_handle() -> None:

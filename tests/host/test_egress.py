@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import ssl
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -202,3 +203,17 @@ async def test_allowing_opens_hosts_for_one_client_only(local_server: int) -> No
         with pytest.raises(EgressDeniedError):
             await client.get(f"http://127.0.0.1:{local_server}/")
     assert base.allow_hosts == frozenset()
+
+
+async def test_node_clients_share_one_tls_context_so_building_one_loads_no_certificates() -> None:
+    """A worker builds a client per node step on the loop all its steps share: loading the CA
+    bundle for each (70-90 ms on a busy host) held that loop for seconds when a hundred agent
+    steps started at once, and connects timed out behind it."""
+    from orchestrator.host.egress.httpx2 import egress_client_httpx2
+
+    for build in (egress_client, egress_client_httpx2):
+        first, second = build(EgressPolicy()), build(EgressPolicy.build(True, []))
+        async with first, second:
+            contexts = [c._transport._pool._ssl_context for c in (first, second)]  # type: ignore[attr-defined]
+            assert contexts[0] is contexts[1]
+            assert contexts[0].verify_mode == ssl.CERT_REQUIRED and contexts[0].check_hostname

@@ -163,10 +163,9 @@ async def test_cancelling_the_agent_task_tells_agno_and_closes_its_mcp_server(
     assert any((e.data or {}).get("event") == "ToolCallCompleted" for e in seen)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
-        await task
+        await task  # ends once Agno has ended the run and closed what it opened
     assert told == [f"{run_id}:a1"]
-    # the toolkit's close finishes on its own task: on a loaded host just after the cancel
-    assert await until(lambda: not mcp.initialized and mcp.session is None), "the MCP toolkit is still open"
+    assert not mcp.initialized and mcp.session is None, "the MCP toolkit is still open"
     assert await until(lambda: not server_pids(ECHO_SERVER)), "the MCP server still runs"
     assert f"{run_id}:a1" not in get_active_runs()  # Agno's cancel record was cleaned up
 

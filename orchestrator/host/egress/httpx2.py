@@ -12,6 +12,8 @@ which only processes that call models or MCP servers should pay.
 
 from __future__ import annotations
 
+import functools
+import ssl
 from types import ModuleType
 from typing import Any, ClassVar
 
@@ -27,9 +29,16 @@ class _GuardedBackend(GuardedConnects, httpcore2.AsyncNetworkBackend):
     engine: ClassVar[ModuleType] = httpcore2
 
 
+@functools.cache
+def tls_context_httpx2() -> ssl.SSLContext:
+    """:func:`orchestrator.host.egress.client.tls_context` for httpx2 (why: there): a model
+    client per agent step no longer loads the CA bundle on the worker's shared loop."""
+    return httpx2.create_ssl_context()
+
+
 def egress_client_httpx2(policy: EgressPolicy, **kwargs: Any) -> httpx2.AsyncClient:
     """An ``httpx2.AsyncClient`` whose every connection passes ``policy`` (a node's comes
     from its host); environment proxies are not used; no redirects unless ``follow_redirects``."""
     kwargs.setdefault("follow_redirects", False)
-    transport = guarded(httpx2.AsyncHTTPTransport(), _GuardedBackend(policy))
+    transport = guarded(httpx2.AsyncHTTPTransport(verify=tls_context_httpx2()), _GuardedBackend(policy))
     return httpx2.AsyncClient(transport=transport, trust_env=False, **kwargs)
