@@ -217,3 +217,19 @@ async def test_node_clients_share_one_tls_context_so_building_one_loads_no_certi
             contexts = [c._transport._pool._ssl_context for c in (first, second)]  # type: ignore[attr-defined]
             assert contexts[0] is contexts[1]
             assert contexts[0].verify_mode == ssl.CERT_REQUIRED and contexts[0].check_hostname
+
+
+async def test_the_connection_limits_a_caller_gives_bound_the_pool() -> None:
+    """A client given its own transport ignores ``limits``: the egress clients hand them to the
+    transport (the OpenAI SDK's client asks for 1,000 connections, 100 kept alive)."""
+    import httpx
+    import httpx2
+
+    from orchestrator.host.egress.httpx2 import egress_client_httpx2
+
+    for build, limits in ((egress_client, httpx.Limits(max_connections=7, max_keepalive_connections=3)),
+                          (egress_client_httpx2, httpx2.Limits(max_connections=7, max_keepalive_connections=3))):
+        async with build(EgressPolicy(), limits=limits) as given, build(EgressPolicy()) as default:
+            pools = [c._transport._pool for c in (given, default)]  # type: ignore[attr-defined]
+            assert (pools[0]._max_connections, pools[0]._max_keepalive_connections) == (7, 3)
+            assert (pools[1]._max_connections, pools[1]._max_keepalive_connections) == (100, 20)

@@ -48,5 +48,7 @@ def egress_client(policy: EgressPolicy, **kwargs: Any) -> httpx.AsyncClient:
     """An ``httpx.AsyncClient`` for node traffic: every connection passes ``policy`` (a
     node's comes from its host: ``NodeHost.egress_policy``); environment proxies are not used."""
     kwargs.setdefault("follow_redirects", False)
-    transport = guarded(httpx.AsyncHTTPTransport(verify=tls_context()), _GuardedBackend(policy))
+    # the client ignores ``limits`` when given a transport: the transport takes them
+    limits = kwargs.pop("limits", None) or httpx.Limits(max_connections=100, max_keepalive_connections=20)
+    transport = guarded(httpx.AsyncHTTPTransport(verify=tls_context(), limits=limits), _GuardedBackend(policy))
     return httpx.AsyncClient(transport=transport, trust_env=False, **kwargs)
