@@ -52,6 +52,7 @@ from bench.concurrency import start_baseline_worker  # noqa: E402
 from bench.fanout import PACK, fanout_merge_graph  # noqa: E402
 from bench.throughput import NamedWorkers  # noqa: E402
 from orchestrator.local.embedded_redis import EmbeddedRedis  # noqa: E402
+from orchestrator.local.embedded_workers import WorkerConfig  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 TICKS_S = os.sysconf("SC_CLK_TCK")
@@ -232,7 +233,8 @@ async def measure(url: str, redis_pid: int, worker_steps: list[int], points: Poi
     results: dict[str, Any] = {}
     try:
         for step, added in enumerate(worker_steps):
-            group_ = NamedWorkers(url, prefix=f"e{step}-", count=added, env={"ORCH_NODE_PATHS": str(PACK)})
+            config = WorkerConfig(count=added, env={"ORCH_NODE_PATHS": str(PACK)})
+            group_ = NamedWorkers(url, config, prefix=f"e{step}-")
             await asyncio.to_thread(group_.start)
             engine_groups.append(group_)
             baselines += [start_baseline_worker(url, BASELINE_THREADS) for _ in range(added)]

@@ -34,7 +34,7 @@ from api_events import ROOT, graph, write_pack
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.local.embedded_redis import EmbeddedRedis
-from orchestrator.local.embedded_workers import WorkerProcesses
+from orchestrator.local.embedded_workers import WorkerConfig, WorkerProcesses
 
 POLL_S = 0.05
 WORKER_STEPS = (1, 1, 2)  # processes added before each measurement: 1, 2, 4 in total
@@ -43,8 +43,8 @@ WORKER_STEPS = (1, 1, 2)  # processes added before each measurement: 1, 2, 4 in 
 class NamedWorkers(WorkerProcesses):
     """Worker processes with a node-name prefix, so groups added later do not clash."""
 
-    def __init__(self, redis_url: str, *, prefix: str, **kw: Any) -> None:
-        super().__init__(redis_url, **kw)
+    def __init__(self, redis_url: str, config: WorkerConfig, *, prefix: str) -> None:
+        super().__init__(redis_url, config)
         self.prefix = prefix
 
     def command(self, index: int) -> list[str]:
@@ -99,7 +99,7 @@ async def measure(url: str, pack: Path, env: dict[str, str], runs_per_worker: in
     results: dict[str, Any] = {}
     try:
         for step, added in enumerate(WORKER_STEPS):
-            group = NamedWorkers(url, prefix=f"b{step}-", count=added, concurrency=1, env=env)
+            group = NamedWorkers(url, WorkerConfig(count=added, concurrency=1, env=env), prefix=f"b{step}-")
             await asyncio.to_thread(group.start)
             groups.append(group)
             workers = sum(g_.count for g_ in groups)

@@ -42,7 +42,7 @@ import redis
 from orchestrator.kernel.protocol import EventType
 from orchestrator.kernel.registry import Registry
 from orchestrator.local.embedded_redis import redis_server_binary
-from orchestrator.local.embedded_workers import PROJECT_ROOT, WorkerProcesses
+from orchestrator.local.embedded_workers import PROJECT_ROOT, WorkerConfig, WorkerProcesses
 from orchestrator.service.runs import RunRequest, start_run
 from orchestrator.settings import Settings
 from orchestrator.store.redis_store import RedisRunStore
@@ -85,8 +85,8 @@ class HostWorker(WorkerProcesses):
     """One Celery worker process on ``host`` (optionally with a skewed clock)."""
 
     def __init__(self, hosts: netns.Hosts, host: str, redis_url: str, skew: str | None = None) -> None:
-        super().__init__(redis_url, count=1, concurrency=WORKER_SLOTS, pool="threads", env=WORKER_ENV,
-                         grace_s=2.0)
+        super().__init__(redis_url, WorkerConfig(count=1, concurrency=WORKER_SLOTS, pool="threads",
+                                                 env=WORKER_ENV, grace_s=2.0))
         self.prefix = [*hosts.exec_prefix(host), *_faketime(skew)]
         self.host = host
 

@@ -15,7 +15,7 @@ import pytest
 from redis.asyncio import Redis
 
 from orchestrator.local.embedded_redis import EmbeddedRedis
-from orchestrator.local.embedded_workers import PROJECT_ROOT, WorkerProcesses
+from orchestrator.local.embedded_workers import PROJECT_ROOT, WorkerConfig, WorkerProcesses
 from orchestrator.service.graph_store import GraphStore
 from orchestrator.settings import Settings
 from tests.fake_nodes import graph
@@ -74,7 +74,7 @@ async def test_interval_schedule_starts_runs_once_per_interval_with_two_beats(
     await graphs.create(g)
     beats: list[subprocess.Popen[bytes]] = []
     try:
-        with BeatWorkers(server.url, count=1, concurrency=2, env={"ORCH_NODE_PATHS": FAKE_PACK}):
+        with BeatWorkers(server.url, WorkerConfig(count=1, concurrency=2, env={"ORCH_NODE_PATHS": FAKE_PACK})):
             beats = [start_beat(server.url, tmp_path / f"beat{i}.log") for i in range(2)]
             deadline = time.monotonic() + 30
             while not await graphs.runs("every-second") and time.monotonic() < deadline:
