@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,31 @@ _STATE_DIR = tempfile.mkdtemp(prefix="orch-test-state-")
 atexit.register(shutil.rmtree, _STATE_DIR, True)
 os.environ["ORCH_VECTOR_SQLITE_PATH"] = os.path.join(_STATE_DIR, "vectors.sqlite3")
 os.environ["ORCH_DATABASE_SQLITE_PATH"] = os.path.join(_STATE_DIR, "database.sqlite3")
+
+
+def _share_bytecode() -> None:
+    """Where no bytecode may be written (PYTHONDONTWRITEBYTECODE; uv installs none either),
+    every Python process the suite starts (test processes, Celery workers, CLI runs, API
+    servers: hundreds) would compile each module it imports again, several seconds of CPU
+    per start. Then the suite writes bytecode under the environment, never beside the
+    sources: a module is compiled by the first process that imports it and read by the
+    rest. An explicit PYTHONPYCACHEPREFIX, or writing allowed, is left as it is."""
+    if not sys.dont_write_bytecode or sys.pycache_prefix:
+        return
+    cache = Path(sys.prefix) / "pycache"  # the venv's, kept for the next run
+    try:
+        if sys.prefix == sys.base_prefix:
+            raise PermissionError("not a virtual environment")
+        cache.mkdir(exist_ok=True)
+    except OSError:  # one cache for this run's processes
+        cache = Path(_STATE_DIR) / "pycache"
+    sys.pycache_prefix = str(cache)
+    sys.dont_write_bytecode = False
+    os.environ["PYTHONPYCACHEPREFIX"] = str(cache)  # the processes the tests start
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+
+_share_bytecode()
 
 # Modules whose tests are slow (each starts and kills processes, or drives a browser): marked
 # here, in one place, so `./dev test -m "not slow"` is a fast subset for a developer; CI and
