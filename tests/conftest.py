@@ -77,15 +77,48 @@ def cluster_server() -> Iterator[Any]:
         yield cluster
 
 
+# The longest modules, longest first (summed test times of a whole-suite run): they are
+# handed out first, so in `./dev test` (modules spread over processes, in collection order:
+# --no-loadscope-reorder) no process is left running one long module at the end while the
+# others idle. The rest follow in their usual order.
+LONGEST_MODULES = (
+    "tests/integration/test_cli_run.py",
+    "tests/cli/test_shutdown.py",
+    "tests/integration/test_concurrency.py",
+    "tests/integration/test_host_faults.py",
+    "tests/agents/test_mcp_stdio_confinement.py",
+    "tests/ui/test_console.py",
+    "tests/integration/test_cluster_faults.py",
+    "tests/ui/test_editor.py",
+    "tests/integration/test_rabbitmq.py",
+    "tests/integration/test_wait_node.py",
+    "tests/integration/test_faults.py",
+    "tests/deploy/test_compose.py",
+    "tests/cli/test_cli_pipes.py",
+    "tests/integration/test_cluster_runs.py",
+    "tests/integration/test_tracing.py",
+    "tests/integration/test_api_http.py",
+    "tests/integration/test_child_runs.py",
+    "tests/integration/test_lanes.py",
+    "tests/integration/test_worker_metrics.py",
+    "tests/integration/test_schedules.py",
+    "tests/integration/test_backpressure.py",
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     root = Path(str(config.rootpath))
+    rank = {module: i for i, module in enumerate(LONGEST_MODULES)}
+    order: dict[pytest.Item, int] = {}
     for item in items:
         try:
             relative = Path(str(item.path)).relative_to(root).as_posix()
         except ValueError:
             continue
+        order[item] = rank.get(relative, len(rank))
         if relative in SLOW_MODULES or relative.startswith("tests/ui/test_editor"):
             item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: order.get(item, len(rank)))  # stable: a module's tests stay in order
 
 
 settings.register_profile(
