@@ -20,10 +20,12 @@ ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-c", "import sys; from orchestrator.cli import main; sys.exit(main())"]
 
 
-def run_cli(*args: str, timeout_s: float = 240) -> subprocess.CompletedProcess[str]:
-    """Run the CLI; past ``timeout_s`` interrupt it (SIGINT: it stops the redis-server and
-    workers it started) before failing, so a stuck run leaves no processes behind."""
+def run_cli(*args: str, timeout_s: float = 240, **settings: str) -> subprocess.CompletedProcess[str]:
+    """Run the CLI (with ``settings`` as ``ORCH_<NAME>`` variables); past ``timeout_s``
+    interrupt it (SIGINT: it stops the redis-server and workers it started) before
+    failing, so a stuck run leaves no processes behind."""
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "ORCH_REDIS_URL")}
+    env.update({f"ORCH_{name.upper()}": value for name, value in settings.items()})
     proc = subprocess.Popen([*CLI, *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, preexec_fn=as_foreground_job)
     try:
@@ -138,7 +140,9 @@ def test_the_rag_example_prints_its_citations_verbatim() -> None:
 
 @pytest.mark.timeout(300)
 def test_run_command_waits_out_a_wait_node_timer_and_stops_at_a_form() -> None:
-    timed = run_cli("run", "examples/wait_timer.json", "--input", '{"order": 7}', "--json", "--workers", "1")
+    # The command's sweeper wakes the timer: a pass every 0.5 s, not 5, once its 2 s are up.
+    timed = run_cli("run", "examples/wait_timer.json", "--input", '{"order": 7}', "--json", "--workers", "1",
+                    sweep_period_s="0.5")
     assert timed.returncode == 0, timed.stderr[-3000:]
     *events, summary = [json.loads(line) for line in timed.stdout.splitlines() if line.strip()]
     assert summary["status"] == "succeeded"

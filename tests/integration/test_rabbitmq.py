@@ -69,7 +69,8 @@ def settings(broker: rabbitmq.RabbitServer) -> Settings:
 @pytest.fixture(scope="module")
 def pool(server: EmbeddedRedis, broker: rabbitmq.RabbitServer) -> Iterator[WorkerProcesses]:
     env = {"ORCH_NODE_PATHS": NODE_PATHS, "ORCH_NODE_LEASE_S": str(LEASE_S), "ORCH_BROKER_URL": broker.url}
-    with WorkerProcesses(server.url, WorkerConfig(count=2, concurrency=4, env=env)) as procs:
+    # grace_s: the last test leaves its flood of runs running; a warm stop would wait them out.
+    with WorkerProcesses(server.url, WorkerConfig(count=2, concurrency=4, env=env, grace_s=2.0)) as procs:
         yield procs
 
 
