@@ -144,5 +144,7 @@ export function download(name, text, mime = "application/json") {
   document.body.append(a);
   a.click();
   a.remove();
-  setTimeout(() => URL.revokeObjectURL(url), 1000);
+  // the browser reads the blob when its download starts, which a busy machine may only do
+  // seconds later: revoked any sooner, the download never happens
+  setTimeout(() => URL.revokeObjectURL(url), 60_000);
 }
