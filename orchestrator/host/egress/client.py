@@ -49,6 +49,6 @@ def egress_client(policy: EgressPolicy, **kwargs: Any) -> httpx.AsyncClient:
     node's comes from its host: ``NodeHost.egress_policy``); environment proxies are not used."""
     kwargs.setdefault("follow_redirects", False)
     # the client ignores ``limits`` when given a transport: the transport takes them
-    limits = kwargs.pop("limits", None) or httpx.Limits(max_connections=100, max_keepalive_connections=20)
-    transport = guarded(httpx.AsyncHTTPTransport(verify=tls_context(), limits=limits), _GuardedBackend(policy))
+    pool = {"limits": kwargs.pop("limits")} if "limits" in kwargs else {}
+    transport = guarded(httpx.AsyncHTTPTransport(verify=tls_context(), **pool), _GuardedBackend(policy))
     return httpx.AsyncClient(transport=transport, trust_env=False, **kwargs)

@@ -41,6 +41,6 @@ def egress_client_httpx2(policy: EgressPolicy, **kwargs: Any) -> httpx2.AsyncCli
     from its host); environment proxies are not used; no redirects unless ``follow_redirects``."""
     kwargs.setdefault("follow_redirects", False)
     # the client ignores ``limits`` when given a transport: the transport takes them
-    limits = kwargs.pop("limits", None) or httpx2.Limits(max_connections=100, max_keepalive_connections=20)
-    transport = guarded(httpx2.AsyncHTTPTransport(verify=tls_context_httpx2(), limits=limits), _GuardedBackend(policy))
+    pool = {"limits": kwargs.pop("limits")} if "limits" in kwargs else {}
+    transport = guarded(httpx2.AsyncHTTPTransport(verify=tls_context_httpx2(), **pool), _GuardedBackend(policy))
     return httpx2.AsyncClient(transport=transport, trust_env=False, **kwargs)
