@@ -1,8 +1,10 @@
 """Latency of a 10-node chain through the engine vs a raw Celery chain of 10 no-ops.
 
 Both run in the same process against the same embedded Redis and the same worker
-processes (same Celery settings: acks_late, prefetch 1, prefork), interleaved so machine
-noise hits both alike:
+process (same Celery settings: acks_late, prefetch 1; the pool is the settings' default,
+``-P threads`` unless ``ORCH_WORKER_POOL`` says otherwise, and the JSON's
+``config.worker_pool`` names the one the worker ran), interleaved so machine noise hits
+both alike:
 
 * engine: manual trigger + 9 set_fields; from ``start_run`` to the run's terminal event
   read from its stream (validation, compilation, storage, 10 node tasks, 10 barriers);
