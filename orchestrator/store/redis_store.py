@@ -46,6 +46,7 @@ The client must be created with ``decode_responses=True``.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 import uuid
@@ -60,6 +61,7 @@ from redis.asyncio import Redis
 
 from orchestrator.errors import GraphConflictError, StorageBudgetError, StoreNotReplicatedError
 from orchestrator.kernel.errors import OrchestratorError, RunNotFoundError
+from orchestrator.kernel.graph import trusted_graph
 from orchestrator.kernel.protocol import DataValue, EventType, NodeEvent
 from orchestrator.kernel.scheduling import RunPlan
 from orchestrator.kernel.store import (
@@ -161,6 +163,34 @@ def _encoded(plan: RunPlan) -> tuple[str, str, str, str, str]:
     return cast(tuple[str, str, str, str, str], cached)
 
 
+SHARED_DIGEST_CHARS = 32  # hex digits of sha256 naming shared plan data (128 bits)
+SHARED_KEYS_KNOWN = 1024  # plan data keys one process remembers having seen in Redis
+_SharedArgs = tuple[str, str] | None  # a run's shared plan data: its key and create.lua's data ARGV
+
+
+@dataclass(frozen=True)
+class SharedPlan:
+    """The plan data every run of one compiled plan shares (``Keys.plan_data``): its
+    digest (of the plan JSON without run id and labels) and create.lua's ARGV that fills
+    the key (one flat list: adjacency, ``:pending:<node>`` counts, ``:plan``)."""
+
+    digest: str
+    data: str
+
+
+def _shared(plan: RunPlan) -> SharedPlan:
+    """The plan's :class:`SharedPlan`, built once per compiled plan (kept in ``plan.memo``)."""
+    cached = plan.memo.get("redis_shared")
+    if cached is None:
+        body = _encoded(plan)[0]
+        adj = [x for nid, a in adjacency(plan).items() for x in (nid, _dumps(a))]
+        pending = [x for n, p in plan.nodes.items() if p.pending for x in (f":pending:{n}", p.pending)]
+        data = _dumps([*adj, *pending, ":plan", body])
+        digest = hashlib.sha256(body.encode()).hexdigest()[:SHARED_DIGEST_CHARS]
+        cached = plan.memo["redis_shared"] = SharedPlan(digest, data)
+    return cast(SharedPlan, cached)
+
+
 @dataclass(frozen=True)
 class StartGuard:
     """What create.lua checks before it creates a run of a stored graph (see there): the
@@ -244,6 +274,8 @@ class RedisRunStore(RunStore):
         self._workspaces: OrderedDict[str, str] = OrderedDict()  # run id -> workspace (never changes)
         self._event_bytes: OrderedDict[str, int] = OrderedDict()  # run id -> appended bytes not yet counted
         self._keys_of: OrderedDict[str, tuple[tuple[str, ...], str]] = OrderedDict()  # run id -> its script keys
+        self._shared_seen: OrderedDict[str, None] = OrderedDict()  # plan data keys known to exist (Keys.plan_data)
+        self._shared_plans: OrderedDict[str, RunPlan] = OrderedDict()  # plan data key -> its plan, as read
 
     @classmethod
     def from_url(cls, url: str, settings: StoreSettings) -> RedisRunStore:
@@ -358,10 +390,17 @@ class RedisRunStore(RunStore):
 
         The plan's encoded parts are built once per compiled plan (``plan.memo``, shared by
         every run :meth:`RunPlan.for_run` makes of it): a run adds only its id and labels.
+        A guarded run (a stored graph's version) stores none of them: it names the plan
+        data its plan's runs share in its bucket (``Keys.plan_data``), which this process
+        sends only while it has not seen that key (create.lua returns -2, nothing stored,
+        when the key is gone: sent again then, with the data).
         """
         run_id = plan.run_id
         if deadline_s is None:
             deadline_s = self.settings.run_deadline_s
+        shared = _shared(plan) if guard is not None else None
+        shared_key = "" if shared is None else self.keys.plan_data(run_id, shared.digest)
+        shared_args = None if shared is None else (shared_key, shared.data)
         fields = {
             "status": RunStatus.RUNNING,
             "graph_id": record.graph_id,
@@ -375,22 +414,47 @@ class RedisRunStore(RunStore):
         body, order, pending, adj, start = _encoded(plan)
         started = self._run_event(run_id, EventType.RUN_STARTED,
                                   {"graph_id": record.graph_id, "start": plan.start})
-        plan_json = f'{{"run_id":{_dumps(run_id)},"labels":{_dumps(plan.labels)},{body[1:]}'
+        head = f'{{"run_id":{_dumps(run_id)},"labels":{_dumps(plan.labels)},'
+        if shared_key:
+            fields["shared"] = shared_key
+            plan_json, pending, adj = f'{head}"shared":{_dumps(shared_key)}}}', "[]", "[]"
+        else:
+            plan_json = f"{head}{body[1:]}"
         flat_fields = [x for item in fields.items() for x in item]  # create.lua's variadic HSET
         args = [_dumps(flat_fields), plan_json, order, pending, adj, start, repr(float(deadline_s)), run_id, started]
         if guard is not None and self.keys.tagged:
-            created = await self._create_guarded(run_id, args, guard)
+            created = await self._create_guarded(run_id, args, guard, shared_args)
         else:
-            created = await self._call("create", run_id, [*args, "" if guard is None else guard.to_json()],
-                                       extra_keys=() if guard is None else (guard.graph_key, guard.runs_key),
-                                       replicated=True)
-        if int(created) < 0:
+            created = await self._create(run_id, [*args, "" if guard is None else guard.to_json()],
+                                         () if guard is None else (guard.graph_key, guard.runs_key), shared_args)
+        if created < 0:
             raise StaleGraphError(f"graph {record.graph_id!r} changed while the run was starting; start it again",
                                   run_id=run_id, graph_id=record.graph_id)
         self._remember(plan)
         self._know_workspace(run_id, fields["workspace"])
 
-    async def _create_guarded(self, run_id: str, args: list[Any], guard: StartGuard) -> int:
+    async def _create(self, run_id: str, args: list[Any], extra_keys: Sequence[str], shared: _SharedArgs) -> int:
+        """create.lua (``args`` up to the guard). A run of shared plan data names its key
+        (the last key) and sends the data only when this process has not seen the key
+        yet, or when the script found it gone (-2, nothing stored: sent again with it)."""
+        if shared is None:
+            return int(await self._call("create", run_id, [*args, "", ""], extra_keys=extra_keys, replicated=True))
+        key, data = shared
+        send = key not in self._shared_seen
+        while True:
+            created = int(await self._call("create", run_id, [*args, "1", data if send else ""],
+                                           extra_keys=(*extra_keys, key), replicated=True))
+            if created != -2 or send:
+                break
+            send = True
+        if created >= 0:
+            self._shared_seen[key] = None
+            self._shared_seen.move_to_end(key)
+            while len(self._shared_seen) > SHARED_KEYS_KNOWN:
+                self._shared_seen.popitem(last=False)
+        return created
+
+    async def _create_guarded(self, run_id: str, args: list[Any], guard: StartGuard, shared: _SharedArgs) -> int:
         """create.lua's guarded start on a cluster, where the graph's keys and the run's
         bucket are different slots: three steps, each atomic on its slot.
 
@@ -410,7 +474,7 @@ class RedisRunStore(RunStore):
         guard_keys = [guard.graph_key, guard.runs_key]
         if int(await self._batch.script(check, guard_keys, [guard.to_json(), run_id, "1"])) < 0:
             return -1
-        created = int(await self._call("create", run_id, [*args, ""], replicated=True))
+        created = await self._create(run_id, [*args, ""], (), shared)
         if created > 0 and int(await self._batch.script(check, guard_keys, [guard.to_json(), run_id, "0"])) < 0:
             await self.finish_run(run_id, RunStatus.CANCELLED,
                                   {"type": "StaleGraph", "message": "the graph was deleted while the run started"})
@@ -468,9 +532,30 @@ class RedisRunStore(RunStore):
         raw = await self._batch.execute("GET", self.keys.plan(run_id))
         if raw is None:
             raise RunNotFoundError("no such run (unknown or expired)", run_id=run_id)
-        plan = RunPlan.from_json(json.loads(raw))
+        own = json.loads(raw)
+        shared = own.pop("shared", None)
+        if shared is None:
+            plan = RunPlan.from_json(own)
+        else:  # a stored graph's run: the rest is in its plan data, read once per key and process
+            plan = (await self._shared_plan(run_id, shared)).for_run(run_id)
+            plan.labels = own["labels"]
         self._remember(plan)
         return plan
+
+    async def _shared_plan(self, run_id: str, key: str) -> RunPlan:
+        """The plan (no run id, no labels) in shared plan data ``key``; its graph parsed once."""
+        template = self._shared_plans.get(key)
+        if template is None:
+            body = await self._batch.execute("HGET", key, ":plan")
+            if body is None:  # cannot outlive the run's own keys (see create.lua); but never a KeyError
+                raise RunNotFoundError("no such run (its plan data expired)", run_id=run_id)
+            template = RunPlan.from_json({**json.loads(body), "run_id": "", "labels": {}})
+            template.parsed = trusted_graph(template.graph)
+            self._shared_plans[key] = template
+        self._shared_plans.move_to_end(key)
+        while len(self._shared_plans) > PLAN_CACHE_SIZE:
+            self._shared_plans.popitem(last=False)
+        return template
 
     async def run_status(self, run_id: str) -> str:
         """The run's status. Every node of a run polls it while running (cancellation), so

@@ -160,7 +160,7 @@ while queue[head] do
     if ports[source_handle] then
       redis.call('HINCRBY', K_LIVE, target .. '|' .. target_handle, 1)
     end
-    local pending = redis.call('HINCRBY', K_PENDING, target, -1)
+    local pending = arrive(target)
     if pending == 0 and redis.call('HGET', K_NODES, target) == 'pending' then
       local adj = adjacency(target)
       if should_run(target, adj) then

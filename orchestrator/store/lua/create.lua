@@ -12,8 +12,14 @@
 -- created only while the graph is the one the caller compiled (same creation time and
 -- workspace; ``version`` still its latest when ``latest``, else not above it); then its id
 -- joins the index (scored by Redis's clock, ids older than keep_s trimmed).
+-- ARGV[16] '1': the run's plan data is shared (Keys.plan_data, the last key: adjacency,
+-- ':pending:<node>' counts, ':plan'), ARGV[7] then holds only the run id, labels and that
+-- key, and ARGV[9]/ARGV[10] are empty lists; ARGV[17] that data as one flat JSON list, or
+-- '' when the caller saw the key exist (then -2 if it is gone: nothing stored, the caller
+-- sends it). Each run's TTL change extends the key's (prelude expire_all): it outlives
+-- every run naming it.
 -- Returns 1 when created, 0 when the run already existed (a second call is a no-op), -1
--- when the guard refused (nothing stored).
+-- when the guard refused, -2 when the shared plan data is missing (nothing stored).
 -- One command for a whole list (in slices: Lua's stack bounds how many arguments unpack passes).
 local function variadic(command, key, items)
   for i = 1, #items, 4000 do
@@ -34,6 +40,14 @@ if ARGV[15] and ARGV[15] ~= '' then
     return -1
   end
 end
+local shared_new = false
+if ARGV[16] == '1' then
+  K_ADJ = KEYS[#KEYS]
+  if redis.call('EXISTS', K_ADJ) == 0 then
+    if ARGV[17] == '' then return -2 end
+    shared_new = true
+  end
+end
 local deadline = string.format('%.6f', NOW_S + tonumber(ARGV[12]))
 local fields = cjson.decode(ARGV[6])
 for _, v in ipairs({'created_at', NOW, 'deadline', deadline}) do fields[#fields + 1] = v end
@@ -44,6 +58,7 @@ redis.call('SET', K_PLAN, ARGV[7])
 redis.call('HSET', K_OUT, ':', '')
 redis.call('HSET', K_LIVE, ':', '0')
 redis.call('HSET', K_CLAIMS, ':stale', 0)
+redis.call('HSET', K_PENDING, ':', 0)  -- a shared plan's run counts its arrivals here (complete.lua)
 local start = cjson.decode(ARGV[11])
 local sent = {':', '0'}  -- ':' is never pending: the sweeper sends nothing for it
 for _, node in ipairs(start) do sent[#sent + 1] = node; sent[#sent + 1] = NOW end
@@ -51,8 +66,13 @@ variadic('HSET', K_SENT, sent)
 local states = {}
 for _, node in ipairs(cjson.decode(ARGV[8])) do states[#states + 1] = node; states[#states + 1] = 'pending' end
 variadic('HSET', K_NODES, states)
-variadic('HSET', K_PENDING, cjson.decode(ARGV[9]))
-variadic('HSET', K_ADJ, cjson.decode(ARGV[10]))
+local pending = cjson.decode(ARGV[9])
+if #pending > 0 then variadic('HSET', K_PENDING, pending) end
+if shared_new then
+  variadic('HSET', K_ADJ, cjson.decode(ARGV[17]))
+elseif ARGV[16] ~= '1' then
+  variadic('HSET', K_ADJ, cjson.decode(ARGV[10]))
+end
 if #start > 0 then variadic('SADD', K_READY, start) end
 start[#start + 1] = ':'
 variadic('SADD', K_DISPATCHED, start)
