@@ -148,19 +148,19 @@ def over_budget(run_id: str, node_id: str, completion: NodeCompletion, exc: Stor
     return NodeCompletion(status=NodeStatus.FAILED, error=info, stop_run=True, events=[event])
 
 
-def _encoded(plan: RunPlan) -> tuple[str, str, str, str, str]:
+def _encoded(plan: RunPlan) -> tuple[str, str, str, str]:
     """create.lua's plan arguments except the run id and labels: the plan JSON without
-    them, the order, the pending counts, the adjacency and the start nodes; built once per
-    compiled plan (kept in ``plan.memo``)."""
+    them, the pending counts, the adjacency and the start nodes; built once per compiled
+    plan (kept in ``plan.memo``)."""
     cached = plan.memo.get("redis_create")
     if cached is None:
         raw = plan.to_json()
         body = {k: v for k, v in raw.items() if k not in ("run_id", "labels")}
         pending = [x for n, p in plan.nodes.items() for x in (n, p.pending)]  # flat: create.lua's variadic HSET
         adj = [x for nid, a in adjacency(plan).items() for x in (nid, _dumps(a))]
-        cached = (_dumps(body), _dumps(plan.order), _dumps(pending), _dumps(adj), _dumps(plan.start))
+        cached = (_dumps(body), _dumps(pending), _dumps(adj), _dumps(plan.start))
         plan.memo["redis_create"] = cached
-    return cast(tuple[str, str, str, str, str], cached)
+    return cast(tuple[str, str, str, str], cached)
 
 
 SHARED_DIGEST_CHARS = 32  # hex digits of sha256 naming shared plan data (128 bits)
@@ -411,7 +411,7 @@ class RedisRunStore(RunStore):
             "remaining": str(len(plan.order)),
             "workspace": str(record.meta.get("workspace") or DEFAULT_WORKSPACE),
         }
-        body, order, pending, adj, start = _encoded(plan)
+        body, pending, adj, start = _encoded(plan)
         started = self._run_event(run_id, EventType.RUN_STARTED,
                                   {"graph_id": record.graph_id, "start": plan.start})
         head = f'{{"run_id":{_dumps(run_id)},"labels":{_dumps(plan.labels)},'
@@ -421,7 +421,7 @@ class RedisRunStore(RunStore):
         else:
             plan_json = f"{head}{body[1:]}"
         flat_fields = [x for item in fields.items() for x in item]  # create.lua's variadic HSET
-        args = [_dumps(flat_fields), plan_json, order, pending, adj, start, repr(float(deadline_s)), run_id, started]
+        args = [_dumps(flat_fields), plan_json, pending, adj, start, repr(float(deadline_s)), run_id, started]
         if guard is not None and self.keys.tagged:
             created = await self._create_guarded(run_id, args, guard, shared_args)
         else:
@@ -798,7 +798,17 @@ class RedisRunStore(RunStore):
         return out
 
     async def node_states(self, run_id: str) -> dict[str, str]:
-        return cast(dict[str, str], await self.redis.hgetall(self.keys.nodes(run_id)))
+        """Every planned node's status: create.lua writes none, so a node without one is
+        pending (the hash is never empty while the run exists: its ':' placeholder)."""
+        states = cast(dict[str, str], await self.redis.hgetall(self.keys.nodes(run_id)))
+        if not states:
+            return {}
+        try:
+            order = (await self.load_plan(run_id)).order
+        except RunNotFoundError:  # expired between the two reads: what is left
+            return {n: v for n, v in states.items() if not n.startswith(":")}
+        return {n: states.get(n, NodeStatus.PENDING) for n in order}
+
 
     async def stale_refusals(self, run_id: str) -> int:
         """Completions, renewals and event appends refused for a superseded token."""

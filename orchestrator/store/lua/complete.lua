@@ -161,7 +161,7 @@ while queue[head] do
       redis.call('HINCRBY', K_LIVE, target .. '|' .. target_handle, 1)
     end
     local pending = arrive(target)
-    if pending == 0 and redis.call('HGET', K_NODES, target) == 'pending' then
+    if pending == 0 and (redis.call('HGET', K_NODES, target) or 'pending') == 'pending' then
       local adj = adjacency(target)
       if should_run(target, adj) then
         table.insert(ready, target)

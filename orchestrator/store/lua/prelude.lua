@@ -120,12 +120,14 @@ end
 -- not_run, nodes still running become cancelled (their worker's later completion changes
 -- nothing), each with its event, in plan order.
 local function close_open_nodes(template_json, run_status)
-  local states = redis.call('HGETALL', K_NODES)
+  local raw, states = redis.call('HGETALL', K_NODES), {}
+  for i = 1, #raw, 2 do states[raw[i]] = raw[i + 1] end
   local open, was = {}, {}
-  for i = 1, #states, 2 do
-    if UNSTARTED[states[i + 1]] or states[i + 1] == 'running' then
-      table.insert(open, states[i])
-      was[states[i]] = states[i + 1]
+  for _, n in ipairs(redis.call('HKEYS', K_ADJ)) do  -- every node (and the shared data's ':' fields)
+    local status = states[n] or 'pending'  -- a node without a status is pending (create.lua)
+    if string.sub(n, 1, 1) ~= ':' and (UNSTARTED[status] or status == 'running') then
+      table.insert(open, n)
+      was[n] = status
     end
   end
   for _, n in ipairs(plan_sorted(open)) do
