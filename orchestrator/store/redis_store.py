@@ -246,6 +246,18 @@ _RUN_TEMPLATES = (
 )
 
 
+def _started_json(plan: RunPlan, graph_id: str) -> str:
+    """The run's ``run_started`` event JSON (create.lua stamps its time): from a template
+    built once per compiled plan and graph (kept in ``plan.memo``), the run id put in."""
+    key = f"redis_started:{graph_id}"
+    template = plan.memo.get(key)
+    if template is None:
+        template = plan.memo[key] = _event_json(NodeEvent(
+            run_id="@run@", node_id="", node_type="", event_type=EventType.RUN_STARTED,
+            data={"graph_id": graph_id, "start": plan.start}))
+    return cast(str, template).replace(_RUN_PLACEHOLDER, _dumps(plan.run_id), 1)
+
+
 class RedisRunStore(RunStore):
     """``RunStore`` on one Redis (``redis.asyncio`` client with ``decode_responses=True``)."""
 
@@ -412,8 +424,7 @@ class RedisRunStore(RunStore):
             "workspace": str(record.meta.get("workspace") or DEFAULT_WORKSPACE),
         }
         body, pending, adj, start = _encoded(plan)
-        started = self._run_event(run_id, EventType.RUN_STARTED,
-                                  {"graph_id": record.graph_id, "start": plan.start})
+        started = _started_json(plan, record.graph_id)
         head = f'{{"run_id":{_dumps(run_id)},"labels":{_dumps(plan.labels)},'
         if shared_key:
             fields["shared"] = shared_key
