@@ -95,3 +95,16 @@ async def test_shared_data_gone_from_redis_is_sent_again_by_the_starter(redis_st
     await driver.run()
     assert driver.ran == ["if", "t", "join", "end"]
     assert await redis_store.redis.hget(shared, ":pending:join") == "2"
+
+
+async def test_a_cancelled_run_of_a_shared_plan_ends_every_open_node_in_plan_order(
+        redis_store: RedisRunStore) -> None:
+    guard, plan = await guard_for(redis_store), template()
+    driver = StoredDriver(redis_store, run_of(plan, "run-c"), live={"if": {"true"}}, guard=guard)
+    await driver.start()
+    await driver.step("if")  # "t" ready, "f" skipped; "join" and "end" never written: pending
+    assert await redis_store.finish_run(driver.plan.run_id, "cancelled")
+    states = await node_states(redis_store, driver.plan.run_id)
+    assert states == {"if": "succeeded", "t": "not_run", "f": "skipped", "join": "not_run", "end": "not_run"}
+    events = await events_of(redis_store, driver.plan.run_id)
+    assert [e.node_id for e in events if e.event_type == "not_run"] == ["t", "join", "end"]
