@@ -35,6 +35,11 @@ class StoredDriver(Driver):
         return list(self.plan.start)
 
 
+async def shared_key_of(store: RedisRunStore, run_id: str) -> str:
+    """The plan data key the run's record names."""
+    return str(await store.redis.hget(store.keys.run(run_id), "shared"))
+
+
 def template() -> RunPlan:
     return make_plan(["if", "t", "f", "join", "end"], EDGES, run_id="template")
 
@@ -80,7 +85,7 @@ async def test_the_shared_data_outlives_every_run_naming_it(redis_store: RedisRu
     await StoredDriver(redis_store, running, guard=guard).start()
     await StoredDriver(redis_store, done, live={"if": {"true"}}, guard=guard).run()  # its end: retention TTL
     for run in (done, running):
-        shared = await redis_store.redis.hget(redis_store.keys.run(run.run_id), "shared")
+        shared = await shared_key_of(redis_store, run.run_id)
         assert await redis_store.redis.pttl(shared) >= await redis_store.redis.pttl(redis_store.keys.run(run.run_id))
 
 
@@ -88,7 +93,7 @@ async def test_shared_data_gone_from_redis_is_sent_again_by_the_starter(redis_st
     guard, plan = await guard_for(redis_store), template()
     first = run_of(plan, "run-1")
     await StoredDriver(redis_store, first, guard=guard).start()
-    shared = await redis_store.redis.hget(redis_store.keys.run(first.run_id), "shared")
+    shared = await shared_key_of(redis_store, first.run_id)
     again = run_of(plan, "run-1")  # the same run id: the same bucket, the same shared key
     await redis_store.redis.delete(shared, *redis_store.all_run_keys(first.run_id))  # all expired
     driver = StoredDriver(redis_store, again, live={"if": {"true"}}, guard=guard)
