@@ -3,10 +3,10 @@
 -- ARGV[6] record fields JSON [field, string, ...]   ARGV[7] plan JSON
 -- ARGV[8] pending JSON [node, int, ...]   ARGV[9] adjacency JSON [node, json string, ...]
 -- ARGV[10] start ids JSON [..]
--- No node status is written: a node without one is pending (the nodes hash holds only
--- the ':' placeholder until a node is claimed, skipped or ended).
 -- (flat field/value lists: each hash is filled by a few variadic commands, not one
 -- command per node: the per-command cost was most of a 50-node start's Redis time)
+-- No node status is written: a node without one is pending (the nodes hash holds only
+-- the ':' placeholder until a node is claimed, skipped or ended).
 -- ARGV[11] deadline_s (the run's deadline is NOW + deadline_s, by Redis's clock, as is
 -- created_at)  ARGV[12] run id  ARGV[13] run_started event JSON
 -- ARGV[14] the start guard JSON, or '' for none: {created_at, workspace, version, latest,
@@ -63,7 +63,7 @@ redis.call('HSET', K_LIVE, ':', '0')
 redis.call('HSET', K_CLAIMS, ':stale', 0)
 redis.call('HSET', K_PENDING, ':', 0)  -- a shared plan's run counts its arrivals here (complete.lua)
 local start = cjson.decode(ARGV[10])
-local sent = {':', '0'}  -- ':' is never pending: the sweeper sends nothing for it
+local sent = {':', '0'}  -- ':' is no node: the sweeper sends nothing for it
 for _, node in ipairs(start) do sent[#sent + 1] = node; sent[#sent + 1] = NOW end
 variadic('HSET', K_SENT, sent)
 local pending = cjson.decode(ARGV[8])
