@@ -18,7 +18,12 @@ A suspension whose payload holds a ``wake`` (a timer) gets its entry in the due 
 ``orchestrator/store/waits.py`` just before ``complete.lua`` stores it.
 
 Per-node adjacency is stored at ``create_run`` in a hash (node -> JSON ``{out, required,
-in_ports, type, name, rank}``) so the scripts never parse the plan. Each event is one
+in_ports, type, name, rank}``) so the scripts never parse the plan. Runs of a stored
+graph's version share it: one hash per compiled plan and bucket (``Keys.plan_data``, with
+the initial pending counts and the plan body) that their records name, instead of a copy
+per run (most of a 52-node start's Redis time and memory); such a run's own pending hash
+counts arrivals, and no run stores 'pending' node states (a node without one is pending).
+Each event is one
 stream entry with a single field ``e`` (the NodeEvent JSON), followed by a ``PUBLISH``
 of its id on the run's notify channel (a wake-up hint only). Every key carries a TTL:
 ``active_ttl_s`` while the run is active, ``retention_s`` once it ended. ``create.lua``
