@@ -93,6 +93,7 @@ def _deadline_s(vg: ValidatedGraph, deadline_s: float | None) -> float | None:
 
 
 INPUT_COUNTED_FROM = 64 * 1024  # a run input this large counts toward the workspace's storage budget
+_SIZED = json.JSONEncoder(default=str)  # built once: json.dumps builds an encoder per call with a default
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,7 @@ async def _store_and_dispatch(store: RunStore, start: _Start, request: RunReques
         meta=meta,
     )
     budget = getattr(store, "budget", None)  # a Redis store's StorageBudget: the record keeps the input
-    size = len(json.dumps(request.run_input, default=str).encode()) if budget is not None else 0
+    size = len(_SIZED.encode(request.run_input).encode()) if budget is not None else 0
     if budget is not None and size >= INPUT_COUNTED_FROM:  # smaller: no round trip (bounded like the record)
         await budget.reserve(size, workspace=str(meta.get("workspace") or "default"))
     if start.guard is not None and isinstance(store, RedisRunStore):

@@ -311,14 +311,16 @@ class Sweeper:
         retrying = [n for n, s in states.items() if s == NodeStatus.RETRYING]
         if retrying:
             await self._overdue_retries(run_id, retrying, sent, now, report)
+        # A node without a status is pending (create.lua writes none); ':' is a placeholder.
         lost = [n for n, t in sent.items()
-                if states.get(n) == NodeStatus.PENDING and self._lost_in_transit(run_id, t, now)]
+                if not n.startswith(":") and states.get(n, NodeStatus.PENDING) == NodeStatus.PENDING
+                and self._lost_in_transit(run_id, t, now)]
         if lost:
             log.warning("run %s: nodes %s were sent and never claimed (message lost?); sending them again",
                         run_id, lost)
             await self._resend(run_id, lost)
             report.resent += [(run_id, n) for n in lost]
-        late = [n for n in undispatched if states.get(n) == NodeStatus.PENDING]
+        late = [n for n in undispatched if states.get(n, NodeStatus.PENDING) == NodeStatus.PENDING]
         due: list[str] = []
         for node_id in late:
             seen.add((run_id, node_id))

@@ -20,7 +20,9 @@ Cluster"):
 key                                        type        what, TTL
 =========================================  ==========  ==============================================
 {p}:run:{id}                               hash        run record (status, graph, times, error); retention
-{p}:run:{id}:plan                          string      the compiled RunPlan JSON (graph snapshot); retention
+{p}:run:{id}:plan                          string      the compiled RunPlan JSON (graph snapshot), or for a
+                                                       stored graph's run its id, labels and plan data key
+                                                       (the rest is in {p}:plan:{digest}); retention
 {p}:run:{id}:nodes                         hash        node id -> status; retention
 {p}:run:{id}:pending                       hash        node id -> flow in-edges not yet resolved; retention
 {p}:run:{id}:live                          hash        "node|port" -> live in-edges; retention
@@ -39,6 +41,15 @@ key                                        type        what, TTL
                                                        until claimed (the sweeper re-sends lost ones);
                                                        retention
 {p}:run:{id}:adj                           hash        node id -> adjacency JSON for the Lua barrier; retention
+{p}:plan:{digest}                          hash        what every run of one compiled plan (a stored graph's
+                                                       version) shares, in the runs' bucket: node id ->
+                                                       adjacency JSON, ":pending:<node>" -> its flow in-edges,
+                                                       ":plan" -> the plan JSON without run id and labels
+                                                       (digest: of that JSON). Its runs' records name it
+                                                       (field "shared"): they keep no copy of it and count
+                                                       arrivals in their own pending hash. Its TTL is
+                                                       extended (never shortened) with every TTL its runs' keys
+                                                       get, so it outlives each of them
 {p}:run:{id}:suspend                       hash        node id -> suspend payload of a waiting node; retention
 {p}:run:{id}:resume                        hash        node id -> {payload, input} of a resumed node; retention
 {p}:run:{id}:events                        stream      the run's event log (SSE ids); capped; retention
@@ -230,6 +241,10 @@ class Keys:
 
     def adj(self, run_id: str) -> str:
         return f"{self._r(run_id)}:run:{run_id}:adj"
+
+    def plan_data(self, run_id: str, digest: str) -> str:
+        """The plan data runs of one compiled plan share, in ``run_id``'s bucket (its slot on a cluster)."""
+        return f"{self._r(run_id)}:plan:{digest}"
 
     def suspend(self, run_id: str) -> str:
         return f"{self._r(run_id)}:run:{run_id}:suspend"

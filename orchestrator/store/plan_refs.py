@@ -53,7 +53,12 @@ def plan_ref(plan: RunPlan) -> str:
         body = plan.memo["content_digest"] = hashlib.sha256(
             json.dumps(raw, separators=(",", ":"), sort_keys=True).encode()).hexdigest()
     labels = json.dumps(plan.labels, separators=(",", ":"), sort_keys=True)
-    return hashlib.sha256(f"{body}{labels}".encode()).hexdigest()[:REF_CHARS]
+    last = plan.memo.get("plan_ref_last")  # the runs of one plan mostly share their labels (traces off)
+    if last is not None and last[0] == labels:
+        return str(last[1])
+    ref = hashlib.sha256(f"{body}{labels}".encode()).hexdigest()[:REF_CHARS]
+    plan.memo["plan_ref_last"] = (labels, ref)
+    return ref
 
 
 class PlanRefs:

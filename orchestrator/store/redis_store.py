@@ -18,7 +18,12 @@ A suspension whose payload holds a ``wake`` (a timer) gets its entry in the due 
 ``orchestrator/store/waits.py`` just before ``complete.lua`` stores it.
 
 Per-node adjacency is stored at ``create_run`` in a hash (node -> JSON ``{out, required,
-in_ports, type, name, rank}``) so the scripts never parse the plan. Each event is one
+in_ports, type, name, rank}``) so the scripts never parse the plan. Runs of a stored
+graph's version share it: one hash per compiled plan and bucket (``Keys.plan_data``, with
+the initial pending counts and the plan body) that their records name, instead of a copy
+per run (most of a 52-node start's Redis time and memory); such a run's own pending hash
+counts arrivals, and no run stores 'pending' node states (a node without one is pending).
+Each event is one
 stream entry with a single field ``e`` (the NodeEvent JSON), followed by a ``PUBLISH``
 of its id on the run's notify channel (a wake-up hint only). Every key carries a TTL:
 ``active_ttl_s`` while the run is active, ``retention_s`` once it ended. ``create.lua``
@@ -46,6 +51,7 @@ The client must be created with ``decode_responses=True``.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 import uuid
@@ -60,6 +66,7 @@ from redis.asyncio import Redis
 
 from orchestrator.errors import GraphConflictError, StorageBudgetError, StoreNotReplicatedError
 from orchestrator.kernel.errors import OrchestratorError, RunNotFoundError
+from orchestrator.kernel.graph import trusted_graph
 from orchestrator.kernel.protocol import DataValue, EventType, NodeEvent
 from orchestrator.kernel.scheduling import RunPlan
 from orchestrator.kernel.store import (
@@ -146,19 +153,47 @@ def over_budget(run_id: str, node_id: str, completion: NodeCompletion, exc: Stor
     return NodeCompletion(status=NodeStatus.FAILED, error=info, stop_run=True, events=[event])
 
 
-def _encoded(plan: RunPlan) -> tuple[str, str, str, str, str]:
+def _encoded(plan: RunPlan) -> tuple[str, str, str, str]:
     """create.lua's plan arguments except the run id and labels: the plan JSON without
-    them, the order, the pending counts, the adjacency and the start nodes; built once per
-    compiled plan (kept in ``plan.memo``)."""
+    them, the pending counts, the adjacency and the start nodes; built once per compiled
+    plan (kept in ``plan.memo``)."""
     cached = plan.memo.get("redis_create")
     if cached is None:
         raw = plan.to_json()
         body = {k: v for k, v in raw.items() if k not in ("run_id", "labels")}
         pending = [x for n, p in plan.nodes.items() for x in (n, p.pending)]  # flat: create.lua's variadic HSET
         adj = [x for nid, a in adjacency(plan).items() for x in (nid, _dumps(a))]
-        cached = (_dumps(body), _dumps(plan.order), _dumps(pending), _dumps(adj), _dumps(plan.start))
+        cached = (_dumps(body), _dumps(pending), _dumps(adj), _dumps(plan.start))
         plan.memo["redis_create"] = cached
-    return cast(tuple[str, str, str, str, str], cached)
+    return cast(tuple[str, str, str, str], cached)
+
+
+SHARED_DIGEST_CHARS = 32  # hex digits of sha256 naming shared plan data (128 bits)
+SHARED_KEYS_KNOWN = 1024  # plan data keys one process remembers having seen in Redis
+_SharedArgs = tuple[str, str] | None  # a run's shared plan data: its key and create.lua's data ARGV
+
+
+@dataclass(frozen=True)
+class SharedPlan:
+    """The plan data every run of one compiled plan shares (``Keys.plan_data``): its
+    digest (of the plan JSON without run id and labels) and create.lua's ARGV that fills
+    the key (one flat list: adjacency, ``:pending:<node>`` counts, ``:plan``)."""
+
+    digest: str
+    data: str
+
+
+def _shared(plan: RunPlan) -> SharedPlan:
+    """The plan's :class:`SharedPlan`, built once per compiled plan (kept in ``plan.memo``)."""
+    cached = plan.memo.get("redis_shared")
+    if cached is None:
+        body = _encoded(plan)[0]
+        adj = [x for nid, a in adjacency(plan).items() for x in (nid, _dumps(a))]
+        pending = [x for n, p in plan.nodes.items() if p.pending for x in (f":pending:{n}", p.pending)]
+        data = _dumps([*adj, *pending, ":plan", body])
+        digest = hashlib.sha256(body.encode()).hexdigest()[:SHARED_DIGEST_CHARS]
+        cached = plan.memo["redis_shared"] = SharedPlan(digest, data)
+    return cast(SharedPlan, cached)
 
 
 @dataclass(frozen=True)
@@ -216,6 +251,18 @@ _RUN_TEMPLATES = (
 )
 
 
+def _started_json(plan: RunPlan, graph_id: str) -> str:
+    """The run's ``run_started`` event JSON (create.lua stamps its time): from a template
+    built once per compiled plan and graph (kept in ``plan.memo``), the run id put in."""
+    key = f"redis_started:{graph_id}"
+    template = plan.memo.get(key)
+    if template is None:
+        template = plan.memo[key] = _event_json(NodeEvent(
+            run_id="@run@", node_id="", node_type="", event_type=EventType.RUN_STARTED,
+            data={"graph_id": graph_id, "start": plan.start}))
+    return cast(str, template).replace(_RUN_PLACEHOLDER, _dumps(plan.run_id), 1)
+
+
 class RedisRunStore(RunStore):
     """``RunStore`` on one Redis (``redis.asyncio`` client with ``decode_responses=True``)."""
 
@@ -244,6 +291,8 @@ class RedisRunStore(RunStore):
         self._workspaces: OrderedDict[str, str] = OrderedDict()  # run id -> workspace (never changes)
         self._event_bytes: OrderedDict[str, int] = OrderedDict()  # run id -> appended bytes not yet counted
         self._keys_of: OrderedDict[str, tuple[tuple[str, ...], str]] = OrderedDict()  # run id -> its script keys
+        self._shared_seen: OrderedDict[str, None] = OrderedDict()  # plan data keys known to exist (Keys.plan_data)
+        self._shared_plans: OrderedDict[str, RunPlan] = OrderedDict()  # plan data key -> its plan, as read
 
     @classmethod
     def from_url(cls, url: str, settings: StoreSettings) -> RedisRunStore:
@@ -358,10 +407,17 @@ class RedisRunStore(RunStore):
 
         The plan's encoded parts are built once per compiled plan (``plan.memo``, shared by
         every run :meth:`RunPlan.for_run` makes of it): a run adds only its id and labels.
+        A guarded run (a stored graph's version) stores none of them: it names the plan
+        data its plan's runs share in its bucket (``Keys.plan_data``), which this process
+        sends only while it has not seen that key (create.lua returns -2, nothing stored,
+        when the key is gone: sent again then, with the data).
         """
         run_id = plan.run_id
         if deadline_s is None:
             deadline_s = self.settings.run_deadline_s
+        shared = _shared(plan) if guard is not None else None
+        shared_key = "" if shared is None else self.keys.plan_data(run_id, shared.digest)
+        shared_args = None if shared is None else (shared_key, shared.data)
         fields = {
             "status": RunStatus.RUNNING,
             "graph_id": record.graph_id,
@@ -372,25 +428,49 @@ class RedisRunStore(RunStore):
             "remaining": str(len(plan.order)),
             "workspace": str(record.meta.get("workspace") or DEFAULT_WORKSPACE),
         }
-        body, order, pending, adj, start = _encoded(plan)
-        started = self._run_event(run_id, EventType.RUN_STARTED,
-                                  {"graph_id": record.graph_id, "start": plan.start})
-        plan_json = f'{{"run_id":{_dumps(run_id)},"labels":{_dumps(plan.labels)},{body[1:]}'
-        flat_fields = [x for item in fields.items() for x in item]  # create.lua's variadic HSET
-        args = [_dumps(flat_fields), plan_json, order, pending, adj, start, repr(float(deadline_s)), run_id, started]
-        if guard is not None and self.keys.tagged:
-            created = await self._create_guarded(run_id, args, guard)
+        body, pending, adj, start = _encoded(plan)
+        started = _started_json(plan, record.graph_id)
+        head = f'{{"run_id":{_dumps(run_id)},"labels":{_dumps(plan.labels)},'
+        if shared_key:
+            fields["shared"] = shared_key
+            plan_json, pending, adj = f'{head}"shared":{_dumps(shared_key)}}}', "[]", "[]"
         else:
-            created = await self._call("create", run_id, [*args, "" if guard is None else guard.to_json()],
-                                       extra_keys=() if guard is None else (guard.graph_key, guard.runs_key),
-                                       replicated=True)
-        if int(created) < 0:
+            plan_json = f"{head}{body[1:]}"
+        flat_fields = [x for item in fields.items() for x in item]  # create.lua's variadic HSET
+        args = [_dumps(flat_fields), plan_json, pending, adj, start, repr(float(deadline_s)), run_id, started]
+        if guard is not None and self.keys.tagged:
+            created = await self._create_guarded(run_id, args, guard, shared_args)
+        else:
+            created = await self._create(run_id, [*args, "" if guard is None else guard.to_json()],
+                                         () if guard is None else (guard.graph_key, guard.runs_key), shared_args)
+        if created < 0:
             raise StaleGraphError(f"graph {record.graph_id!r} changed while the run was starting; start it again",
                                   run_id=run_id, graph_id=record.graph_id)
         self._remember(plan)
         self._know_workspace(run_id, fields["workspace"])
 
-    async def _create_guarded(self, run_id: str, args: list[Any], guard: StartGuard) -> int:
+    async def _create(self, run_id: str, args: list[Any], extra_keys: Sequence[str], shared: _SharedArgs) -> int:
+        """create.lua (``args`` up to the guard). A run of shared plan data names its key
+        (the last key) and sends the data only when this process has not seen the key
+        yet, or when the script found it gone (-2, nothing stored: sent again with it)."""
+        if shared is None:
+            return int(await self._call("create", run_id, [*args, "", ""], extra_keys=extra_keys, replicated=True))
+        key, data = shared
+        send = key not in self._shared_seen
+        while True:
+            created = int(await self._call("create", run_id, [*args, "1", data if send else ""],
+                                           extra_keys=(*extra_keys, key), replicated=True))
+            if created != -2 or send:
+                break
+            send = True
+        if created >= 0:
+            self._shared_seen[key] = None
+            self._shared_seen.move_to_end(key)
+            while len(self._shared_seen) > SHARED_KEYS_KNOWN:
+                self._shared_seen.popitem(last=False)
+        return created
+
+    async def _create_guarded(self, run_id: str, args: list[Any], guard: StartGuard, shared: _SharedArgs) -> int:
         """create.lua's guarded start on a cluster, where the graph's keys and the run's
         bucket are different slots: three steps, each atomic on its slot.
 
@@ -410,7 +490,7 @@ class RedisRunStore(RunStore):
         guard_keys = [guard.graph_key, guard.runs_key]
         if int(await self._batch.script(check, guard_keys, [guard.to_json(), run_id, "1"])) < 0:
             return -1
-        created = int(await self._call("create", run_id, [*args, ""], replicated=True))
+        created = await self._create(run_id, [*args, ""], (), shared)
         if created > 0 and int(await self._batch.script(check, guard_keys, [guard.to_json(), run_id, "0"])) < 0:
             await self.finish_run(run_id, RunStatus.CANCELLED,
                                   {"type": "StaleGraph", "message": "the graph was deleted while the run started"})
@@ -468,9 +548,30 @@ class RedisRunStore(RunStore):
         raw = await self._batch.execute("GET", self.keys.plan(run_id))
         if raw is None:
             raise RunNotFoundError("no such run (unknown or expired)", run_id=run_id)
-        plan = RunPlan.from_json(json.loads(raw))
+        own = json.loads(raw)
+        shared = own.pop("shared", None)
+        if shared is None:
+            plan = RunPlan.from_json(own)
+        else:  # a stored graph's run: the rest is in its plan data, read once per key and process
+            plan = (await self._shared_plan(run_id, shared)).for_run(run_id)
+            plan.labels = own["labels"]
         self._remember(plan)
         return plan
+
+    async def _shared_plan(self, run_id: str, key: str) -> RunPlan:
+        """The plan (no run id, no labels) in shared plan data ``key``; its graph parsed once."""
+        template = self._shared_plans.get(key)
+        if template is None:
+            body = await self._batch.execute("HGET", key, ":plan")
+            if body is None:  # cannot outlive the run's own keys (see create.lua); but never a KeyError
+                raise RunNotFoundError("no such run (its plan data expired)", run_id=run_id)
+            template = RunPlan.from_json({**json.loads(body), "run_id": "", "labels": {}})
+            template.parsed = trusted_graph(template.graph)
+            self._shared_plans[key] = template
+        self._shared_plans.move_to_end(key)
+        while len(self._shared_plans) > PLAN_CACHE_SIZE:
+            self._shared_plans.popitem(last=False)
+        return template
 
     async def run_status(self, run_id: str) -> str:
         """The run's status. Every node of a run polls it while running (cancellation), so
@@ -713,7 +814,17 @@ class RedisRunStore(RunStore):
         return out
 
     async def node_states(self, run_id: str) -> dict[str, str]:
-        return cast(dict[str, str], await self.redis.hgetall(self.keys.nodes(run_id)))
+        """Every planned node's status: create.lua writes none, so a node without one is
+        pending (the hash is never empty while the run exists: its ':' placeholder)."""
+        states = cast(dict[str, str], await self.redis.hgetall(self.keys.nodes(run_id)))
+        if not states:
+            return {}
+        try:
+            order = (await self.load_plan(run_id)).order
+        except RunNotFoundError:  # expired between the two reads: what is left
+            return {n: v for n, v in states.items() if not n.startswith(":")}
+        return {n: states.get(n, NodeStatus.PENDING) for n in order}
+
 
     async def stale_refusals(self, run_id: str) -> int:
         """Completions, renewals and event appends refused for a superseded token."""

@@ -160,8 +160,8 @@ while queue[head] do
     if ports[source_handle] then
       redis.call('HINCRBY', K_LIVE, target .. '|' .. target_handle, 1)
     end
-    local pending = redis.call('HINCRBY', K_PENDING, target, -1)
-    if pending == 0 and redis.call('HGET', K_NODES, target) == 'pending' then
+    local pending = arrive(target)
+    if pending == 0 and (redis.call('HGET', K_NODES, target) or 'pending') == 'pending' then
       local adj = adjacency(target)
       if should_run(target, adj) then
         table.insert(ready, target)

@@ -1,19 +1,27 @@
 -- Create a run once: record, plan, per-node state, start nodes ready and marked sent
 -- (the caller sends them next; the sweeper sends again one not claimed in time), run_started.
 -- ARGV[6] record fields JSON [field, string, ...]   ARGV[7] plan JSON
--- ARGV[8] node ids JSON [..] (plan order)   ARGV[9] pending JSON [node, int, ...]
--- ARGV[10] adjacency JSON [node, json string, ...]   ARGV[11] start ids JSON [..]
+-- ARGV[8] pending JSON [node, int, ...]   ARGV[9] adjacency JSON [node, json string, ...]
+-- ARGV[10] start ids JSON [..]
 -- (flat field/value lists: each hash is filled by a few variadic commands, not one
 -- command per node: the per-command cost was most of a 50-node start's Redis time)
--- ARGV[12] deadline_s (the run's deadline is NOW + deadline_s, by Redis's clock, as is
--- created_at)  ARGV[13] run id  ARGV[14] run_started event JSON
--- ARGV[15] the start guard JSON, or '' for none: {created_at, workspace, version, latest,
+-- No node status is written: a node without one is pending (the nodes hash holds only
+-- the ':' placeholder until a node is claimed, skipped or ended).
+-- ARGV[11] deadline_s (the run's deadline is NOW + deadline_s, by Redis's clock, as is
+-- created_at)  ARGV[12] run id  ARGV[13] run_started event JSON
+-- ARGV[14] the start guard JSON, or '' for none: {created_at, workspace, version, latest,
 -- keep_s}, with KEYS[18] the stored graph's hash and KEYS[19] its run index. The run is
 -- created only while the graph is the one the caller compiled (same creation time and
 -- workspace; ``version`` still its latest when ``latest``, else not above it); then its id
 -- joins the index (scored by Redis's clock, ids older than keep_s trimmed).
+-- ARGV[15] '1': the run's plan data is shared (Keys.plan_data, the last key: adjacency,
+-- ':pending:<node>' counts, ':plan'), ARGV[7] then holds only the run id, labels and that
+-- key, and ARGV[8]/ARGV[9] are empty lists; ARGV[16] that data as one flat JSON list, or
+-- '' when the caller saw the key exist (then -2 if it is gone: nothing stored, the caller
+-- sends it). Each run's TTL change extends the key's (prelude expire_all): it outlives
+-- every run naming it.
 -- Returns 1 when created, 0 when the run already existed (a second call is a no-op), -1
--- when the guard refused (nothing stored).
+-- when the guard refused, -2 when the shared plan data is missing (nothing stored).
 -- One command for a whole list (in slices: Lua's stack bounds how many arguments unpack passes).
 local function variadic(command, key, items)
   for i = 1, #items, 4000 do
@@ -25,8 +33,8 @@ if redis.call('EXISTS', K_RUN) == 1 then
   return 0
 end
 local guard = nil
-if ARGV[15] and ARGV[15] ~= '' then
-  guard = cjson.decode(ARGV[15])
+if ARGV[14] and ARGV[14] ~= '' then
+  guard = cjson.decode(ARGV[14])
   local head = redis.call('HMGET', KEYS[18], 'latest', 'created_at', 'workspace')
   local latest = tonumber(head[1] or '0')
   if head[2] ~= guard.created_at or (head[3] or 'default') ~= guard.workspace
@@ -34,7 +42,15 @@ if ARGV[15] and ARGV[15] ~= '' then
     return -1
   end
 end
-local deadline = string.format('%.6f', NOW_S + tonumber(ARGV[12]))
+local shared_new = false
+if ARGV[15] == '1' then
+  K_ADJ = KEYS[#KEYS]
+  if redis.call('EXISTS', K_ADJ) == 0 then
+    if ARGV[16] == '' then return -2 end
+    shared_new = true
+  end
+end
+local deadline = string.format('%.6f', NOW_S + tonumber(ARGV[11]))
 local fields = cjson.decode(ARGV[6])
 for _, v in ipairs({'created_at', NOW, 'deadline', deadline}) do fields[#fields + 1] = v end
 variadic('HSET', K_RUN, fields)
@@ -42,25 +58,29 @@ redis.call('SET', K_PLAN, ARGV[7])
 -- The hashes and sets the nodes fill (and empty) exist from now on (':' begins no node id), so the TTL set
 -- below covers them and no completion has to set it again (prelude refresh_active_ttl).
 redis.call('HSET', K_OUT, ':', '')
+redis.call('HSET', K_NODES, ':', '')
 redis.call('HSET', K_LIVE, ':', '0')
 redis.call('HSET', K_CLAIMS, ':stale', 0)
-local start = cjson.decode(ARGV[11])
-local sent = {':', '0'}  -- ':' is never pending: the sweeper sends nothing for it
+redis.call('HSET', K_PENDING, ':', 0)  -- a shared plan's run counts its arrivals here (complete.lua)
+local start = cjson.decode(ARGV[10])
+local sent = {':', '0'}  -- ':' is no node: the sweeper sends nothing for it
 for _, node in ipairs(start) do sent[#sent + 1] = node; sent[#sent + 1] = NOW end
 variadic('HSET', K_SENT, sent)
-local states = {}
-for _, node in ipairs(cjson.decode(ARGV[8])) do states[#states + 1] = node; states[#states + 1] = 'pending' end
-variadic('HSET', K_NODES, states)
-variadic('HSET', K_PENDING, cjson.decode(ARGV[9]))
-variadic('HSET', K_ADJ, cjson.decode(ARGV[10]))
+local pending = cjson.decode(ARGV[8])
+if #pending > 0 then variadic('HSET', K_PENDING, pending) end
+if shared_new then
+  variadic('HSET', K_ADJ, cjson.decode(ARGV[16]))
+elseif ARGV[15] ~= '1' then
+  variadic('HSET', K_ADJ, cjson.decode(ARGV[9]))
+end
 if #start > 0 then variadic('SADD', K_READY, start) end
 start[#start + 1] = ':'
 variadic('SADD', K_DISPATCHED, start)
-redis.call('ZADD', K_ACTIVE, deadline, ARGV[13])
-append(stamped(ARGV[14]))
+redis.call('ZADD', K_ACTIVE, deadline, ARGV[12])
+append(stamped(ARGV[13]))
 expire_all(ACTIVE_TTL)
 if guard then
-  redis.call('ZADD', KEYS[19], NOW, ARGV[13])
+  redis.call('ZADD', KEYS[19], NOW, ARGV[12])
   redis.call('ZREMRANGEBYSCORE', KEYS[19], '-inf', NOW_S - guard.keep_s)
 end
 return 1

@@ -8,6 +8,10 @@
 local K_RUN, K_PLAN, K_NODES, K_PENDING, K_LIVE, K_OUT, K_CLAIMS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local K_READY, K_DISPATCHED, K_EVENTS, K_ADJ, K_SUSPEND, K_RESUME = KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
 local K_QUEUE, K_SENT = KEYS[14], KEYS[15]
+-- A run of a stored graph's version reads its adjacency and initial pending counts from
+-- the plan data that version's runs share in its bucket (same slot; create.lua), named
+-- by its record; other runs from their own KEYS[11].
+K_ADJ = redis.call('HGET', K_RUN, 'shared') or K_ADJ
 local K_ACTIVE, K_QUEUED, K_LEASE = KEYS[16], KEYS[17], KEYS[18]
 local RUN_KEY_COUNT = 15
 local MAXLEN, CHANNEL, ACTIVE_TTL, RETENTION = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -46,6 +50,11 @@ local function expire_all(ttl_s)
   for i = 1, RUN_KEY_COUNT do
     redis.call('EXPIRE', KEYS[i], ttl_s)
   end
+  -- Shared plan data is never shortened, so it outlives every run naming it (EXPIRE GT,
+  -- which the embedded Redis 6.2 lacks).
+  if K_ADJ ~= KEYS[11] and redis.call('PTTL', K_ADJ) < tonumber(ttl_s) * 1000 then
+    redis.call('EXPIRE', K_ADJ, ttl_s)
+  end
 end
 
 -- An active run's keys get ACTIVE_TTL at create (the hashes its nodes fill exist from
@@ -65,6 +74,14 @@ local function ensure_ttl(key)
       redis.call('EXPIRE', key, RETENTION)
     end
   end
+end
+
+-- A flow in-edge of `node` resolved: how many remain. A shared plan's run counts arrivals
+-- down from 0 in its pending hash and adds the initial count from the plan data.
+local function arrive(node)
+  local left = redis.call('HINCRBY', K_PENDING, node, -1)
+  if K_ADJ == KEYS[11] then return left end
+  return left + tonumber(redis.call('HGET', K_ADJ, ':pending:' .. node) or '0')
 end
 
 local function adjacency(node)
@@ -103,12 +120,14 @@ end
 -- not_run, nodes still running become cancelled (their worker's later completion changes
 -- nothing), each with its event, in plan order.
 local function close_open_nodes(template_json, run_status)
-  local states = redis.call('HGETALL', K_NODES)
+  local raw, states = redis.call('HGETALL', K_NODES), {}
+  for i = 1, #raw, 2 do states[raw[i]] = raw[i + 1] end
   local open, was = {}, {}
-  for i = 1, #states, 2 do
-    if UNSTARTED[states[i + 1]] or states[i + 1] == 'running' then
-      table.insert(open, states[i])
-      was[states[i]] = states[i + 1]
+  for _, n in ipairs(redis.call('HKEYS', K_ADJ)) do  -- every node (and the shared data's ':' fields)
+    local status = states[n] or 'pending'  -- a node without a status is pending (create.lua)
+    if string.sub(n, 1, 1) ~= ':' and (UNSTARTED[status] or status == 'running') then
+      table.insert(open, n)
+      was[n] = status
     end
   end
   for _, n in ipairs(plan_sorted(open)) do
