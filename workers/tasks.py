@@ -14,9 +14,9 @@ message (a start node, a retry, a requeue) always runs.
 Redelivery is harmless: the store's claim tells the step function the node already
 finished (or that a live lease holds it), and the step returns only the successors nobody
 answers for (taken from the queue but never claimed), which run again. A node taken from
-the queue is marked dispatched by its own claim, which for a chain's next link is made by
-the completion that hands it over (same script call: ``RunStore.complete_node``'s
-``take.claims``); if this worker dies after completing the previous node and before the
+the queue is marked dispatched by its own claim, which for the nodes a completion hands
+over (a chain's next link, a fan-out's branches) is made by that completion (same script
+call: ``RunStore.complete_node``'s ``take.claims``); if this worker dies after completing the previous node and before the
 taken node's claim, the sweeper sends the taken node (ready, never dispatched) after its
 grace; if it dies after the claim (the node running, or claimed with the completion), its
 lease expires and the sweeper requeues it, and the new claim's fencing token makes
@@ -134,7 +134,8 @@ async def _publish(send: Callable[..., None], *args: Any, **kwargs: Any) -> None
     await asyncio.get_running_loop().run_in_executor(None, call)
 
 
-async def run_here(run_id: str, node_id: str, *, promised: bool = False, plan: str = "") -> StepOutcome:
+async def run_here(run_id: str, node_id: str, *, promised: bool = False, plan: str = "",
+                   claimed: Claim | None = None) -> StepOutcome:
     """Run one node step on this process's loop, then, concurrently, the successors it
     takes from the run's queue. A node whose retry was scheduled is sent again with the
     retry's delay (its slot is free meanwhile).
@@ -152,12 +153,12 @@ async def run_here(run_id: str, node_id: str, *, promised: bool = False, plan: s
 
     ``plan``: the run's plan reference, when the node message carried one (a start of a
     stored graph): a run of a plan this process holds reads no plan from Redis
-    (``orchestrator/store/plan_refs.py``)."""
+    (``orchestrator/store/plan_refs.py``). ``claimed``: the node's claim, made by the
+    completion that handed it over (a fan-out's branch)."""
     if plan:
         await process_state().store.load_plan(run_id, plan)  # the step finds it in the process's cache
     branches: list[asyncio.Task[StepOutcome]] = []
     current: str | None = node_id
-    claimed: Claim | None = None
     while current is not None:  # a loop, not a recursion: a chain may be any length
         outcome = await _step(run_id, current, promised=promised, claimed=claimed)
         if outcome.retry_in_s is not None:
@@ -166,9 +167,11 @@ async def run_here(run_id: str, node_id: str, *, promised: bool = False, plan: s
         if outcome.queued > len(outcome.ready):
             await _wake(run_id, outcome.queued - len(outcome.ready))
         current = outcome.ready[0] if outcome.ready else None
-        claimed = outcome.claim  # the completion claimed the chain's next link: no claim call for it
+        # The completion claimed the nodes it handed over when it could: no claim call for those.
+        claimed = outcome.claims.get(current) if current is not None else None
         promised = True  # the taken nodes run on the slots their step handed over
-        branches += [asyncio.ensure_future(run_here(run_id, n, promised=True)) for n in outcome.ready[1:]]
+        branches += [asyncio.ensure_future(run_here(run_id, n, promised=True, claimed=outcome.claims.get(n)))
+                     for n in outcome.ready[1:]]
     if branches:
         await asyncio.gather(*branches)
     await _release_if_ended(run_id)

@@ -327,7 +327,8 @@ async def test_a_chain_runs_each_next_link_on_the_claim_its_predecessor_completi
         ran.append((node, outcome.status))
         if not outcome.ready:
             break
-        node, claimed = outcome.ready[0], outcome.claim
+        node = outcome.ready[0]
+        claimed = outcome.claims.get(node)
     assert ran == [("a", "succeeded"), ("b", "succeeded"), ("c", "succeeded")]
     assert claims == ["a"]  # b and c ran on the claims made by the completions before them
     assert (await runner.store.get_run("r-chain")).status == "succeeded"
