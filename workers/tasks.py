@@ -16,15 +16,16 @@ finished (or that a live lease holds it), and the step returns only the successo
 answers for (taken from the queue but never claimed), which run again. A node taken from
 the queue is marked dispatched by its own claim, which for the nodes a completion hands
 over (a chain's next link, a fan-out's branches) is made by that completion (same script
-call: ``RunStore.complete_node``'s ``take.claims``); if this worker dies after completing the previous node and before the
-taken node's claim, the sweeper sends the taken node (ready, never dispatched) after its
-grace; if it dies after the claim (the node running, or claimed with the completion), its
-lease expires and the sweeper requeues it, and the new claim's fencing token makes
-anything the old execution still sends stale; nodes still queued wait in Redis for the next completion or drain of
-their run (or, with no node of the run running, the sweeper). A node message lost between
-the broker's pop and its unacked record is sent again by the sweeper (its sent time is in
-Redis until the claim). A retry that reaches a worker before it is due by Redis's clock
-is sent again with the time left.
+call: ``RunStore.complete_node``'s ``take.claims``); if this worker dies after completing
+the previous node and before the taken node's claim, the sweeper sends the taken node
+(ready, never dispatched) after its grace; if it dies after the claim (the node running,
+or claimed with the completion), its lease expires and the sweeper requeues it, and the
+new claim's fencing token makes anything the old execution still sends stale; nodes still
+queued wait in Redis for the next completion or drain of their run (or, with no node of
+the run running, the sweeper). A node message lost between the broker's pop and its
+unacked record is sent again by the sweeper (its sent time is in Redis until the claim). A
+retry that reaches a worker before it is due by Redis's clock is sent again with the time
+left.
 
 A Redis outage while the step runs is retried by Celery a few times (the message is not
 lost); every other failure of a node is the step function's business and ends as node

@@ -610,10 +610,10 @@ class RedisRunStore(RunStore):
                 completion = over_budget(run_id, node_id, completion, exc)
             args = self._completion_args(run_id, node_id, completion, max_nodes, token)
             reply = await self._call("complete", run_id, [_dumps(args), ""], [node_lease])
-        claims: dict[str, Claim] = {}
+        granted: dict[str, Claim] = {}
         if reply[0] == "claimed":
-            granted = reply[1]
-            claims = {granted[i]: self._claim(run_id, granted[i + 1]) for i in range(0, len(granted), 2)}
+            replies = reply[1]
+            granted = {replies[i]: self._claim(run_id, replies[i + 1]) for i in range(0, len(replies), 2)}
             reply = reply[2:]
         queued, backlog, *nodes = reply
         if queued == "stale":
@@ -621,7 +621,7 @@ class RedisRunStore(RunStore):
             return Ready(stale=True)
         for event in completion.events:
             metrics.child(metrics.EVENTS_PUBLISHED, event.event_type).inc()
-        return Ready(list(nodes), queued=int(queued), backlog=int(backlog), claims=claims)
+        return Ready(list(nodes), queued=int(queued), backlog=int(backlog), claims=granted)
 
     def _completion_args(self, run_id: str, node_id: str, completion: NodeCompletion,
                          take: int | None, token: int | None) -> dict[str, Any]:
