@@ -179,6 +179,17 @@ async def _awaited(work: Awaitable[T]) -> T:
 _state: ProcessState | None = None
 _build_lock = threading.Lock()
 _capacity = 1
+# This process's pid, kept current across forks: process_state() runs several times per
+# node step, and os.getpid() is a system call each time.
+_pid = os.getpid()
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def set_capacity(node_steps: int) -> None:
@@ -257,10 +268,10 @@ def process_state() -> ProcessState:
     """The state of the calling process, built on first use (and again after a fork)."""
     global _state
     state = _state
-    if state is not None and state.pid == os.getpid():
+    if state is not None and state.pid == _pid:
         return state
     with _build_lock:
-        if _state is None or _state.pid != os.getpid():
+        if _state is None or _state.pid != _pid:
             _state = _build()
         return _state
 
