@@ -4,12 +4,13 @@
 the worker process's one event loop (``workers.process_state``: the pool thread that took
 the message waits while the loop runs this step beside every other in-flight step) with
 the Redis run store. Successors that become ready join the run's queue in Redis; the
-completing node takes from its head as many as this process has free slots, plus one for
-its own slot, and runs them here, concurrently (a chain continues in the same task; a
-fan-out fills the free slots). ``orchestrator.drain(run_id)`` messages, one per
-``Settings.drain_batch`` nodes left queued, let workers with free slots take the rest.
-At most ``ORCH_NODE_CONCURRENCY`` node steps start from a process's free slots; a node
-message (a start node, a retry, a requeue) always runs.
+completing node takes from its head one for its own slot, plus as many as it may have made
+ready (at least ``Settings.drain_batch``) while this process has free slots, and runs them
+here, concurrently (a chain continues in the same task; a fan-out fills the free slots).
+``orchestrator.drain(run_id)`` messages, one per ``Settings.drain_batch`` nodes left
+queued, let workers with free slots take the rest. At most ``ORCH_NODE_CONCURRENCY`` node
+steps start from a process's free slots; a node message (a start node, a retry, a requeue)
+always runs.
 
 Redelivery is harmless: the store's claim tells the step function the node already
 finished (or that a live lease holds it), and the step returns only the successors nobody
@@ -77,7 +78,7 @@ async def _step(run_id: str, node_id: str, *, promised: bool, claimed: Claim | N
     state = process_state()
     if not promised:
         state.slots.enter()
-    handover = Handover(state.slots)
+    handover = Handover(state.slots, backlog=state.settings.drain_batch)  # older queued nodes: one drain's worth
     in_flight = metrics.child(metrics.NODES_IN_FLIGHT, state.worker_id)
     in_flight.inc()
     outcome: StepOutcome | None = None
@@ -141,9 +142,10 @@ async def run_here(run_id: str, node_id: str, *, promised: bool = False, plan: s
     takes from the run's queue. A node whose retry was scheduled is sent again with the
     retry's delay (its slot is free meanwhile).
 
-    At its completion a node hands its own slot on and takes as many more queued nodes as
-    this process has free slots: a chain continues in this task with no broker hop, and a
-    fan-out fills the free slots. What stays queued gets drain messages (one per
+    At its completion a node hands its own slot on and takes more queued nodes into this
+    process's free slots, as many as it may have made ready (at least a drain's worth,
+    ``Settings.drain_batch``; ``Handover``): a chain continues in this task with no broker
+    hop, and a fan-out fills the free slots. What stays queued gets drain messages (one per
     ``Settings.drain_batch`` nodes) so that workers with free slots, this one included,
     take it: no node message per successor.
 

@@ -30,7 +30,7 @@ from .errors import (
 from .expressions import Scope
 from .graph import ERROR_PORT, Graph, Node, trusted_graph
 from .limits import enter_ceiling, leave_ceiling, resolve_limits
-from .lookahead import next_claims, node_event, step_reads
+from .lookahead import next_claims, node_event, reach, step_reads
 from .observer import ObservedEnd, ObservedNode, observe, with_usage
 from .output_limits import check_outputs
 from .parameters import resolve_parameters_off_loop
@@ -183,16 +183,18 @@ class StepContext:
 
 
 async def run_step(env: StepEnvironment, run_id: str, node_id: str, *,
-                   take: Callable[[], int] | None = None, claimed: Claim | None = None) -> StepOutcome:
+                   take: Callable[[int], int] | None = None, claimed: Claim | None = None) -> StepOutcome:
     """Run ``node_id`` of ``run_id`` once; safe to call again for the same node.
 
     A failed attempt with attempts left does not wait here: its completion is
     ``retrying`` (the store frees the node) and the outcome's ``retry_in_s`` tells the
     host when to call again; the next call runs the next attempt.
 
-    ``take`` (the host's free slots, asked at completion time) puts the successors that
-    became ready on the run's queue and returns at most that many of the oldest queued in
-    ``ready`` (see ``RunStore.complete_node``); without it ``ready`` holds them all.
+    ``take`` (the host's slots, asked at completion time with how many nodes the completion
+    may make ready: the host reserves its own slot and free ones for them) puts the
+    successors that became ready on the run's queue and returns at most as many of the
+    oldest queued as it answered in ``ready`` (see ``RunStore.complete_node``); without it
+    ``ready`` holds them all.
 
     With ``take``, the completion also claims the successors it hands over (a chain's next
     link, a fan-out's branches) when it can: the outcome's ``claims``, which the host passes
@@ -236,7 +238,7 @@ async def run_step(env: StepEnvironment, run_id: str, node_id: str, *,
                 ev.data["duration_ms"] = round((time.monotonic() - started_at) * 1000, 3)
     handover = None
     if take is not None:
-        max_nodes = take()
+        max_nodes = take(reach(plan, node.id, completion))
         handover = Take(max_nodes, claims=next_claims(env, plan, graph, node.id, completion, max_nodes))
     ready = await store.complete_node(run_id, node_id, completion, take=handover, token=claim.token)
     if ready.stale:  # a later claim superseded this one: nothing was applied

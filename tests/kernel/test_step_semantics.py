@@ -323,7 +323,7 @@ async def test_a_chain_runs_each_next_link_on_the_claim_its_predecessor_completi
     runner.store.claim_node = counted  # type: ignore[method-assign]
     node, claimed, ran = "a", None, []
     while True:  # as a worker runs a chain: each step takes the next link (one slot)
-        outcome = await run_step(runner.env, "r-chain", node, take=lambda: 1, claimed=claimed)
+        outcome = await run_step(runner.env, "r-chain", node, take=lambda _: 1, claimed=claimed)
         ran.append((node, outcome.status))
         if not outcome.ready:
             break
@@ -367,11 +367,11 @@ async def test_a_fan_out_runs_every_branch_it_hands_over_on_the_claim_its_comple
 
     runner.store.claim_node = counted  # type: ignore[method-assign]
     runner.store.complete_node = completing  # type: ignore[method-assign]
-    first = await run_step(runner.env, "r-fan", "a", take=lambda: 1)
-    gate = await run_step(runner.env, "r-fan", "g", take=lambda: 3, claimed=first.claims.get("g"))
+    first = await run_step(runner.env, "r-fan", "a", take=lambda _: 1)
+    gate = await run_step(runner.env, "r-fan", "g", take=lambda _: 3, claimed=first.claims.get("g"))
     assert gate.ready == ["b", "c", "d"] and sorted(gate.claims) == ["b", "c", "d"]
     assert asked[1] == ["b", "c", "d"]  # e (behind the dead port) is no candidate
-    ends = await asyncio.gather(*(run_step(runner.env, "r-fan", n, take=lambda: 1, claimed=gate.claims[n])
+    ends = await asyncio.gather(*(run_step(runner.env, "r-fan", n, take=lambda _: 1, claimed=gate.claims[n])
                                   for n in gate.ready))
     assert [o.status for o in ends] == ["succeeded"] * 3
     assert claims == ["a"]  # every other node ran on a claim a completion made
