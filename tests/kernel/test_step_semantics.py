@@ -368,8 +368,15 @@ async def test_a_fan_out_runs_every_branch_it_hands_over_on_the_claim_its_comple
     runner.store.claim_node = counted  # type: ignore[method-assign]
     runner.store.complete_node = completing  # type: ignore[method-assign]
     first = await run_step(runner.env, "r-fan", "a", take=lambda _: 1)
-    gate = await run_step(runner.env, "r-fan", "g", take=lambda _: 3, claimed=first.claims.get("g"))
+    slots_for: list[int] = []
+
+    def take(may_ready: int) -> int:
+        slots_for.append(may_ready)
+        return 3
+
+    gate = await run_step(runner.env, "r-fan", "g", take=take, claimed=first.claims.get("g"))
     assert gate.ready == ["b", "c", "d"] and sorted(gate.claims) == ["b", "c", "d"]
+    assert slots_for == [3]  # the host is asked for slots for what the live port may make ready
     assert asked[1] == ["b", "c", "d"]  # e (behind the dead port) is no candidate
     ends = await asyncio.gather(*(run_step(runner.env, "r-fan", n, take=lambda _: 1, claimed=gate.claims[n])
                                   for n in gate.ready))
