@@ -4,27 +4,29 @@
 the worker process's one event loop (``workers.process_state``: the pool thread that took
 the message waits while the loop runs this step beside every other in-flight step) with
 the Redis run store. Successors that become ready join the run's queue in Redis; the
-completing node takes from its head as many as this process has free slots, plus one for
-its own slot, and runs them here, concurrently (a chain continues in the same task; a
-fan-out fills the free slots). ``orchestrator.drain(run_id)`` messages, one per
-``Settings.drain_batch`` nodes left queued, let workers with free slots take the rest.
-At most ``ORCH_NODE_CONCURRENCY`` node steps start from a process's free slots; a node
-message (a start node, a retry, a requeue) always runs.
+completing node takes from its head one for its own slot, plus as many as it may have made
+ready (at least ``Settings.drain_batch``) while this process has free slots, and runs them
+here, concurrently (a chain continues in the same task; a fan-out fills the free slots).
+``orchestrator.drain(run_id)`` messages, one per ``Settings.drain_batch`` nodes left
+queued, let workers with free slots take the rest. At most ``ORCH_NODE_CONCURRENCY`` node
+steps start from a process's free slots; a node message (a start node, a retry, a requeue)
+always runs.
 
 Redelivery is harmless: the store's claim tells the step function the node already
 finished (or that a live lease holds it), and the step returns only the successors nobody
 answers for (taken from the queue but never claimed), which run again. A node taken from
-the queue is marked dispatched by its own claim, which for a chain's next link is made by
-the completion that hands it over (same script call: ``RunStore.complete_node``'s
-``take.claims``); if this worker dies after completing the previous node and before the
-taken node's claim, the sweeper sends the taken node (ready, never dispatched) after its
-grace; if it dies after the claim (the node running, or claimed with the completion), its
-lease expires and the sweeper requeues it, and the new claim's fencing token makes
-anything the old execution still sends stale; nodes still queued wait in Redis for the next completion or drain of
-their run (or, with no node of the run running, the sweeper). A node message lost between
-the broker's pop and its unacked record is sent again by the sweeper (its sent time is in
-Redis until the claim). A retry that reaches a worker before it is due by Redis's clock
-is sent again with the time left.
+the queue is marked dispatched by its own claim, which for the nodes a completion hands
+over (a chain's next link, a fan-out's branches) is made by that completion (same script
+call: ``RunStore.complete_node``'s ``take.claims``); if this worker dies after completing
+the previous node and before the taken node's claim, the sweeper sends the taken node
+(ready, never dispatched) after its grace; if it dies after the claim (the node running,
+or claimed with the completion), its lease expires and the sweeper requeues it, and the
+new claim's fencing token makes anything the old execution still sends stale; nodes still
+queued wait in Redis for the next completion or drain of their run (or, with no node of
+the run running, the sweeper). A node message lost between the broker's pop and its
+unacked record is sent again by the sweeper (its sent time is in Redis until the claim). A
+retry that reaches a worker before it is due by Redis's clock is sent again with the time
+left.
 
 A Redis outage while the step runs is retried by Celery a few times (the message is not
 lost); every other failure of a node is the step function's business and ends as node
@@ -76,7 +78,7 @@ async def _step(run_id: str, node_id: str, *, promised: bool, claimed: Claim | N
     state = process_state()
     if not promised:
         state.slots.enter()
-    handover = Handover(state.slots)
+    handover = Handover(state.slots, backlog=state.settings.drain_batch)  # older queued nodes: one drain's worth
     in_flight = metrics.child(metrics.NODES_IN_FLIGHT, state.worker_id)
     in_flight.inc()
     outcome: StepOutcome | None = None
@@ -85,8 +87,11 @@ async def _step(run_id: str, node_id: str, *, promised: bool, claimed: Claim | N
     finally:
         handover.settle(len(outcome.ready) if outcome is not None else 0)
         in_flight.dec()
-    log.info("node step run=%s node=%s status=%s ran=%s ready=%s queued=%s",
-             run_id, node_id, outcome.status, outcome.ran, outcome.ready, outcome.queued)
+    # DEBUG, not INFO (the shipped worker's level): the run's events already say which
+    # worker ran each node and how it ended, and a line per node step cost the loop ~7 us
+    # of formatting and writing each; failures, retries and stale completions log a warning.
+    log.debug("node step run=%s node=%s status=%s ran=%s ready=%s queued=%s",
+              run_id, node_id, outcome.status, outcome.ran, outcome.ready, outcome.queued)
     if outcome.ran and outcome.status != "stale":
         await _settle_children(run_id, node_id, outcome)
     if outcome.ran:
@@ -134,14 +139,16 @@ async def _publish(send: Callable[..., None], *args: Any, **kwargs: Any) -> None
     await asyncio.get_running_loop().run_in_executor(None, call)
 
 
-async def run_here(run_id: str, node_id: str, *, promised: bool = False, plan: str = "") -> StepOutcome:
+async def run_here(run_id: str, node_id: str, *, promised: bool = False, plan: str = "",
+                   claimed: Claim | None = None) -> StepOutcome:
     """Run one node step on this process's loop, then, concurrently, the successors it
     takes from the run's queue. A node whose retry was scheduled is sent again with the
     retry's delay (its slot is free meanwhile).
 
-    At its completion a node hands its own slot on and takes as many more queued nodes as
-    this process has free slots: a chain continues in this task with no broker hop, and a
-    fan-out fills the free slots. What stays queued gets drain messages (one per
+    At its completion a node hands its own slot on and takes more queued nodes into this
+    process's free slots, as many as it may have made ready (at least a drain's worth,
+    ``Settings.drain_batch``; ``Handover``): a chain continues in this task with no broker
+    hop, and a fan-out fills the free slots. What stays queued gets drain messages (one per
     ``Settings.drain_batch`` nodes) so that workers with free slots, this one included,
     take it: no node message per successor.
 
@@ -152,12 +159,12 @@ async def run_here(run_id: str, node_id: str, *, promised: bool = False, plan: s
 
     ``plan``: the run's plan reference, when the node message carried one (a start of a
     stored graph): a run of a plan this process holds reads no plan from Redis
-    (``orchestrator/store/plan_refs.py``)."""
+    (``orchestrator/store/plan_refs.py``). ``claimed``: the node's claim, made by the
+    completion that handed it over (a fan-out's branch)."""
     if plan:
         await process_state().store.load_plan(run_id, plan)  # the step finds it in the process's cache
     branches: list[asyncio.Task[StepOutcome]] = []
     current: str | None = node_id
-    claimed: Claim | None = None
     while current is not None:  # a loop, not a recursion: a chain may be any length
         outcome = await _step(run_id, current, promised=promised, claimed=claimed)
         if outcome.retry_in_s is not None:
@@ -166,9 +173,11 @@ async def run_here(run_id: str, node_id: str, *, promised: bool = False, plan: s
         if outcome.queued > len(outcome.ready):
             await _wake(run_id, outcome.queued - len(outcome.ready))
         current = outcome.ready[0] if outcome.ready else None
-        claimed = outcome.claim  # the completion claimed the chain's next link: no claim call for it
+        # The completion claimed the nodes it handed over when it could: no claim call for those.
+        claimed = outcome.claims.get(current) if current is not None else None
         promised = True  # the taken nodes run on the slots their step handed over
-        branches += [asyncio.ensure_future(run_here(run_id, n, promised=True)) for n in outcome.ready[1:]]
+        branches += [asyncio.ensure_future(run_here(run_id, n, promised=True, claimed=outcome.claims.get(n)))
+                     for n in outcome.ready[1:]]
     if branches:
         await asyncio.gather(*branches)
     await _release_if_ended(run_id)

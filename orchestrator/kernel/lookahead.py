@@ -1,12 +1,12 @@
 """What a step derives from the plan about the nodes around it: what a node's step reads,
-and the claims its completion may make for the successor the same host runs next.
+and the claims its completion may make for the successors the same host runs next.
 
-A completion that hands its host the next node (a chain's next link) can claim it in the
-same store call (``RunStore.complete_node``'s ``Take.claims``): the host then runs it with
-no claim call of its own. The candidates are the first ``NEXT_CLAIMS`` targets of the
-node's out-edges in plan order that have no other input, the nodes a completion hands
-over first when they become ready. Per-node lists are derived once per plan
-(``plan.memo``, shared by its runs).
+A completion that hands its host nodes to run (a chain's next link, a fan-out's branches)
+can claim them in the same store call (``RunStore.complete_node``'s ``Take.claims``): the
+host then runs them with no claim call of their own. The candidates are the targets of
+the node's out-edges on the ports its completion made live that have no other input, in
+plan order, as many as the host takes: the nodes a completion hands over first when they
+become ready. Per-node lists are derived once per plan (``plan.memo``, shared by its runs).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from .protocol import EventType, NodeEvent
 from .scheduling import RunPlan
 from .store import ClaimRequest, NodeCompletion, NodeStatus
 
-NEXT_CLAIMS = 2  # successors a completion may claim for the node its host runs next
 _WHERE_EVENTS = frozenset({EventType.STARTED, EventType.COMPLETED, EventType.ERROR})
 
 
@@ -44,26 +43,43 @@ def step_reads(plan: RunPlan, graph: Graph, node_id: str) -> list[str]:
     return known
 
 
-def successors(plan: RunPlan, node_id: str) -> list[str]:
-    """The first ``NEXT_CLAIMS`` targets of the node's out-edges, in plan order, that this
-    node alone makes ready (one in-edge): a join waits for its last input, so the
-    completion of each of its other inputs would prepare a claim for nothing."""
-    known_all: dict[str, list[str]] = plan.memo.setdefault("step_successors", {})
+def _targets(plan: RunPlan, node_id: str) -> list[tuple[str, frozenset[str], bool]]:
+    """The targets of the node's out-edges in plan order, each with the node's output ports
+    that lead to it and whether this node is its only input (derived once per plan)."""
+    known_all: dict[str, list[tuple[str, frozenset[str], bool]]] = plan.memo.setdefault("step_targets", {})
     known = known_all.get(node_id)
     if known is None:
         rank = plan.rank()
-        targets = {e.target for e in plan.nodes[node_id].out if e.target in rank and plan.nodes[e.target].pending == 1}
-        known = known_all[node_id] = sorted(targets, key=rank.__getitem__)[:NEXT_CLAIMS]
+        ports: dict[str, set[str]] = {}
+        for e in plan.nodes[node_id].out:
+            if e.target in rank:
+                ports.setdefault(e.target, set()).add(e.source_handle)
+        known = known_all[node_id] = [(t, frozenset(ports[t]), plan.nodes[t].pending == 1)
+                                      for t in sorted(ports, key=rank.__getitem__)]
     return known
 
 
-def next_claims(env: StepEnvironment, plan: RunPlan, graph: Graph, node_id: str,
-                completion: NodeCompletion) -> list[ClaimRequest]:
-    """The claims ``completion`` of ``node_id`` may make for the successor its host runs
-    next; none for a completion that readies nothing (a retry, a suspension, a stop)."""
+def reach(plan: RunPlan, node_id: str, completion: NodeCompletion) -> int:
+    """How many nodes ``completion`` of ``node_id`` may make ready at once: the targets its
+    live ports lead to (what its host reserves slots for; skips may ready more, which
+    wait on the run's queue). None for a completion that readies nothing."""
     if completion.status not in (NodeStatus.SUCCEEDED, NodeStatus.FAILED) or completion.stop_run:
+        return 0
+    live = completion.outputs.keys()
+    return sum(1 for _, ports, _ in _targets(plan, node_id) if not ports.isdisjoint(live))
+
+
+def next_claims(env: StepEnvironment, plan: RunPlan, graph: Graph, node_id: str,
+                completion: NodeCompletion, limit: int) -> list[ClaimRequest]:
+    """The claims ``completion`` of ``node_id`` may make for the successors its host runs
+    next, at most ``limit`` (the nodes the host takes): the first of those its live ports
+    lead to that it alone makes ready (one in-edge; a join waits for its last input, so the
+    completion of each of its other inputs would prepare a claim for nothing). None for a
+    completion that readies nothing (a retry, a suspension, a stop)."""
+    if completion.status not in (NodeStatus.SUCCEEDED, NodeStatus.FAILED) or completion.stop_run or limit <= 0:
         return []
-    lease_s = env.options.lease_s
+    lease_s, live = env.options.lease_s, completion.outputs.keys()
+    targets = [nid for nid, ports, sole in _targets(plan, node_id) if sole and not ports.isdisjoint(live)][:limit]
     return [ClaimRequest(node_id=nid, lease_s=lease_s, read=step_reads(plan, graph, nid),
-                      started=node_event(env, plan.run_id, graph.node_by_id[nid], EventType.STARTED))
-            for nid in successors(plan, node_id)]
+                         started=node_event(env, plan.run_id, graph.node_by_id[nid], EventType.STARTED))
+            for nid in targets]

@@ -230,13 +230,12 @@ class MemoryStore(RunStore):
         ready = await self._complete(run_id, node_id, completion, None if take is None else take.max_nodes, token)
         if again or take is None:  # as complete.lua: a redelivered completion hands over, claims nothing
             return ready
-        first = ready.nodes[0] if ready.nodes else None
+        handed = set(ready.nodes)
         for candidate in take.claims:
-            if candidate.node_id == first:  # one loop step, as atomic as one script
+            if candidate.node_id in handed:  # one loop step, as atomic as one script
                 claim = await self._claim(run_id, candidate)
                 if claim.kind == "run":
-                    ready.claim = claim
-                break
+                    ready.claims[candidate.node_id] = claim
         return ready
 
     async def _complete(self, run_id: str, node_id: str, completion: NodeCompletion, take: int | None,

@@ -30,7 +30,7 @@ from .errors import (
 from .expressions import Scope
 from .graph import ERROR_PORT, Graph, Node, trusted_graph
 from .limits import enter_ceiling, leave_ceiling, resolve_limits
-from .lookahead import next_claims, node_event, step_reads
+from .lookahead import next_claims, node_event, reach, step_reads
 from .observer import ObservedEnd, ObservedNode, observe, with_usage
 from .output_limits import check_outputs
 from .parameters import resolve_parameters_off_loop
@@ -56,7 +56,9 @@ class StepOutcome:
     retry_in_s: float | None = None  # a retry is scheduled (or not due yet): run the node again after this long
     queued: int = 0  # ready successors this completion left on the run's queue (``take`` given)
     usage: dict[str, dict[str, float]] = field(default_factory=dict)  # what the execution reported (usage.py)
-    claim: Claim | None = None  # ``ready[0]``'s claim, granted with this completion: run it with that
+    # The claims of ``ready`` nodes granted with this completion (node id -> claim): run
+    # each with its own, and claim the others first.
+    claims: dict[str, Claim] = field(default_factory=dict)
 
 
 def _graph_for(plan: RunPlan) -> Graph:
@@ -181,20 +183,22 @@ class StepContext:
 
 
 async def run_step(env: StepEnvironment, run_id: str, node_id: str, *,
-                   take: Callable[[], int] | None = None, claimed: Claim | None = None) -> StepOutcome:
+                   take: Callable[[int], int] | None = None, claimed: Claim | None = None) -> StepOutcome:
     """Run ``node_id`` of ``run_id`` once; safe to call again for the same node.
 
     A failed attempt with attempts left does not wait here: its completion is
     ``retrying`` (the store frees the node) and the outcome's ``retry_in_s`` tells the
     host when to call again; the next call runs the next attempt.
 
-    ``take`` (the host's free slots, asked at completion time) puts the successors that
-    became ready on the run's queue and returns at most that many of the oldest queued in
-    ``ready`` (see ``RunStore.complete_node``); without it ``ready`` holds them all.
+    ``take`` (the host's slots, asked at completion time with how many nodes the completion
+    may make ready: the host reserves its own slot and free ones for them) puts the
+    successors that became ready on the run's queue and returns at most as many of the
+    oldest queued as it answered in ``ready`` (see ``RunStore.complete_node``); without it
+    ``ready`` holds them all.
 
-    With ``take``, the completion also claims the successor handed over first (a chain's
-    next link) when it can: the outcome's ``claim``, which the host passes as ``claimed``
-    to the step of that node instead of a claim call of its own.
+    With ``take``, the completion also claims the successors it hands over (a chain's next
+    link, a fan-out's branches) when it can: the outcome's ``claims``, which the host passes
+    as ``claimed`` to the step of each of those nodes instead of a claim call of its own.
 
     ``env`` is what this process lends every step: store, registry, worker id, options,
     artifact cache, the runs' host objects and the nested-graph runner."""
@@ -232,14 +236,17 @@ async def run_step(env: StepEnvironment, run_id: str, node_id: str, *,
         for ev in completion.events:
             if ev.event_type == EventType.COMPLETED and ev.data is not None:
                 ev.data["duration_ms"] = round((time.monotonic() - started_at) * 1000, 3)
-    handover = None if take is None else Take(take(), claims=next_claims(env, plan, graph, node.id, completion))
+    handover = None
+    if take is not None:
+        max_nodes = take(reach(plan, node.id, completion))
+        handover = Take(max_nodes, claims=next_claims(env, plan, graph, node.id, completion, max_nodes))
     ready = await store.complete_node(run_id, node_id, completion, take=handover, token=claim.token)
     if ready.stale:  # a later claim superseded this one: nothing was applied
         log.warning("run %s node %s: completion refused (token %d superseded)", run_id, node_id, claim.token)
         return StepOutcome(ready=[], ran=True, status="stale", node_type=node.type)
     return StepOutcome(ready=ready.nodes, ran=True, status=completion.status, node_type=node.type,
                        duration_s=time.monotonic() - started_at, retry_in_s=retry_in_s, queued=ready.queued,
-                       usage=usage.to_json(), claim=ready.claim)
+                       usage=usage.to_json(), claims=ready.claims)
 
 
 async def _execute_node(step: StepContext, claim: Claim, watch: Watch,

@@ -120,9 +120,9 @@ class Ready:
     queued: int = 0
     backlog: int = 0
     stale: bool = False  # refused: the completion's token was superseded by a later claim
-    # The granted claim of ``nodes[0]``, made in the same call when it was one of the
-    # completion's ``take.claims`` (else None: the caller claims it itself).
-    claim: Claim | None = None
+    # The granted claims of ``nodes`` that were among the completion's ``take.claims``,
+    # made in the same call (node id -> claim; a node absent: the caller claims it itself).
+    claims: dict[str, Claim] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ class ClaimRequest:
     """What a caller asks when it claims a node (``RunStore.claim_node``): the lease it
     wants, the ``started`` event to append, and the nodes whose stored outputs a granted
     claim carries (``read``). Also a node the completing caller runs next if the
-    completion hands it over (a chain's next link, ``Take.claims``)."""
+    completion hands it over (a chain's next link, a fan-out's branch: ``Take.claims``)."""
 
     node_id: str
     lease_s: float
@@ -142,7 +142,7 @@ class ClaimRequest:
 class Take:
     """What a completing caller takes (``RunStore.complete_node``): the nodes that became
     ready join the tail of the run's queue, and the caller takes up to ``max_nodes`` from
-    its head. When the first it takes is one of ``claims``, the same call claims it."""
+    its head. Each node it takes that is one of ``claims`` is claimed in the same call."""
 
     max_nodes: int
     claims: Sequence[ClaimRequest] = ()
@@ -227,9 +227,9 @@ class RunStore(RunQuery):
         """Apply a completion once: store outputs, count down successors, propagate
         skips, append events, finish the run when nothing remains.
 
-        ``take.claims``: when ``Ready.nodes[0]`` is one of them, it is claimed at once with
+        ``take.claims``: each of ``Ready.nodes`` that is one of them is claimed at once with
         its request (the same answer ``claim_node`` would give, in the same atomic
-        step); a granted claim comes back as ``Ready.claim``, any other answer is dropped
+        step); granted claims come back in ``Ready.claims``, any other answer is dropped
         (the caller's own ``claim_node`` gets it again).
 
         ``token`` is the fencing token of the claim that ran the node: when a later claim

@@ -7,9 +7,10 @@ number of workers can complete nodes of the same run concurrently:
   ``started`` event (a retry not due yet is answered ``early``);
 * ``complete.lua`` ``scheduling.complete`` in Lua (countdown, live ports, skip
   propagation, remaining counter) + outputs, events, and the run's terminal state; a
-  completion under a superseded token is refused; the node it hands over first is
-  claimed in the same call when the caller named it (a chain's next link: one round
-  trip per node, the claim's logic shared with ``claim.lua`` in the prelude);
+  completion under a superseded token is refused; the nodes it hands over are claimed
+  in the same call when the caller named them (a chain's next link, a fan-out's
+  branches: one round trip per node, the claim's logic shared with ``claim.lua`` in the
+  prelude);
 * ``finish.lua``   a forced terminal status (cancel, timeout, sweeper), closing the nodes
   that had not started (``not_run``) or were running (``cancelled``);
 * ``resume.lua``   a waiting (suspended) node back to pending.
@@ -681,8 +682,8 @@ class RedisRunStore(RunStore):
         """Apply ``completion`` in one script call, which also counts its bytes against the
         storage budgets (see the module docstring): a refusal comes back instead of being
         applied, and the node's failure naming the budget is stored in a second call. The
-        same call claims the node handed over first when it is one of ``take.claims``
-        (``claim`` in lua/prelude.lua; its lease key travels in KEYS)."""
+        same call claims each node it hands over that is one of ``take.claims`` (``claim``
+        in lua/prelude.lua; their lease keys travel in KEYS)."""
         wake = (completion.payload or {}).get("wake")
         if completion.status == NodeStatus.WAITING and isinstance(wake, dict):
             await self.timers.schedule(run_id, node_id, wake)  # first: a crash leaves no untimed wait
@@ -710,9 +711,10 @@ class RedisRunStore(RunStore):
                 completion = over_budget(run_id, node_id, completion, exc)
             args = self._completion_args(run_id, node_id, completion, max_nodes, token)
             reply = await self._call("complete", run_id, [_dumps(args), ""], [node_lease])
-        claim: Claim | None = None
+        granted: dict[str, Claim] = {}
         if reply[0] == "claimed":
-            claim = self._claim(run_id, reply[1])
+            replies = reply[1]
+            granted = {replies[i]: self._claim(run_id, replies[i + 1]) for i in range(0, len(replies), 2)}
             reply = reply[2:]
         queued, backlog, *nodes = reply
         if queued == "stale":
@@ -720,7 +722,7 @@ class RedisRunStore(RunStore):
             return Ready(stale=True)
         for event in completion.events:
             metrics.child(metrics.EVENTS_PUBLISHED, event.event_type).inc()
-        return Ready(list(nodes), queued=int(queued), backlog=int(backlog), claim=claim)
+        return Ready(list(nodes), queued=int(queued), backlog=int(backlog), claims=granted)
 
     def _completion_args(self, run_id: str, node_id: str, completion: NodeCompletion,
                          take: int | None, token: int | None) -> dict[str, Any]:

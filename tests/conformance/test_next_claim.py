@@ -1,7 +1,8 @@
-"""A completion that claims the node its caller runs next (``complete_node``'s
-``Take.claims``), identical for every RunStore: the claim is the one ``claim_node`` would
+"""A completion that claims the nodes its caller runs next (``complete_node``'s
+``Take.claims``), identical for every RunStore: each claim is the one ``claim_node`` would
 grant (lease, fencing token, ``started`` event, the outputs it reads), made only for the
-node handed over first, and dropped whenever ``claim_node`` would not grant it."""
+named nodes the completion hands over (a chain's next link, a fan-out's branches), and
+dropped whenever ``claim_node`` would not grant it."""
 
 from __future__ import annotations
 
@@ -26,25 +27,26 @@ async def test_the_next_link_of_a_chain_is_claimed_with_the_completion(store: Ru
     run_id, token = await chain_with_a_running(store)
     ready = await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]),
                                       take=Take(1, claims=[next_claim(run_id, "b", ["a"])]), token=token)
-    assert ready.nodes == ["b"] and ready.claim is not None
-    assert ready.claim.kind == "run" and ready.claim.token > 0 and ready.claim.attempt == 1
-    assert ready.claim.run_input == {"x": 1}
-    assert ready.claim.outputs["a"]["out"].value == "a.out"  # what b reads came with the claim
+    assert ready.nodes == ["b"] and list(ready.claims) == ["b"]
+    granted = ready.claims["b"]
+    assert granted.kind == "run" and granted.token > 0 and granted.attempt == 1
+    assert granted.run_input == {"x": 1}
+    assert granted.outputs["a"]["out"].value == "a.out"  # what b reads came with the claim
     assert (await node_states(store, run_id))["b"] == NodeStatus.RUNNING
     assert (await claim(store, run_id, "b", worker_id="w2")).kind == "busy"  # its lease is held
     started = [e.node_id for e in await events_of(store, run_id) if e.event_type == "started"]
     assert started == ["a", "b"]
     # The claim fences like any other: b completes under its token and hands on c.
     after = await store.complete_node(run_id, "b", completed(run_id, "b", ["out"]), take=Take(1),
-                                      token=ready.claim.token)
-    assert not after.stale and after.nodes == ["c"] and after.claim is None  # c was not named
+                                      token=granted.token)
+    assert not after.stale and after.nodes == ["c"] and after.claims == {}  # c was not named
 
 
-async def test_a_node_not_handed_over_first_is_not_claimed(store: RunStore) -> None:
+async def test_a_named_node_the_completion_does_not_hand_over_is_not_claimed(store: RunStore) -> None:
     run_id, token = await chain_with_a_running(store)
     ready = await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]),
                                       take=Take(1, claims=[next_claim(run_id, "c", ["b"])]), token=token)
-    assert ready.nodes == ["b"] and ready.claim is None
+    assert ready.nodes == ["b"] and ready.claims == {}
     states = await node_states(store, run_id)
     assert (states["b"], states["c"]) == (NodeStatus.PENDING, NodeStatus.PENDING)
     assert (await claim(store, run_id, "b")).kind == "run"  # the caller claims it itself
@@ -55,10 +57,10 @@ async def test_a_redelivered_completion_claims_nothing_again(store: RunStore) ->
     upcoming = [next_claim(run_id, "b", ["a"])]
     first = await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]),
                                       take=Take(1, claims=upcoming), token=token)
-    assert first.claim is not None
+    assert "b" in first.claims
     again = await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]),
                                       take=Take(1, claims=upcoming), token=token)
-    assert again.nodes == [] and again.claim is None  # b is claimed: nothing is handed over twice
+    assert again.nodes == [] and again.claims == {}  # b is claimed: nothing is handed over twice
     started = [e.node_id for e in await events_of(store, run_id) if e.event_type == "started"]
     assert started == ["a", "b"]
 
@@ -67,7 +69,7 @@ async def test_a_stale_completion_claims_nothing(store: RunStore) -> None:
     run_id, token = await chain_with_a_running(store)
     ready = await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]),
                                       take=Take(1, claims=[next_claim(run_id, "b", ["a"])]), token=token + 1)
-    assert ready.stale and ready.claim is None
+    assert ready.stale and ready.claims == {}
     assert (await node_states(store, run_id))["b"] == NodeStatus.PENDING
 
 
@@ -78,9 +80,48 @@ async def test_the_last_completion_of_a_run_claims_nothing(store: RunStore) -> N
     first = await claim(store, run_id, "a")
     ready = await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]),
                                       take=Take(1, claims=[next_claim(run_id, "b", ["a"])]), token=first.token)
-    assert ready.claim is not None
+    assert "b" in ready.claims
     end = await store.complete_node(run_id, "b", completed(run_id, "b", ["out"]),
                                     take=Take(1, claims=[next_claim(run_id, "a", [])]),
-                                    token=ready.claim.token)
-    assert end.nodes == [] and end.claim is None
+                                    token=ready.claims["b"].token)
+    assert end.nodes == [] and end.claims == {}
     assert (await store.get_run(run_id)).status == "succeeded"
+
+
+async def fan_out_with_a_running(store: RunStore) -> tuple[str, int]:
+    """A run of a -> (b, c, d) with "a" claimed: (run id, a's token)."""
+    plan = make_plan("abcd", [("a", "out", "b", "in"), ("a", "out", "c", "in"), ("a", "out", "d", "in")])
+    await Driver(store, plan).start()
+    granted = await claim(store, plan.run_id, "a")
+    assert granted.kind == "run"
+    return plan.run_id, granted.token
+
+
+async def test_every_branch_a_fan_out_hands_over_is_claimed_with_the_completion(store: RunStore) -> None:
+    run_id, token = await fan_out_with_a_running(store)
+    named = [next_claim(run_id, n, ["a"]) for n in "bcd"]
+    ready = await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]), take=Take(3, claims=named),
+                                      token=token)
+    assert ready.nodes == ["b", "c", "d"] and sorted(ready.claims) == ["b", "c", "d"]
+    assert all(c.kind == "run" and c.outputs["a"]["out"].value == "a.out" for c in ready.claims.values())
+    states = await node_states(store, run_id)
+    assert [states[n] for n in "bcd"] == [NodeStatus.RUNNING] * 3
+    assert (await claim(store, run_id, "c", worker_id="w2")).kind == "busy"  # each lease is held
+    started = [e.node_id for e in await events_of(store, run_id) if e.event_type == "started"]
+    assert started == ["a", "b", "c", "d"]
+    for n in "bcd":  # each branch completes under its own token; the last one ends the run
+        done = await store.complete_node(run_id, n, completed(run_id, n, ["out"]), take=Take(1),
+                                         token=ready.claims[n].token)
+        assert not done.stale
+    assert (await store.get_run(run_id)).status == "succeeded"
+
+
+async def test_branches_left_on_the_queue_are_not_claimed(store: RunStore) -> None:
+    run_id, token = await fan_out_with_a_running(store)
+    named = [next_claim(run_id, n, ["a"]) for n in "bcd"]
+    ready = await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]), take=Take(2, claims=named),
+                                      token=token)
+    assert ready.nodes == ["b", "c"] and sorted(ready.claims) == ["b", "c"] and ready.backlog == 1
+    assert (await node_states(store, run_id))["d"] == NodeStatus.PENDING
+    assert await store.take_queued(run_id, 1) == ["d"]
+    assert (await claim(store, run_id, "d")).kind == "run"  # whoever takes it claims it itself

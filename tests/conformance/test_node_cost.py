@@ -76,13 +76,13 @@ async def test_a_chain_link_claimed_by_the_previous_completion_costs_one_round_t
         to_b = await redis_store.complete_node(run_id, "a", completed(run_id, "a", {"out"}),
                                                take=Take(1, claims=[next_claim(run_id, "b")]),
                                                token=first.token)
-    assert to_b.claim is not None and to_b.claim.kind == "run"
+    assert to_b.claims["b"].kind == "run"
     bytes_after_a = int(await redis_store.redis.get(workspace_key) or 0)
     with round_trips(calls):  # b runs on the claim it came with: its completion is all it costs
         to_c = await redis_store.complete_node(run_id, "b", completed(run_id, "b", {"out"}),
                                                take=Take(1, claims=[next_claim(run_id, "c")]),
-                                               token=to_b.claim.token)
-    assert to_c.nodes == ["c"] and to_c.claim is not None
+                                               token=to_b.claims["b"].token)
+    assert to_c.nodes == ["c"] and "c" in to_c.claims
     assert len(calls) == 2
     # Both completions were counted against the budgets with the lease keys in front of
     # the budget's day counters.

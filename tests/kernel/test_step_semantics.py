@@ -323,11 +323,12 @@ async def test_a_chain_runs_each_next_link_on_the_claim_its_predecessor_completi
     runner.store.claim_node = counted  # type: ignore[method-assign]
     node, claimed, ran = "a", None, []
     while True:  # as a worker runs a chain: each step takes the next link (one slot)
-        outcome = await run_step(runner.env, "r-chain", node, take=lambda: 1, claimed=claimed)
+        outcome = await run_step(runner.env, "r-chain", node, take=lambda _: 1, claimed=claimed)
         ran.append((node, outcome.status))
         if not outcome.ready:
             break
-        node, claimed = outcome.ready[0], outcome.claim
+        node = outcome.ready[0]
+        claimed = outcome.claims.get(node)
     assert ran == [("a", "succeeded"), ("b", "succeeded"), ("c", "succeeded")]
     assert claims == ["a"]  # b and c ran on the claims made by the completions before them
     assert (await runner.store.get_run("r-chain")).status == "succeeded"
@@ -335,3 +336,51 @@ async def test_a_chain_runs_each_next_link_on_the_claim_its_predecessor_completi
     started = [e for e in runner.store.events("r-chain") if e.event_type == EventType.STARTED]
     assert [e.node_id for e in started] == ["a", "b", "c"]
     assert all(e.data == {"worker_id": "local"} for e in started)
+
+
+async def test_a_fan_out_runs_every_branch_it_hands_over_on_the_claim_its_completion_made() -> None:
+    from orchestrator.kernel.compile import compile_run
+    from orchestrator.kernel.step import run_step
+    from orchestrator.kernel.store import ClaimRequest, RunRecord, RunStatus
+    from orchestrator.kernel.validation import validate_graph
+
+    runner = LocalRunner(REG)
+    # a gate whose "yes" port leads to b, c and d, and whose "no" port (dead) to e
+    g = graph([("a", "emit", "A", {"value": 5}), ("g", "gate", "G", {"open": True}), ("b", "relay", "B"),
+               ("c", "relay", "C"), ("d", "relay", "D"), ("e", "relay", "E")],
+              [("a", "out", "g", "in"), ("g", "yes", "b", "in"), ("g", "yes", "c", "in"), ("g", "yes", "d", "in"),
+               ("g", "no", "e", "in")])
+    plan = compile_run(validate_graph(g, REG), "r-fan", None)
+    await runner.store.create_run(plan, RunRecord(run_id="r-fan", status=RunStatus.QUEUED, graph_id="g"))
+    claims: list[str] = []
+    asked: list[list[str]] = []
+    real_claim, real_complete = runner.store.claim_node, runner.store.complete_node
+
+    async def counted(run_id: str, request: ClaimRequest, **kw: Any) -> Any:
+        claims.append(request.node_id)
+        return await real_claim(run_id, request, **kw)
+
+    async def completing(run_id: str, node_id: str, completion: Any, **kw: Any) -> Any:
+        take = kw.get("take")
+        asked.append([c.node_id for c in take.claims] if take is not None else [])
+        return await real_complete(run_id, node_id, completion, **kw)
+
+    runner.store.claim_node = counted  # type: ignore[method-assign]
+    runner.store.complete_node = completing  # type: ignore[method-assign]
+    first = await run_step(runner.env, "r-fan", "a", take=lambda _: 1)
+    slots_for: list[int] = []
+
+    def take(may_ready: int) -> int:
+        slots_for.append(may_ready)
+        return 3
+
+    gate = await run_step(runner.env, "r-fan", "g", take=take, claimed=first.claims.get("g"))
+    assert gate.ready == ["b", "c", "d"] and sorted(gate.claims) == ["b", "c", "d"]
+    assert slots_for == [3]  # the host is asked for slots for what the live port may make ready
+    assert asked[1] == ["b", "c", "d"]  # e (behind the dead port) is no candidate
+    ends = await asyncio.gather(*(run_step(runner.env, "r-fan", n, take=lambda _: 1, claimed=gate.claims[n])
+                                  for n in gate.ready))
+    assert [o.status for o in ends] == ["succeeded"] * 3
+    assert claims == ["a"]  # every other node ran on a claim a completion made
+    assert (await runner.store.get_run("r-fan")).status == "succeeded"
+    assert (await runner.store.node_states("r-fan"))["e"] == "skipped"

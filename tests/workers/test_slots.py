@@ -6,23 +6,35 @@ from __future__ import annotations
 from workers.process_state import Handover, Slots
 
 
-def test_overlapping_completions_share_the_free_slots_instead_of_each_taking_them_all() -> None:
+def test_overlapping_completions_never_promise_the_same_free_slot_twice() -> None:
     slots = Slots(10)
     slots.enter()
     slots.enter()  # two steps running, eight slots free
     first, second = Handover(slots), Handover(slots)
     # both ask the store at once (their completions go out in one pipeline)
-    assert first.take() == 9  # its own slot and the eight free ones
-    assert second.take() == 1  # only its own: the free ones are promised to the first
+    assert first.take(20) == 9  # its own slot and the eight free ones
+    assert second.take(20) == 1  # only its own: the free ones are promised to the first
     first.settle(9)
     second.settle(1)
     assert slots.in_flight == 10 == slots.capacity  # not 2 + 8 + 8
 
 
+def test_overlapping_fan_outs_each_reserve_what_they_may_make_ready_not_every_free_slot() -> None:
+    slots = Slots(100)
+    slots.enter()
+    slots.enter()  # two triggers of fan-outs of 40 complete at once, 98 slots free
+    first, second = Handover(slots, backlog=5), Handover(slots, backlog=5)
+    assert first.take(40) == 40  # its own slot and 39 free ones
+    assert second.take(40) == 40  # the first left it enough
+    leaf = Handover(slots, backlog=5)
+    assert leaf.take(0) == 6  # a completion that readies nothing may take older queued nodes
+    assert slots.free() == 100 - 2 - 39 - 39 - 5
+
+
 def test_slots_a_completion_does_not_use_are_given_back() -> None:
     slots = Slots(10)
     slots.enter()
-    handover = Handover(slots)
+    handover = Handover(slots, backlog=25)
     assert handover.take() == 10
     handover.settle(3)  # the run's queue held three
     assert slots.in_flight == 3 and slots.free() == 7

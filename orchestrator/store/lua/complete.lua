@@ -10,16 +10,16 @@
 --   retry_delay_s (retrying: the next attempt is due this long from NOW),
 --   take (null, or how many queued nodes the caller takes: see hand_over in the prelude),
 --   token (null, or the fencing token of the claim that ran the node),
---   next ([] or candidates {node, lease_ms, started, read} for the node the caller runs
---   next, the i-th with its lease key at KEYS[18 + i]: when the first node handed over is
---   one of them, it is claimed here as claim.lua would, saving the caller that call)
+--   next ([] or candidates {node, lease_ms, started, read} for the nodes the caller runs
+--   next, the i-th with its lease key at KEYS[18 + i]: each node handed over that is one
+--   of them is claimed here as claim.lua would, saving the caller that call)
 -- ARGV[7] the storage budget reservation JSON, or '' for none: {bytes, ws_max, run_max,
 --   expire_at}, with KEYS[19 + #next..] the workspace's day counters (today's first); the
 --   bytes are counted here, in the script that stores them (orchestrator/store/storage_budget.py)
 -- Returns {queued, backlog, nodes...}: with take null the nodes that became ready and are
 -- not yet dispatched, in plan order; with take, the oldest of the run's queue.
--- Returns {'claimed', claim reply (see `claim` in the prelude), queued, backlog, nodes...}
--- when the first of those nodes was one of `next` and its claim was granted.
+-- Returns {'claimed', {node, claim reply (see `claim` in the prelude), ...}, queued,
+-- backlog, nodes...} when some of those nodes were in `next` and their claims granted.
 -- Returns {'stale', 0} when a later claim superseded token: nothing applied, counted.
 -- Returns {'budget', 'run' | 'workspace', used} when the bytes would pass that budget:
 -- nothing applied (the caller stores the node's failure naming it instead).
@@ -197,17 +197,25 @@ for _, n in ipairs(plan_sorted(ready)) do
 end
 local handed = hand_over(out, take)
 refresh_active_ttl()
--- The node the caller runs next, claimed now when it is one it named (a chain's next
--- link): the same claim as claim.lua's, in this call. A claim not granted is not
--- returned: the caller's own claim call then gets the same answer.
-local first = handed[3]
-for i, candidate in ipairs(next_claims) do
-  if candidate.node == first then
-    local granted = claim(first, KEYS[18 + i], candidate.lease_ms, candidate.started, candidate.read)
-    if granted[1] ~= 'run' then break end
-    local reply = {'claimed', granted}
-    for _, v in ipairs(handed) do table.insert(reply, v) end
-    return reply
+-- The nodes handed over that the caller named (a chain's next link, a fan-out's
+-- branches), claimed now: the same claim as claim.lua's, in this call. A claim not
+-- granted is not returned: the caller's own claim call then gets the same answer.
+if #next_claims == 0 then return handed end
+local named = {}
+for i, candidate in ipairs(next_claims) do named[candidate.node] = i end
+local granted = {}
+for j = 3, #handed do
+  local i = named[handed[j]]
+  if i then
+    local candidate = next_claims[i]
+    local reply = claim(candidate.node, KEYS[18 + i], candidate.lease_ms, candidate.started, candidate.read)
+    if reply[1] == 'run' then
+      table.insert(granted, candidate.node)
+      table.insert(granted, reply)
+    end
   end
 end
-return handed
+if #granted == 0 then return handed end
+local reply = {'claimed', granted}
+for _, v in ipairs(handed) do table.insert(reply, v) end
+return reply
