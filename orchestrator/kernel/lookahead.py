@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from .environment import StepEnvironment
-from .graph import Graph, Node
+from .graph import Graph, Node, trusted_graph
 from .protocol import EventType, NodeEvent
 from .scheduling import RunPlan
 from .store import ClaimRequest, NodeCompletion, NodeStatus
@@ -30,6 +30,15 @@ def node_event(env: StepEnvironment, run_id: str, node: Node, event_type: str,
         data = {**(data or {}), "worker_id": env.worker_id}
     return NodeEvent(run_id=run_id, node_id=node.id, node_type=node.type, node_name=node.name,
                      event_type=event_type, data=data)
+
+
+def plan_graph(plan: RunPlan) -> Graph:
+    """The plan's graph snapshot, built once per plan object (stores cache plans, and load
+    one run's plan once per process); validated when the run was compiled, so trusted."""
+    if plan.parsed is None:
+        plan.parsed = trusted_graph(plan.graph)
+    graph: Graph = plan.parsed
+    return graph
 
 
 def step_reads(plan: RunPlan, graph: Graph, node_id: str) -> list[str]:
@@ -69,8 +78,8 @@ def reach(plan: RunPlan, node_id: str, completion: NodeCompletion) -> int:
     return sum(1 for _, ports, _ in _targets(plan, node_id) if not ports.isdisjoint(live))
 
 
-def next_claims(env: StepEnvironment, plan: RunPlan, graph: Graph, node_id: str,
-                completion: NodeCompletion, limit: int) -> list[ClaimRequest]:
+def next_claims(env: StepEnvironment, plan: RunPlan, node_id: str, completion: NodeCompletion,
+                limit: int) -> list[ClaimRequest]:
     """The claims ``completion`` of ``node_id`` may make for the successors its host runs
     next, at most ``limit`` (the nodes the host takes): the first of those its live ports
     lead to that it alone makes ready (one in-edge; a join waits for its last input, so the
@@ -78,7 +87,7 @@ def next_claims(env: StepEnvironment, plan: RunPlan, graph: Graph, node_id: str,
     completion that readies nothing (a retry, a suspension, a stop)."""
     if completion.status not in (NodeStatus.SUCCEEDED, NodeStatus.FAILED) or completion.stop_run or limit <= 0:
         return []
-    lease_s, live = env.options.lease_s, completion.outputs.keys()
+    graph, lease_s, live = plan_graph(plan), env.options.lease_s, completion.outputs.keys()
     targets = [nid for nid, ports, sole in _targets(plan, node_id) if sole and not ports.isdisjoint(live)][:limit]
     return [ClaimRequest(node_id=nid, lease_s=lease_s, read=step_reads(plan, graph, nid),
                          started=node_event(env, plan.run_id, graph.node_by_id[nid], EventType.STARTED))

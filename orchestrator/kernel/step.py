@@ -28,9 +28,9 @@ from .errors import (
     WaitRequested,
 )
 from .expressions import Scope
-from .graph import ERROR_PORT, Graph, Node, trusted_graph
+from .graph import ERROR_PORT, Graph, Node
 from .limits import enter_ceiling, leave_ceiling, resolve_limits
-from .lookahead import next_claims, node_event, reach, step_reads
+from .lookahead import next_claims, node_event, plan_graph, reach, step_reads
 from .observer import ObservedEnd, ObservedNode, observe, with_usage
 from .output_limits import check_outputs
 from .parameters import resolve_parameters_off_loop
@@ -59,15 +59,6 @@ class StepOutcome:
     # The claims of ``ready`` nodes granted with this completion (node id -> claim): run
     # each with its own, and claim the others first.
     claims: dict[str, Claim] = field(default_factory=dict)
-
-
-def _graph_for(plan: RunPlan) -> Graph:
-    """The plan's graph snapshot, built once per plan object (stores cache plans, and load
-    one run's plan once per process); validated when the run was compiled, so trusted."""
-    if plan.parsed is None:
-        plan.parsed = trusted_graph(plan.graph)
-    graph: Graph = plan.parsed
-    return graph
 
 
 def main_output(definition: NodeDefinition, outputs: dict[str, DataValue]) -> Any:
@@ -204,7 +195,7 @@ async def run_step(env: StepEnvironment, run_id: str, node_id: str, *,
     artifact cache, the runs' host objects and the nested-graph runner."""
     store, registry, opts = env.store, env.registry, env.options
     plan = await store.load_plan(run_id)
-    graph = _graph_for(plan)
+    graph = plan_graph(plan)
     node = graph.node_by_id.get(node_id)
     if node is None or node_id not in plan.nodes:
         return StepOutcome(ready=[], ran=False, status="closed")
@@ -239,7 +230,7 @@ async def run_step(env: StepEnvironment, run_id: str, node_id: str, *,
     handover = None
     if take is not None:
         max_nodes = take(reach(plan, node.id, completion))
-        handover = Take(max_nodes, claims=next_claims(env, plan, graph, node.id, completion, max_nodes))
+        handover = Take(max_nodes, claims=next_claims(env, plan, node.id, completion, max_nodes))
     ready = await store.complete_node(run_id, node_id, completion, take=handover, token=claim.token)
     if ready.stale:  # a later claim superseded this one: nothing was applied
         log.warning("run %s node %s: completion refused (token %d superseded)", run_id, node_id, claim.token)
