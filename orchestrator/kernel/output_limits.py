@@ -15,16 +15,15 @@ A breach fails the node with a :class:`NodeExecutionError` that names the limit.
 
 from __future__ import annotations
 
-import json
-
 from .definition import NodeDefinition
 from .errors import NodeExecutionError
 from .graph import Node
+from .json_text import json_encoder
 from .nesting import nested_deeper_than
 from .protocol import DataValue, ExecutionResult
 
 DEFAULT_MAX_DEPTH = 128
-_AS_TEXT = json.JSONEncoder(default=str).encode  # built once (json.dumps with ``default`` builds one per call)
+_AS_TEXT = json_encoder(default=str)  # built once (json_text.py)
 
 
 def check_outputs(node: Node, definition: NodeDefinition, result: ExecutionResult, *, max_bytes: int,
