@@ -20,17 +20,19 @@ _OUTPUT_TEXT = json_encoder(default=str)
 _PARAMETER_TEXT = json_encoder(default=lambda o: f"<{type(o).__name__}>")
 
 
-def output_preview(outputs: dict[str, DataValue]) -> tuple[dict[str, Any], bool]:
+def output_preview(outputs: dict[str, DataValue], texts: Mapping[str, str] | None = None
+                   ) -> tuple[dict[str, Any], bool]:
     """The outputs as the completed event carries them, and whether any was cut. Outputs
     are stored once, by the store; the event carries each port's ``{type, value}`` while
     their JSON stays within ``OUTPUT_PREVIEW_CHARS``, and past that ``{type, preview,
     chars}``: the value's JSON cut short, and its full length. Readers that need the
-    whole value read the stored outputs."""
+    whole value read the stored outputs. ``texts``: each port's value as JSON text, when
+    already encoded (``check_outputs``)."""
     out: dict[str, Any] = {}
     left = OUTPUT_PREVIEW_CHARS
     for port, value in outputs.items():
         whole = value.to_json()
-        text = _OUTPUT_TEXT(whole["value"])
+        text = texts[port] if texts is not None and port in texts else _OUTPUT_TEXT(whole["value"])
         if len(text) <= left:
             out[port], left = whole, left - len(text)
         else:

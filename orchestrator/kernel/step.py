@@ -275,6 +275,7 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch,
     policy = node.settings.retry
     attempt = claim.attempt
     resolved: dict[str, Any] = {}
+    texts: dict[str, str] | None = None  # the outputs' values as JSON text, once checked
     try:
         if node.settings.disabled:
             result = _pass_through(definition, gathered)
@@ -297,7 +298,7 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch,
                 # Work the executor left in a thread (a timed-out or cancelled node cannot
                 # be killed there) stops at its next expression step.
                 scope.spending.stop("the node execution it belongs to has ended")
-            check_outputs(node, definition, result, max_bytes=step.options.max_output_bytes,
+            texts = check_outputs(node, definition, result, max_bytes=step.options.max_output_bytes,
                           max_depth=step.options.max_output_depth)
     except WaitRequested as exc:
         wait_s = exc.remaining_s()
@@ -329,7 +330,7 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch,
                 ev.data["parameters"] = resolved
         return failure, None
     extra = list(result.events)
-    preview, cut = output_preview(result.outputs)
+    preview, cut = output_preview(result.outputs, texts)
     completed = step.event(EventType.COMPLETED, {"outputs": preview, "outputs_truncated": cut,
                                                  "parameters": resolved}, attempt)
     return NodeCompletion(status=NodeStatus.SUCCEEDED, outputs=result.outputs, events=[*extra, completed]), None
