@@ -1,6 +1,7 @@
 """A worker's CPU per run, measured in process: the node steps alone, no broker, no starts.
 
     .venv/bin/python bench/worker_cpu.py [--shapes fanout50,chain20] [--runs 100] [--profile 30]
+                                         [--starts adhoc|stored]
 
 Starts its own redis-server, builds this process's worker state (``workers.process_state``,
 the loop thread and store a worker process uses, with room for every node at once), starts
@@ -13,6 +14,11 @@ steadier than ``runs_per_s.py``'s runs per second: pair before and after back to
 
 ``--profile N`` also prints the N most expensive functions by own CPU time (cProfile on
 CPU time, several times slower: read the shares, not the total).
+
+``--starts stored`` starts runs of a stored graph as the API does (``runs.start_stored``:
+every run's plan derived from the version's compiled one, so what a plan keeps for its
+runs is found once per version, as on a worker fed plan references); ``adhoc`` (the
+default, as before) compiles each run's own plan (``runs.start_run``).
 
 Shapes: ``fanout50`` (trigger -> 50 set_fields -> the bench pack's join), ``chain20``
 (trigger + 19 set_fields). Prints JSON.
@@ -29,6 +35,7 @@ import os
 import pstats
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +51,22 @@ IN_FLIGHT = 8  # runs at a time
 WARM_RUNS = 10
 
 
-def measure(shapes: list[str], runs: int, profile: int) -> dict[str, Any]:
-    from orchestrator.service.runs import RunRequest, start_run
+@dataclass(frozen=True)
+class Starter:
+    """What ``runs.start_stored`` needs (``orchestrator.service.runs.Starter``), as the API has it."""
+
+    redis: Any
+    settings: Any
+    registry: Any
+    graphs: Any
+    run_store: Any
+    dispatch: Any
+
+
+def measure(shapes: list[str], runs: int, profile: int, starts: str = "adhoc") -> dict[str, Any]:
+    from orchestrator.service.graph_store import GraphStore
+    from orchestrator.service.runs import RunRequest, StoredGraph, start_run, start_stored
+    from orchestrator.settings import Settings
     from workers import process_state
     from workers.tasks import run_here
 
@@ -55,7 +76,13 @@ def measure(shapes: list[str], runs: int, profile: int) -> dict[str, Any]:
     async def no_dispatch(run_id: str, nodes: list[str]) -> None:
         """Nothing goes to the broker: the measured part runs each run's first node itself."""
 
+    starter = Starter(state.store.redis, Settings(), state.registry,
+                      GraphStore(state.store.redis, state.registry, Settings()), state.store, no_dispatch)
+
     async def started(graph: dict[str, Any], count: int) -> list[str]:
+        if starts == "stored":
+            return [await start_stored(starter, StoredGraph(str(graph["id"])), RunRequest({"x": 1}), trigger="bench")
+                    for _ in range(count)]
         return [await start_run(state.store, state.registry, graph, RunRequest({"x": 1}), dispatch=no_dispatch)
                 for _ in range(count)]
 
@@ -79,6 +106,8 @@ def measure(shapes: list[str], runs: int, profile: int) -> dict[str, Any]:
         for shape in shapes:
             graph = SHAPES[shape]()
             first = graph["nodes"][0]["id"]
+            if starts == "stored":
+                state.run(starter.graphs.create(graph, str(graph["id"])))
             state.run(run_all(state.run(started(graph, WARM_RUNS)), first))
             run_ids = state.run(started(graph, runs))
             gc.collect()
@@ -87,7 +116,7 @@ def measure(shapes: list[str], runs: int, profile: int) -> dict[str, Any]:
             cpu0, wall0 = time.process_time(), time.monotonic()
             state.run(run_all(run_ids, first, profiler))
             cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
-            result[shape] = {"runs": runs, "cpu_ms_per_run": round(cpu * 1000 / runs, 2),
+            result[shape] = {"runs": runs, "starts": starts, "cpu_ms_per_run": round(cpu * 1000 / runs, 2),
                              "wall_ms_per_run": round(wall * 1000 / runs, 2)}
             if profiler:
                 print(f"--- {shape}: own CPU time, top {profile}", file=sys.stderr)
@@ -102,6 +131,8 @@ def main() -> None:
     parser.add_argument("--shapes", default=",".join(SHAPES), help="of " + ",".join(SHAPES))
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--profile", type=int, default=0, help="print the top N functions (cProfile)")
+    parser.add_argument("--starts", choices=("adhoc", "stored"), default="adhoc",
+                        help="runs of an ad-hoc graph (each its own plan) or of a stored graph's version")
     args = parser.parse_args()
     shapes = args.shapes.split(",")
     if unknown := set(shapes) - set(SHAPES):
@@ -109,7 +140,7 @@ def main() -> None:
     with EmbeddedRedis(unix_socket=False) as server:
         os.environ["REDIS_URL"] = os.environ["ORCH_REDIS_URL"] = server.url  # read when the state is built
         os.environ["ORCH_NODE_PATHS"] = str(PACK)
-        result = measure(shapes, args.runs, args.profile)
+        result = measure(shapes, args.runs, args.profile, args.starts)
     result["load_average"] = os.getloadavg()
     print(json.dumps(result, indent=2))
 

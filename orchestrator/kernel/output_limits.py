@@ -15,21 +15,24 @@ A breach fails the node with a :class:`NodeExecutionError` that names the limit.
 
 from __future__ import annotations
 
-import json
-
 from .definition import NodeDefinition
 from .errors import NodeExecutionError
 from .graph import Node
+from .json_text import json_encoder
 from .nesting import nested_deeper_than
 from .protocol import DataValue, ExecutionResult
 
 DEFAULT_MAX_DEPTH = 128
-_AS_TEXT = json.JSONEncoder(default=str).encode  # built once (json.dumps with ``default`` builds one per call)
+_AS_TEXT = json_encoder(default=str)  # built once (json_text.py)
+_PORT_CHARS = len(': {"type": , "value": }')  # around a port's name, type and value in the outputs' JSON
 
 
 def check_outputs(node: Node, definition: NodeDefinition, result: ExecutionResult, *, max_bytes: int,
-                  max_depth: int = DEFAULT_MAX_DEPTH) -> None:
-    """Raise ``NodeExecutionError`` when ``result`` breaks a rule of the module docstring."""
+                  max_depth: int = DEFAULT_MAX_DEPTH) -> dict[str, str]:
+    """Raise ``NodeExecutionError`` when ``result`` breaks a rule of the module docstring.
+
+    Returns each port's value as the JSON text its size was measured on (``output_preview``
+    takes it, instead of encoding the values again)."""
     allowed = {p.id for p in definition.outputs}
     for port, value in result.outputs.items():
         if port not in allowed:
@@ -48,9 +51,17 @@ def check_outputs(node: Node, definition: NodeDefinition, result: ExecutionResul
                 "(ORCH_MAX_OUTPUT_DEPTH); flatten it, or pass it on as text",
                 node_id=node.id, node_name=node.name, handle=port,
             )
-    size = len(_AS_TEXT({k: v.to_json() for k, v in result.outputs.items()}))
+    # The length of the outputs' JSON ``{"port": {"type": ..., "value": ...}, ...}``, from
+    # each value's text: the same number as encoding them whole.
+    texts: dict[str, str] = {}
+    size = 2 + 2 * max(0, len(result.outputs) - 1)  # the braces, and ", " between ports
+    for port, value in result.outputs.items():
+        whole = value.to_json()
+        texts[port] = text = _AS_TEXT(whole["value"])
+        size += len(_AS_TEXT(port)) + len(_AS_TEXT(whole["type"])) + len(text) + _PORT_CHARS
     if size > max_bytes:
         raise NodeExecutionError(
             f"outputs are {size} bytes, above the {max_bytes}-byte limit; store large payloads as a BinaryRef",
             node_id=node.id, node_name=node.name,
         )
+    return texts

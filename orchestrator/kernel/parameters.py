@@ -13,12 +13,18 @@ naming the parameter and the bound: ``"{{ 8192 }}"`` cannot lift a declared maxi
 ``inputs`` and parameters are separate: a flow edge into a declared input port is an
 input; a flow or link edge into a hybrid parameter's socket (handle = parameter id) is a
 *wire* that overrides the parameter.
+
+A parameter whose inline value (or default) holds no expression resolves to the same value
+at every step of every run of a plan: :func:`fixed_parameters` resolves it once per plan and
+node (with its event preview), and each step takes it from there instead of walking and
+checking it again (issue 22: a chain node's CPU).
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .definition import NodeDefinition, Parameter
@@ -27,6 +33,7 @@ from .expression_limits import OverAllowance
 from .expressions import Scope, render
 from .graph import Node
 from .inline import check_inline_value, contains_expression
+from .previews import parameter_preview
 from .sockets import coerce, coerce_parameter
 
 _MISSING = object()
@@ -91,13 +98,81 @@ def resolve_parameter(
         raise _context(exc, node, param) from exc
 
 
+def _renders(node: Node, param: Parameter) -> bool:
+    """Whether :func:`resolve_parameter` renders ``param``'s unwired value (which copies its
+    lists and objects, and evaluates the expressions in them)."""
+    return param.expressions and param.type != "graph" and (param.id in node.data or param.default is not None)
+
+
+def _fresh(value: Any) -> Any:
+    """``value``'s lists and objects rebuilt, as :func:`render` rebuilds a value without
+    expressions: a step's executor gets its own, as it did when each step rendered it."""
+    if isinstance(value, Mapping):
+        return {k: _fresh(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_fresh(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class FixedParameters:
+    """What resolving one node's parameters gives at every step of a plan, found once.
+
+    ``values`` (and their ``previews`` for events, shared by every step's events: never
+    changed) hold the parameters without an expression whose value the definition accepts;
+    a refused one is left to each step, which fails with its error as before. A wire still
+    overrides any of them at the step it carries a value."""
+
+    definition: NodeDefinition  # what they were found for: a reloaded definition finds them anew
+    values: dict[str, Any]  # param id -> resolved value
+    previews: dict[str, Any]  # param id -> the value as events carry it (``parameter_preview``)
+    copied: frozenset[str]  # ids whose value each step gets as its own copy (``_fresh``)
+    evaluating: frozenset[str]  # ids whose value holds an expression, evaluated at each step
+
+
+def _find_fixed(node: Node, definition: NodeDefinition, scope: Scope) -> FixedParameters:
+    values: dict[str, Any] = {}
+    copied: set[str] = set()
+    evaluating: set[str] = set()
+    for p in definition.parameters:
+        renders = _renders(node, p)
+        if renders and contains_expression(node.data[p.id] if p.id in node.data else p.default):
+            evaluating.add(p.id)
+            continue
+        try:  # no expression: ``scope`` is not read
+            values[p.id] = resolve_parameter(node, p, _MISSING, scope)
+        except OrchestratorError:
+            continue
+        if renders:
+            copied.add(p.id)
+    return FixedParameters(definition, values, parameter_preview(values), frozenset(copied), frozenset(evaluating))
+
+
+def fixed_parameters(memo: dict[str, Any], node: Node, definition: NodeDefinition, scope: Scope) -> FixedParameters:
+    """``node``'s :class:`FixedParameters`, found at its first step and kept in ``memo`` (a
+    plan's, shared by its runs)."""
+    known: dict[str, FixedParameters] = memo.setdefault("fixed_parameters", {})
+    found = known.get(node.id)
+    if found is None or found.definition is not definition:
+        found = known[node.id] = _find_fixed(node, definition, scope)
+    return found
+
+
 def resolve_parameters(
-    node: Node, definition: NodeDefinition, wires: dict[str, tuple[Any, str]], scope: Scope
+    node: Node, definition: NodeDefinition, wires: dict[str, tuple[Any, str]], scope: Scope,
+    fixed: FixedParameters | None = None,
 ) -> dict[str, Any]:
-    """Every declared parameter of ``node`` resolved (validation rejected unknown ones)."""
-    return {
-        p.id: resolve_parameter(node, p, wires.get(p.id, _MISSING), scope) for p in definition.parameters
-    }
+    """Every declared parameter of ``node`` resolved (validation rejected unknown ones);
+    an unwired one of ``fixed`` is taken from there."""
+    values, copied = (fixed.values, fixed.copied) if fixed is not None else ({}, frozenset[str]())
+    out: dict[str, Any] = {}
+    for p in definition.parameters:
+        if p.id in values and p.id not in wires:
+            value = values[p.id]
+            out[p.id] = _fresh(value) if p.id in copied else value
+        else:
+            out[p.id] = resolve_parameter(node, p, wires.get(p.id, _MISSING), scope)
+    return out
 
 
 def _evaluates(node: Node, definition: NodeDefinition) -> bool:
@@ -112,7 +187,8 @@ ON_LOOP_STEPS = 5_000  # ~5 ms of evaluation: more moves to a thread
 
 
 async def resolve_parameters_off_loop(
-    node: Node, definition: NodeDefinition, wires: dict[str, tuple[Any, str]], scope: Scope
+    node: Node, definition: NodeDefinition, wires: dict[str, tuple[Any, str]], scope: Scope,
+    fixed: FixedParameters | None = None,
 ) -> dict[str, Any]:
     """:func:`resolve_parameters`, never stalling the event loop for long: expression budgets
     allow seconds of CPU per node execution (``max_total_steps``), which the other steps
@@ -121,14 +197,18 @@ async def resolve_parameters_off_loop(
     Resolution is tried on the loop with an allowance of ``ON_LOOP_STEPS`` (almost every
     node's expressions need far fewer: no thread hop, ~0.2 ms saved per node); past it, it
     is redone from the start in the loop's default executor (a bounded thread pool) with
-    the node execution's own tally. Evaluation has no side effects, so redoing is safe."""
-    if not _evaluates(node, definition):
-        return resolve_parameters(node, definition, wires, scope)
+    the node execution's own tally. Evaluation has no side effects, so redoing is safe.
+
+    With ``fixed`` (:func:`fixed_parameters`), its values are used and its ``evaluating``
+    says whether any expression is evaluated, instead of walking the values again."""
+    evaluates = bool(fixed.evaluating - wires.keys()) if fixed is not None else _evaluates(node, definition)
+    if not evaluates:
+        return resolve_parameters(node, definition, wires, scope, fixed)
     trial = replace(scope, spending=scope.spending.trial(ON_LOOP_STEPS))
     try:
-        resolved = resolve_parameters(node, definition, wires, trial)
+        resolved = resolve_parameters(node, definition, wires, trial, fixed)
     except OverAllowance:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, resolve_parameters, node, definition, wires, scope)
+        return await loop.run_in_executor(None, resolve_parameters, node, definition, wires, scope, fixed)
     scope.spending.adopt(trial.spending)
     return resolved

@@ -33,7 +33,7 @@ from .limits import enter_ceiling, leave_ceiling, resolve_limits
 from .lookahead import next_claims, node_event, plan_graph, reach, step_reads
 from .observer import ObservedEnd, ObservedNode, observe, with_usage
 from .output_limits import check_outputs
-from .parameters import resolve_parameters_off_loop
+from .parameters import fixed_parameters, resolve_parameters_off_loop
 from .previews import OUTPUT_PREVIEW_CHARS, PREVIEW_CHARS, output_preview, parameter_preview  # noqa: F401 - re-exported
 from .protocol import DataValue, EventType, ExecutionResult, FlowContext, NodeEvent
 from .registry import NodeType, Registry
@@ -266,6 +266,7 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch,
     policy = node.settings.retry
     attempt = claim.attempt
     resolved: dict[str, Any] = {}
+    texts: dict[str, str] | None = None  # the outputs' values as JSON text, once checked
     try:
         if node.settings.disabled:
             result = _pass_through(definition, gathered)
@@ -273,8 +274,11 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch,
             await enter_ceiling(step.env.ceiling, claim.workspace, f"{plan.run_id}:{node.id}:{attempt}")
             await _acquire_limits(step, claim, scope)
             wires = await _link_wires(runtime, node, definition, gathered)
-            data = await resolve_parameters_off_loop(node, definition, wires, scope)
-            resolved = parameter_preview(data)
+            fixed = fixed_parameters(plan.memo, node, definition, scope)
+            data = await resolve_parameters_off_loop(node, definition, wires, scope, fixed)
+            # Wired values differ per step: their previews are made anew.
+            resolved = parameter_preview(data, known={k: v for k, v in fixed.previews.items() if k not in wires}
+                                         if wires else fixed.previews)
             ctx = runtime.context_for(node.id, attempt=attempt, resume=claim.resume,
                                       input_sources=gathered.sources, usage=usage)
             work = asyncio.ensure_future(timed(node, _drive(step.node_type.executor, data, gathered.inputs, ctx,
@@ -285,7 +289,7 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch,
                 # Work the executor left in a thread (a timed-out or cancelled node cannot
                 # be killed there) stops at its next expression step.
                 scope.spending.stop("the node execution it belongs to has ended")
-            check_outputs(node, definition, result, max_bytes=step.options.max_output_bytes,
+            texts = check_outputs(node, definition, result, max_bytes=step.options.max_output_bytes,
                           max_depth=step.options.max_output_depth)
     except WaitRequested as exc:
         wait_s = exc.remaining_s()
@@ -317,7 +321,7 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch,
                 ev.data["parameters"] = resolved
         return failure, None
     extra = list(result.events)
-    preview, cut = output_preview(result.outputs)
+    preview, cut = output_preview(result.outputs, texts)
     completed = step.event(EventType.COMPLETED, {"outputs": preview, "outputs_truncated": cut,
                                                  "parameters": resolved}, attempt)
     return NodeCompletion(status=NodeStatus.SUCCEEDED, outputs=result.outputs, events=[*extra, completed]), None

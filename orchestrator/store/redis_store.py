@@ -68,6 +68,7 @@ from redis.asyncio import Redis
 from orchestrator.errors import GraphConflictError, StorageBudgetError, StoreNotReplicatedError
 from orchestrator.kernel.errors import OrchestratorError, RunNotFoundError
 from orchestrator.kernel.graph import trusted_graph
+from orchestrator.kernel.json_text import json_encoder
 from orchestrator.kernel.protocol import DataValue, EventType, NodeEvent
 from orchestrator.kernel.scheduling import RunPlan
 from orchestrator.kernel.store import (
@@ -121,11 +122,7 @@ def _lua_source(name: str) -> str:
     return (LUA_DIR / "prelude.lua").read_text() + "\n" + source
 
 
-_COMPACT = json.JSONEncoder(separators=(",", ":"))  # built once: json.dumps builds an encoder per call with these
-
-
-def _dumps(value: Any) -> str:
-    return _COMPACT.encode(value)
+_dumps = json_encoder(compact=True)  # built once (kernel/json_text.py): several calls per node step
 
 
 def _claim_args(request: ClaimRequest) -> dict[str, Any]:
