@@ -125,6 +125,12 @@ def _lua_source(name: str) -> str:
 _dumps = json_encoder(compact=True)  # built once (kernel/json_text.py): several calls per node step
 
 
+# complete.lua's text arguments after the named fields and the budget (ARGV[8..]), in this
+# order, then the completion's own events (ARGV[15..]); see RedisRunStore._completion_args.
+COMPLETE_TEXTS = ("outputs", "payload", "error", "run_completed", "run_failed", "run_waiting", "node_template")
+COMPLETE_EVENTS = len(COMPLETE_TEXTS)
+
+
 def _claim_args(request: ClaimRequest) -> dict[str, Any]:
     """lua/prelude.lua ``claim``'s named arguments (claim.lua's, and each of complete.lua's ``next``)."""
     return {"node": request.node_id, "lease_ms": max(1, int(request.lease_s * 1000)),
@@ -685,12 +691,12 @@ class RedisRunStore(RunStore):
         if completion.status == NodeStatus.WAITING and isinstance(wake, dict):
             await self.timers.schedule(run_id, node_id, wake)  # first: a crash leaves no untimed wait
         max_nodes = None if take is None else take.max_nodes
-        args = self._completion_args(run_id, node_id, completion, max_nodes, token)
+        args, texts = self._completion_args(run_id, node_id, completion, max_nodes, token)
         claims = take.claims if take is not None else ()
         if claims:
             args["next"] = [_claim_args(c) for c in claims]
         lease_keys = [self.keys.lease(run_id, c.node_id) for c in claims]
-        stored = len(args["outputs"]) + len(args["payload"]) + sum(len(e) for e in args["events"])
+        stored = len(texts[0]) + len(texts[1]) + sum(len(e) for e in texts[COMPLETE_EVENTS:])
         nbytes = stored + self._event_bytes.pop(run_id, 0)
         budget, workspace, budget_keys = "", "", list[Any]()
         if self.budget.enabled and nbytes > 0:
@@ -700,14 +706,15 @@ class RedisRunStore(RunStore):
                                                                                       run_id=run_id)
             budget = _dumps({"bytes": count, "ws_max": ws_max, "run_max": run_max, "expire_at": expire_at})
         node_lease = self.keys.lease(run_id, node_id)
-        reply = await self._call("complete", run_id, [_dumps(args), budget], [node_lease, *lease_keys, *budget_keys])
+        reply = await self._call("complete", run_id, [_dumps(args), budget, *texts],
+                                 [node_lease, *lease_keys, *budget_keys])
         if reply[0] == "budget":
             try:
                 self.budget.check(str(reply[1]), int(reply[2]), nbytes, workspace=workspace, run_id=run_id)
             except StorageBudgetError as exc:
                 completion = over_budget(run_id, node_id, completion, exc)
-            args = self._completion_args(run_id, node_id, completion, max_nodes, token)
-            reply = await self._call("complete", run_id, [_dumps(args), ""], [node_lease])
+            args, texts = self._completion_args(run_id, node_id, completion, max_nodes, token)
+            reply = await self._call("complete", run_id, [_dumps(args), "", *texts], [node_lease])
         granted: dict[str, Claim] = {}
         if reply[0] == "claimed":
             replies = reply[1]
@@ -722,34 +729,38 @@ class RedisRunStore(RunStore):
         return Ready(list(nodes), queued=int(queued), backlog=int(backlog), claims=granted)
 
     def _completion_args(self, run_id: str, node_id: str, completion: NodeCompletion,
-                         take: int | None, token: int | None) -> dict[str, Any]:
-        """complete.lua's named arguments for ``completion``."""
+                         take: int | None, token: int | None) -> tuple[dict[str, Any], list[str]]:
+        """complete.lua's arguments for ``completion``: the named fields (one JSON object) and
+        the JSON texts the script stores or appends as they are, each its own argument (in
+        the order of ``COMPLETE_TEXTS``, then the completion's events): inside the object
+        they would be encoded a second time here, escapes and all, and decoded again in the
+        script, for values that only pass through."""
         waiting = completion.status == NodeStatus.WAITING
         run_completed, node_template = self._templates(run_id)
         args = {
             "node": node_id,
             "status": completion.status,
-            "outputs": _dumps({port: dv.to_json() for port, dv in completion.outputs.items()}),
             "live": sorted(completion.outputs),
             "stop_run": completion.stop_run,
-            "error": _dumps(completion.error) if completion.error is not None else "",
             "run_id": run_id,
-            "run_completed": run_completed,
-            "run_failed": self._run_event(run_id, EventType.RUN_FAILED,
-                                          {"status": RunStatus.FAILED, "error": completion.error})
-            if completion.stop_run else "",
-            "run_waiting": self._run_event(run_id, EventType.RUN_WAITING,
-                                           {"node_id": node_id, "payload": completion.payload or {}})
-            if waiting else "",
-            "payload": _dumps(completion.payload or {}),
-            "node_template": node_template,
-            "events": [_event_json(e) for e in completion.events],
             "next_attempt": completion.next_attempt,
             "retry_delay_s": completion.retry_delay_s,
             "take": take,
             "token": token,
         }
-        return args
+        texts = [
+            _dumps({port: dv.to_json() for port, dv in completion.outputs.items()}),  # outputs
+            _dumps(completion.payload or {}),  # payload
+            _dumps(completion.error) if completion.error is not None else "",  # error
+            run_completed,
+            self._run_event(run_id, EventType.RUN_FAILED, {"status": RunStatus.FAILED, "error": completion.error})
+            if completion.stop_run else "",  # run_failed
+            self._run_event(run_id, EventType.RUN_WAITING, {"node_id": node_id, "payload": completion.payload or {}})
+            if waiting else "",  # run_waiting
+            node_template,
+            *(_event_json(e) for e in completion.events),
+        ]
+        return args, texts
 
     async def take_queued(self, run_id: str, max_nodes: int) -> list[str]:
         if max_nodes <= 0:

@@ -1,12 +1,8 @@
 -- Apply one node's completion exactly once: the Lua twin of
 -- orchestrator/kernel/scheduling.py:complete, plus storage, events and the run's end.
 -- ARGV[6] one JSON object with named fields:
---   node, status (succeeded|failed|waiting|retrying), outputs (JSON string {port: DataValue}),
---   live [ports], stop_run (bool), error (JSON string or ''), run_id,
---   run_completed / run_failed / run_waiting (event JSON strings; '' when not needed;
---   run-level events get the time NOW), payload (suspend payload JSON string or ''),
---   node_template (node event JSON, for skipped and not_run events, stamped NOW),
---   events [the completion's own event JSON strings, in order], next_attempt (retrying),
+--   node, status (succeeded|failed|waiting|retrying),
+--   live [ports], stop_run (bool), run_id, next_attempt (retrying),
 --   retry_delay_s (retrying: the next attempt is due this long from NOW),
 --   take (null, or how many queued nodes the caller takes: see hand_over in the prelude),
 --   token (null, or the fencing token of the claim that ran the node),
@@ -16,6 +12,12 @@
 -- ARGV[7] the storage budget reservation JSON, or '' for none: {bytes, ws_max, run_max,
 --   expire_at}, with KEYS[19 + #next..] the workspace's day counters (today's first); the
 --   bytes are counted here, in the script that stores them (orchestrator/store/storage_budget.py)
+-- ARGV[8..14] JSON texts the script stores or appends as they are (each its own argument,
+--   not inside ARGV[6], so that neither side encodes or decodes them twice): outputs
+--   ({port: DataValue}), payload (the suspend payload, or ''), error (or ''),
+--   run_completed / run_failed / run_waiting (event JSON; '' when not needed; run-level
+--   events get the time NOW), node_template (node event JSON, for skipped and not_run
+--   events, stamped NOW); ARGV[15..] the completion's own events, in order.
 -- Returns {queued, backlog, nodes...}: with take null the nodes that became ready and are
 -- not yet dispatched, in plan order; with take, the oldest of the run's queue.
 -- Returns {'claimed', {node, claim reply (see `claim` in the prelude), ...}, queued,
@@ -24,6 +26,10 @@
 -- Returns {'budget', 'run' | 'workspace', used} when the bytes would pass that budget:
 -- nothing applied (the caller stores the node's failure naming it instead).
 local args = cjson.decode(ARGV[6])
+args.outputs, args.payload, args.error = ARGV[8], ARGV[9], ARGV[10]
+args.run_completed, args.run_failed, args.run_waiting, args.node_template = ARGV[11], ARGV[12], ARGV[13], ARGV[14]
+args.events = {}
+for i = 15, #ARGV do args.events[#args.events + 1] = ARGV[i] end
 local node, status = args.node, args.status
 local take = args.take
 if take == cjson.null then take = nil end
