@@ -4,12 +4,14 @@ no TTL; the keys a run fills as it progresses still expire (against real Redis).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from redis.asyncio.connection import AbstractConnection
 
+from orchestrator.kernel.protocol import DataValue
 from orchestrator.kernel.store import ClaimRequest, Take
 from orchestrator.store.redis_store import RedisRunStore
 from tests.conformance.conftest import command_stats, reset_stats
@@ -120,3 +122,44 @@ async def test_keys_a_run_creates_while_it_progresses_expire_with_it(redis_store
     ttls = await run_key_ttls(redis_store, run_id)
     assert redis_store.keys.queue(run_id) in ttls
     assert all(ttl > 0 for ttl in ttls.values()), ttls
+
+
+@contextmanager
+def bytes_written(sizes: list[int]) -> Iterator[None]:
+    """Count the bytes written to any Redis connection."""
+    real = AbstractConnection.send_packed_command
+
+    async def counting(self: AbstractConnection, command: Any, check_health: bool = True) -> None:
+        chunks = [command] if isinstance(command, bytes | str) else list(command)
+        sizes.append(sum(len(c) for c in chunks))
+        await real(self, command, check_health)
+
+    AbstractConnection.send_packed_command = counting  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        AbstractConnection.send_packed_command = real  # type: ignore[method-assign]
+
+
+async def test_a_completion_sends_its_output_text_once(redis_store: RedisRunStore) -> None:
+    """A value that only passes through the completion is encoded once: its JSON text goes
+    to Redis as it is, not escaped again inside the script's other arguments (a text full
+    of quotes would double in size at every extra encoding)."""
+    warm = Driver(redis_store, make_plan("ab", [("a", "out", "b", "in")]))  # the scripts loaded
+    await warm.start()
+    await warm.step("a")
+    plan = make_plan("ab", [("a", "out", "b", "in")])
+    await Driver(redis_store, plan).start()
+    run_id = plan.run_id
+    claim = await redis_store.claim_node(run_id, ClaimRequest("a", lease_s=30, started=started_event(run_id, "a")),
+                                         worker_id="w1")
+    completion = completed(run_id, "a", {"out"})
+    value = '"' * 100_000  # JSON text 200,002 bytes: every quote escaped
+    completion.outputs["out"] = DataValue("data", value)
+    sizes: list[int] = []
+    with bytes_written(sizes):
+        ready = await redis_store.complete_node(run_id, "a", completion, token=claim.token)
+    assert ready.nodes == ["b"]
+    assert 200_000 < sum(sizes) < 210_000, sizes  # the text once, and the rest of the call
+    stored = await redis_store.redis.hget(redis_store.keys.outputs(run_id), "a")
+    assert json.loads(stored)["out"]["value"] == value
