@@ -16,6 +16,7 @@ from redis.asyncio.connection import AbstractConnection
 import orchestrator.service.graph_store as graph_store
 from orchestrator.kernel.registry import Registry
 from orchestrator.local.embedded_redis import EmbeddedRedis
+from orchestrator.service import admission
 from orchestrator.service.plan_cache import fingerprint
 from tests.api.conftest import Api, api_registry, chain, open_api
 from tests.fake_nodes import graph
@@ -76,7 +77,8 @@ async def test_a_second_start_of_a_stored_graph_neither_validates_nor_compiles(a
     assert all(len(run["nodes"]) == 51 and run["meta"]["graph_version"] == 1 for run in runs)
 
 
-async def test_a_warm_start_is_two_redis_round_trips(api: Api) -> None:
+async def test_a_warm_start_is_two_redis_round_trips(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(admission, "SAMPLE_S", 0.0)  # every start reads the queue depth
     assert (await api.client.post("/graphs", json=wide("w", 50))).status_code == 201
     await start(api, "w")
     calls: dict[str, int] = {}
@@ -85,6 +87,22 @@ async def test_a_warm_start_is_two_redis_round_trips(api: Api) -> None:
     assert response.status_code == 202
     assert calls["round_trips"] == 2  # admission; the create script (guard, plan, run index)
     assert api.dispatched[-1] == (response.json()["run_id"], ["a"])
+
+
+async def test_starts_in_a_burst_far_below_the_queue_bound_read_its_depth_once(
+    api: Api, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A depth reading far below the bound stands for a moment: the starts of a burst make
+    one round trip each (the create script), not two."""
+    monkeypatch.setattr(admission, "SAMPLE_S", 60.0)  # the whole burst within one reading
+    assert (await api.client.post("/graphs", json=wide("w", 50))).status_code == 201
+    await start(api, "w")
+    calls: dict[str, int] = {}
+    with round_trips(calls):
+        for _ in range(5):
+            response = await api.client.post("/graphs/w/runs", json={"input": {"x": 1}})
+            assert response.status_code == 202
+    assert calls["round_trips"] == 5
 
 
 async def test_a_start_after_an_update_runs_the_new_version(api: Api) -> None:
