@@ -4,7 +4,8 @@
 
 Starts its own redis-server and one API process (``orchestrator serve``, one uvicorn
 process), stopped by pid at the end; no worker (the runs stay queued: the bench measures
-the start, and back-pressure is off, ``ORCH_MAX_QUEUED_NODES=0``; so is the API's sweeper,
+the start, and back-pressure is off, ``ORCH_MAX_QUEUED_NODES=0``, unless ``--queue-bound``
+sets a bound, for starts with admission's queue check on; so is the API's sweeper,
 ``ORCH_API_RUN_SWEEPER=false``, which would otherwise send every unclaimed start node
 again after its grace and scan the thousands of queued runs: work no worker means, not
 the start's). Stores a 1-node and a
@@ -113,11 +114,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--queue-bound", type=int, default=0,
+                        help="ORCH_MAX_QUEUED_NODES: 0 (default) turns admission's queue check off; a bound "
+                             "above what the runs queue (e.g. 1000000) measures starts with the check on")
     args = parser.parse_args()
     workdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"orc-starts-{os.getpid()}"
     workdir.mkdir(parents=True, exist_ok=True)
     with EmbeddedRedis(unix_socket=False) as server:
-        api = ApiProcess(server.url, {"ORCH_MAX_QUEUED_NODES": "0", "ORCH_API_RUN_SWEEPER": "false"}, workdir)
+        api = ApiProcess(server.url, {"ORCH_MAX_QUEUED_NODES": str(args.queue_bound), "ORCH_API_RUN_SWEEPER": "false"}, workdir)
         try:
             api.wait_ready()
             result = asyncio.run(measure(api, args.clients, args.seconds))
