@@ -121,7 +121,8 @@ def main() -> None:
     workdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"orc-starts-{os.getpid()}"
     workdir.mkdir(parents=True, exist_ok=True)
     with EmbeddedRedis(unix_socket=False) as server:
-        api = ApiProcess(server.url, {"ORCH_MAX_QUEUED_NODES": str(args.queue_bound), "ORCH_API_RUN_SWEEPER": "false"}, workdir)
+        env = {"ORCH_MAX_QUEUED_NODES": str(args.queue_bound), "ORCH_API_RUN_SWEEPER": "false"}
+        api = ApiProcess(server.url, env, workdir)
         try:
             api.wait_ready()
             result = asyncio.run(measure(api, args.clients, args.seconds))
