@@ -35,7 +35,6 @@ import os
 import pstats
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,23 +43,12 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from bench.chain import chain_graph  # noqa: E402
 from bench.fanout import PACK, fanout_merge_graph  # noqa: E402
+from bench.runs_per_s import Starter  # noqa: E402
 from orchestrator.local.embedded_redis import EmbeddedRedis  # noqa: E402
 
 SHAPES = {"fanout50": lambda: fanout_merge_graph(50), "chain20": lambda: chain_graph(20)}
 IN_FLIGHT = 8  # runs at a time
 WARM_RUNS = 10
-
-
-@dataclass(frozen=True)
-class Starter:
-    """What ``runs.start_stored`` needs (``orchestrator.service.runs.Starter``), as the API has it."""
-
-    redis: Any
-    settings: Any
-    registry: Any
-    graphs: Any
-    run_store: Any
-    dispatch: Any
 
 
 def measure(shapes: list[str], runs: int, profile: int, starts: str = "adhoc") -> dict[str, Any]:
