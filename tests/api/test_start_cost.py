@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from redis.asyncio.connection import AbstractConnection
 
 import orchestrator.service.graph_store as graph_store
 from orchestrator.kernel.registry import Registry
@@ -20,6 +19,7 @@ from orchestrator.service import admission
 from orchestrator.service.plan_cache import fingerprint
 from tests.api.conftest import Api, api_registry, chain, open_api
 from tests.fake_nodes import graph
+from tests.support.redis_writes import round_trips
 
 
 @contextmanager
@@ -36,23 +36,6 @@ def counted(calls: dict[str, int], module: Any, name: str) -> Iterator[None]:
         yield
     finally:
         setattr(module, name, real)
-
-
-@contextmanager
-def round_trips(calls: dict[str, int]) -> Iterator[None]:
-    """Count what the process writes to any Redis connection (one pipeline = one)."""
-    real = AbstractConnection.send_packed_command
-
-    async def counting(self: AbstractConnection, command: Any, check_health: bool = True) -> None:
-        if check_health:  # a health-check PING is sent with check_health=False
-            calls["round_trips"] = calls.get("round_trips", 0) + 1
-        await real(self, command, check_health)
-
-    AbstractConnection.send_packed_command = counting  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        AbstractConnection.send_packed_command = real  # type: ignore[method-assign]
 
 
 async def start(api: Api, graph_id: str, **body: Any) -> dict[str, Any]:
@@ -81,11 +64,11 @@ async def test_a_warm_start_is_two_redis_round_trips(api: Api, monkeypatch: pyte
     monkeypatch.setattr(admission, "SAMPLE_S", 0.0)  # every start reads the queue depth
     assert (await api.client.post("/graphs", json=wide("w", 50))).status_code == 201
     await start(api, "w")
-    calls: dict[str, int] = {}
+    calls: list[int] = []
     with round_trips(calls):
         response = await api.client.post("/graphs/w/runs", json={"input": {"x": 1}})
     assert response.status_code == 202
-    assert calls["round_trips"] == 2  # admission; the create script (guard, plan, run index)
+    assert len(calls) == 2  # admission; the create script (guard, plan, run index)
     assert api.dispatched[-1] == (response.json()["run_id"], ["a"])
 
 
@@ -97,12 +80,12 @@ async def test_starts_in_a_burst_far_below_the_queue_bound_read_its_depth_once(
     monkeypatch.setattr(admission, "SAMPLE_S", 60.0)  # the whole burst within one reading
     assert (await api.client.post("/graphs", json=wide("w", 50))).status_code == 201
     await start(api, "w")
-    calls: dict[str, int] = {}
+    calls: list[int] = []
     with round_trips(calls):
         for _ in range(5):
             response = await api.client.post("/graphs/w/runs", json={"input": {"x": 1}})
             assert response.status_code == 202
-    assert calls["round_trips"] == 5
+    assert len(calls) == 5
 
 
 async def test_a_start_after_an_update_runs_the_new_version(api: Api) -> None:

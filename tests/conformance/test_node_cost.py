@@ -5,11 +5,6 @@ no TTL; the keys a run fills as it progresses still expire (against real Redis).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
-
-from redis.asyncio.connection import AbstractConnection
 
 from orchestrator.kernel.protocol import DataValue
 from orchestrator.kernel.store import ClaimRequest, Take
@@ -17,24 +12,7 @@ from orchestrator.store.redis_store import RedisRunStore
 from tests.conformance.conftest import command_stats, reset_stats
 from tests.conformance.test_redis_keys import run_key_ttls
 from tests.support import Driver, completed, make_plan, started_event
-
-
-@contextmanager
-def round_trips(calls: list[int]) -> Iterator[None]:
-    """Count what is written to any Redis connection (one pipeline = one; health-check
-    PINGs, sent with check_health=False, are not counted)."""
-    real = AbstractConnection.send_packed_command
-
-    async def counting(self: AbstractConnection, command: Any, check_health: bool = True) -> None:
-        if check_health:
-            calls.append(1)
-        await real(self, command, check_health)
-
-    AbstractConnection.send_packed_command = counting  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        AbstractConnection.send_packed_command = real  # type: ignore[method-assign]
+from tests.support.redis_writes import bytes_written, round_trips
 
 
 async def commands(store: RedisRunStore) -> dict[str, int]:
@@ -123,22 +101,6 @@ async def test_keys_a_run_creates_while_it_progresses_expire_with_it(redis_store
     assert redis_store.keys.queue(run_id) in ttls
     assert all(ttl > 0 for ttl in ttls.values()), ttls
 
-
-@contextmanager
-def bytes_written(sizes: list[int]) -> Iterator[None]:
-    """Count the bytes written to any Redis connection."""
-    real = AbstractConnection.send_packed_command
-
-    async def counting(self: AbstractConnection, command: Any, check_health: bool = True) -> None:
-        chunks = [command] if isinstance(command, bytes | str) else list(command)
-        sizes.append(sum(len(c) for c in chunks))
-        await real(self, command, check_health)
-
-    AbstractConnection.send_packed_command = counting  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        AbstractConnection.send_packed_command = real  # type: ignore[method-assign]
 
 
 async def test_a_completion_sends_its_output_text_once(redis_store: RedisRunStore) -> None:
