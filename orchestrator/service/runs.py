@@ -33,10 +33,11 @@ from orchestrator.service import admission
 from orchestrator.service.graph_store import DEFAULT_WORKSPACE
 from orchestrator.service.plan_cache import StoredPlan, choose_start, graph_deadline_s
 from orchestrator.settings import Settings, WorkerSettings
+from orchestrator.store.creation import StaleGraphError, StartGuard
 from orchestrator.store.keys import Keys
 from orchestrator.store.lanes import WorkspaceLanes
 from orchestrator.store.plan_refs import plan_ref
-from orchestrator.store.redis_store import RedisRunStore, StaleGraphError, StartGuard
+from orchestrator.store.redis_store import RedisRunStore
 from orchestrator.telemetry import tracing
 from orchestrator.telemetry.budgets import graph_budget
 

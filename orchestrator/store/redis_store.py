@@ -52,23 +52,20 @@ The client must be created with ``decode_responses=True``.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any, cast
 
 from redis.asyncio import Redis
 
-from orchestrator.errors import GraphConflictError, StorageBudgetError, StoreNotReplicatedError
+from orchestrator.errors import StorageBudgetError, StoreNotReplicatedError
 from orchestrator.kernel.errors import OrchestratorError, RunNotFoundError
 from orchestrator.kernel.graph import trusted_graph
-from orchestrator.kernel.json_text import json_encoder
 from orchestrator.kernel.protocol import DataValue, EventType, NodeEvent
 from orchestrator.kernel.scheduling import RunPlan
 from orchestrator.kernel.store import (
@@ -85,6 +82,15 @@ from orchestrator.kernel.store import (
 from orchestrator.settings import StoreSettings
 from orchestrator.store import redis_client
 from orchestrator.store.batching import CommandBatcher
+from orchestrator.store.creation import RUN_PLACEHOLDER as _RUN_PLACEHOLDER
+from orchestrator.store.creation import RUN_TEMPLATES as _RUN_TEMPLATES
+from orchestrator.store.creation import SharedArgs as _SharedArgs
+from orchestrator.store.creation import StaleGraphError, StartGuard
+from orchestrator.store.creation import dumps as _dumps
+from orchestrator.store.creation import encoded as _encoded
+from orchestrator.store.creation import event_json as _event_json
+from orchestrator.store.creation import shared_plan as _shared
+from orchestrator.store.creation import started_json as _started_json
 from orchestrator.store.keys import Keys
 from orchestrator.store.plan_refs import PlanRefs, ref_of
 from orchestrator.store.storage_budget import StorageBudget, store_full_errors
@@ -97,6 +103,7 @@ SCRIPTS = (
     "take", "start_guard",
 )
 PLAN_CACHE_SIZE = 256
+SHARED_KEYS_KNOWN = 1024  # plan data keys one process remembers having seen in Redis
 STATUS_MAX_AGE_S = 0.1  # a run status read is shared this long by the nodes polling it
 EVENT_COUNT_CHUNK_BYTES = 64 * 1024  # appended events are counted against budgets this much at a time
 DEFAULT_WORKSPACE = "default"
@@ -122,9 +129,6 @@ def _lua_source(name: str) -> str:
     return (LUA_DIR / "prelude.lua").read_text() + "\n" + source
 
 
-_dumps = json_encoder(compact=True)  # built once (kernel/json_text.py): several calls per node step
-
-
 # complete.lua's text arguments after the named fields and the budget (ARGV[8..]), in this
 # order, then the completion's own events (ARGV[15..]); see RedisRunStore._completion_args.
 COMPLETE_TEXTS = ("outputs", "payload", "error", "run_completed", "run_failed", "run_waiting", "node_template")
@@ -135,12 +139,6 @@ def _claim_args(request: ClaimRequest) -> dict[str, Any]:
     """lua/prelude.lua ``claim``'s named arguments (claim.lua's, and each of complete.lua's ``next``)."""
     return {"node": request.node_id, "lease_ms": max(1, int(request.lease_s * 1000)),
             "started": _event_json(request.started), "read": list(request.read)}
-
-
-def _event_json(event: NodeEvent) -> str:
-    """The event's JSON with ``timestamp`` first (lua/prelude.lua ``stamped`` needs it there)."""
-    raw = event.to_json()
-    return _dumps({"timestamp": raw.pop("timestamp"), **raw})
 
 
 def over_budget(run_id: str, node_id: str, completion: NodeCompletion, exc: StorageBudgetError) -> NodeCompletion:
@@ -155,116 +153,6 @@ def over_budget(run_id: str, node_id: str, completion: NodeCompletion, exc: Stor
                       data={"error": info, "recoverable": False, "mode": "stop"},
                       attempt=own.attempt if own else 1)
     return NodeCompletion(status=NodeStatus.FAILED, error=info, stop_run=True, events=[event])
-
-
-def _encoded(plan: RunPlan) -> tuple[str, str, str, str]:
-    """create.lua's plan arguments except the run id and labels: the plan JSON without
-    them, the pending counts, the adjacency and the start nodes; built once per compiled
-    plan (kept in ``plan.memo``)."""
-    cached = plan.memo.get("redis_create")
-    if cached is None:
-        raw = plan.to_json()
-        body = {k: v for k, v in raw.items() if k not in ("run_id", "labels")}
-        pending = [x for n, p in plan.nodes.items() for x in (n, p.pending)]  # flat: create.lua's variadic HSET
-        adj = [x for nid, a in adjacency(plan).items() for x in (nid, _dumps(a))]
-        cached = (_dumps(body), _dumps(pending), _dumps(adj), _dumps(plan.start))
-        plan.memo["redis_create"] = cached
-    return cast(tuple[str, str, str, str], cached)
-
-
-SHARED_DIGEST_CHARS = 32  # hex digits of sha256 naming shared plan data (128 bits)
-SHARED_KEYS_KNOWN = 1024  # plan data keys one process remembers having seen in Redis
-_SharedArgs = tuple[str, str] | None  # a run's shared plan data: its key and create.lua's data ARGV
-
-
-@dataclass(frozen=True)
-class SharedPlan:
-    """The plan data every run of one compiled plan shares (``Keys.plan_data``): its
-    digest (of the plan JSON without run id and labels) and create.lua's ARGV that fills
-    the key (one flat list: adjacency, ``:pending:<node>`` counts, ``:plan``)."""
-
-    digest: str
-    data: str
-
-
-def _shared(plan: RunPlan) -> SharedPlan:
-    """The plan's :class:`SharedPlan`, built once per compiled plan (kept in ``plan.memo``)."""
-    cached = plan.memo.get("redis_shared")
-    if cached is None:
-        body = _encoded(plan)[0]
-        adj = [x for nid, a in adjacency(plan).items() for x in (nid, _dumps(a))]
-        pending = [x for n, p in plan.nodes.items() if p.pending for x in (f":pending:{n}", p.pending)]
-        data = _dumps([*adj, *pending, ":plan", body])
-        digest = hashlib.sha256(body.encode()).hexdigest()[:SHARED_DIGEST_CHARS]
-        cached = plan.memo["redis_shared"] = SharedPlan(digest, data)
-    return cast(SharedPlan, cached)
-
-
-@dataclass(frozen=True)
-class StartGuard:
-    """What create.lua checks before it creates a run of a stored graph (see there): the
-    graph's hash and run index keys, the creation time and workspace the plan was
-    compiled for, its version and whether that must be the latest, and how long the run
-    index keeps a run id."""
-
-    graph_key: str
-    runs_key: str
-    created_at: str
-    workspace: str
-    version: int
-    latest: bool
-    keep_s: int
-
-    def to_json(self) -> str:
-        return _dumps({"created_at": self.created_at, "workspace": self.workspace, "version": self.version,
-                       "latest": self.latest, "keep_s": self.keep_s})
-
-
-class StaleGraphError(GraphConflictError):
-    """A start guard refused the run: the stored graph moved on (a new version, deleted)
-    since its plan was compiled. Nothing was stored; the starter compiles again and
-    retries (a 409 only if the graph keeps changing under it)."""
-
-
-def adjacency(plan: RunPlan) -> dict[str, dict[str, Any]]:
-    """Per-node data ``complete.lua`` needs, derived from the plan."""
-    in_ports: dict[str, list[str]] = {n: [] for n in plan.order}
-    for node in plan.nodes.values():
-        for edge in node.out:
-            if edge.target_handle not in in_ports[edge.target]:
-                in_ports[edge.target].append(edge.target_handle)
-    return {
-        nid: {
-            "out": [[e.edge_id, e.target, e.source_handle, e.target_handle] for e in node.out],
-            "required": list(node.required),
-            "in_ports": in_ports[nid],
-            "type": node.node_type,
-            "name": node.name,
-            "rank": rank,
-        }
-        for rank, nid in enumerate(plan.order)
-        for node in (plan.nodes[nid],)
-    }
-
-
-_RUN_PLACEHOLDER = '"@run@"'  # the run id in _RUN_TEMPLATES (JSON-quoted)
-_RUN_TEMPLATES = (
-    _event_json(NodeEvent(run_id="@run@", node_id="", node_type="", event_type=EventType.RUN_COMPLETED,
-                          data={"status": RunStatus.SUCCEEDED, "error": None})),
-    _event_json(NodeEvent(run_id="@run@", node_id="", node_type="", event_type=EventType.SKIPPED)),
-)
-
-
-def _started_json(plan: RunPlan, graph_id: str) -> str:
-    """The run's ``run_started`` event JSON (create.lua stamps its time): from a template
-    built once per compiled plan and graph (kept in ``plan.memo``), the run id put in."""
-    key = f"redis_started:{graph_id}"
-    template = plan.memo.get(key)
-    if template is None:
-        template = plan.memo[key] = _event_json(NodeEvent(
-            run_id="@run@", node_id="", node_type="", event_type=EventType.RUN_STARTED,
-            data={"graph_id": graph_id, "start": plan.start}))
-    return cast(str, template).replace(_RUN_PLACEHOLDER, _dumps(plan.run_id), 1)
 
 
 class RedisRunStore(RunStore):

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orchestrator.kernel.scheduling import RunPlan
-from orchestrator.store.redis_store import RedisRunStore, StartGuard
+from orchestrator.store.creation import StartGuard
+from orchestrator.store.redis_store import RedisRunStore
 from tests.support import Driver, events_of, make_plan, node_states, record_for
 
 # a diamond whose false branch is dead: the join counts one arrival from each side

@@ -1,0 +1,134 @@
+"""What create.lua is given for a run (``RedisRunStore.create_run``): the compiled plan's
+encoded parts, the plan data a stored graph version's runs share (``Keys.plan_data``), the
+start guard of a stored graph's run and the run events' templates. Each is built once per
+compiled plan (kept in ``plan.memo``, which every run of the plan shares), so a start
+encodes only what is its own: the run id, labels and input."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, cast
+
+from orchestrator.errors import GraphConflictError
+from orchestrator.kernel.json_text import json_encoder
+from orchestrator.kernel.protocol import EventType, NodeEvent
+from orchestrator.kernel.scheduling import RunPlan
+from orchestrator.kernel.store import RunStatus
+
+dumps = json_encoder(compact=True)  # built once (kernel/json_text.py): several calls per node step
+
+
+def event_json(event: NodeEvent) -> str:
+    """The event's JSON with ``timestamp`` first (lua/prelude.lua ``stamped`` needs it there)."""
+    raw = event.to_json()
+    return dumps({"timestamp": raw.pop("timestamp"), **raw})
+
+
+def encoded(plan: RunPlan) -> tuple[str, str, str, str]:
+    """create.lua's plan arguments except the run id and labels: the plan JSON without
+    them, the pending counts, the adjacency and the start nodes; built once per compiled
+    plan (kept in ``plan.memo``)."""
+    cached = plan.memo.get("redis_create")
+    if cached is None:
+        raw = plan.to_json()
+        body = {k: v for k, v in raw.items() if k not in ("run_id", "labels")}
+        pending = [x for n, p in plan.nodes.items() for x in (n, p.pending)]  # flat: create.lua's variadic HSET
+        adj = [x for nid, a in adjacency(plan).items() for x in (nid, dumps(a))]
+        cached = (dumps(body), dumps(pending), dumps(adj), dumps(plan.start))
+        plan.memo["redis_create"] = cached
+    return cast(tuple[str, str, str, str], cached)
+
+
+SHARED_DIGEST_CHARS = 32  # hex digits of sha256 naming shared plan data (128 bits)
+SharedArgs = tuple[str, str] | None  # a run's shared plan data: its key and create.lua's data ARGV
+
+
+@dataclass(frozen=True)
+class SharedPlan:
+    """The plan data every run of one compiled plan shares (``Keys.plan_data``): its
+    digest (of the plan JSON without run id and labels) and create.lua's ARGV that fills
+    the key (one flat list: adjacency, ``:pending:<node>`` counts, ``:plan``)."""
+
+    digest: str
+    data: str
+
+
+def shared_plan(plan: RunPlan) -> SharedPlan:
+    """The plan's :class:`SharedPlan`, built once per compiled plan (kept in ``plan.memo``)."""
+    cached = plan.memo.get("redis_shared")
+    if cached is None:
+        body = encoded(plan)[0]
+        adj = [x for nid, a in adjacency(plan).items() for x in (nid, dumps(a))]
+        pending = [x for n, p in plan.nodes.items() if p.pending for x in (f":pending:{n}", p.pending)]
+        data = dumps([*adj, *pending, ":plan", body])
+        digest = hashlib.sha256(body.encode()).hexdigest()[:SHARED_DIGEST_CHARS]
+        cached = plan.memo["redis_shared"] = SharedPlan(digest, data)
+    return cast(SharedPlan, cached)
+
+
+@dataclass(frozen=True)
+class StartGuard:
+    """What create.lua checks before it creates a run of a stored graph (see there): the
+    graph's hash and run index keys, the creation time and workspace the plan was
+    compiled for, its version and whether that must be the latest, and how long the run
+    index keeps a run id."""
+
+    graph_key: str
+    runs_key: str
+    created_at: str
+    workspace: str
+    version: int
+    latest: bool
+    keep_s: int
+
+    def to_json(self) -> str:
+        return dumps({"created_at": self.created_at, "workspace": self.workspace, "version": self.version,
+                       "latest": self.latest, "keep_s": self.keep_s})
+
+
+class StaleGraphError(GraphConflictError):
+    """A start guard refused the run: the stored graph moved on (a new version, deleted)
+    since its plan was compiled. Nothing was stored; the starter compiles again and
+    retries (a 409 only if the graph keeps changing under it)."""
+
+
+def adjacency(plan: RunPlan) -> dict[str, dict[str, Any]]:
+    """Per-node data ``complete.lua`` needs, derived from the plan."""
+    in_ports: dict[str, list[str]] = {n: [] for n in plan.order}
+    for node in plan.nodes.values():
+        for edge in node.out:
+            if edge.target_handle not in in_ports[edge.target]:
+                in_ports[edge.target].append(edge.target_handle)
+    return {
+        nid: {
+            "out": [[e.edge_id, e.target, e.source_handle, e.target_handle] for e in node.out],
+            "required": list(node.required),
+            "in_ports": in_ports[nid],
+            "type": node.node_type,
+            "name": node.name,
+            "rank": rank,
+        }
+        for rank, nid in enumerate(plan.order)
+        for node in (plan.nodes[nid],)
+    }
+
+
+RUN_PLACEHOLDER = '"@run@"'  # the run id in RUN_TEMPLATES (JSON-quoted)
+RUN_TEMPLATES = (
+    event_json(NodeEvent(run_id="@run@", node_id="", node_type="", event_type=EventType.RUN_COMPLETED,
+                          data={"status": RunStatus.SUCCEEDED, "error": None})),
+    event_json(NodeEvent(run_id="@run@", node_id="", node_type="", event_type=EventType.SKIPPED)),
+)
+
+
+def started_json(plan: RunPlan, graph_id: str) -> str:
+    """The run's ``run_started`` event JSON (create.lua stamps its time): from a template
+    built once per compiled plan and graph (kept in ``plan.memo``), the run id put in."""
+    key = f"redis_started:{graph_id}"
+    template = plan.memo.get(key)
+    if template is None:
+        template = plan.memo[key] = event_json(NodeEvent(
+            run_id="@run@", node_id="", node_type="", event_type=EventType.RUN_STARTED,
+            data={"graph_id": graph_id, "start": plan.start}))
+    return cast(str, template).replace(RUN_PLACEHOLDER, dumps(plan.run_id), 1)
