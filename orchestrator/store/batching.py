@@ -12,6 +12,15 @@ flight at once (a slow reply does not hold back the next batch).
 
 Scripts go as ``EVALSHA``; a batch that meets ``NOSCRIPT`` (a restarted or flushed
 Redis) loads the scripts and sends those commands again.
+
+On a cluster, a command a node's failure answered (connection lost, timeout, cluster down,
+slot not covered) goes again once the client has read the slot map anew, up to the
+client's retries, 0.25 s apart: what redis-py does for a pipeline that raises, and for a
+pipeline or command on one Redis. Pipelines sent here report errors per command, and for
+those redis-py re-reads nothing: after a failover, every command for the failed primary's
+slots went on to its dead address until something else in the process refreshed the map.
+Sending a command twice is what redis-py's retries do too; the store's scripts are made
+to be run again (a claim, a completion or a create seen twice changes nothing more).
 """
 
 from __future__ import annotations
@@ -20,12 +29,15 @@ import asyncio
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
 from orchestrator.store.redis_client import is_cluster
 
 MAX_BATCH = 512  # commands per pipeline; a larger burst goes as several
+RETRY_PAUSE_S = 0.25  # between a cluster's attempts, as redis-py's cluster pipeline
+Batch = list[tuple[tuple[Any, ...], dict[str, Any], "asyncio.Future[Any]"]]
 
 
 class CommandBatcher:
@@ -33,7 +45,7 @@ class CommandBatcher:
 
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
-        self._pending: list[tuple[tuple[Any, ...], dict[str, Any], asyncio.Future[Any]]] = []
+        self._pending: Batch = []
         self._flushes: set[asyncio.Task[None]] = set()
 
     def _queue(self, command: tuple[Any, ...], options: dict[str, Any] | None = None) -> asyncio.Future[Any]:
@@ -91,12 +103,34 @@ class CommandBatcher:
             self._flushes.add(task)  # a reference, so the task is not collected mid-flight
             task.add_done_callback(self._flushes.discard)
 
-    async def _send(self, batch: list[tuple[tuple[Any, ...], dict[str, Any], asyncio.Future[Any]]]) -> None:
+    async def _pipeline(self, batch: Batch) -> list[Any]:
+        pipe = self.redis.pipeline(transaction=False)
+        for command, options, _ in batch:
+            pipe.execute_command(*command, **options)
+        return list(await pipe.execute(raise_on_error=False))
+
+    async def _again_on_cluster(self, batch: Batch, replies: list[Any]) -> list[Any]:
+        """``replies`` with the commands a failed node answered sent again (see the module
+        doc); a command aimed at a node of its own (``target_nodes``) is not."""
+        cluster: RedisCluster = self.redis  # type: ignore[assignment]
+        for attempt in range(max(1, cluster.retry.get_retries())):
+            failed = [i for i, reply in enumerate(replies)
+                      if type(reply) in RedisCluster.ERRORS_ALLOW_RETRY and not batch[i][1]]
+            if not failed:
+                break
+            if attempt:
+                await asyncio.sleep(RETRY_PAUSE_S)
+            await cluster.nodes_manager.initialize()
+            again = await self._pipeline([batch[i] for i in failed])
+            for i, reply in zip(failed, again, strict=True):
+                replies[i] = reply
+        return replies
+
+    async def _send(self, batch: Batch) -> None:
         try:
-            pipe = self.redis.pipeline(transaction=False)
-            for command, options, _ in batch:
-                pipe.execute_command(*command, **options)
-            replies = await pipe.execute(raise_on_error=False)
+            replies = await self._pipeline(batch)
+            if is_cluster(self.redis):
+                replies = await self._again_on_cluster(batch, replies)
         except BaseException as exc:  # the connection failed: every caller of the batch sees it
             for _, _, future in batch:
                 if not future.done():

@@ -544,3 +544,27 @@ async def test_runs_continue_when_a_primary_is_killed_and_its_replica_takes_over
     reclaimed = sum(bool((e.data or {}).get("reclaimed"))
                     for r in results for n in r.states for e in r.of(n, "started"))
     print(f"killed primary {victim} held {held} of {len(before)} runs in flight; nodes claimed again: {reclaimed}")
+
+
+async def test_batched_commands_reach_the_promoted_replica_after_a_failover(failover_cluster: rc.Cluster) -> None:
+    """The first command after a failover, with nothing else in the process having asked
+    the cluster for its slots since, goes to the promoted replica, not to an error: the
+    auto-pipeline (store/batching.py) sends pipelines that report errors per command, and
+    redis-py refreshes its slot map only for pipelines that raise."""
+    from orchestrator.store.batching import CommandBatcher
+    from orchestrator.store.redis_client import client
+
+    cluster = failover_cluster
+    redis_client = client(cluster.url, decode_responses=True)
+    batcher = CommandBatcher(redis_client)
+    key = "{failover-probe}:k"
+    try:
+        assert await batcher.execute("SET", key, "before") is True
+        victim = primary_of(cluster, key)
+        cluster.kill(victim)
+        promoted = await failed_over(cluster, victim)
+        assert victim not in promoted and len(promoted) == 3, (promoted, cluster.log_tail())
+        assert await batcher.execute("SET", key, "after") is True
+        assert await batcher.execute("GET", key) == "after"
+    finally:
+        await redis_client.aclose()
