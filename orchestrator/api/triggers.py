@@ -41,8 +41,17 @@ CHAT_NODE_TYPE = "chat_start"  # the trigger type a chat message starts
 WEBHOOK_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 DEFAULT_WAIT_S = 30.0
 MAX_WAIT_S = 300.0
-# Headers passed to the run input; credentials and the signature stay out of run state.
-HIDDEN_HEADERS = frozenset({"authorization", "cookie", SIGNATURE_HEADER, "proxy-authorization"})
+# Headers passed to the run input; credentials and the signature stay out of run state:
+# these, and every header named like a credential (``X-Api-Key``, ``X-Auth-Token``,
+# ``X-Webhook-Secret``: the names the worker's secret variables end in, with ``-``).
+HIDDEN_HEADERS = frozenset({"authorization", "cookie", SIGNATURE_HEADER.lower(), "proxy-authorization"})
+HIDDEN_HEADER_SUFFIXES = ("-key", "-keys", "-token", "-secret", "-password")
+
+
+def passed_header(name: str) -> bool:
+    """Whether the header ``name`` goes into a webhook run's input."""
+    lowered = name.lower()
+    return lowered not in HIDDEN_HEADERS and not lowered.endswith(HIDDEN_HEADER_SUFFIXES)
 SECRET_ENV_PREFIX = "ORCH_WEBHOOK_SECRET_"  # noqa: S105 - the names a graph may use, not a secret
 
 hooks = APIRouter(tags=["triggers"])
@@ -132,7 +141,7 @@ async def webhook(path: str, request: Request, services: Services = SERVICES) ->
         )
     run_input = {
         "body": parse_body(body, request.headers.get("content-type", "")),
-        "headers": {k: v for k, v in request.headers.items() if k.lower() not in HIDDEN_HEADERS},
+        "headers": {k: v for k, v in request.headers.items() if passed_header(k)},
         "query": dict(request.query_params),
         "path": path,
         "method": request.method,

@@ -69,6 +69,18 @@ async def test_webhook_starts_a_run_of_the_graph_that_owns_the_path(api: Api) ->
     assert record.meta["trigger"] == "webhook"
 
 
+async def test_webhook_run_input_keeps_credential_headers_out(api: Api) -> None:
+    await api.client.post("/graphs", json=hook_graph())
+    sent = {"Authorization": "Bearer abc123456", "Cookie": "sid=abc123456", "X-Api-Key": "k-abc123456",
+            "X-Auth-Token": "t-abc123456", "X-Webhook-Secret": "s-abc123456", "X-Request-Id": "req-7"}
+    response = await api.client.post("/hooks/orders/new", json={"order": 7}, headers=sent)
+    assert response.status_code == 202
+    record = await api.store.get_run(response.json()["run_id"])
+    headers = record.run_input["headers"]
+    assert headers["x-request-id"] == "req-7"  # an ordinary header goes through
+    assert "abc123456" not in json.dumps(record.run_input)
+
+
 async def test_webhook_path_nobody_owns_is_404(api: Api) -> None:
     assert (await api.client.post("/hooks/nothing/here", json={})).status_code == 404
 
