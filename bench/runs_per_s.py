@@ -13,7 +13,8 @@ concurrency from the settings).
 
 Each point keeps ``--lanes`` runs in flight for ``--seconds`` (a lane starts its next
 run when its last one ended: engine runs start in this process, which is the API's work,
-and end at their terminal event) and counts the runs that ended. Engine runs are runs of
+and end at their terminal event, found without decoding the nodes' events, as raw Celery's
+runs end at one ``BLPOP``) and counts the runs that ended. Engine runs are runs of
 stored graphs started as the API starts them (``runs.start_stored``: the version's
 cached plan, the async dispatcher); ``--starts adhoc`` starts the graph JSON through
 ``runs.start_run`` instead (validated per content, compiled per run, as before
@@ -56,6 +57,7 @@ from orchestrator.local.embedded_workers import WorkerConfig  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 TICKS_S = os.sysconf("SC_CLK_TCK")
+RUN_EVENT = '"event_type": "run_'  # in the text of every run event, in no node event's
 BASELINE_THREADS = 100
 
 
@@ -206,6 +208,8 @@ async def measure(url: str, redis_pid: int, worker_steps: list[int], points: Poi
                     raise RuntimeError(f"run {run_id} of {g['id']} did not end within 20 s")
                 for entry_id, fields in reply[0][1]:
                     after = entry_id
+                    if RUN_EVENT not in fields["e"]:
+                        continue  # a node's event: only the run's own events are read
                     event = json.loads(fields["e"])
                     if not event.get("node_id") and event["event_type"] in EventType.TERMINAL:
                         if event["event_type"] != EventType.RUN_COMPLETED:
