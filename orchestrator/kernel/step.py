@@ -28,6 +28,7 @@ from .errors import (
     WaitRequested,
 )
 from .expressions import Scope
+from .gathering import Gathered, gather
 from .graph import ERROR_PORT, Graph, Node
 from .limits import enter_ceiling, leave_ceiling, resolve_limits
 from .lookahead import next_claims, node_event, plan_graph, reach, step_reads
@@ -36,7 +37,7 @@ from .output_limits import check_outputs
 from .parameters import fixed_parameters, resolve_parameters_off_loop
 from .previews import OUTPUT_PREVIEW_CHARS, PREVIEW_CHARS, output_preview, parameter_preview  # noqa: F401 - re-exported
 from .protocol import DataValue, EventType, ExecutionResult, FlowContext, NodeEvent
-from .registry import NodeType, Registry
+from .registry import NodeType
 from .retry import backoff_s, is_retryable
 from .runtime import GraphRuntime, RunFrame
 from .scheduling import RunPlan
@@ -69,43 +70,6 @@ def main_output(definition: NodeDefinition, outputs: dict[str, DataValue]) -> An
     if ERROR_PORT in outputs:
         return outputs[ERROR_PORT].value
     return next(iter(outputs.values())).value if outputs else None
-
-
-@dataclass
-class _Gathered:
-    inputs: dict[str, DataValue]
-    wires: dict[str, tuple[Any, str]]
-    sources: dict[str, list[str]]
-    scope_input: Any
-
-
-def _gather(graph: Graph, registry: Registry, node: Node, definition: NodeDefinition,
-            outputs: dict[str, dict[str, DataValue]]) -> _Gathered:
-    """Values on flow in-edges: declared ports become inputs, parameter sockets wires."""
-    port_values: dict[str, list[DataValue]] = {}
-    wires: dict[str, tuple[Any, str]] = {}
-    sources: dict[str, list[str]] = {}
-    for edge in graph.incoming(node.id, "flow"):
-        value = outputs.get(edge.source, {}).get(edge.source_handle)
-        if value is None:
-            continue
-        source = graph.node_by_id[edge.source]
-        if definition.parameter(edge.target_handle) is not None and not any(
-            p.id == edge.target_handle for p in definition.inputs
-        ):
-            out_port = registry.get(source.type).definition.output_port(edge.source_handle)
-            wires[edge.target_handle] = (value.value, out_port.socket if out_port else value.type)
-            continue
-        port_values.setdefault(edge.target_handle, []).append(value)
-        sources.setdefault(edge.target_handle, []).append(source.name)
-    inputs: dict[str, DataValue] = {}
-    for port in definition.inputs:
-        values = port_values.get(port.id)
-        if not values:
-            continue
-        inputs[port.id] = DataValue("data", [v.value for v in values]) if port.multiple else values[0]
-    scope_input = next((inputs[p.id].value for p in definition.flow_inputs() if p.id in inputs), None)
-    return _Gathered(inputs, wires, sources, scope_input)
 
 
 async def _drive(executor: Any, data: dict[str, Any], inputs: dict[str, DataValue],
@@ -247,7 +211,7 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch,
     node, plan, graph, registry = step.node, step.plan, step.graph, step.env.registry
     definition = step.node_type.definition
     outputs = claim.outputs
-    gathered = _gather(graph, registry, node, definition, outputs)
+    gathered = gather(plan, graph, registry, node, definition, outputs)
     referenced = {
         graph.node_by_id[nid].name: main_output(registry.get(graph.node_by_id[nid].type).definition, outputs[nid])
         for nid in plan.refs.get(node.id, []) if nid in outputs
@@ -342,7 +306,7 @@ async def _acquire_limits(step: StepContext, claim: Claim, scope: Scope) -> None
 
 
 async def _link_wires(runtime: GraphRuntime, node: Node, definition: NodeDefinition,
-                      gathered: _Gathered) -> dict[str, tuple[Any, str]]:
+                      gathered: Gathered) -> dict[str, tuple[Any, str]]:
     wires = dict(gathered.wires)
     for param in definition.parameters:
         if param.socket is not None and param.id not in wires:
@@ -353,7 +317,7 @@ async def _link_wires(runtime: GraphRuntime, node: Node, definition: NodeDefinit
     return wires
 
 
-def _pass_through(definition: NodeDefinition, gathered: _Gathered) -> ExecutionResult:
+def _pass_through(definition: NodeDefinition, gathered: Gathered) -> ExecutionResult:
     """A disabled node forwards its main input on its first flow output."""
     outs = definition.flow_outputs()
     if not outs or gathered.scope_input is None:
@@ -361,7 +325,7 @@ def _pass_through(definition: NodeDefinition, gathered: _Gathered) -> ExecutionR
     return ExecutionResult(outputs={outs[0].id: DataValue("data", gathered.scope_input)})
 
 
-def _failure(step: StepContext, exc: BaseException, gathered: _Gathered, attempt: int) -> NodeCompletion:
+def _failure(step: StepContext, exc: BaseException, gathered: Gathered, attempt: int) -> NodeCompletion:
     node, definition = step.node, step.node_type.definition
     info = _error_info(exc, node)
     mode = "stop" if getattr(exc, "stops_run", False) else node.settings.on_error
