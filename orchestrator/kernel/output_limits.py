@@ -15,6 +15,8 @@ A breach fails the node with a :class:`NodeExecutionError` that names the limit.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .definition import NodeDefinition
 from .errors import NodeExecutionError
 from .graph import Node
@@ -25,6 +27,20 @@ from .protocol import DataValue, ExecutionResult
 DEFAULT_MAX_DEPTH = 128
 _AS_TEXT = json_encoder(default=str)  # built once (json_text.py)
 _PORT_CHARS = len(': {"type": , "value": }')  # around a port's name, type and value in the outputs' JSON
+_NAME_CHARS: dict[str, int] = {}  # a port name's or socket type's JSON length: a few names, every step
+_NAME_CHARS_MAX = 1024
+
+
+def _name_chars(name: Any) -> int:
+    """The length of ``name``'s JSON text, kept for strings (cleared when it holds too many)."""
+    if not isinstance(name, str):  # an executor's odd type: measured, not kept
+        return len(_AS_TEXT(name))
+    chars = _NAME_CHARS.get(name)
+    if chars is None:
+        if len(_NAME_CHARS) >= _NAME_CHARS_MAX:
+            _NAME_CHARS.clear()
+        chars = _NAME_CHARS[name] = len(_AS_TEXT(name))
+    return chars
 
 
 def check_outputs(node: Node, definition: NodeDefinition, result: ExecutionResult, *, max_bytes: int,
@@ -58,7 +74,7 @@ def check_outputs(node: Node, definition: NodeDefinition, result: ExecutionResul
     for port, value in result.outputs.items():
         whole = value.to_json()
         texts[port] = text = _AS_TEXT(whole["value"])
-        size += len(_AS_TEXT(port)) + len(_AS_TEXT(whole["type"])) + len(text) + _PORT_CHARS
+        size += _name_chars(port) + _name_chars(whole["type"]) + len(text) + _PORT_CHARS
     if size > max_bytes:
         raise NodeExecutionError(
             f"outputs are {size} bytes, above the {max_bytes}-byte limit; store large payloads as a BinaryRef",

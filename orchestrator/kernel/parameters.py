@@ -107,6 +107,8 @@ def _renders(node: Node, param: Parameter) -> bool:
 def _fresh(value: Any) -> Any:
     """``value``'s lists and objects rebuilt, as :func:`render` rebuilds a value without
     expressions: a step's executor gets its own, as it did when each step rendered it."""
+    if isinstance(value, dict):  # first: the usual object, and cheaper to check than the ABC
+        return {k: _fresh(v) for k, v in value.items()}
     if isinstance(value, Mapping):
         return {k: _fresh(v) for k, v in value.items()}
     if isinstance(value, list):

@@ -72,6 +72,28 @@ def main_output(definition: NodeDefinition, outputs: dict[str, DataValue]) -> An
     return next(iter(outputs.values())).value if outputs else None
 
 
+_ON_LOOP: dict[Any, bool] = {}  # an execute function -> whether it is async (asked per step, answered once)
+_ON_LOOP_MAX = 1024
+
+
+def _runs_on_loop(execute: Any) -> bool:
+    """Whether ``execute`` is a coroutine or async generator function, kept per function
+    (``inspect`` takes ~2 us to tell, and every step asks)."""
+    func = getattr(execute, "__func__", execute)  # a bound method: its function
+    try:
+        return _ON_LOOP[func]
+    except (KeyError, TypeError):  # not known yet, or not hashable (asked every time)
+        pass
+    on_loop = inspect.iscoroutinefunction(execute) or inspect.isasyncgenfunction(execute)
+    try:
+        if len(_ON_LOOP) >= _ON_LOOP_MAX:
+            _ON_LOOP.clear()
+        _ON_LOOP[func] = on_loop
+    except TypeError:
+        pass
+    return on_loop
+
+
 async def _drive(executor: Any, data: dict[str, Any], inputs: dict[str, DataValue],
                  ctx: FlowContext, sink: Any) -> ExecutionResult:
     """Call execute; stream events of an async generator to ``sink`` as they come.
@@ -80,7 +102,7 @@ async def _drive(executor: Any, data: dict[str, Any], inputs: dict[str, DataValu
     the loop's default executor, a bounded thread pool, so its CPU or blocking work never
     stalls the other steps on the loop."""
     execute = executor.execute
-    if inspect.iscoroutinefunction(execute) or inspect.isasyncgenfunction(execute):
+    if _runs_on_loop(execute):
         produced = execute(data, inputs, ctx)
     else:
         produced = await asyncio.get_running_loop().run_in_executor(None, execute, data, inputs, ctx)

@@ -141,6 +141,12 @@ def _claim_args(request: ClaimRequest) -> dict[str, Any]:
             "started": _event_json(request.started), "read": list(request.read)}
 
 
+def _budget_json(nbytes: int, ws_max: int, run_max: int, expire_at: int) -> str:
+    """complete.lua's budget argument: the JSON object ``{"bytes", "ws_max", "run_max",
+    "expire_at"}`` of four integers, written without an encoder (one per completion)."""
+    return f'{{"bytes":{int(nbytes)},"ws_max":{int(ws_max)},"run_max":{int(run_max)},"expire_at":{int(expire_at)}}}'
+
+
 def over_budget(run_id: str, node_id: str, completion: NodeCompletion, exc: StorageBudgetError) -> NodeCompletion:
     """What is stored instead of a completion that would pass a storage budget: the node
     failed, naming the budget, and its run stops (it could store nothing more)."""
@@ -592,7 +598,7 @@ class RedisRunStore(RunStore):
             await self.budget.refresh_others(workspace)
             _, budget_keys, (count, ws_max, run_max, expire_at) = self.budget.request(nbytes, workspace=workspace,
                                                                                       run_id=run_id)
-            budget = _dumps({"bytes": count, "ws_max": ws_max, "run_max": run_max, "expire_at": expire_at})
+            budget = _budget_json(count, ws_max, run_max, expire_at)
         node_lease = self.keys.lease(run_id, node_id)
         reply = await self._call("complete", run_id, [_dumps(args), budget, *texts],
                                  [node_lease, *lease_keys, *budget_keys])
@@ -638,7 +644,7 @@ class RedisRunStore(RunStore):
         }
         texts = [
             _dumps({port: dv.to_json() for port, dv in completion.outputs.items()}),  # outputs
-            _dumps(completion.payload or {}),  # payload
+            _dumps(completion.payload) if completion.payload else "{}",  # payload
             _dumps(completion.error) if completion.error is not None else "",  # error
             run_completed,
             self._run_event(run_id, EventType.RUN_FAILED, {"status": RunStatus.FAILED, "error": completion.error})
