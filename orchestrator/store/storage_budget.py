@@ -137,6 +137,7 @@ class StorageBudget:
         self._others: dict[str, tuple[float, dict[int, int]]] = {}  # workspace -> (when, bytes per bucket)
         self._refreshing: dict[str, asyncio.Future[None]] = {}  # workspace -> its sum under way
         self._day_keys_memo: dict[tuple[str, int, int], tuple[str, ...]] = {}
+        self._days_memo: tuple[int, tuple[int, ...]] = (-1, ())  # today, and the days of :meth:`_days`
         self._call: ScriptCall = call or (lambda script, keys, args: script(keys=keys, args=args))
 
     @property
@@ -144,9 +145,14 @@ class StorageBudget:
         return self.run_max_bytes > 0 or self.workspace_max_bytes > 0
 
     def _days(self, now_s: float) -> list[int]:
-        """Today, then every earlier day whose counter may still be alive."""
+        """Today, then every earlier day whose counter may still be alive (worked out once a
+        day: every completion asks)."""
         today = int(now_s // DAY_S)
-        return [today - i for i in range(math.ceil(self.counted_s / DAY_S) + 2)]
+        known, days = self._days_memo
+        if known != today:
+            days = tuple(today - i for i in range(math.ceil(self.counted_s / DAY_S) + 2))
+            self._days_memo = (today, days)
+        return list(days)
 
     async def reserve(self, nbytes: int, *, workspace: str, run_id: str | None = None) -> int | None:
         """Count ``nbytes`` for ``workspace`` (and ``run_id``) if they fit in the budgets;
