@@ -92,8 +92,8 @@ async def _step(run_id: str, node_id: str, *, promised: bool, claimed: Claim | N
     # of formatting and writing each; failures, retries and stale completions log a warning.
     log.debug("node step run=%s node=%s status=%s ran=%s ready=%s queued=%s",
               run_id, node_id, outcome.status, outcome.ran, outcome.ready, outcome.queued)
-    if outcome.ran and outcome.status != "stale":
-        await _settle_children(run_id, node_id, outcome)
+    if outcome.ran and outcome.status != "stale" and (outcome.status == NodeStatus.WAITING or not outcome.ready):
+        await _settle_children(run_id, node_id, outcome)  # (else it has nothing to settle)
     if outcome.ran:
         metrics.child(metrics.NODE_DURATION, outcome.node_type).observe(outcome.duration_s)
         metrics.child(metrics.NODE_RUNS, outcome.node_type, outcome.status).inc()

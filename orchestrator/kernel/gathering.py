@@ -25,6 +25,7 @@ class Gathered:
     wires: dict[str, tuple[Any, str]]
     sources: dict[str, list[str]]
     scope_input: Any
+    linked: tuple[str, ...] = ()  # parameters with a socket that link edges lead to (resolved per step)
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class _Shape:
     edges: tuple[_InEdge, ...]
     ports: tuple[tuple[str, bool], ...]  # the definition's input ports: (id, multiple)
     flow_inputs: tuple[str, ...]  # its flow input ports, in order
+    linked: tuple[str, ...]  # its parameters with a socket that a link edge leads to
 
 
 def _shape(graph: Graph, registry: Registry, node: Node, definition: NodeDefinition) -> _Shape:
@@ -59,8 +61,10 @@ def _shape(graph: Graph, registry: Registry, node: Node, definition: NodeDefinit
             out_port = registry.get(source.type).definition.output_port(edge.source_handle)
             socket = out_port.socket if out_port else None
         edges.append(_InEdge(edge.source, edge.source_handle, source.name, edge.target_handle, wired, socket))
+    links = {e.target_handle for e in graph.incoming(node.id, "link")}
     return _Shape(tuple(edges), tuple((p.id, p.multiple) for p in definition.inputs),
-                  tuple(p.id for p in definition.flow_inputs()))
+                  tuple(p.id for p in definition.flow_inputs()),
+                  tuple(p.id for p in definition.parameters if p.socket is not None and p.id in links))
 
 
 def _known_shape(plan: RunPlan, graph: Graph, registry: Registry, node: Node, definition: NodeDefinition) -> _Shape:
@@ -97,4 +101,4 @@ def gather(plan: RunPlan, graph: Graph, registry: Registry, node: Node, definiti
             continue
         inputs[port_id] = DataValue("data", [v.value for v in values]) if multiple else values[0]
     scope_input = next((inputs[p].value for p in shape.flow_inputs if p in inputs), None)
-    return Gathered(inputs, wires, sources, scope_input)
+    return Gathered(inputs, wires, sources, scope_input, shape.linked)

@@ -221,7 +221,8 @@ async def resolve_parameters_off_loop(
 
     With ``fixed`` (:func:`fixed_parameters`), its values are used and its ``evaluating``
     says whether any expression is evaluated, instead of walking the values again."""
-    evaluates = bool(fixed.evaluating - wires.keys()) if fixed is not None else _evaluates(node, definition)
+    # (fixed: an expression is evaluated unless a wire sets every parameter that holds one)
+    evaluates = not fixed.evaluating.issubset(wires) if fixed is not None else _evaluates(node, definition)
     if not evaluates:
         return resolve_parameters(node, definition, wires, scope, fixed)
     trial = replace(scope, spending=scope.spending.trial(ON_LOOP_STEPS))

@@ -32,7 +32,7 @@ from .gathering import Gathered, gather
 from .graph import ERROR_PORT, Graph, Node
 from .limits import enter_ceiling, leave_ceiling, resolve_limits
 from .lookahead import next_claims, node_event, plan_graph, reach, step_reads
-from .observer import ObservedEnd, ObservedNode, observe, with_usage
+from .observer import UNOBSERVED, ObservedEnd, ObservedNode, observe, with_usage
 from .output_limits import check_outputs
 from .parameters import fixed_parameters, resolve_parameters_off_loop
 from .previews import OUTPUT_PREVIEW_CHARS, PREVIEW_CHARS, output_preview, parameter_preview  # noqa: F401 - re-exported
@@ -199,16 +199,21 @@ async def run_step(env: StepEnvironment, run_id: str, node_id: str, *,
     # From the claim on, the process's supervisor renews the lease and watches the run.
     watch = supervisor_for(store).hold(run_id, node_id, token=claim.token, lease_s=opts.lease_s,
                                        poll_s=opts.cancel_poll_s)
+    # Without an observer (the usual host) nothing is built for one: two frozen objects a step.
+    observer = opts.observer
     try:
-        with observe(opts.observer, ObservedNode(plan, node.id, node.type, node.name, claim.attempt,
-                                                 env.worker_id)) as seen:
+        with UNOBSERVED if observer is None else observe(observer, ObservedNode(
+                plan, node.id, node.type, node.name, claim.attempt, env.worker_id)) as seen:
             completion, retry_in_s = await _execute_node(step, claim, watch, usage := Usage())
             if completion.status == NodeStatus.WAITING and usage:  # what it used before it suspended
                 completion.events.append(step.event(EventType.PROGRESS, {"suspended": True}, claim.attempt))
-            seen.end(ObservedEnd(completion.status, completion.error, with_usage(completion.events, usage)))
+            reported = with_usage(completion.events, usage)
+            if observer is not None:
+                seen.end(ObservedEnd(completion.status, completion.error, reported))
     finally:
         watch.release()
-        await leave_ceiling(env.ceiling, claim.workspace, f"{run_id}:{node_id}:{claim.attempt}")
+        if env.ceiling is not None:
+            await leave_ceiling(env.ceiling, claim.workspace, f"{run_id}:{node_id}:{claim.attempt}")
     if completion.status != NodeStatus.WAITING:
         for ev in completion.events:
             if ev.event_type == EventType.COMPLETED and ev.data is not None:
@@ -257,9 +262,11 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch,
         if node.settings.disabled:
             result = _pass_through(definition, gathered)
         else:
-            await enter_ceiling(step.env.ceiling, claim.workspace, f"{plan.run_id}:{node.id}:{attempt}")
-            await _acquire_limits(step, claim, scope)
-            wires = await _link_wires(runtime, node, definition, gathered)
+            if step.env.ceiling is not None:
+                await enter_ceiling(step.env.ceiling, claim.workspace, f"{plan.run_id}:{node.id}:{attempt}")
+            if step.env.limiter is not None and node.settings.limits:
+                await _acquire_limits(step, claim, scope)
+            wires = await _link_wires(runtime, node, gathered) if gathered.linked else gathered.wires
             fixed = fixed_parameters(plan.memo, node, definition, scope)
             data = await resolve_parameters_off_loop(node, definition, wires, scope, fixed)
             # Wired values differ per step: their previews are made anew.
@@ -267,8 +274,8 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch,
                                          if wires else fixed.previews)
             ctx = runtime.context_for(node.id, attempt=attempt, resume=claim.resume,
                                       input_sources=gathered.sources, usage=usage)
-            work = asyncio.ensure_future(timed(node, _drive(step.node_type.executor, data, gathered.inputs, ctx,
-                                                             sink)))
+            driven = _drive(step.node_type.executor, data, gathered.inputs, ctx, sink)
+            work = asyncio.ensure_future(driven if node.settings.timeout_s is None else timed(node, driven))
             try:
                 result = await supervise(watch, work)
             finally:
@@ -327,15 +334,14 @@ async def _acquire_limits(step: StepContext, claim: Claim, scope: Scope) -> None
                             reason={"limit": decision.key, "source": "node"})
 
 
-async def _link_wires(runtime: GraphRuntime, node: Node, definition: NodeDefinition,
-                      gathered: Gathered) -> dict[str, tuple[Any, str]]:
+async def _link_wires(runtime: GraphRuntime, node: Node, gathered: Gathered) -> dict[str, tuple[Any, str]]:
+    """The flow wires, and the values link edges give the parameters a flow wire does not set."""
     wires = dict(gathered.wires)
-    for param in definition.parameters:
-        if param.socket is not None and param.id not in wires:
-            if runtime.incoming_edges(node.id, channel="link", target_handle=param.id):
-                values = await runtime.resolve_links(node.id, param.id)
-                if values:
-                    wires[param.id] = (values[0], runtime.source_socket(node.id, param.id))
+    for param_id in gathered.linked:
+        if param_id not in wires:
+            values = await runtime.resolve_links(node.id, param_id)
+            if values:
+                wires[param_id] = (values[0], runtime.source_socket(node.id, param_id))
     return wires
 
 

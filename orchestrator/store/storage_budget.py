@@ -45,10 +45,10 @@ API answers 507 naming it; a node step fails with it).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from redis.asyncio import Redis
@@ -102,16 +102,29 @@ def store_full(exc: Exception) -> StoreFullError | None:
                           "ORCH_WORKSPACE_MAX_BYTES) or raise maxmemory")
 
 
-@contextlib.contextmanager
-def store_full_errors() -> Iterator[None]:
+class _StoreFullErrors:
+    """:func:`store_full_errors`' context: a class, not a generator (every script call of a
+    node step enters one; ``contextlib.contextmanager`` cost several calls each time)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if isinstance(exc, ResponseError):
+            full = store_full(exc)
+            if full is not None:
+                raise full from None
+        # anything else goes on as it is (None: nothing is swallowed)
+
+
+_STORE_FULL_ERRORS = _StoreFullErrors()
+
+
+def store_full_errors() -> AbstractContextManager[None]:
     """Redis errors that refused a write for memory, raised as StoreFullError."""
-    try:
-        yield
-    except ResponseError as exc:
-        full = store_full(exc)
-        if full is None:
-            raise
-        raise full from None
+    return _STORE_FULL_ERRORS
 
 
 ScriptCall = Callable[[AsyncScript, list[Any], list[Any]], Awaitable[Any]]
