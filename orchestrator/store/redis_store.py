@@ -66,6 +66,7 @@ from redis.asyncio import Redis
 from orchestrator.errors import StorageBudgetError, StoreNotReplicatedError
 from orchestrator.kernel.errors import OrchestratorError, RunNotFoundError
 from orchestrator.kernel.graph import trusted_graph
+from orchestrator.kernel.json_text import json_value
 from orchestrator.kernel.protocol import DataValue, EventType, NodeEvent
 from orchestrator.kernel.scheduling import RunPlan
 from orchestrator.kernel.store import (
@@ -518,12 +519,12 @@ class RedisRunStore(RunStore):
             if workspace:
                 self._know_workspace(run_id, workspace)  # what the budgets of its completion need
             outputs = {
-                stored[i]: {port: DataValue.from_json(v) for port, v in json.loads(stored[i + 1]).items()}
+                stored[i]: {port: DataValue.from_json(v) for port, v in json_value(stored[i + 1]).items()}
                 for i in range(0, len(stored), 2)
             }
-            return Claim(kind="run", claims=int(claims), run_input=json.loads(run_input),
+            return Claim(kind="run", claims=int(claims), run_input=json_value(run_input),
                          session_id=session_id or None, workspace=workspace or None,
-                         resume=json.loads(resume) if resume else None,
+                         resume=json_value(resume) if resume else None,
                          outputs=outputs, attempt=int(attempt), token=int(token))
         if kind == "early":
             return Claim(kind="early", claims=int(claims), retry_in_s=int(rest[0]) / 1000)
@@ -548,7 +549,7 @@ class RedisRunStore(RunStore):
             return {}
         raw = await self.redis.hmget(self.keys.outputs(run_id), node_ids)
         return {
-            nid: {port: DataValue.from_json(v) for port, v in json.loads(blob).items()}
+            nid: {port: DataValue.from_json(v) for port, v in json_value(blob).items()}
             for nid, blob in zip(node_ids, raw, strict=True)
             if blob is not None
         }
@@ -714,7 +715,7 @@ class RedisRunStore(RunStore):
         out: list[tuple[str, NodeEvent]] = []
         for _stream, entries in reply or []:
             for entry_id, fields in entries:
-                out.append((entry_id, NodeEvent.from_json(json.loads(fields["e"]))))
+                out.append((entry_id, NodeEvent.from_json(json_value(fields["e"]))))
         return out
 
     async def node_states(self, run_id: str) -> dict[str, str]:
