@@ -228,7 +228,7 @@ async def run_step(env: StepEnvironment, run_id: str, node_id: str, *,
         return StepOutcome(ready=[], ran=True, status="stale", node_type=node.type)
     return StepOutcome(ready=ready.nodes, ran=True, status=completion.status, node_type=node.type,
                        duration_s=time.monotonic() - started_at, retry_in_s=retry_in_s, queued=ready.queued,
-                       usage=usage.to_json(), claims=ready.claims)
+                       usage=usage.to_json() if reported else {}, claims=ready.claims)
 
 
 async def _execute_node(step: StepContext, claim: Claim, watch: Watch,

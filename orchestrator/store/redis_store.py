@@ -595,8 +595,9 @@ class RedisRunStore(RunStore):
         nbytes = stored + self._event_bytes.pop(run_id, 0)
         budget, workspace, budget_keys = "", "", list[Any]()
         if self.budget.enabled and nbytes > 0:
-            workspace = await self._workspace(run_id)
-            await self.budget.refresh_others(workspace)
+            workspace = self._workspaces.get(run_id) or await self._workspace(run_id)  # known after its claim
+            if self.budget.sums_others:
+                await self.budget.refresh_others(workspace)
             _, budget_keys, (count, ws_max, run_max, expire_at) = self.budget.request(nbytes, workspace=workspace,
                                                                                       run_id=run_id)
             budget = _budget_json(count, ws_max, run_max, expire_at)

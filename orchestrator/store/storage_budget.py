@@ -222,6 +222,11 @@ class StorageBudget:
         used_elsewhere = sum(n for b, n in others.items() if b != bucket)
         return max(1, self.workspace_max_bytes - used_elsewhere)
 
+    @property
+    def sums_others(self) -> bool:
+        """Whether :meth:`refresh_others` has anything to do (a workspace budget on a cluster)."""
+        return self.workspace_max_bytes > 0 and self.keys.buckets > 1
+
     async def refresh_others(self, workspace: str) -> None:
         """Sum the workspace's counters per bucket (a cluster) when the last sum is older
         than OTHERS_MAX_AGE_S. One refresh per workspace at a time (single flight); while it
