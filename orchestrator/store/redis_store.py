@@ -246,6 +246,11 @@ class RedisRunStore(RunStore):
                 self._keys_of.popitem(last=False)
         return cached
 
+    def _lease(self, run_id: str, node_id: str) -> str:
+        """``keys.lease(run_id, node_id)``, from the run's key kept with its script keys (the
+        first of ``Keys.run_keys``): a completion names its own lease and its claims'."""
+        return f"{self._script_keys(run_id)[0][0]}:lease:{node_id}"
+
     async def _workspace(self, run_id: str) -> str:
         """The run's workspace (its record's ``workspace``, else ``meta.workspace``), read once."""
         known = self._workspaces.get(run_id)
@@ -590,7 +595,7 @@ class RedisRunStore(RunStore):
         claims = take.claims if take is not None else ()
         if claims:
             args["next"] = [_claim_args(c) for c in claims]
-        lease_keys = [self.keys.lease(run_id, c.node_id) for c in claims]
+        lease_keys = [self._lease(run_id, c.node_id) for c in claims]
         stored = len(texts[0]) + len(texts[1]) + sum(len(e) for e in texts[COMPLETE_EVENTS:])
         nbytes = stored + self._event_bytes.pop(run_id, 0)
         budget, workspace, budget_keys = "", "", list[Any]()
@@ -601,7 +606,7 @@ class RedisRunStore(RunStore):
             _, budget_keys, (count, ws_max, run_max, expire_at) = self.budget.request(nbytes, workspace=workspace,
                                                                                       run_id=run_id)
             budget = _budget_json(count, ws_max, run_max, expire_at)
-        node_lease = self.keys.lease(run_id, node_id)
+        node_lease = self._lease(run_id, node_id)
         reply = await self._call("complete", run_id, [_dumps(args), budget, *texts],
                                  [node_lease, *lease_keys, *budget_keys])
         if reply[0] == "budget":
