@@ -92,8 +92,8 @@ async def _step(run_id: str, node_id: str, *, promised: bool, claimed: Claim | N
     # of formatting and writing each; failures, retries and stale completions log a warning.
     log.debug("node step run=%s node=%s status=%s ran=%s ready=%s queued=%s",
               run_id, node_id, outcome.status, outcome.ran, outcome.ready, outcome.queued)
-    if outcome.ran and outcome.status != "stale":
-        await _settle_children(run_id, node_id, outcome)
+    if outcome.ran and outcome.status != "stale" and (outcome.status == NodeStatus.WAITING or not outcome.ready):
+        await _settle_children(run_id, node_id, outcome)  # (else it has nothing to settle)
     if outcome.ran:
         metrics.child(metrics.NODE_DURATION, outcome.node_type).observe(outcome.duration_s)
         metrics.child(metrics.NODE_RUNS, outcome.node_type, outcome.status).inc()
@@ -106,14 +106,18 @@ async def _settle_children(run_id: str, node_id: str, outcome: StepOutcome) -> N
     """Child runs (``orchestrator/service/children.py``): a node that suspended for a
     child that already ended is resumed; a child's node that asks for an approval is
     announced to its parent; a child run that this step ended resumes its parent's node.
-    Runs without a parent cost nothing (the plan's label, cached)."""
+    Runs without a parent cost nothing (the plan's label, cached, read only when a step
+    waits or readies nothing: not at a chain's or a fan-out's every step)."""
     state = process_state()
-    child = bool((await state.store.load_plan(run_id)).labels.get(PARENT_LABEL))
+
+    async def child() -> bool:
+        return bool((await state.store.load_plan(run_id)).labels.get(PARENT_LABEL))
+
     if outcome.status == NodeStatus.WAITING:
         await state.children.settle_waiting(run_id, node_id)
-        if child:  # a question it asks is shown (and answered) through its parent
+        if await child():  # a question it asks is shown (and answered) through its parent
             await state.children.announce_waiting(run_id, node_id)
-    elif not outcome.ready and (child or outcome.status == NodeStatus.FAILED):
+    elif not outcome.ready and (outcome.status == NodeStatus.FAILED or await child()):
         # A child's end resumes its parent; a run that failed cancels its children at once.
         if await state.children.ended([run_id]):  # a fresh read (run_status may answer from its cache)
             await state.children.after_finish(run_id)

@@ -124,6 +124,16 @@ class Graph(BaseModel):
             index.setdefault(edge.source, []).append(edge)
         return index
 
+    @cached_property
+    def _settings_data(self) -> dict[str, dict[str, Any]]:
+        return {n.id: n.settings.model_dump() for n in self.nodes}
+
+    def settings_data(self, node_id: str) -> dict[str, Any]:
+        """The node's settings as plain data (``NodeSettings.model_dump``), a fresh dict
+        each call over values dumped once per graph object (a node step hands it to its
+        executor: a pydantic dump per step cost ~1 us)."""
+        return dict(self._settings_data[node_id])
+
     def incoming(self, node_id: str, channel: str | None = None) -> list[Edge]:
         """In-edges of ``node_id`` in graph order, optionally of one channel."""
         return [e for e in self._in_edges.get(node_id, ()) if channel is None or e.channel == channel]

@@ -33,10 +33,15 @@ def node_event(env: StepEnvironment, run_id: str, node: Node, event_type: str,
 
 
 def plan_graph(plan: RunPlan) -> Graph:
-    """The plan's graph snapshot, built once per plan object (stores cache plans, and load
-    one run's plan once per process); validated when the run was compiled, so trusted."""
+    """The plan's graph snapshot, built once per compiled plan (kept in ``plan.memo``, which
+    every run :meth:`RunPlan.for_run` derives from it shares: a process that starts runs of
+    a stored graph's version and runs their steps parses its graph once, not once per run);
+    validated when the run was compiled, so trusted."""
     if plan.parsed is None:
-        plan.parsed = trusted_graph(plan.graph)
+        parsed = plan.memo.get("parsed_graph")
+        if parsed is None:
+            parsed = plan.memo["parsed_graph"] = trusted_graph(plan.graph)
+        plan.parsed = parsed
     graph: Graph = plan.parsed
     return graph
 

@@ -54,10 +54,13 @@ class _Unobserved:
         pass
 
 
+UNOBSERVED: AbstractContextManager[Observation] = nullcontext(_Unobserved())  # reusable: it holds nothing
+
+
 def observe(observer: StepObserver | None, seen: ObservedNode) -> AbstractContextManager[Observation]:
     """The host observer's context for one execution (a no-op without one)."""
     if observer is None:
-        return nullcontext(_Unobserved())
+        return UNOBSERVED
     return observer.node(seen)
 
 

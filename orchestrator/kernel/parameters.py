@@ -107,6 +107,8 @@ def _renders(node: Node, param: Parameter) -> bool:
 def _fresh(value: Any) -> Any:
     """``value``'s lists and objects rebuilt, as :func:`render` rebuilds a value without
     expressions: a step's executor gets its own, as it did when each step rendered it."""
+    if isinstance(value, dict):  # first: the usual object, and cheaper to check than the ABC
+        return {k: _fresh(v) for k, v in value.items()}
     if isinstance(value, Mapping):
         return {k: _fresh(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -128,6 +130,7 @@ class FixedParameters:
     previews: dict[str, Any]  # param id -> the value as events carry it (``parameter_preview``)
     copied: frozenset[str]  # ids whose value each step gets as its own copy (``_fresh``)
     evaluating: frozenset[str]  # ids whose value holds an expression, evaluated at each step
+    flat: frozenset[str] = frozenset()  # of ``copied``: a dict or list holding no list or object (``copy()``)
 
 
 def _find_fixed(node: Node, definition: NodeDefinition, scope: Scope) -> FixedParameters:
@@ -145,7 +148,21 @@ def _find_fixed(node: Node, definition: NodeDefinition, scope: Scope) -> FixedPa
             continue
         if renders:
             copied.add(p.id)
-    return FixedParameters(definition, values, parameter_preview(values), frozenset(copied), frozenset(evaluating))
+    flat = {k for k in copied if _flat(values[k])}
+    return FixedParameters(definition, values, parameter_preview(values), frozenset(copied), frozenset(evaluating),
+                           frozenset(flat))
+
+
+def _flat(value: Any) -> bool:
+    """Whether ``value`` is a dict or list with no list or object in it: its ``copy()`` is
+    what :func:`_fresh` makes of it."""
+    if type(value) is dict:
+        items: Any = value.values()
+    elif type(value) is list:
+        items = value
+    else:
+        return False
+    return not any(isinstance(v, Mapping | list) for v in items)
 
 
 def fixed_parameters(memo: dict[str, Any], node: Node, definition: NodeDefinition, scope: Scope) -> FixedParameters:
@@ -164,12 +181,15 @@ def resolve_parameters(
 ) -> dict[str, Any]:
     """Every declared parameter of ``node`` resolved (validation rejected unknown ones);
     an unwired one of ``fixed`` is taken from there."""
-    values, copied = (fixed.values, fixed.copied) if fixed is not None else ({}, frozenset[str]())
+    values, copied, flat = (fixed.values, fixed.copied, fixed.flat) if fixed is not None else \
+        ({}, frozenset[str](), frozenset[str]())
     out: dict[str, Any] = {}
     for p in definition.parameters:
         if p.id in values and p.id not in wires:
             value = values[p.id]
-            out[p.id] = _fresh(value) if p.id in copied else value
+            if p.id in copied:
+                value = value.copy() if p.id in flat else _fresh(value)
+            out[p.id] = value
         else:
             out[p.id] = resolve_parameter(node, p, wires.get(p.id, _MISSING), scope)
     return out
@@ -201,7 +221,8 @@ async def resolve_parameters_off_loop(
 
     With ``fixed`` (:func:`fixed_parameters`), its values are used and its ``evaluating``
     says whether any expression is evaluated, instead of walking the values again."""
-    evaluates = bool(fixed.evaluating - wires.keys()) if fixed is not None else _evaluates(node, definition)
+    # (fixed: an expression is evaluated unless a wire sets every parameter that holds one)
+    evaluates = not fixed.evaluating.issubset(wires) if fixed is not None else _evaluates(node, definition)
     if not evaluates:
         return resolve_parameters(node, definition, wires, scope, fixed)
     trial = replace(scope, spending=scope.spending.trial(ON_LOOP_STEPS))

@@ -59,7 +59,8 @@ class DataValue:
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> DataValue:
         value = raw.get("value")
-        if isinstance(value, dict) and set(value) == {"$binary"}:
+        # One key, "$binary": checked without building a set of every object's keys.
+        if isinstance(value, dict) and len(value) == 1 and "$binary" in value:
             b = value["$binary"]
             value = BinaryRef(ref=b["ref"], mime=b.get("mime", ""), size=int(b.get("size", 0)))
         return cls(type=str(raw["type"]), value=value)

@@ -89,7 +89,7 @@ class GraphRuntime:
         return FlowContext(
             run_id=self.run_id, node_id=node.id, node_type=node.type, node_name=node.name,
             runtime=self, emit=emit, run_input=self.run.run_input, session_id=self.run.session_id,
-            attempt=attempt, host=self.run.host, settings=node.settings.model_dump(),
+            attempt=attempt, host=self.run.host, settings=self.graph.settings_data(node.id),
             expression_limits=self.scope.limits, expression_spending=self.scope.spending,
             usage_check=self.env.options.usage_check, **extra,
         )

@@ -28,15 +28,16 @@ from .errors import (
     WaitRequested,
 )
 from .expressions import Scope
+from .gathering import Gathered, gather
 from .graph import ERROR_PORT, Graph, Node
 from .limits import enter_ceiling, leave_ceiling, resolve_limits
 from .lookahead import next_claims, node_event, plan_graph, reach, step_reads
-from .observer import ObservedEnd, ObservedNode, observe, with_usage
+from .observer import UNOBSERVED, ObservedEnd, ObservedNode, observe, with_usage
 from .output_limits import check_outputs
 from .parameters import fixed_parameters, resolve_parameters_off_loop
 from .previews import OUTPUT_PREVIEW_CHARS, PREVIEW_CHARS, output_preview, parameter_preview  # noqa: F401 - re-exported
 from .protocol import DataValue, EventType, ExecutionResult, FlowContext, NodeEvent
-from .registry import NodeType, Registry
+from .registry import NodeType
 from .retry import backoff_s, is_retryable
 from .runtime import GraphRuntime, RunFrame
 from .scheduling import RunPlan
@@ -71,41 +72,26 @@ def main_output(definition: NodeDefinition, outputs: dict[str, DataValue]) -> An
     return next(iter(outputs.values())).value if outputs else None
 
 
-@dataclass
-class _Gathered:
-    inputs: dict[str, DataValue]
-    wires: dict[str, tuple[Any, str]]
-    sources: dict[str, list[str]]
-    scope_input: Any
+_ON_LOOP: dict[Any, bool] = {}  # an execute function -> whether it is async (asked per step, answered once)
+_ON_LOOP_MAX = 1024
 
 
-def _gather(graph: Graph, registry: Registry, node: Node, definition: NodeDefinition,
-            outputs: dict[str, dict[str, DataValue]]) -> _Gathered:
-    """Values on flow in-edges: declared ports become inputs, parameter sockets wires."""
-    port_values: dict[str, list[DataValue]] = {}
-    wires: dict[str, tuple[Any, str]] = {}
-    sources: dict[str, list[str]] = {}
-    for edge in graph.incoming(node.id, "flow"):
-        value = outputs.get(edge.source, {}).get(edge.source_handle)
-        if value is None:
-            continue
-        source = graph.node_by_id[edge.source]
-        if definition.parameter(edge.target_handle) is not None and not any(
-            p.id == edge.target_handle for p in definition.inputs
-        ):
-            out_port = registry.get(source.type).definition.output_port(edge.source_handle)
-            wires[edge.target_handle] = (value.value, out_port.socket if out_port else value.type)
-            continue
-        port_values.setdefault(edge.target_handle, []).append(value)
-        sources.setdefault(edge.target_handle, []).append(source.name)
-    inputs: dict[str, DataValue] = {}
-    for port in definition.inputs:
-        values = port_values.get(port.id)
-        if not values:
-            continue
-        inputs[port.id] = DataValue("data", [v.value for v in values]) if port.multiple else values[0]
-    scope_input = next((inputs[p.id].value for p in definition.flow_inputs() if p.id in inputs), None)
-    return _Gathered(inputs, wires, sources, scope_input)
+def _runs_on_loop(execute: Any) -> bool:
+    """Whether ``execute`` is a coroutine or async generator function, kept per function
+    (``inspect`` takes ~2 us to tell, and every step asks)."""
+    func = getattr(execute, "__func__", execute)  # a bound method: its function
+    try:
+        return _ON_LOOP[func]
+    except (KeyError, TypeError):  # not known yet, or not hashable (asked every time)
+        pass
+    on_loop = inspect.iscoroutinefunction(execute) or inspect.isasyncgenfunction(execute)
+    try:
+        if len(_ON_LOOP) >= _ON_LOOP_MAX:
+            _ON_LOOP.clear()
+        _ON_LOOP[func] = on_loop
+    except TypeError:
+        pass
+    return on_loop
 
 
 async def _drive(executor: Any, data: dict[str, Any], inputs: dict[str, DataValue],
@@ -116,7 +102,7 @@ async def _drive(executor: Any, data: dict[str, Any], inputs: dict[str, DataValu
     the loop's default executor, a bounded thread pool, so its CPU or blocking work never
     stalls the other steps on the loop."""
     execute = executor.execute
-    if inspect.iscoroutinefunction(execute) or inspect.isasyncgenfunction(execute):
+    if _runs_on_loop(execute):
         produced = execute(data, inputs, ctx)
     else:
         produced = await asyncio.get_running_loop().run_in_executor(None, execute, data, inputs, ctx)
@@ -213,16 +199,21 @@ async def run_step(env: StepEnvironment, run_id: str, node_id: str, *,
     # From the claim on, the process's supervisor renews the lease and watches the run.
     watch = supervisor_for(store).hold(run_id, node_id, token=claim.token, lease_s=opts.lease_s,
                                        poll_s=opts.cancel_poll_s)
+    # Without an observer (the usual host) nothing is built for one: two frozen objects a step.
+    observer = opts.observer
     try:
-        with observe(opts.observer, ObservedNode(plan, node.id, node.type, node.name, claim.attempt,
-                                                 env.worker_id)) as seen:
+        with UNOBSERVED if observer is None else observe(observer, ObservedNode(
+                plan, node.id, node.type, node.name, claim.attempt, env.worker_id)) as seen:
             completion, retry_in_s = await _execute_node(step, claim, watch, usage := Usage())
             if completion.status == NodeStatus.WAITING and usage:  # what it used before it suspended
                 completion.events.append(step.event(EventType.PROGRESS, {"suspended": True}, claim.attempt))
-            seen.end(ObservedEnd(completion.status, completion.error, with_usage(completion.events, usage)))
+            reported = with_usage(completion.events, usage)
+            if observer is not None:
+                seen.end(ObservedEnd(completion.status, completion.error, reported))
     finally:
         watch.release()
-        await leave_ceiling(env.ceiling, claim.workspace, f"{run_id}:{node_id}:{claim.attempt}")
+        if env.ceiling is not None:
+            await leave_ceiling(env.ceiling, claim.workspace, f"{run_id}:{node_id}:{claim.attempt}")
     if completion.status != NodeStatus.WAITING:
         for ev in completion.events:
             if ev.event_type == EventType.COMPLETED and ev.data is not None:
@@ -237,7 +228,7 @@ async def run_step(env: StepEnvironment, run_id: str, node_id: str, *,
         return StepOutcome(ready=[], ran=True, status="stale", node_type=node.type)
     return StepOutcome(ready=ready.nodes, ran=True, status=completion.status, node_type=node.type,
                        duration_s=time.monotonic() - started_at, retry_in_s=retry_in_s, queued=ready.queued,
-                       usage=usage.to_json(), claims=ready.claims)
+                       usage=usage.to_json() if reported else {}, claims=ready.claims)
 
 
 async def _execute_node(step: StepContext, claim: Claim, watch: Watch,
@@ -247,7 +238,7 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch,
     node, plan, graph, registry = step.node, step.plan, step.graph, step.env.registry
     definition = step.node_type.definition
     outputs = claim.outputs
-    gathered = _gather(graph, registry, node, definition, outputs)
+    gathered = gather(plan, graph, registry, node, definition, outputs)
     referenced = {
         graph.node_by_id[nid].name: main_output(registry.get(graph.node_by_id[nid].type).definition, outputs[nid])
         for nid in plan.refs.get(node.id, []) if nid in outputs
@@ -271,9 +262,11 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch,
         if node.settings.disabled:
             result = _pass_through(definition, gathered)
         else:
-            await enter_ceiling(step.env.ceiling, claim.workspace, f"{plan.run_id}:{node.id}:{attempt}")
-            await _acquire_limits(step, claim, scope)
-            wires = await _link_wires(runtime, node, definition, gathered)
+            if step.env.ceiling is not None:
+                await enter_ceiling(step.env.ceiling, claim.workspace, f"{plan.run_id}:{node.id}:{attempt}")
+            if step.env.limiter is not None and node.settings.limits:
+                await _acquire_limits(step, claim, scope)
+            wires = await _link_wires(runtime, node, gathered) if gathered.linked else gathered.wires
             fixed = fixed_parameters(plan.memo, node, definition, scope)
             data = await resolve_parameters_off_loop(node, definition, wires, scope, fixed)
             # Wired values differ per step: their previews are made anew.
@@ -281,8 +274,8 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch,
                                          if wires else fixed.previews)
             ctx = runtime.context_for(node.id, attempt=attempt, resume=claim.resume,
                                       input_sources=gathered.sources, usage=usage)
-            work = asyncio.ensure_future(timed(node, _drive(step.node_type.executor, data, gathered.inputs, ctx,
-                                                             sink)))
+            driven = _drive(step.node_type.executor, data, gathered.inputs, ctx, sink)
+            work = asyncio.ensure_future(driven if node.settings.timeout_s is None else timed(node, driven))
             try:
                 result = await supervise(watch, work)
             finally:
@@ -341,19 +334,18 @@ async def _acquire_limits(step: StepContext, claim: Claim, scope: Scope) -> None
                             reason={"limit": decision.key, "source": "node"})
 
 
-async def _link_wires(runtime: GraphRuntime, node: Node, definition: NodeDefinition,
-                      gathered: _Gathered) -> dict[str, tuple[Any, str]]:
+async def _link_wires(runtime: GraphRuntime, node: Node, gathered: Gathered) -> dict[str, tuple[Any, str]]:
+    """The flow wires, and the values link edges give the parameters a flow wire does not set."""
     wires = dict(gathered.wires)
-    for param in definition.parameters:
-        if param.socket is not None and param.id not in wires:
-            if runtime.incoming_edges(node.id, channel="link", target_handle=param.id):
-                values = await runtime.resolve_links(node.id, param.id)
-                if values:
-                    wires[param.id] = (values[0], runtime.source_socket(node.id, param.id))
+    for param_id in gathered.linked:
+        if param_id not in wires:
+            values = await runtime.resolve_links(node.id, param_id)
+            if values:
+                wires[param_id] = (values[0], runtime.source_socket(node.id, param_id))
     return wires
 
 
-def _pass_through(definition: NodeDefinition, gathered: _Gathered) -> ExecutionResult:
+def _pass_through(definition: NodeDefinition, gathered: Gathered) -> ExecutionResult:
     """A disabled node forwards its main input on its first flow output."""
     outs = definition.flow_outputs()
     if not outs or gathered.scope_input is None:
@@ -361,7 +353,7 @@ def _pass_through(definition: NodeDefinition, gathered: _Gathered) -> ExecutionR
     return ExecutionResult(outputs={outs[0].id: DataValue("data", gathered.scope_input)})
 
 
-def _failure(step: StepContext, exc: BaseException, gathered: _Gathered, attempt: int) -> NodeCompletion:
+def _failure(step: StepContext, exc: BaseException, gathered: Gathered, attempt: int) -> NodeCompletion:
     node, definition = step.node, step.node_type.definition
     info = _error_info(exc, node)
     mode = "stop" if getattr(exc, "stops_run", False) else node.settings.on_error

@@ -91,10 +91,10 @@ class CommandBatcher:
     async def script(self, script: AsyncScript, keys: list[str], args: list[Any]) -> Any:
         """Run a registered script by its SHA (loaded again if Redis lost it)."""
         try:
-            return await self.execute("EVALSHA", script.sha, len(keys), *keys, *args)
+            return await self._queue(("EVALSHA", script.sha, len(keys), *keys, *args))
         except NoScriptError:
             script.sha = await self.redis.script_load(script.script)
-            return await self.execute("EVALSHA", script.sha, len(keys), *keys, *args)
+            return await self._queue(("EVALSHA", script.sha, len(keys), *keys, *args))
 
     def _flush(self) -> None:
         batch, self._pending = self._pending, []

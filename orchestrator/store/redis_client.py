@@ -13,6 +13,12 @@ The connection classes below write under ``asyncio.timeout`` instead (the same b
 and :func:`blocking_client` build clients from a URL with them; :func:`fixed` swaps them
 into a pool built elsewhere. ``tests/test_redis_client.py`` shows the loss with redis-py's
 own classes (on 3.11) and none with these.
+
+They also pack commands with hiredis, and take a reply that is already received (a
+pipeline's replies after its first, mostly) from the hiredis reader without arming a
+timer: redis-py reads every reply under its own ``socket_timeout`` timer, armed and
+cancelled even when the reply is there (the largest part of reading a pipelined reply);
+a read that waits is still bounded by it.
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ from urllib.parse import unquote, urlsplit
 from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.connection import AbstractConnection, Connection, SSLConnection, UnixDomainSocketConnection
-from redis.exceptions import DataError, RedisClusterException
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import DataError, RedisClusterException, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from orchestrator.settings.store import is_cluster_url
@@ -36,6 +43,14 @@ try:
 
     _hiredis_pack = hiredis.pack_command
 except ImportError:  # pragma: no cover - a dependency; redis-py works without it
+    pass
+
+_HiredisParser: Any = None  # redis-py's asyncio hiredis parser, whose reader holds received replies
+_NOT_ENOUGH_DATA: Any = None
+try:
+    from redis._parsers.hiredis import NOT_ENOUGH_DATA as _NOT_ENOUGH_DATA
+    from redis._parsers.hiredis import _AsyncHiredisParser as _HiredisParser
+except ImportError:  # pragma: no cover - another redis-py layout: every read goes through redis-py
     pass
 
 
@@ -63,6 +78,43 @@ class _CancellableWrites(AbstractConnection):
             return [_hiredis_pack(args)]
         except TypeError as exc:
             raise DataError(str(exc)) from exc
+
+    async def read_response(self, disable_decoding: bool = False, timeout: float | None = None, *,
+                            disconnect_on_error: bool = True, push_request: bool | None = False) -> Any:
+        """redis-py's read, except that a reply the hiredis reader already holds is returned
+        at once, with no timer (see the module docstring): the same reply, or the same error
+        raised (a reply error as itself, a broken connection after disconnecting it)."""
+        parser = self._hiredis() if timeout is None and not push_request else None
+        if parser is None:
+            return await super().read_response(disable_decoding, timeout, disconnect_on_error=disconnect_on_error,
+                                               push_request=push_request)
+        response = parser._reader.gets(False) if disable_decoding else parser._reader.gets()
+        if response is _NOT_ENOUGH_DATA:  # to be awaited: redis-py's read, timed
+            return await super().read_response(disable_decoding, timeout, disconnect_on_error=disconnect_on_error,
+                                               push_request=push_request)
+        push = getattr(parser, "_hiredis_PushNotificationType", None)
+        if push is not None and isinstance(response, push):  # a RESP3 push message first: as redis-py does
+            await parser.handle_push_response(response)
+            return await self.read_response(disable_decoding, timeout, disconnect_on_error=disconnect_on_error)
+        broken = response if isinstance(response, RedisConnectionError) else \
+            response[0] if isinstance(response, list) and response and isinstance(response[0], RedisConnectionError) \
+            else None
+        if broken is not None:
+            if disconnect_on_error:
+                await self.disconnect(nowait=True)
+            raise broken
+        if self.health_check_interval:
+            self.next_health_check = asyncio.get_running_loop().time() + self.health_check_interval
+        if isinstance(response, ResponseError):
+            raise response from None
+        return response
+
+    def _hiredis(self) -> Any:
+        """redis-py's hiredis parser of this connection, when it is one and connected, else None."""
+        parser: Any = getattr(self, "_parser", None)
+        if _HiredisParser is None or type(parser) is not _HiredisParser or not parser._connected:
+            return None
+        return parser
 
     async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         timeout_s = self.socket_timeout

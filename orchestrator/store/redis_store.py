@@ -66,6 +66,7 @@ from redis.asyncio import Redis
 from orchestrator.errors import StorageBudgetError, StoreNotReplicatedError
 from orchestrator.kernel.errors import OrchestratorError, RunNotFoundError
 from orchestrator.kernel.graph import trusted_graph
+from orchestrator.kernel.json_text import json_value
 from orchestrator.kernel.protocol import DataValue, EventType, NodeEvent
 from orchestrator.kernel.scheduling import RunPlan
 from orchestrator.kernel.store import (
@@ -139,6 +140,12 @@ def _claim_args(request: ClaimRequest) -> dict[str, Any]:
     """lua/prelude.lua ``claim``'s named arguments (claim.lua's, and each of complete.lua's ``next``)."""
     return {"node": request.node_id, "lease_ms": max(1, int(request.lease_s * 1000)),
             "started": _event_json(request.started), "read": list(request.read)}
+
+
+def _budget_json(nbytes: int, ws_max: int, run_max: int, expire_at: int) -> str:
+    """complete.lua's budget argument: the JSON object ``{"bytes", "ws_max", "run_max",
+    "expire_at"}`` of four integers, written without an encoder (one per completion)."""
+    return f'{{"bytes":{int(nbytes)},"ws_max":{int(ws_max)},"run_max":{int(run_max)},"expire_at":{int(expire_at)}}}'
 
 
 def over_budget(run_id: str, node_id: str, completion: NodeCompletion, exc: StorageBudgetError) -> NodeCompletion:
@@ -238,6 +245,11 @@ class RedisRunStore(RunStore):
             while len(self._keys_of) > PLAN_CACHE_SIZE:
                 self._keys_of.popitem(last=False)
         return cached
+
+    def _lease(self, run_id: str, node_id: str) -> str:
+        """``keys.lease(run_id, node_id)``, from the run's key kept with its script keys (the
+        first of ``Keys.run_keys``): a completion names its own lease and its claims'."""
+        return f"{self._script_keys(run_id)[0][0]}:lease:{node_id}"
 
     async def _workspace(self, run_id: str) -> str:
         """The run's workspace (its record's ``workspace``, else ``meta.workspace``), read once."""
@@ -512,12 +524,12 @@ class RedisRunStore(RunStore):
             if workspace:
                 self._know_workspace(run_id, workspace)  # what the budgets of its completion need
             outputs = {
-                stored[i]: {port: DataValue.from_json(v) for port, v in json.loads(stored[i + 1]).items()}
+                stored[i]: {port: DataValue.from_json(v) for port, v in json_value(stored[i + 1]).items()}
                 for i in range(0, len(stored), 2)
             }
-            return Claim(kind="run", claims=int(claims), run_input=json.loads(run_input),
+            return Claim(kind="run", claims=int(claims), run_input=json_value(run_input),
                          session_id=session_id or None, workspace=workspace or None,
-                         resume=json.loads(resume) if resume else None,
+                         resume=json_value(resume) if resume else None,
                          outputs=outputs, attempt=int(attempt), token=int(token))
         if kind == "early":
             return Claim(kind="early", claims=int(claims), retry_in_s=int(rest[0]) / 1000)
@@ -542,7 +554,7 @@ class RedisRunStore(RunStore):
             return {}
         raw = await self.redis.hmget(self.keys.outputs(run_id), node_ids)
         return {
-            nid: {port: DataValue.from_json(v) for port, v in json.loads(blob).items()}
+            nid: {port: DataValue.from_json(v) for port, v in json_value(blob).items()}
             for nid, blob in zip(node_ids, raw, strict=True)
             if blob is not None
         }
@@ -583,17 +595,18 @@ class RedisRunStore(RunStore):
         claims = take.claims if take is not None else ()
         if claims:
             args["next"] = [_claim_args(c) for c in claims]
-        lease_keys = [self.keys.lease(run_id, c.node_id) for c in claims]
+        lease_keys = [self._lease(run_id, c.node_id) for c in claims]
         stored = len(texts[0]) + len(texts[1]) + sum(len(e) for e in texts[COMPLETE_EVENTS:])
         nbytes = stored + self._event_bytes.pop(run_id, 0)
         budget, workspace, budget_keys = "", "", list[Any]()
         if self.budget.enabled and nbytes > 0:
-            workspace = await self._workspace(run_id)
-            await self.budget.refresh_others(workspace)
+            workspace = self._workspaces.get(run_id) or await self._workspace(run_id)  # known after its claim
+            if self.budget.sums_others:
+                await self.budget.refresh_others(workspace)
             _, budget_keys, (count, ws_max, run_max, expire_at) = self.budget.request(nbytes, workspace=workspace,
                                                                                       run_id=run_id)
-            budget = _dumps({"bytes": count, "ws_max": ws_max, "run_max": run_max, "expire_at": expire_at})
-        node_lease = self.keys.lease(run_id, node_id)
+            budget = _budget_json(count, ws_max, run_max, expire_at)
+        node_lease = self._lease(run_id, node_id)
         reply = await self._call("complete", run_id, [_dumps(args), budget, *texts],
                                  [node_lease, *lease_keys, *budget_keys])
         if reply[0] == "budget":
@@ -638,7 +651,7 @@ class RedisRunStore(RunStore):
         }
         texts = [
             _dumps({port: dv.to_json() for port, dv in completion.outputs.items()}),  # outputs
-            _dumps(completion.payload or {}),  # payload
+            _dumps(completion.payload) if completion.payload else "{}",  # payload
             _dumps(completion.error) if completion.error is not None else "",  # error
             run_completed,
             self._run_event(run_id, EventType.RUN_FAILED, {"status": RunStatus.FAILED, "error": completion.error})
@@ -708,7 +721,7 @@ class RedisRunStore(RunStore):
         out: list[tuple[str, NodeEvent]] = []
         for _stream, entries in reply or []:
             for entry_id, fields in entries:
-                out.append((entry_id, NodeEvent.from_json(json.loads(fields["e"]))))
+                out.append((entry_id, NodeEvent.from_json(json_value(fields["e"]))))
         return out
 
     async def node_states(self, run_id: str) -> dict[str, str]:

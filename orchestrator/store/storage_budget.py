@@ -45,10 +45,10 @@ API answers 507 naming it; a node step fails with it).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from redis.asyncio import Redis
@@ -102,16 +102,29 @@ def store_full(exc: Exception) -> StoreFullError | None:
                           "ORCH_WORKSPACE_MAX_BYTES) or raise maxmemory")
 
 
-@contextlib.contextmanager
-def store_full_errors() -> Iterator[None]:
+class _StoreFullErrors:
+    """:func:`store_full_errors`' context: a class, not a generator (every script call of a
+    node step enters one; ``contextlib.contextmanager`` cost several calls each time)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if isinstance(exc, ResponseError):
+            full = store_full(exc)
+            if full is not None:
+                raise full from None
+        # anything else goes on as it is (None: nothing is swallowed)
+
+
+_STORE_FULL_ERRORS = _StoreFullErrors()
+
+
+def store_full_errors() -> AbstractContextManager[None]:
     """Redis errors that refused a write for memory, raised as StoreFullError."""
-    try:
-        yield
-    except ResponseError as exc:
-        full = store_full(exc)
-        if full is None:
-            raise
-        raise full from None
+    return _STORE_FULL_ERRORS
 
 
 ScriptCall = Callable[[AsyncScript, list[Any], list[Any]], Awaitable[Any]]
@@ -137,6 +150,7 @@ class StorageBudget:
         self._others: dict[str, tuple[float, dict[int, int]]] = {}  # workspace -> (when, bytes per bucket)
         self._refreshing: dict[str, asyncio.Future[None]] = {}  # workspace -> its sum under way
         self._day_keys_memo: dict[tuple[str, int, int], tuple[str, ...]] = {}
+        self._days_memo: tuple[int, tuple[int, ...]] = (-1, ())  # today, and the days of :meth:`_days`
         self._call: ScriptCall = call or (lambda script, keys, args: script(keys=keys, args=args))
 
     @property
@@ -144,9 +158,14 @@ class StorageBudget:
         return self.run_max_bytes > 0 or self.workspace_max_bytes > 0
 
     def _days(self, now_s: float) -> list[int]:
-        """Today, then every earlier day whose counter may still be alive."""
+        """Today, then every earlier day whose counter may still be alive (worked out once a
+        day: every completion asks)."""
         today = int(now_s // DAY_S)
-        return [today - i for i in range(math.ceil(self.counted_s / DAY_S) + 2)]
+        known, days = self._days_memo
+        if known != today:
+            days = tuple(today - i for i in range(math.ceil(self.counted_s / DAY_S) + 2))
+            self._days_memo = (today, days)
+        return list(days)
 
     async def reserve(self, nbytes: int, *, workspace: str, run_id: str | None = None) -> int | None:
         """Count ``nbytes`` for ``workspace`` (and ``run_id``) if they fit in the budgets;
@@ -202,6 +221,11 @@ class StorageBudget:
         others = self._others.get(workspace, (0.0, {}))[1]
         used_elsewhere = sum(n for b, n in others.items() if b != bucket)
         return max(1, self.workspace_max_bytes - used_elsewhere)
+
+    @property
+    def sums_others(self) -> bool:
+        """Whether :meth:`refresh_others` has anything to do (a workspace budget on a cluster)."""
+        return self.workspace_max_bytes > 0 and self.keys.buckets > 1
 
     async def refresh_others(self, workspace: str) -> None:
         """Sum the workspace's counters per bucket (a cluster) when the last sum is older

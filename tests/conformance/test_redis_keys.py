@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from orchestrator.kernel.errors import OrchestratorError, RunNotFoundError
 from orchestrator.kernel.protocol import EventType, NodeEvent
 from orchestrator.kernel.store import ClaimRequest
+from orchestrator.store.keys import Keys
 from orchestrator.store.redis_store import RedisRunStore
 from tests.conformance.conftest import SETTINGS
 from tests.support import Driver, completed, make_plan, record_for, started_event
@@ -228,3 +230,12 @@ async def test_workspaces_lanes_live_on_the_control_tag_with_a_ttl_and_show_in_t
         for lane in lanes:
             assert metrics.REGISTRY.get_sample_value(
                 "orchestrator_workspace_lane", {"workspace": f"ws-{i}", "lane": str(lane)}) == 1
+
+
+@pytest.mark.parametrize("cluster", [False, True])
+def test_a_completions_lease_keys_are_the_key_layouts_lease_keys(cluster: bool) -> None:
+    store = RedisRunStore.__new__(RedisRunStore)  # its key helpers only: no connection
+    store.keys = Keys("orc", 4, True) if cluster else Keys("orc")
+    store._keys_of = OrderedDict()
+    for run_id, node_id in (("r1", "n1"), ("a" * 32, "node:with:colons")):
+        assert store._lease(run_id, node_id) == store.keys.lease(run_id, node_id)

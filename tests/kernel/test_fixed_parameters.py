@@ -42,6 +42,19 @@ async def test_a_step_that_changes_its_object_parameter_does_not_change_the_next
     assert node.data["value"] == {"items": [1, 2]}
 
 
+@pytest.mark.parametrize("value", [{"a": 1, "b": "x"}, [1, "x", None]])
+async def test_a_step_that_changes_its_flat_object_or_list_parameter_does_not_change_the_next_steps(
+        value: Any) -> None:
+    memo: dict[str, Any] = {}
+    node = relay(value=value)
+    first, _ = await step(memo, node, Scope())
+    assert first["value"] == value and first["value"] is not node.data["value"]
+    first["value"].clear()  # an executor changing what it was given
+    second, _ = await step(memo, node, Scope())
+    assert second["value"] == value == node.data["value"]
+    assert second["value"] is not first["value"]
+
+
 async def test_a_wire_overrides_a_fixed_parameter_at_the_step_it_carries_a_value() -> None:
     memo: dict[str, Any] = {}
     node = relay(label="inline")

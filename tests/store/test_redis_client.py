@@ -7,11 +7,12 @@ import asyncio
 import random
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 from redis.asyncio.connection import Connection
-from redis.exceptions import DataError
+from redis.exceptions import DataError, NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from orchestrator.local.embedded_redis import EmbeddedRedis
@@ -120,5 +121,54 @@ async def test_script_replies_come_back_through_the_packed_commands(server: Embe
     try:
         reply = await redis.eval("return {KEYS[1], ARGV[1], ARGV[2]}", 1, "k:é", 0.5, "x" * 70_000)
         assert reply == ["k:é", "0.5", "x" * 70_000]
+    finally:
+        await redis.aclose()
+
+
+def _pipelined(redis: Redis) -> Any:
+    pipe = redis.pipeline(transaction=False)
+    pipe.set("p:k", "é")
+    pipe.get("p:k")
+    pipe.hset("p:h", mapping={"a": "1", "b": "2"})
+    pipe.hgetall("p:h")
+    pipe.incr("p:k")  # an error reply: not an integer
+    pipe.evalsha("0" * 40, 0)  # NOSCRIPT
+    pipe.eval("return {1, 'two', {3}, false}", 0)
+    pipe.get("p:none")
+    return pipe
+
+
+@pytest.mark.parametrize("decode", [True, False])
+async def test_pipelined_replies_read_from_the_received_buffer_are_redis_pys_replies(
+        server: EmbeddedRedis, decode: bool) -> None:
+    ours = redis_client.client(server.url, decode_responses=decode)
+    theirs = Redis.from_url(server.url, decode_responses=decode)
+    try:
+        await theirs.delete("p:k", "p:h")
+        mine = await _pipelined(ours).execute(raise_on_error=False)
+        await theirs.delete("p:k", "p:h")
+        expected = await _pipelined(theirs).execute(raise_on_error=False)
+        assert [type(r) for r in mine] == [type(r) for r in expected]
+        assert [str(r) if isinstance(r, Exception) else r for r in mine] == \
+            [str(r) if isinstance(r, Exception) else r for r in expected]
+        assert isinstance(mine[5], NoScriptError)
+    finally:
+        await ours.aclose()
+        await theirs.aclose()
+
+
+async def test_a_reply_already_received_is_taken_without_a_timer(server: EmbeddedRedis) -> None:
+    redis = redis_client.client(server.url, decode_responses=True, socket_timeout=5)
+    try:
+        await redis.ping()
+        conn = await redis.connection_pool.get_connection()
+        try:
+            await conn.send_packed_command(conn.pack_commands([("PING",), ("ECHO", "a"), ("ECHO", "b")]))
+            assert await conn.read_response() == "PONG"  # awaited: redis-py's read, under its timer
+            timers = len(asyncio.get_running_loop()._scheduled)  # type: ignore[attr-defined]
+            assert [await conn.read_response(), await conn.read_response()] == ["a", "b"]
+            assert len(asyncio.get_running_loop()._scheduled) == timers  # type: ignore[attr-defined]
+        finally:
+            await redis.connection_pool.release(conn)
     finally:
         await redis.aclose()

@@ -1,0 +1,25 @@
+"""A compiled plan's graph is parsed once, for every run derived from it."""
+
+from __future__ import annotations
+
+from orchestrator.kernel.compile import compile_run
+from orchestrator.kernel.lookahead import plan_graph
+from orchestrator.kernel.validation import validate_graph
+from tests.fake_nodes import graph, make_registry
+
+
+def test_runs_derived_from_one_compiled_plan_share_its_parsed_graph() -> None:
+    g = graph([("a", "emit", "A", {"value": 5}), ("b", "relay", "B")], [("a", "out", "b", "in")])
+    compiled = compile_run(validate_graph(g, make_registry()), "", None)
+    first, second = compiled.for_run("r1"), compiled.for_run("r2")
+    assert first.parsed is None and second.parsed is None  # the compiled plan was never parsed
+    parsed = plan_graph(first)
+    assert plan_graph(second) is parsed and plan_graph(compiled) is parsed
+    assert [n.id for n in parsed.nodes] == ["a", "b"]
+
+
+def test_a_plan_of_its_own_parses_its_own_graph() -> None:
+    g = graph([("a", "emit", "A", {"value": 5})], [])
+    one = compile_run(validate_graph(g, make_registry()), "r1", None)
+    other = compile_run(validate_graph(g, make_registry()), "r2", None)
+    assert plan_graph(one) is not plan_graph(other)
