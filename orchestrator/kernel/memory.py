@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import RunNotFoundError
+from .lookahead import taken_claim
 from .protocol import DataValue, EventType, NodeEvent
 from .scheduling import BarrierState, RunPlan, complete
 from .store import Claim, ClaimRequest, NodeCompletion, NodeStatus, Ready, RunRecord, RunStatus, RunStore, Take
@@ -230,12 +231,16 @@ class MemoryStore(RunStore):
         ready = await self._complete(run_id, node_id, completion, None if take is None else take.max_nodes, token)
         if again or take is None:  # as complete.lua: a redelivered completion hands over, claims nothing
             return ready
-        handed = set(ready.nodes)
-        for candidate in take.claims:
-            if candidate.node_id in handed:  # one loop step, as atomic as one script
+        named = {c.node_id: c for c in take.claims}
+        plan = self._run(run_id).plan
+        for node in ready.nodes:  # one loop step, as atomic as one script
+            candidate = named.get(node)
+            if candidate is None and take.claim_taken is not None:
+                candidate = taken_claim(plan, node, take.claim_taken)
+            if candidate is not None:
                 claim = await self._claim(run_id, candidate)
                 if claim.kind == "run":
-                    ready.claims[candidate.node_id] = claim
+                    ready.claims[node] = claim
         return ready
 
     async def _complete(self, run_id: str, node_id: str, completion: NodeCompletion, take: int | None,

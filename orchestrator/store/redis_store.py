@@ -78,6 +78,7 @@ from orchestrator.kernel.store import (
     RunStatus,
     RunStore,
     Take,
+    TakenClaims,
 )
 from orchestrator.settings import StoreSettings
 from orchestrator.store import redis_client
@@ -91,6 +92,7 @@ from orchestrator.store.creation import encoded as _encoded
 from orchestrator.store.creation import event_json as _event_json
 from orchestrator.store.creation import shared_plan as _shared
 from orchestrator.store.creation import started_json as _started_json
+from orchestrator.store.creation import started_parts as _started_parts
 from orchestrator.store.keys import Keys
 from orchestrator.store.plan_refs import PlanRefs, ref_of
 from orchestrator.store.storage_budget import StorageBudget, store_full_errors
@@ -185,6 +187,7 @@ class RedisRunStore(RunStore):
         self._keys_of: OrderedDict[str, tuple[tuple[str, ...], str]] = OrderedDict()  # run id -> its script keys
         self._shared_seen: OrderedDict[str, None] = OrderedDict()  # plan data keys known to exist (Keys.plan_data)
         self._shared_plans: OrderedDict[str, RunPlan] = OrderedDict()  # plan data key -> its plan, as read
+        self._taken: OrderedDict[str, dict[str, Any]] = OrderedDict()  # complete.lua's ``taken``, by run and data
 
     @classmethod
     def from_url(cls, url: str, settings: StoreSettings) -> RedisRunStore:
@@ -583,6 +586,8 @@ class RedisRunStore(RunStore):
         claims = take.claims if take is not None else ()
         if claims:
             args["next"] = [_claim_args(c) for c in claims]
+        if take is not None and take.claim_taken is not None:
+            args["taken"] = self._taken_args(run_id, take.claim_taken)
         lease_keys = [self.keys.lease(run_id, c.node_id) for c in claims]
         stored = len(texts[0]) + len(texts[1]) + sum(len(e) for e in texts[COMPLETE_EVENTS:])
         nbytes = stored + self._event_bytes.pop(run_id, 0)
@@ -615,6 +620,21 @@ class RedisRunStore(RunStore):
         for event in completion.events:
             metrics.child(metrics.EVENTS_PUBLISHED, event.event_type).inc()
         return Ready(list(nodes), queued=int(queued), backlog=int(backlog), claims=granted)
+
+    def _taken_args(self, run_id: str, taken: TakenClaims) -> dict[str, Any]:
+        """complete.lua's ``taken``: how it claims the nodes it hands over that ``next`` does
+        not name, with each node's ``:claim:`` plan data (``creation.claim_data``): the lease
+        (its key is ``lease`` and the node id: the run's hash tag, so the run's slot), and
+        the ``started`` event's JSON around the node's ids. Built once per run and data."""
+        data = _dumps(taken.started_data)
+        key = f"{run_id}\n{data}"
+        cached = self._taken.get(key)
+        if cached is None:
+            head, tail = _started_parts(run_id, data)
+            cached = self._taken[key] = {"lease": self.keys.lease(run_id, ""), "head": head, "tail": tail}
+            while len(self._taken) > PLAN_CACHE_SIZE:
+                self._taken.popitem(last=False)
+        return {**cached, "lease_ms": max(1, int(taken.lease_s * 1000))}
 
     def _completion_args(self, run_id: str, node_id: str, completion: NodeCompletion,
                          take: int | None, token: int | None) -> tuple[dict[str, Any], list[str]]:
