@@ -212,3 +212,12 @@ async def test_the_started_event_of_a_taken_node_is_the_json_the_step_would_writ
                                                event_type=EventType.STARTED, data={"worker_id": "w9"})))
     assert list(written) == list(expected)  # the same fields in the same order
     assert {**written, "timestamp": 0} == {**expected, "timestamp": 0} and written["timestamp"] > 0
+
+
+async def test_a_claim_carries_the_stored_outputs_of_what_it_reads_and_nothing_else(store: RunStore) -> None:
+    run_id, token = await chain_with_a_running(store)
+    await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]), token=token)
+    request = ClaimRequest(node_id="b", lease_s=30, started=started_event(run_id, "b"), read=["x", "a", "c"])
+    granted = await store.claim_node(run_id, request, worker_id="w1")
+    assert granted.kind == "run" and list(granted.outputs) == ["a"]  # x is no node, c has not run
+    assert granted.outputs["a"]["out"].value == "a.out"

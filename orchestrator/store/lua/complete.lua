@@ -180,13 +180,14 @@ local remaining = redis.call('HINCRBY', K_RUN, 'remaining', -1)
 
 -- should_run: something arrived, and every required port with in-edges got a value.
 local function should_run(target, adj)
-  local total = 0
+  local live, total = {}, 0
   for _, port in ipairs(adj.in_ports) do
-    total = total + tonumber(redis.call('HGET', K_LIVE, target .. '|' .. port) or '0')
+    live[port] = tonumber(redis.call('HGET', K_LIVE, target .. '|' .. port) or '0')
+    total = total + live[port]
   end
   if total == 0 then return false end
-  for _, port in ipairs(adj.required) do
-    if tonumber(redis.call('HGET', K_LIVE, target .. '|' .. port) or '0') <= 0 then
+  for _, port in ipairs(adj.required) do  -- each with in-edges, so read above
+    if (live[port] or tonumber(redis.call('HGET', K_LIVE, target .. '|' .. port) or '0')) <= 0 then
       return false
     end
   end

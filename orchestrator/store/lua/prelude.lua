@@ -84,10 +84,17 @@ local function arrive(node)
   return left + tonumber(redis.call('HGET', K_ADJ, ':pending:' .. node) or '0')
 end
 
+-- A node's adjacency, read and decoded once per script call (a fan-out's completion sorts
+-- the nodes it visited; the tables are never changed).
+local ADJACENCY = {}
 local function adjacency(node)
-  local raw = redis.call('HGET', K_ADJ, node)
-  if not raw then return nil end
-  return cjson.decode(raw)
+  local known = ADJACENCY[node]
+  if known == nil then
+    local raw = redis.call('HGET', K_ADJ, node)
+    known = raw and cjson.decode(raw) or false
+    ADJACENCY[node] = known
+  end
+  return known or nil
 end
 
 -- Sort node ids by their rank in the plan's topological order.
@@ -275,11 +282,16 @@ local function claim(node, lease_key, lease_ms, started, read)
   local context = redis.call('HMGET', K_RUN, 'run_input', 'session_id', 'workspace')
   local reply = {'run', claims, context[1] or 'null', context[2] or '', resume or '', attempt, token,
                  context[3] or ''}
-  for _, source in ipairs(read) do
-    local blob = redis.call('HGET', K_OUT, source)
-    if blob then
-      table.insert(reply, source)
-      table.insert(reply, blob)
+  -- One HMGET (in slices: Lua's stack bounds how many arguments unpack passes).
+  for i = 1, #read, 4000 do
+    local last = math.min(i + 3999, #read)
+    local blobs = redis.call('HMGET', K_OUT, unpack(read, i, last))
+    for k = i, last do
+      local blob = blobs[k - i + 1]
+      if blob then
+        table.insert(reply, read[k])
+        table.insert(reply, blob)
+      end
     end
   end
   return reply
