@@ -16,8 +16,9 @@ Redelivery is harmless: the store's claim tells the step function the node alrea
 finished (or that a live lease holds it), and the step returns only the successors nobody
 answers for (taken from the queue but never claimed), which run again. A node taken from
 the queue is marked dispatched by its own claim, which for the nodes a completion hands
-over (a chain's next link, a fan-out's branches) is made by that completion (same script
-call: ``RunStore.complete_node``'s ``take.claims``); if this worker dies after completing
+over (a chain's next link, a fan-out's branches, older queued nodes) is made by that
+completion (same script call: ``RunStore.complete_node``'s ``take.claim_taken``); a drain's
+nodes claim themselves; if this worker dies after completing
 the previous node and before the taken node's claim, the sweeper sends the taken node
 (ready, never dispatched) after its grace; if it dies after the claim (the node running,
 or claimed with the completion), its lease expires and the sweeper requeues it, and the

@@ -53,10 +53,10 @@ def step_reads(plan: RunPlan, graph: Graph, node_id: str) -> list[str]:
     return known
 
 
-def _targets(plan: RunPlan, node_id: str) -> list[tuple[str, frozenset[str], bool]]:
-    """The targets of the node's out-edges in plan order, each with the node's output ports
-    that lead to it and whether this node is its only input (derived once per plan)."""
-    known_all: dict[str, list[tuple[str, frozenset[str], bool]]] = plan.memo.setdefault("step_targets", {})
+def _targets(plan: RunPlan, node_id: str) -> list[frozenset[str]]:
+    """For each target of the node's out-edges, the node's output ports that lead to it
+    (derived once per plan)."""
+    known_all: dict[str, list[frozenset[str]]] = plan.memo.setdefault("step_targets", {})
     known = known_all.get(node_id)
     if known is None:
         rank = plan.rank()
@@ -64,8 +64,7 @@ def _targets(plan: RunPlan, node_id: str) -> list[tuple[str, frozenset[str], boo
         for e in plan.nodes[node_id].out:
             if e.target in rank:
                 ports.setdefault(e.target, set()).add(e.source_handle)
-        known = known_all[node_id] = [(t, frozenset(ports[t]), plan.nodes[t].pending == 1)
-                                      for t in sorted(ports, key=rank.__getitem__)]
+        known = known_all[node_id] = [frozenset(p) for p in ports.values()]
     return known
 
 
@@ -76,7 +75,7 @@ def reach(plan: RunPlan, node_id: str, completion: NodeCompletion) -> int:
     if completion.status not in (NodeStatus.SUCCEEDED, NodeStatus.FAILED) or completion.stop_run:
         return 0
     live = completion.outputs.keys()
-    return sum(1 for _, ports, _ in _targets(plan, node_id) if not ports.isdisjoint(live))
+    return sum(1 for ports in _targets(plan, node_id) if not ports.isdisjoint(live))
 
 
 def taken_claim(plan: RunPlan, node_id: str, taken: TakenClaims) -> ClaimRequest:

@@ -120,8 +120,8 @@ class Ready:
     queued: int = 0
     backlog: int = 0
     stale: bool = False  # refused: the completion's token was superseded by a later claim
-    # The granted claims of ``nodes`` that were among the completion's ``take.claims``,
-    # made in the same call (node id -> claim; a node absent: the caller claims it itself).
+    # The granted claims of ``nodes`` made in the same call (``take.claims`` and
+    # ``take.claim_taken``; node id -> claim; a node absent: the caller claims it itself).
     claims: dict[str, Claim] = field(default_factory=dict)
 
 

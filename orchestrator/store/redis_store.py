@@ -7,10 +7,10 @@ number of workers can complete nodes of the same run concurrently:
   ``started`` event (a retry not due yet is answered ``early``);
 * ``complete.lua`` ``scheduling.complete`` in Lua (countdown, live ports, skip
   propagation, remaining counter) + outputs, events, and the run's terminal state; a
-  completion under a superseded token is refused; the nodes it hands over are claimed
-  in the same call when the caller named them (a chain's next link, a fan-out's
-  branches: one round trip per node, the claim's logic shared with ``claim.lua`` in the
-  prelude);
+  completion under a superseded token is refused; the nodes it hands over (a chain's
+  next link, a fan-out's branches, older nodes taken from the run's queue) are claimed
+  in the same call (one round trip per node, the claim's logic shared with ``claim.lua``
+  in the prelude);
 * ``finish.lua``   a forced terminal status (cancel, timeout, sweeper), closing the nodes
   that had not started (``not_run``) or were running (``cancelled``);
 * ``resume.lua``   a waiting (suspended) node back to pending.
@@ -19,7 +19,9 @@ A suspension whose payload holds a ``wake`` (a timer) gets its entry in the due 
 ``orchestrator/store/waits.py`` just before ``complete.lua`` stores it.
 
 Per-node adjacency is stored at ``create_run`` in a hash (node -> JSON ``{out, required,
-in_ports, type, name, rank}``) so the scripts never parse the plan. Runs of a stored
+in_ports, type, name, rank}``, and ``:claim:<node>`` -> what a completion needs to claim
+the node: its part of the ``started`` event, what its step reads) so the scripts never
+parse the plan. Runs of a stored
 graph's version share it: one hash per compiled plan and bucket (``Keys.plan_data``, with
 the initial pending counts and the plan body) that their records name, instead of a copy
 per run (most of a 52-node start's Redis time and memory); such a run's own pending hash
@@ -577,7 +579,8 @@ class RedisRunStore(RunStore):
         storage budgets (see the module docstring): a refusal comes back instead of being
         applied, and the node's failure naming the budget is stored in a second call. The
         same call claims each node it hands over that is one of ``take.claims`` (``claim``
-        in lua/prelude.lua; their lease keys travel in KEYS)."""
+        in lua/prelude.lua; their lease keys travel in KEYS), and with ``take.claim_taken``
+        every other one, from its ``:claim:`` plan data (``creation.claim_data``)."""
         wake = (completion.payload or {}).get("wake")
         if completion.status == NodeStatus.WAITING and isinstance(wake, dict):
             await self.timers.schedule(run_id, node_id, wake)  # first: a crash leaves no untimed wait
