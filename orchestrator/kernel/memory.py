@@ -19,7 +19,18 @@ from .errors import RunNotFoundError
 from .lookahead import taken_claim
 from .protocol import DataValue, EventType, NodeEvent
 from .scheduling import BarrierState, RunPlan, complete
-from .store import Claim, ClaimRequest, NodeCompletion, NodeStatus, Ready, RunRecord, RunStatus, RunStore, Take
+from .store import (
+    Claim,
+    ClaimRequest,
+    NodeCompletion,
+    NodeStatus,
+    Ready,
+    RunRecord,
+    RunStatus,
+    RunStore,
+    Take,
+    TakenClaims,
+)
 
 EventCallback = Callable[[NodeEvent], Awaitable[None] | None]
 _UNSTARTED = frozenset({NodeStatus.PENDING, NodeStatus.RETRYING, NodeStatus.WAITING})
@@ -312,6 +323,15 @@ class MemoryStore(RunStore):
         if run.record.status in RunStatus.TERMINAL:
             return []
         return self._pop(run, max_nodes)
+
+    async def take_claimed(self, run_id: str, max_nodes: int, claim_taken: TakenClaims) -> Ready:
+        ready = Ready(await self.take_queued(run_id, max_nodes))
+        plan = self._run(run_id).plan
+        for node in ready.nodes:  # one loop step, as atomic as one script
+            claim = await self._claim(run_id, taken_claim(plan, node, claim_taken))
+            if claim.kind == "run":
+                ready.claims[node] = claim
+        return ready
 
     async def queue_length(self, run_id: str) -> int:
         return len(self._run(run_id).queue)

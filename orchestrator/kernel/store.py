@@ -267,6 +267,13 @@ class RunStore(RunQuery):
         """Take up to ``max_nodes`` from the head of the run's queue (none once the run
         ended); they are undispatched again until claimed or sent."""
 
+    async def take_claimed(self, run_id: str, max_nodes: int, claim_taken: TakenClaims) -> Ready:
+        """``take_queued``, and each node taken claimed in the same atomic step with the
+        request ``claim_taken`` describes (as ``complete_node``'s ``Take.claim_taken``):
+        ``Ready.nodes`` the nodes taken, ``Ready.claims`` the claims granted (a node absent:
+        the caller claims it itself). This default claims none."""
+        return Ready(await self.take_queued(run_id, max_nodes))
+
     @abstractmethod
     async def queue_length(self, run_id: str) -> int: ...
 

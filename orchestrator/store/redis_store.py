@@ -678,6 +678,14 @@ class RedisRunStore(RunStore):
             return []
         return list(await self._call("take", run_id, [max_nodes]))
 
+    async def take_claimed(self, run_id: str, max_nodes: int, claim_taken: TakenClaims) -> Ready:
+        """take.lua with complete.lua's ``taken`` (``_taken_args``): one call takes and claims."""
+        if max_nodes <= 0:
+            return Ready()
+        granted, *nodes = await self._call("take", run_id, [max_nodes, _dumps(self._taken_args(run_id, claim_taken))])
+        claims = {granted[i]: self._claim(run_id, granted[i + 1]) for i in range(0, len(granted), 2)}
+        return Ready(list(nodes), claims=claims)
+
     async def queue_length(self, run_id: str) -> int:
         return int(await self._batch.execute("LLEN", self.keys.queue(run_id)))
 

@@ -221,3 +221,25 @@ async def test_a_claim_carries_the_stored_outputs_of_what_it_reads_and_nothing_e
     granted = await store.claim_node(run_id, request, worker_id="w1")
     assert granted.kind == "run" and list(granted.outputs) == ["a"]  # x is no node, c has not run
     assert granted.outputs["a"]["out"].value == "a.out"
+
+
+async def test_a_take_claims_the_nodes_it_takes(store: RunStore) -> None:
+    run_id, token = await compiled_fan_out_with_t_running(store)
+    await store.complete_node(run_id, "t", completed(run_id, "t", ["out"]), take=Take(0), token=token)
+    taken = await store.take_claimed(run_id, 2, TAKEN)  # a drain's take: b and c, claimed in the same step
+    assert taken.nodes == ["b", "c"] and sorted(taken.claims) == ["b", "c"]
+    assert all(c.kind == "run" and c.outputs["t"]["out"].value == "t.out" for c in taken.claims.values())
+    assert (await claim(store, run_id, "b", worker_id="w2")).kind == "busy"
+    assert await store.queue_length(run_id) == 1
+    started = [e for e in await events_of(store, run_id) if e.event_type == "started"]
+    assert [(e.node_id, e.data) for e in started[1:]] == [("b", {"worker_id": "w9"}), ("c", {"worker_id": "w9"})]
+    await store.finish_run(run_id, "cancelled")
+    assert (await store.take_claimed(run_id, 2, TAKEN)).nodes == []  # nothing once the run ended
+
+
+async def test_a_node_a_take_cannot_claim_is_still_taken(store: RunStore) -> None:
+    run_id, token = await compiled_fan_out_with_t_running(store)
+    await store.complete_node(run_id, "t", completed(run_id, "t", ["out"]), take=Take(0), token=token)
+    assert (await claim(store, run_id, "b", worker_id="w2")).kind == "run"  # a redelivered message's claim
+    taken = await store.take_claimed(run_id, 1, TAKEN)
+    assert taken.nodes == ["b"] and taken.claims == {}  # busy: the caller's own claim says so

@@ -89,36 +89,13 @@ if ARGV[7] and ARGV[7] ~= '' then
 end
 
 -- The nodes handed over (a chain's next link, a fan-out's branches, older nodes taken from
--- the queue), claimed now: the same claim as claim.lua's, in this call. Each node the
--- caller named in `next` with its request; with `taken`, each other one with the request
--- its plan data describes (`:claim:<node>`: its ids in the started event, what it reads;
--- absent from plan data an older release wrote). A claim not granted is not returned:
--- the caller's own claim call then gets the same answer.
+-- the queue), claimed now (`claim_nodes` in the prelude): each one the caller named in
+-- `next` with its request, with `taken` each other one.
 local taken = args.taken
 if taken == cjson.null then taken = nil end
 local function claimed(handed)
   if #next_claims == 0 and not taken then return handed end
-  local named = {}
-  for i, candidate in ipairs(next_claims) do named[candidate.node] = i end
-  local granted = {}
-  for j = 3, #handed do
-    local n, reply = handed[j], nil
-    local i = named[n]
-    if i then
-      local candidate = next_claims[i]
-      reply = claim(n, KEYS[18 + i], candidate.lease_ms, candidate.started, candidate.read)
-    elseif taken then
-      local raw = redis.call('HGET', K_ADJ, ':claim:' .. n)
-      if raw then
-        local data = cjson.decode(raw)
-        reply = claim(n, taken.lease .. n, taken.lease_ms, taken.head .. data.ids .. taken.tail, data.read)
-      end
-    end
-    if reply and reply[1] == 'run' then
-      table.insert(granted, n)
-      table.insert(granted, reply)
-    end
-  end
+  local granted = claim_nodes(handed, 3, next_claims, taken)
   if #granted == 0 then return handed end
   local reply = {'claimed', granted}
   for _, v in ipairs(handed) do table.insert(reply, v) end

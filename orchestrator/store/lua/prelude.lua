@@ -296,3 +296,37 @@ local function claim(node, lease_key, lease_ms, started, read)
   end
   return reply
 end
+
+-- Claim, in this call, the nodes a caller takes (nodes[from..]), as claim.lua would: each
+-- one named in `named` (complete.lua's `next`: {node, lease_ms, started, read}, the i-th
+-- with its lease key at KEYS[18 + i]) with that request; with `taken` ({lease_ms, lease:
+-- the lease key without the node id (the run's hash tag), head, tail: the started event's
+-- JSON before and after the node's ids}) each other one, with the request its plan data
+-- describes (`:claim:<node>`: its ids in the started event, what its step reads; absent
+-- from plan data an older release wrote). Returns {node, claim reply, ...} of the granted
+-- claims; a claim not granted is not returned: the caller's own claim call then gets the
+-- same answer.
+local function claim_nodes(nodes, from, named, taken)
+  local index = {}
+  for i, candidate in ipairs(named) do index[candidate.node] = i end
+  local granted = {}
+  for j = from, #nodes do
+    local n, reply = nodes[j], nil
+    local i = index[n]
+    if i then
+      local candidate = named[i]
+      reply = claim(n, KEYS[18 + i], candidate.lease_ms, candidate.started, candidate.read)
+    elseif taken then
+      local raw = redis.call('HGET', K_ADJ, ':claim:' .. n)
+      if raw then
+        local data = cjson.decode(raw)
+        reply = claim(n, taken.lease .. n, taken.lease_ms, taken.head .. data.ids .. taken.tail, data.read)
+      end
+    end
+    if reply and reply[1] == 'run' then
+      table.insert(granted, n)
+      table.insert(granted, reply)
+    end
+  end
+  return granted
+end
