@@ -194,7 +194,7 @@ local function hand_over(ready, take)
     return out
   end
   local direct = 0
-  if redis.call('LLEN', K_QUEUE) == 0 then
+  if #ready > 0 and redis.call('LLEN', K_QUEUE) == 0 then
     -- Nothing older waits: the first `take` ready nodes are the queue's head, taken at once
     -- (the same as pushing and popping them, without the commands).
     direct = math.max(0, math.min(take, #ready))
