@@ -16,8 +16,9 @@ Redelivery is harmless: the store's claim tells the step function the node alrea
 finished (or that a live lease holds it), and the step returns only the successors nobody
 answers for (taken from the queue but never claimed), which run again. A node taken from
 the queue is marked dispatched by its own claim, which for the nodes a completion hands
-over (a chain's next link, a fan-out's branches) is made by that completion (same script
-call: ``RunStore.complete_node``'s ``take.claims``); if this worker dies after completing
+over (a chain's next link, a fan-out's branches, older queued nodes) is made by that
+completion (same script call: ``RunStore.complete_node``'s ``take.claim_taken``), and for
+a drain's by its take (``RunStore.take_claimed``); if this worker dies after completing
 the previous node and before the taken node's claim, the sweeper sends the taken node
 (ready, never dispatched) after its grace; if it dies after the claim (the node running,
 or claimed with the completion), its lease expires and the sweeper requeues it, and the
@@ -50,8 +51,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from orchestrator.errors import StoreFullError
+from orchestrator.kernel.lookahead import claim_taken
 from orchestrator.kernel.step import StepOutcome, run_step
-from orchestrator.kernel.store import Claim, NodeStatus
+from orchestrator.kernel.store import Claim, NodeStatus, Ready
 from orchestrator.queue.app import DRAIN_TASK, NODE_TASK, NOOP_TASK
 from orchestrator.queue.dispatch import DRAIN_MAX_HOPS, send_drains, send_nodes
 from orchestrator.service import admission
@@ -229,15 +231,15 @@ async def drain(run_id: str, hops: int = 0, plan: str = "") -> None:
         if hops < DRAIN_MAX_HOPS:
             await _publish(send_drains, run_id, 1, hops + 1, plan=plan)
         return
-    taken: list[str] = []
-    try:
-        taken = await state.store.take_queued(run_id, free)
+    taken = Ready()
+    try:  # each node taken is claimed in the same call when it can be
+        taken = await state.store.take_claimed(run_id, free, claim_taken(state.env))
     finally:
-        state.slots.release(free - len(taken))
-    if taken:
+        state.slots.release(free - len(taken.nodes))
+    if taken.nodes:
         if plan:
             await state.store.load_plan(run_id, plan)  # the steps find it in the process's cache
-        await asyncio.gather(*(run_here(run_id, n, promised=True) for n in taken))
+        await asyncio.gather(*(run_here(run_id, n, promised=True, claimed=taken.claims.get(n)) for n in taken.nodes))
 
 
 def step_and_dispatch(run_id: str, node_id: str, plan: str = "") -> StepOutcome:

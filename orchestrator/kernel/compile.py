@@ -29,4 +29,6 @@ def compile_run(vg: ValidatedGraph, run_id: str, start: list[str] | None = None)
     flow_edges = [
         (e.id, e.source, e.source_handle, e.target, e.target_handle) for e in graph.edges if e.channel == "flow"
     ]
-    return plan_run(run_id, graph.to_json(), FlowGraph(nodes, flow_edges), list(start), refs=vg.refs)
+    plan = plan_run(run_id, graph.to_json(), FlowGraph(nodes, flow_edges), list(start), refs=vg.refs)
+    plan.parsed = graph  # the graph its snapshot is (lookahead.plan_graph): not parsed again from it
+    return plan

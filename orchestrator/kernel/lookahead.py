@@ -1,12 +1,13 @@
 """What a step derives from the plan about the nodes around it: what a node's step reads,
-and the claims its completion may make for the successors the same host runs next.
+how many nodes its completion may make ready, and the claims its completion makes for
+the nodes its host takes.
 
-A completion that hands its host nodes to run (a chain's next link, a fan-out's branches)
-can claim them in the same store call (``RunStore.complete_node``'s ``Take.claims``): the
-host then runs them with no claim call of their own. The candidates are the targets of
-the node's out-edges on the ports its completion made live that have no other input, in
-plan order, as many as the host takes: the nodes a completion hands over first when they
-become ready. Per-node lists are derived once per plan (``plan.memo``, shared by its runs).
+A completion that hands its host nodes to run (a chain's next link, a fan-out's branches,
+older nodes of the run's queue) claims them in the same store call
+(``RunStore.complete_node``'s ``Take.claim_taken``): the host then runs them with no claim
+call of their own. The store derives each taken node's claim from the plan
+(``taken_claim``: its ``started`` event and what its step reads). Per-node lists are
+derived once per plan (``plan.memo``, shared by its runs).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from .environment import StepEnvironment
 from .graph import Graph, Node, trusted_graph
 from .protocol import EventType, NodeEvent
 from .scheduling import RunPlan
-from .store import ClaimRequest, NodeCompletion, NodeStatus
+from .store import ClaimRequest, NodeCompletion, NodeStatus, TakenClaims
 
 _WHERE_EVENTS = frozenset({EventType.STARTED, EventType.COMPLETED, EventType.ERROR})
 
@@ -57,10 +58,10 @@ def step_reads(plan: RunPlan, graph: Graph, node_id: str) -> list[str]:
     return known
 
 
-def _targets(plan: RunPlan, node_id: str) -> list[tuple[str, frozenset[str], bool]]:
-    """The targets of the node's out-edges in plan order, each with the node's output ports
-    that lead to it and whether this node is its only input (derived once per plan)."""
-    known_all: dict[str, list[tuple[str, frozenset[str], bool]]] = plan.memo.setdefault("step_targets", {})
+def _targets(plan: RunPlan, node_id: str) -> list[frozenset[str]]:
+    """For each target of the node's out-edges, the node's output ports that lead to it
+    (derived once per plan)."""
+    known_all: dict[str, list[frozenset[str]]] = plan.memo.setdefault("step_targets", {})
     known = known_all.get(node_id)
     if known is None:
         rank = plan.rank()
@@ -68,8 +69,7 @@ def _targets(plan: RunPlan, node_id: str) -> list[tuple[str, frozenset[str], boo
         for e in plan.nodes[node_id].out:
             if e.target in rank:
                 ports.setdefault(e.target, set()).add(e.source_handle)
-        known = known_all[node_id] = [(t, frozenset(ports[t]), plan.nodes[t].pending == 1)
-                                      for t in sorted(ports, key=rank.__getitem__)]
+        known = known_all[node_id] = [frozenset(p) for p in ports.values()]
     return known
 
 
@@ -80,20 +80,21 @@ def reach(plan: RunPlan, node_id: str, completion: NodeCompletion) -> int:
     if completion.status not in (NodeStatus.SUCCEEDED, NodeStatus.FAILED) or completion.stop_run:
         return 0
     live = completion.outputs.keys()
-    return sum(1 for _, ports, _ in _targets(plan, node_id) if not ports.isdisjoint(live))
+    return sum(1 for ports in _targets(plan, node_id) if not ports.isdisjoint(live))
 
 
-def next_claims(env: StepEnvironment, plan: RunPlan, node_id: str, completion: NodeCompletion,
-                limit: int) -> list[ClaimRequest]:
-    """The claims ``completion`` of ``node_id`` may make for the successors its host runs
-    next, at most ``limit`` (the nodes the host takes): the first of those its live ports
-    lead to that it alone makes ready (one in-edge; a join waits for its last input, so the
-    completion of each of its other inputs would prepare a claim for nothing). None for a
-    completion that readies nothing (a retry, a suspension, a stop)."""
-    if completion.status not in (NodeStatus.SUCCEEDED, NodeStatus.FAILED) or completion.stop_run or limit <= 0:
-        return []
-    graph, lease_s, live = plan_graph(plan), env.options.lease_s, completion.outputs.keys()
-    targets = [nid for nid, ports, sole in _targets(plan, node_id) if sole and not ports.isdisjoint(live)][:limit]
-    return [ClaimRequest(node_id=nid, lease_s=lease_s, read=step_reads(plan, graph, nid),
-                         started=node_event(env, plan.run_id, graph.node_by_id[nid], EventType.STARTED))
-            for nid in targets]
+def taken_claim(plan: RunPlan, node_id: str, taken: TakenClaims) -> ClaimRequest:
+    """The claim ``taken`` describes for ``node_id`` of the plan's run: its lease, the
+    node's ``started`` event with ``taken.started_data``, and what its step reads (for a
+    store that derives the request of each node a completion takes, ``Take.claim_taken``)."""
+    graph, node = plan_graph(plan), plan.nodes[node_id]
+    started = NodeEvent(run_id=plan.run_id, node_id=node_id, node_type=node.node_type, node_name=node.name,
+                        event_type=EventType.STARTED, data=dict(taken.started_data))
+    return ClaimRequest(node_id=node_id, lease_s=taken.lease_s, started=started,
+                        read=step_reads(plan, graph, node_id))
+
+
+def claim_taken(env: StepEnvironment) -> TakenClaims:
+    """How a completion of this host claims every node it takes (``Take.claim_taken``):
+    the host's lease, and ``started`` events that name this worker, as ``node_event`` does."""
+    return TakenClaims(lease_s=env.options.lease_s, started_data={"worker_id": env.worker_id})

@@ -16,9 +16,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import RunNotFoundError
+from .lookahead import taken_claim
 from .protocol import DataValue, EventType, NodeEvent
 from .scheduling import BarrierState, RunPlan, complete
-from .store import Claim, ClaimRequest, NodeCompletion, NodeStatus, Ready, RunRecord, RunStatus, RunStore, Take
+from .store import (
+    Claim,
+    ClaimRequest,
+    NodeCompletion,
+    NodeStatus,
+    Ready,
+    RunRecord,
+    RunStatus,
+    RunStore,
+    Take,
+    TakenClaims,
+)
 
 EventCallback = Callable[[NodeEvent], Awaitable[None] | None]
 _UNSTARTED = frozenset({NodeStatus.PENDING, NodeStatus.RETRYING, NodeStatus.WAITING})
@@ -230,12 +242,16 @@ class MemoryStore(RunStore):
         ready = await self._complete(run_id, node_id, completion, None if take is None else take.max_nodes, token)
         if again or take is None:  # as complete.lua: a redelivered completion hands over, claims nothing
             return ready
-        handed = set(ready.nodes)
-        for candidate in take.claims:
-            if candidate.node_id in handed:  # one loop step, as atomic as one script
+        named = {c.node_id: c for c in take.claims}
+        plan = self._run(run_id).plan
+        for node in ready.nodes:  # one loop step, as atomic as one script
+            candidate = named.get(node)
+            if candidate is None and take.claim_taken is not None:
+                candidate = taken_claim(plan, node, take.claim_taken)
+            if candidate is not None:
                 claim = await self._claim(run_id, candidate)
                 if claim.kind == "run":
-                    ready.claims[candidate.node_id] = claim
+                    ready.claims[node] = claim
         return ready
 
     async def _complete(self, run_id: str, node_id: str, completion: NodeCompletion, take: int | None,
@@ -307,6 +323,15 @@ class MemoryStore(RunStore):
         if run.record.status in RunStatus.TERMINAL:
             return []
         return self._pop(run, max_nodes)
+
+    async def take_claimed(self, run_id: str, max_nodes: int, claim_taken: TakenClaims) -> Ready:
+        ready = Ready(await self.take_queued(run_id, max_nodes))
+        plan = self._run(run_id).plan
+        for node in ready.nodes:  # one loop step, as atomic as one script
+            claim = await self._claim(run_id, taken_claim(plan, node, claim_taken))
+            if claim.kind == "run":
+                ready.claims[node] = claim
+        return ready
 
     async def queue_length(self, run_id: str) -> int:
         return len(self._run(run_id).queue)

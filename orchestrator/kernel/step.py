@@ -31,7 +31,7 @@ from .expressions import Scope
 from .gathering import Gathered, gather
 from .graph import ERROR_PORT, Graph, Node
 from .limits import enter_ceiling, leave_ceiling, resolve_limits
-from .lookahead import next_claims, node_event, plan_graph, reach, step_reads
+from .lookahead import claim_taken, node_event, plan_graph, reach, step_reads
 from .observer import UNOBSERVED, ObservedEnd, ObservedNode, observe, with_usage
 from .output_limits import check_outputs
 from .parameters import fixed_parameters, resolve_parameters_off_loop
@@ -173,9 +173,10 @@ async def run_step(env: StepEnvironment, run_id: str, node_id: str, *,
     oldest queued as it answered in ``ready`` (see ``RunStore.complete_node``); without it
     ``ready`` holds them all.
 
-    With ``take``, the completion also claims the successors it hands over (a chain's next
-    link, a fan-out's branches) when it can: the outcome's ``claims``, which the host passes
-    as ``claimed`` to the step of each of those nodes instead of a claim call of its own.
+    With ``take``, the completion also claims the nodes it hands over (a chain's next link,
+    a fan-out's branches, older nodes of the run's queue) when it can: the outcome's
+    ``claims``, which the host passes as ``claimed`` to the step of each of those nodes
+    instead of a claim call of its own.
 
     ``env`` is what this process lends every step: store, registry, worker id, options,
     artifact cache, the runs' host objects and the nested-graph runner."""
@@ -221,7 +222,7 @@ async def run_step(env: StepEnvironment, run_id: str, node_id: str, *,
     handover = None
     if take is not None:
         max_nodes = take(reach(plan, node.id, completion))
-        handover = Take(max_nodes, claims=next_claims(env, plan, node.id, completion, max_nodes))
+        handover = Take(max_nodes, claim_taken=claim_taken(env))
     ready = await store.complete_node(run_id, node_id, completion, take=handover, token=claim.token)
     if ready.stale:  # a later claim superseded this one: nothing was applied
         log.warning("run %s node %s: completion refused (token %d superseded)", run_id, node_id, claim.token)

@@ -120,8 +120,8 @@ class Ready:
     queued: int = 0
     backlog: int = 0
     stale: bool = False  # refused: the completion's token was superseded by a later claim
-    # The granted claims of ``nodes`` that were among the completion's ``take.claims``,
-    # made in the same call (node id -> claim; a node absent: the caller claims it itself).
+    # The granted claims of ``nodes`` made in the same call (``take.claims`` and
+    # ``take.claim_taken``; node id -> claim; a node absent: the caller claims it itself).
     claims: dict[str, Claim] = field(default_factory=dict)
 
 
@@ -139,13 +139,29 @@ class ClaimRequest:
 
 
 @dataclass(frozen=True)
+class TakenClaims:
+    """How a completing caller claims every node it takes, whichever they are (a fan-out's
+    branches handed over, or older nodes taken from the run's queue): each as
+    ``claim_node`` would with a request of ``lease_s``, the node's ``started`` event of
+    attempt 1 with ``started_data`` as its data (which worker runs it), and as ``read`` the
+    nodes whose outputs the node's step reads (its flow sources and the nodes its
+    expressions name, ``lookahead.step_reads``). The store derives each node's part from the
+    run's plan."""
+
+    lease_s: float
+    started_data: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Take:
     """What a completing caller takes (``RunStore.complete_node``): the nodes that became
     ready join the tail of the run's queue, and the caller takes up to ``max_nodes`` from
-    its head. Each node it takes that is one of ``claims`` is claimed in the same call."""
+    its head. Each node it takes that is one of ``claims`` is claimed in the same call with
+    that request; with ``claim_taken``, every other node it takes is claimed too."""
 
     max_nodes: int
     claims: Sequence[ClaimRequest] = ()
+    claim_taken: TakenClaims | None = None
 
 
 class RunQuery(ABC):
@@ -230,7 +246,9 @@ class RunStore(RunQuery):
         ``take.claims``: each of ``Ready.nodes`` that is one of them is claimed at once with
         its request (the same answer ``claim_node`` would give, in the same atomic
         step); granted claims come back in ``Ready.claims``, any other answer is dropped
-        (the caller's own ``claim_node`` gets it again).
+        (the caller's own ``claim_node`` gets it again). ``take.claim_taken``: so is each
+        other node of ``Ready.nodes``, with the request it describes (a store that cannot
+        derive a node's request leaves that node to the caller's own claim).
 
         ``token`` is the fencing token of the claim that ran the node: when a later claim
         superseded it, nothing is applied, no event is appended, the refusal is counted,
@@ -248,6 +266,13 @@ class RunStore(RunQuery):
     async def take_queued(self, run_id: str, max_nodes: int) -> list[str]:
         """Take up to ``max_nodes`` from the head of the run's queue (none once the run
         ended); they are undispatched again until claimed or sent."""
+
+    async def take_claimed(self, run_id: str, max_nodes: int, claim_taken: TakenClaims) -> Ready:
+        """``take_queued``, and each node taken claimed in the same atomic step with the
+        request ``claim_taken`` describes (as ``complete_node``'s ``Take.claim_taken``):
+        ``Ready.nodes`` the nodes taken, ``Ready.claims`` the claims granted (a node absent:
+        the caller claims it itself). This default claims none."""
+        return Ready(await self.take_queued(run_id, max_nodes))
 
     @abstractmethod
     async def queue_length(self, run_id: str) -> int: ...

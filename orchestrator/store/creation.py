@@ -12,6 +12,7 @@ from typing import Any, cast
 
 from orchestrator.errors import GraphConflictError
 from orchestrator.kernel.json_text import json_encoder
+from orchestrator.kernel.lookahead import plan_graph, step_reads
 from orchestrator.kernel.protocol import EventType, NodeEvent
 from orchestrator.kernel.scheduling import RunPlan
 from orchestrator.kernel.store import RunStatus
@@ -37,13 +38,15 @@ def encoded(plan: RunPlan) -> tuple[str, str, str, str]:
         raw = plan.to_json()
         body = {k: v for k, v in raw.items() if k not in ("run_id", "labels")}
         pending = [x for n, p in plan.nodes.items() for x in (n, p.pending)]  # flat: create.lua's variadic HSET
-        adj = [x for nid, a in adjacency(plan).items() for x in (nid, dumps(a))]
+        adj = [*(x for nid, a in adjacency(plan).items() for x in (nid, dumps(a))), *claim_data(plan)]
         cached = (dumps(body), dumps(pending), dumps(adj), dumps(plan.start))
         plan.memo["redis_create"] = cached
     return cast(tuple[str, str, str, str], cached)
 
 
 SHARED_DIGEST_CHARS = 32  # hex digits of sha256 naming shared plan data (128 bits)
+PLAN_DATA_FORMAT = "2"  # of the plan data's fields; 2: ":claim:<node>" (claim_data)
+CLAIM_FIELD = ":claim:"  # ':' begins no node id
 SharedArgs = tuple[str, str] | None  # a run's shared plan data: its key and create.lua's data ARGV
 
 
@@ -64,8 +67,10 @@ def shared_plan(plan: RunPlan) -> SharedPlan:
         body = encoded(plan)[0]
         adj = [x for nid, a in adjacency(plan).items() for x in (nid, dumps(a))]
         pending = [x for n, p in plan.nodes.items() if p.pending for x in (f":pending:{n}", p.pending)]
-        data = dumps([*adj, *pending, ":plan", body])
-        digest = hashlib.sha256(body.encode()).hexdigest()[:SHARED_DIGEST_CHARS]
+        data = dumps([*adj, *pending, *claim_data(plan), ":plan", body])
+        # The format is part of the name: plan data an older release wrote (without the
+        # fields this one's scripts read) is never taken for this one's.
+        digest = hashlib.sha256(f"{PLAN_DATA_FORMAT}\n{body}".encode()).hexdigest()[:SHARED_DIGEST_CHARS]
         cached = plan.memo["redis_shared"] = SharedPlan(digest, data)
     return cast(SharedPlan, cached)
 
@@ -115,6 +120,32 @@ def adjacency(plan: RunPlan) -> dict[str, dict[str, Any]]:
         for rank, nid in enumerate(plan.order)
         for node in (plan.nodes[nid],)
     }
+
+
+def claim_data(plan: RunPlan) -> list[str]:
+    """The adjacency hash's ``:claim:<node>`` fields, flat (field, JSON, ...): what
+    complete.lua needs to claim a node a completion takes that its caller did not name
+    (``Take.claim_taken``): ``ids``, the node's part of its ``started`` event JSON (id, type
+    and name, as ``event_json`` writes them), and ``read``, what its step reads
+    (``lookahead.step_reads``). Built once per compiled plan (kept in ``plan.memo``)."""
+    cached = plan.memo.get("redis_claims")
+    if cached is None:
+        graph = plan_graph(plan)
+        cached = []
+        for nid in plan.order:
+            node = plan.nodes[nid]
+            ids = dumps({"node_id": nid, "node_type": node.node_type, "node_name": node.name})[1:-1]
+            cached += [CLAIM_FIELD + nid, dumps({"ids": ids, "read": step_reads(plan, graph, nid)})]
+        plan.memo["redis_claims"] = cached
+    return cast(list[str], cached)
+
+
+def started_parts(run_id: str, started_data: str) -> tuple[str, str]:
+    """The ``started`` event JSON of a node of run ``run_id`` with ``started_data`` (JSON)
+    as its data, around the node's ``ids`` (``claim_data``): complete.lua joins the three."""
+    head = f'{{"timestamp":0,"run_id":{dumps(run_id)},'
+    tail = f',"event_type":"{EventType.STARTED}","data":{started_data},"attempt":1}}'
+    return head, tail
 
 
 RUN_PLACEHOLDER = '"@run@"'  # the run id in RUN_TEMPLATES (JSON-quoted)

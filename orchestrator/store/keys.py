@@ -40,12 +40,15 @@ key                                        type        what, TTL
 {p}:run:{id}:sent                          hash        node id -> when its task was sent (Redis clock),
                                                        until claimed (the sweeper re-sends lost ones);
                                                        retention
-{p}:run:{id}:adj                           hash        node id -> adjacency JSON for the Lua barrier; retention
+{p}:run:{id}:adj                           hash        node id -> adjacency JSON for the Lua barrier,
+                                                       ":claim:<node>" -> what a completion claims it with
+                                                       (its started event's ids, what it reads); retention
 {p}:plan:{digest}                          hash        what every run of one compiled plan (a stored graph's
                                                        version) shares, in the runs' bucket: node id ->
                                                        adjacency JSON, ":pending:<node>" -> its flow in-edges,
-                                                       ":plan" -> the plan JSON without run id and labels
-                                                       (digest: of that JSON). Its runs' records name it
+                                                       ":claim:<node>" (as in adj), ":plan" -> the plan
+                                                       JSON without run id and labels (digest: of the data
+                                                       format and that JSON). Its runs' records name it
                                                        (field "shared"): they keep no copy of it and count
                                                        arrivals in their own pending hash. Its TTL is
                                                        extended (never shortened) with every TTL its runs' keys

@@ -7,10 +7,10 @@ number of workers can complete nodes of the same run concurrently:
   ``started`` event (a retry not due yet is answered ``early``);
 * ``complete.lua`` ``scheduling.complete`` in Lua (countdown, live ports, skip
   propagation, remaining counter) + outputs, events, and the run's terminal state; a
-  completion under a superseded token is refused; the nodes it hands over are claimed
-  in the same call when the caller named them (a chain's next link, a fan-out's
-  branches: one round trip per node, the claim's logic shared with ``claim.lua`` in the
-  prelude);
+  completion under a superseded token is refused; the nodes it hands over (a chain's
+  next link, a fan-out's branches, older nodes taken from the run's queue) are claimed
+  in the same call (one round trip per node, the claim's logic shared with ``claim.lua``
+  in the prelude);
 * ``finish.lua``   a forced terminal status (cancel, timeout, sweeper), closing the nodes
   that had not started (``not_run``) or were running (``cancelled``);
 * ``resume.lua``   a waiting (suspended) node back to pending.
@@ -19,7 +19,9 @@ A suspension whose payload holds a ``wake`` (a timer) gets its entry in the due 
 ``orchestrator/store/waits.py`` just before ``complete.lua`` stores it.
 
 Per-node adjacency is stored at ``create_run`` in a hash (node -> JSON ``{out, required,
-in_ports, type, name, rank}``) so the scripts never parse the plan. Runs of a stored
+in_ports, type, name, rank}``, and ``:claim:<node>`` -> what a completion needs to claim
+the node: its part of the ``started`` event, what its step reads) so the scripts never
+parse the plan. Runs of a stored
 graph's version share it: one hash per compiled plan and bucket (``Keys.plan_data``, with
 the initial pending counts and the plan body) that their records name, instead of a copy
 per run (most of a 52-node start's Redis time and memory); such a run's own pending hash
@@ -79,6 +81,7 @@ from orchestrator.kernel.store import (
     RunStatus,
     RunStore,
     Take,
+    TakenClaims,
 )
 from orchestrator.settings import StoreSettings
 from orchestrator.store import redis_client
@@ -92,6 +95,7 @@ from orchestrator.store.creation import encoded as _encoded
 from orchestrator.store.creation import event_json as _event_json
 from orchestrator.store.creation import shared_plan as _shared
 from orchestrator.store.creation import started_json as _started_json
+from orchestrator.store.creation import started_parts as _started_parts
 from orchestrator.store.keys import Keys
 from orchestrator.store.plan_refs import PlanRefs, ref_of
 from orchestrator.store.storage_budget import StorageBudget, store_full_errors
@@ -192,6 +196,7 @@ class RedisRunStore(RunStore):
         self._keys_of: OrderedDict[str, tuple[tuple[str, ...], str]] = OrderedDict()  # run id -> its script keys
         self._shared_seen: OrderedDict[str, None] = OrderedDict()  # plan data keys known to exist (Keys.plan_data)
         self._shared_plans: OrderedDict[str, RunPlan] = OrderedDict()  # plan data key -> its plan, as read
+        self._taken: OrderedDict[str, dict[str, Any]] = OrderedDict()  # complete.lua's ``taken``, by run and data
 
     @classmethod
     def from_url(cls, url: str, settings: StoreSettings) -> RedisRunStore:
@@ -586,7 +591,8 @@ class RedisRunStore(RunStore):
         storage budgets (see the module docstring): a refusal comes back instead of being
         applied, and the node's failure naming the budget is stored in a second call. The
         same call claims each node it hands over that is one of ``take.claims`` (``claim``
-        in lua/prelude.lua; their lease keys travel in KEYS)."""
+        in lua/prelude.lua; their lease keys travel in KEYS), and with ``take.claim_taken``
+        every other one, from its ``:claim:`` plan data (``creation.claim_data``)."""
         wake = (completion.payload or {}).get("wake")
         if completion.status == NodeStatus.WAITING and isinstance(wake, dict):
             await self.timers.schedule(run_id, node_id, wake)  # first: a crash leaves no untimed wait
@@ -595,6 +601,8 @@ class RedisRunStore(RunStore):
         claims = take.claims if take is not None else ()
         if claims:
             args["next"] = [_claim_args(c) for c in claims]
+        if take is not None and take.claim_taken is not None:
+            args["taken"] = self._taken_args(run_id, take.claim_taken)
         lease_keys = [self._lease(run_id, c.node_id) for c in claims]
         stored = len(texts[0]) + len(texts[1]) + sum(len(e) for e in texts[COMPLETE_EVENTS:])
         nbytes = stored + self._event_bytes.pop(run_id, 0)
@@ -628,6 +636,21 @@ class RedisRunStore(RunStore):
         for event in completion.events:
             metrics.child(metrics.EVENTS_PUBLISHED, event.event_type).inc()
         return Ready(list(nodes), queued=int(queued), backlog=int(backlog), claims=granted)
+
+    def _taken_args(self, run_id: str, taken: TakenClaims) -> dict[str, Any]:
+        """complete.lua's ``taken``: how it claims the nodes it hands over that ``next`` does
+        not name, with each node's ``:claim:`` plan data (``creation.claim_data``): the lease
+        (its key is ``lease`` and the node id: the run's hash tag, so the run's slot), and
+        the ``started`` event's JSON around the node's ids. Built once per run and data."""
+        data = _dumps(taken.started_data)
+        key = f"{run_id}\n{data}"
+        cached = self._taken.get(key)
+        if cached is None:
+            head, tail = _started_parts(run_id, data)
+            cached = self._taken[key] = {"lease": self.keys.lease(run_id, ""), "head": head, "tail": tail}
+            while len(self._taken) > PLAN_CACHE_SIZE:
+                self._taken.popitem(last=False)
+        return {**cached, "lease_ms": max(1, int(taken.lease_s * 1000))}
 
     def _completion_args(self, run_id: str, node_id: str, completion: NodeCompletion,
                          take: int | None, token: int | None) -> tuple[dict[str, Any], list[str]]:
@@ -667,6 +690,14 @@ class RedisRunStore(RunStore):
         if max_nodes <= 0:
             return []
         return list(await self._call("take", run_id, [max_nodes]))
+
+    async def take_claimed(self, run_id: str, max_nodes: int, claim_taken: TakenClaims) -> Ready:
+        """take.lua with complete.lua's ``taken`` (``_taken_args``): one call takes and claims."""
+        if max_nodes <= 0:
+            return Ready()
+        granted, *nodes = await self._call("take", run_id, [max_nodes, _dumps(self._taken_args(run_id, claim_taken))])
+        claims = {granted[i]: self._claim(run_id, granted[i + 1]) for i in range(0, len(granted), 2)}
+        return Ready(list(nodes), claims=claims)
 
     async def queue_length(self, run_id: str) -> int:
         return int(await self._batch.execute("LLEN", self.keys.queue(run_id)))

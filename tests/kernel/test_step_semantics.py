@@ -353,7 +353,7 @@ async def test_a_fan_out_runs_every_branch_it_hands_over_on_the_claim_its_comple
     plan = compile_run(validate_graph(g, REG), "r-fan", None)
     await runner.store.create_run(plan, RunRecord(run_id="r-fan", status=RunStatus.QUEUED, graph_id="g"))
     claims: list[str] = []
-    asked: list[list[str]] = []
+    asked: list[Any] = []
     real_claim, real_complete = runner.store.claim_node, runner.store.complete_node
 
     async def counted(run_id: str, request: ClaimRequest, **kw: Any) -> Any:
@@ -362,7 +362,7 @@ async def test_a_fan_out_runs_every_branch_it_hands_over_on_the_claim_its_comple
 
     async def completing(run_id: str, node_id: str, completion: Any, **kw: Any) -> Any:
         take = kw.get("take")
-        asked.append([c.node_id for c in take.claims] if take is not None else [])
+        asked.append(take.claim_taken if take is not None else None)
         return await real_complete(run_id, node_id, completion, **kw)
 
     runner.store.claim_node = counted  # type: ignore[method-assign]
@@ -377,7 +377,8 @@ async def test_a_fan_out_runs_every_branch_it_hands_over_on_the_claim_its_comple
     gate = await run_step(runner.env, "r-fan", "g", take=take, claimed=first.claims.get("g"))
     assert gate.ready == ["b", "c", "d"] and sorted(gate.claims) == ["b", "c", "d"]
     assert slots_for == [3]  # the host is asked for slots for what the live port may make ready
-    assert asked[1] == ["b", "c", "d"]  # e (behind the dead port) is no candidate
+    # every node the completion takes is claimed with it, its started event naming this worker
+    assert asked[1].started_data == {"worker_id": "local"} and asked[1].lease_s == runner.env.options.lease_s
     ends = await asyncio.gather(*(run_step(runner.env, "r-fan", n, take=lambda _: 1, claimed=gate.claims[n])
                                   for n in gate.ready))
     assert [o.status for o in ends] == ["succeeded"] * 3

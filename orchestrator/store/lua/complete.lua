@@ -8,7 +8,10 @@
 --   token (null, or the fencing token of the claim that ran the node),
 --   next ([] or candidates {node, lease_ms, started, read} for the nodes the caller runs
 --   next, the i-th with its lease key at KEYS[18 + i]: each node handed over that is one
---   of them is claimed here as claim.lua would, saving the caller that call)
+--   of them is claimed here as claim.lua would, saving the caller that call),
+--   taken (absent, or how every other node handed over is claimed: {lease_ms, lease (the
+--   lease key without the node id: the run's hash tag), head, tail (the started event's
+--   JSON before and after the node's ids)}; see `claimed` below)
 -- ARGV[7] the storage budget reservation JSON, or '' for none: {bytes, ws_max, run_max,
 --   expire_at}, with KEYS[19 + #next..] the workspace's day counters (today's first); the
 --   bytes are counted here, in the script that stores them (orchestrator/store/storage_budget.py)
@@ -85,6 +88,20 @@ if ARGV[7] and ARGV[7] ~= '' then
   redis.call('EXPIREAT', KEYS[BUDGET_KEY], budget.expire_at)
 end
 
+-- The nodes handed over (a chain's next link, a fan-out's branches, older nodes taken from
+-- the queue), claimed now (`claim_nodes` in the prelude): each one the caller named in
+-- `next` with its request, with `taken` each other one.
+local taken = args.taken
+if taken == cjson.null then taken = nil end
+local function claimed(handed)
+  if #next_claims == 0 and not taken then return handed end
+  local granted = claim_nodes(handed, 3, next_claims, taken)
+  if #granted == 0 then return handed end
+  local reply = {'claimed', granted}
+  for _, v in ipairs(handed) do table.insert(reply, v) end
+  return reply
+end
+
 -- A failed attempt whose retry is scheduled: no worker holds the node until the next
 -- claim, which runs attempt next_attempt. Claims count worker losses, not attempts.
 if status == 'retrying' then
@@ -98,7 +115,7 @@ if status == 'retrying' then
   append_own_events()
   redis.call('DEL', K_LEASE)
   refresh_active_ttl()
-  return hand_over({}, take)  -- its slot is free: the caller may take queued nodes
+  return claimed(hand_over({}, take))  -- its slot is free: the caller may take queued nodes
 end
 
 -- Suspend: keep the payload, hold no worker, count nothing down.
@@ -113,7 +130,7 @@ if status == 'waiting' then
   append_stamped(args.run_waiting)
   redis.call('DEL', K_LEASE)
   refresh_active_ttl()
-  return hand_over({}, take)
+  return claimed(hand_over({}, take))
 end
 
 redis.call('HSET', K_OUT, node, args.outputs)
@@ -140,13 +157,14 @@ local remaining = redis.call('HINCRBY', K_RUN, 'remaining', -1)
 
 -- should_run: something arrived, and every required port with in-edges got a value.
 local function should_run(target, adj)
-  local total = 0
+  local live, total = {}, 0
   for _, port in ipairs(adj.in_ports) do
-    total = total + tonumber(redis.call('HGET', K_LIVE, target .. '|' .. port) or '0')
+    live[port] = tonumber(redis.call('HGET', K_LIVE, target .. '|' .. port) or '0')
+    total = total + live[port]
   end
   if total == 0 then return false end
-  for _, port in ipairs(adj.required) do
-    if tonumber(redis.call('HGET', K_LIVE, target .. '|' .. port) or '0') <= 0 then
+  for _, port in ipairs(adj.required) do  -- each with in-edges, so read above
+    if (live[port] or tonumber(redis.call('HGET', K_LIVE, target .. '|' .. port) or '0')) <= 0 then
       return false
     end
   end
@@ -203,25 +221,4 @@ for _, n in ipairs(plan_sorted(ready)) do
 end
 local handed = hand_over(out, take)
 refresh_active_ttl()
--- The nodes handed over that the caller named (a chain's next link, a fan-out's
--- branches), claimed now: the same claim as claim.lua's, in this call. A claim not
--- granted is not returned: the caller's own claim call then gets the same answer.
-if #next_claims == 0 then return handed end
-local named = {}
-for i, candidate in ipairs(next_claims) do named[candidate.node] = i end
-local granted = {}
-for j = 3, #handed do
-  local i = named[handed[j]]
-  if i then
-    local candidate = next_claims[i]
-    local reply = claim(candidate.node, KEYS[18 + i], candidate.lease_ms, candidate.started, candidate.read)
-    if reply[1] == 'run' then
-      table.insert(granted, candidate.node)
-      table.insert(granted, reply)
-    end
-  end
-end
-if #granted == 0 then return handed end
-local reply = {'claimed', granted}
-for _, v in ipairs(handed) do table.insert(reply, v) end
-return reply
+return claimed(handed)

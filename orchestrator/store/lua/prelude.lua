@@ -84,10 +84,17 @@ local function arrive(node)
   return left + tonumber(redis.call('HGET', K_ADJ, ':pending:' .. node) or '0')
 end
 
+-- A node's adjacency, read and decoded once per script call (a fan-out's completion sorts
+-- the nodes it visited; the tables are never changed).
+local ADJACENCY = {}
 local function adjacency(node)
-  local raw = redis.call('HGET', K_ADJ, node)
-  if not raw then return nil end
-  return cjson.decode(raw)
+  local known = ADJACENCY[node]
+  if known == nil then
+    local raw = redis.call('HGET', K_ADJ, node)
+    known = raw and cjson.decode(raw) or false
+    ADJACENCY[node] = known
+  end
+  return known or nil
 end
 
 -- Sort node ids by their rank in the plan's topological order.
@@ -187,7 +194,7 @@ local function hand_over(ready, take)
     return out
   end
   local direct = 0
-  if redis.call('LLEN', K_QUEUE) == 0 then
+  if #ready > 0 and redis.call('LLEN', K_QUEUE) == 0 then
     -- Nothing older waits: the first `take` ready nodes are the queue's head, taken at once
     -- (the same as pushing and popping them, without the commands).
     direct = math.max(0, math.min(take, #ready))
@@ -275,12 +282,51 @@ local function claim(node, lease_key, lease_ms, started, read)
   local context = redis.call('HMGET', K_RUN, 'run_input', 'session_id', 'workspace')
   local reply = {'run', claims, context[1] or 'null', context[2] or '', resume or '', attempt, token,
                  context[3] or ''}
-  for _, source in ipairs(read) do
-    local blob = redis.call('HGET', K_OUT, source)
-    if blob then
-      table.insert(reply, source)
-      table.insert(reply, blob)
+  -- One HMGET (in slices: Lua's stack bounds how many arguments unpack passes).
+  for i = 1, #read, 4000 do
+    local last = math.min(i + 3999, #read)
+    local blobs = redis.call('HMGET', K_OUT, unpack(read, i, last))
+    for k = i, last do
+      local blob = blobs[k - i + 1]
+      if blob then
+        table.insert(reply, read[k])
+        table.insert(reply, blob)
+      end
     end
   end
   return reply
+end
+
+-- Claim, in this call, the nodes a caller takes (nodes[from..]), as claim.lua would: each
+-- one named in `named` (complete.lua's `next`: {node, lease_ms, started, read}, the i-th
+-- with its lease key at KEYS[18 + i]) with that request; with `taken` ({lease_ms, lease:
+-- the lease key without the node id (the run's hash tag), head, tail: the started event's
+-- JSON before and after the node's ids}) each other one, with the request its plan data
+-- describes (`:claim:<node>`: its ids in the started event, what its step reads; absent
+-- from plan data an older release wrote). Returns {node, claim reply, ...} of the granted
+-- claims; a claim not granted is not returned: the caller's own claim call then gets the
+-- same answer.
+local function claim_nodes(nodes, from, named, taken)
+  local index = {}
+  for i, candidate in ipairs(named) do index[candidate.node] = i end
+  local granted = {}
+  for j = from, #nodes do
+    local n, reply = nodes[j], nil
+    local i = index[n]
+    if i then
+      local candidate = named[i]
+      reply = claim(n, KEYS[18 + i], candidate.lease_ms, candidate.started, candidate.read)
+    elseif taken then
+      local raw = redis.call('HGET', K_ADJ, ':claim:' .. n)
+      if raw then
+        local data = cjson.decode(raw)
+        reply = claim(n, taken.lease .. n, taken.lease_ms, taken.head .. data.ids .. taken.tail, data.read)
+      end
+    end
+    if reply and reply[1] == 'run' then
+      table.insert(granted, n)
+      table.insert(granted, reply)
+    end
+  end
+  return granted
 end
