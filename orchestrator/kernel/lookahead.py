@@ -34,15 +34,12 @@ def node_event(env: StepEnvironment, run_id: str, node: Node, event_type: str,
 
 
 def plan_graph(plan: RunPlan) -> Graph:
-    """The plan's graph snapshot, built once per compiled plan (kept in ``plan.memo``, which
-    every run :meth:`RunPlan.for_run` derives from it shares: a process that starts runs of
-    a stored graph's version and runs their steps parses its graph once, not once per run);
-    validated when the run was compiled, so trusted."""
+    """The plan's graph snapshot, parsed once per plan object and shared by every run
+    :meth:`RunPlan.for_run` derives from it (a compiled plan keeps the graph it was compiled
+    from; a plan read from Redis is parsed once per process); validated when the run was
+    compiled, so trusted."""
     if plan.parsed is None:
-        parsed = plan.memo.get("parsed_graph")
-        if parsed is None:
-            parsed = plan.memo["parsed_graph"] = trusted_graph(plan.graph)
-        plan.parsed = parsed
+        plan.parsed = trusted_graph(plan.graph)
     graph: Graph = plan.parsed
     return graph
 
