@@ -14,6 +14,7 @@ from typing import Any
 
 from .definition import NodeDefinition
 from .graph import Graph, Node
+from .lookahead import plan_graph
 from .protocol import DataValue
 from .registry import Registry
 from .scheduling import RunPlan
@@ -78,10 +79,10 @@ def _known_shape(plan: RunPlan, graph: Graph, registry: Registry, node: Node, de
     return shape
 
 
-def gather(plan: RunPlan, graph: Graph, registry: Registry, node: Node, definition: NodeDefinition,
+def gather(plan: RunPlan, registry: Registry, node: Node, definition: NodeDefinition,
            outputs: dict[str, dict[str, DataValue]]) -> Gathered:
     """Values on flow in-edges: declared ports become inputs, parameter sockets wires."""
-    shape = _known_shape(plan, graph, registry, node, definition)
+    shape = _known_shape(plan, plan_graph(plan), registry, node, definition)
     port_values: dict[str, list[DataValue]] = {}
     wires: dict[str, tuple[Any, str]] = {}
     sources: dict[str, list[str]] = {}

@@ -239,7 +239,7 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch,
     node, plan, graph, registry = step.node, step.plan, step.graph, step.env.registry
     definition = step.node_type.definition
     outputs = claim.outputs
-    gathered = gather(plan, graph, registry, node, definition, outputs)
+    gathered = gather(plan, registry, node, definition, outputs)
     referenced = {
         graph.node_by_id[nid].name: main_output(registry.get(graph.node_by_id[nid].type).definition, outputs[nid])
         for nid in plan.refs.get(node.id, []) if nid in outputs
