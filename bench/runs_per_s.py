@@ -36,6 +36,7 @@ import asyncio
 import json
 import os
 import platform
+import re
 import sys
 import time
 import uuid
@@ -57,7 +58,7 @@ from orchestrator.local.embedded_workers import WorkerConfig  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 TICKS_S = os.sysconf("SC_CLK_TCK")
-RUN_EVENT = '"event_type": "run_'  # in the text of every run event, in no node event's
+RUN_EVENT = re.compile(r'"event_type":\s*"run_')  # in the text of every run event, in no node event's
 BASELINE_THREADS = 100
 
 
@@ -208,7 +209,7 @@ async def measure(url: str, redis_pid: int, worker_steps: list[int], points: Poi
                     raise RuntimeError(f"run {run_id} of {g['id']} did not end within 20 s")
                 for entry_id, fields in reply[0][1]:
                     after = entry_id
-                    if RUN_EVENT not in fields["e"]:
+                    if RUN_EVENT.search(fields["e"]) is None:
                         continue  # a node's event: only the run's own events are read
                     event = json.loads(fields["e"])
                     if not event.get("node_id") and event["event_type"] in EventType.TERMINAL:
