@@ -60,6 +60,7 @@ async def bench(url: str, runs: int, warmup: int, width: int) -> dict[str, Any]:
 
     from bench.celery_baseline import DONE_TASK, NOOP_TASK, QUEUE
     from bench.celery_baseline import app as raw_app
+    from orchestrator.cli.serve_cmd import settle_heap
     from orchestrator.queue.app import make_celery
     from orchestrator.queue.dispatch import make_dispatch
     from orchestrator.service.plugins import load_registry
@@ -73,6 +74,7 @@ async def bench(url: str, runs: int, warmup: int, width: int) -> dict[str, Any]:
     app = make_celery(url, Settings())
     dispatch = make_dispatch(app)
     graph = fanout_merge_graph(width)
+    settle_heap()  # this process starts runs as the API does: its collector set as the API's
 
     async def engine_once() -> float:
         t0 = time.perf_counter()

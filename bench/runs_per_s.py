@@ -174,6 +174,7 @@ async def measure(url: str, redis_pid: int, worker_steps: list[int], points: Poi
 
     from bench.celery_baseline import DONE_TASK, NOOP_TASK, QUEUE
     from bench.celery_baseline import app as raw_app
+    from orchestrator.cli.serve_cmd import settle_heap
     from orchestrator.kernel.protocol import EventType
     from orchestrator.queue.app import make_celery
     from orchestrator.queue.dispatch import make_async_dispatch, make_dispatch
@@ -195,6 +196,7 @@ async def measure(url: str, redis_pid: int, worker_steps: list[int], points: Poi
     if starts == "stored":
         for g in graphs.values():
             await starter.graphs.create(g, str(g["id"]))
+    settle_heap()  # this process starts runs as the API does: its collector set as the API's
 
     def engine(g: dict[str, Any]) -> Callable[[], Awaitable[None]]:
         async def once() -> None:

@@ -116,10 +116,18 @@ def served_app() -> Any:
     from orchestrator.api import create_app
 
     app = create_app()
+    settle_heap()
+    return app
+
+
+def settle_heap() -> None:
+    """The API process's collector settings (see :func:`served_app`): what is loaded so far
+    frozen, the youngest generation collected every ``GC_YOUNG_ALLOCATIONS`` allocations,
+    the older ones at their usual ratios. Also for a process that starts runs as the API
+    does (``bench/``)."""
     gc.collect()
     gc.freeze()
-    gc.set_threshold(GC_YOUNG_ALLOCATIONS)  # the older generations at their usual ratios
-    return app
+    gc.set_threshold(GC_YOUNG_ALLOCATIONS)
 
 
 def _serve(args: argparse.Namespace) -> int:
