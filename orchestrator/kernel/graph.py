@@ -124,15 +124,12 @@ class Graph(BaseModel):
             index.setdefault(edge.source, []).append(edge)
         return index
 
-    @cached_property
-    def _settings_data(self) -> dict[str, dict[str, Any]]:
-        return {n.id: n.settings.model_dump() for n in self.nodes}
-
     def settings_data(self, node_id: str) -> dict[str, Any]:
-        """The node's settings as plain data (``NodeSettings.model_dump``), a fresh dict
-        each call over values dumped once per graph object (a node step hands it to its
-        executor: a pydantic dump per step cost ~1 us)."""
-        return dict(self._settings_data[node_id])
+        """The node's settings as plain data (``NodeSettings.model_dump``): a fresh copy each
+        call, nested values too, so an executor that changes what it was given changes
+        nothing another step sees (about 1 us; a copy of one dumped per graph object would
+        share the nested retry policy and limits between steps)."""
+        return self.node_by_id[node_id].settings.model_dump()
 
     def incoming(self, node_id: str, channel: str | None = None) -> list[Edge]:
         """In-edges of ``node_id`` in graph order, optionally of one channel."""

@@ -22,3 +22,13 @@ def test_a_plan_of_its_own_parses_its_own_graph() -> None:
     one = compile_run(validate_graph(g, make_registry()), "r1", None)
     other = compile_run(validate_graph(g, make_registry()), "r2", None)
     assert plan_graph(one) is not plan_graph(other)
+
+
+def test_a_step_that_changes_its_settings_changes_nothing_the_next_step_sees() -> None:
+    g = graph([("a", "emit", "A", {"value": 5})], [])
+    parsed = plan_graph(compile_run(validate_graph(g, make_registry()), "r1", None))
+    given = parsed.settings_data("a")
+    given["retry"]["max_attempts"] = 99
+    given["limits"].append({"key": "x"})
+    again = parsed.settings_data("a")
+    assert again["retry"]["max_attempts"] == 1 and again["limits"] == []
