@@ -25,13 +25,18 @@ def next_claim(run_id: str, node_id: str, read: list[str]) -> ClaimRequest:
     return ClaimRequest(node_id=node_id, lease_s=30, started=started_event(run_id, node_id), read=read)
 
 
-async def chain_with_a_running(store: RunStore) -> tuple[str, int]:
-    """A run of the chain a -> b -> c with "a" claimed: (run id, a's token)."""
-    plan = make_plan("abc", [("a", "out", "b", "in"), ("b", "out", "c", "in")])
+async def with_a_running(store: RunStore, nodes: str, edges: list[tuple[str, str, str, str]]) -> tuple[str, int]:
+    """A run of ``nodes`` and ``edges`` started, with "a" claimed: (run id, a's token)."""
+    plan = make_plan(nodes, edges)
     await Driver(store, plan).start()
     granted = await claim(store, plan.run_id, "a")
     assert granted.kind == "run"
     return plan.run_id, granted.token
+
+
+async def chain_with_a_running(store: RunStore) -> tuple[str, int]:
+    """A run of the chain a -> b -> c with "a" claimed: (run id, a's token)."""
+    return await with_a_running(store, "abc", [("a", "out", "b", "in"), ("b", "out", "c", "in")])
 
 
 async def test_the_next_link_of_a_chain_is_claimed_with_the_completion(store: RunStore) -> None:
@@ -101,11 +106,8 @@ async def test_the_last_completion_of_a_run_claims_nothing(store: RunStore) -> N
 
 async def fan_out_with_a_running(store: RunStore) -> tuple[str, int]:
     """A run of a -> (b, c, d) with "a" claimed: (run id, a's token)."""
-    plan = make_plan("abcd", [("a", "out", "b", "in"), ("a", "out", "c", "in"), ("a", "out", "d", "in")])
-    await Driver(store, plan).start()
-    granted = await claim(store, plan.run_id, "a")
-    assert granted.kind == "run"
-    return plan.run_id, granted.token
+    return await with_a_running(store, "abcd", [("a", "out", "b", "in"), ("a", "out", "c", "in"),
+                                                ("a", "out", "d", "in")])
 
 
 async def test_every_branch_a_fan_out_hands_over_is_claimed_with_the_completion(store: RunStore) -> None:
