@@ -11,7 +11,7 @@ import asyncio
 import copy
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -242,17 +242,23 @@ class MemoryStore(RunStore):
         ready = await self._complete(run_id, node_id, completion, None if take is None else take.max_nodes, token)
         if again or take is None:  # as complete.lua: a redelivered completion hands over, claims nothing
             return ready
-        named = {c.node_id: c for c in take.claims}
+        await self._claim_nodes(run_id, ready, take.claims, take.claim_taken)
+        return ready
+
+    async def _claim_nodes(self, run_id: str, ready: Ready, named: Sequence[ClaimRequest],
+                           taken: TakenClaims | None) -> None:
+        """Claim each of ``ready.nodes`` with its request in ``named``, or the one ``taken``
+        describes; granted claims into ``ready.claims`` (the prelude's ``claim_nodes``)."""
+        requests = {c.node_id: c for c in named}
         plan = self._run(run_id).plan
         for node in ready.nodes:  # one loop step, as atomic as one script
-            candidate = named.get(node)
-            if candidate is None and take.claim_taken is not None:
-                candidate = taken_claim(plan, node, take.claim_taken)
+            candidate = requests.get(node)
+            if candidate is None and taken is not None:
+                candidate = taken_claim(plan, node, taken)
             if candidate is not None:
                 claim = await self._claim(run_id, candidate)
                 if claim.kind == "run":
                     ready.claims[node] = claim
-        return ready
 
     async def _complete(self, run_id: str, node_id: str, completion: NodeCompletion, take: int | None,
                         token: int | None) -> Ready:
@@ -326,11 +332,7 @@ class MemoryStore(RunStore):
 
     async def take_claimed(self, run_id: str, max_nodes: int, claim_taken: TakenClaims) -> Ready:
         ready = Ready(await self.take_queued(run_id, max_nodes))
-        plan = self._run(run_id).plan
-        for node in ready.nodes:  # one loop step, as atomic as one script
-            claim = await self._claim(run_id, taken_claim(plan, node, claim_taken))
-            if claim.kind == "run":
-                ready.claims[node] = claim
+        await self._claim_nodes(run_id, ready, (), claim_taken)
         return ready
 
     async def queue_length(self, run_id: str) -> int:
