@@ -647,7 +647,7 @@ class RedisRunStore(RunStore):
         cached = self._taken.get(key)
         if cached is None:
             head, tail = _started_parts(run_id, data)
-            cached = self._taken[key] = {"lease": self.keys.lease(run_id, ""), "head": head, "tail": tail}
+            cached = self._taken[key] = {"lease": self._lease(run_id, ""), "head": head, "tail": tail}
             while len(self._taken) > PLAN_CACHE_SIZE:
                 self._taken.popitem(last=False)
         return {**cached, "lease_ms": max(1, int(taken.lease_s * 1000))}
