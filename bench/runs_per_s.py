@@ -5,7 +5,10 @@ the same shapes on as many processes, in one run; CPU per run split by process.
                                          [--shapes one,chain10,fanout50]
 
 Shapes: ``one`` (a trigger alone), ``chain10`` (trigger + 9 set_fields), ``fanout50``
-(trigger -> 50 set_fields -> the bench pack's join). Raw Celery: one task; a chain of 9
+(trigger -> 50 set_fields -> the bench pack's join). Stored starts resolve a trigger with
+one successor at the start, as the API's do (``orchestrator/kernel/start.py``): a ``one``
+run ends at its start with no worker step, a ``chain10`` run's first message is its first
+set_fields; ``fanout50``'s trigger (50 successors) is a step. Raw Celery: one task; a chain of 9
 no-ops and a done task; a chord of 50 no-ops into a done task (its result backend on the
 same Redis), run by ``bench.celery_baseline`` workers (``-P threads``). The engine's
 workers are the shipped default (``orchestrator worker``, ``-P threads``, node

@@ -4,6 +4,9 @@
 
 ===========  ==========================================================================
 emit         trigger; no inputs; ``out`` = ``data["value"]`` or the run input
+entry        emit, resolved at a run's start (``at_start``, kernel/start.py) unless
+             ``data["defer"]`` (then ``at_start`` returns None: it takes a step); with
+             ``data["silent"]`` it resolves to no output
 relay        ``in`` -> ``out``; params value, label (hybrid, flow string socket),
              delay_s (hybrid, link float socket: wire a ``number`` in), record
 gate         ``in`` -> ``yes`` if ``open`` (hybrid, link boolean socket) else ``no``
@@ -60,13 +63,28 @@ OUT = Port(id="out")
 # -- executors -------------------------------------------------------------------------
 
 
+def _emitted(data: dict[str, Any], run_input: Any) -> ExecutionResult:
+    value = data.get("value")
+    return _out("out", run_input if value is None else value)
+
+
 class Emit:
     node_type = "emit"
 
     async def execute(self, data: dict[str, Any], inputs: dict[str, DataValue],
                       ctx: FlowContext) -> ExecutionResult:
-        value = data.get("value")
-        return _out("out", ctx.run_input if value is None else value)
+        return _emitted(data, ctx.run_input)
+
+
+class Entry(Emit):
+    node_type = "entry"
+
+    def at_start(self, data: dict[str, Any], run_input: Any, session_id: str | None) -> ExecutionResult | None:
+        if data.get("defer"):
+            return None
+        if data.get("silent"):
+            return ExecutionResult()  # no output: what follows it is skipped
+        return _emitted(data, run_input)
 
 
 class Relay:
@@ -184,6 +202,9 @@ LINK_PARTS = Port(id="parts", socket="json", channel="link", multiple=True, requ
 
 DEFINITIONS: list[tuple[NodeDefinition, object]] = [
     (_define("emit", trigger=True, parameters=[_param("value", "json")], outputs=[OUT]), Emit()),
+    (_define("entry", trigger=True, parameters=[_param("value", "json"), _param("defer", "boolean", default=False),
+                                                _param("silent", "boolean", default=False)],
+             outputs=[OUT]), Entry()),
     (_define("relay", inputs=[IN], outputs=[OUT], parameters=[
         _param("value", "json"),
         _param("label", "string", mode="hybrid", socket=SocketSpec(type="string")),

@@ -22,7 +22,7 @@ import re
 import sys
 import time
 from contextlib import AsyncExitStack, ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -337,7 +337,7 @@ async def _run(url: str, registry: Registry, raw: dict[str, Any], request: RunRe
 
     from orchestrator.queue.app import make_celery
     from orchestrator.queue.dispatch import make_dispatch
-    from orchestrator.service.runs import start_run
+    from orchestrator.service.runs import start_run, starting_for
     from orchestrator.store.redis_store import RedisRunStore
 
     console, err, as_json, keep_waiting = options.console, options.err, options.as_json, options.keep_waiting
@@ -351,7 +351,8 @@ async def _run(url: str, registry: Registry, raw: dict[str, Any], request: RunRe
     try:
         store = RedisRunStore(client, settings)
         try:
-            run_id = await start_run(store, registry, raw, request, dispatch=make_dispatch(app))
+            run_id = await start_run(store, registry, raw, replace(request, starting=starting_for(registry, settings)),
+                                     dispatch=make_dispatch(app))
         except GraphError as exc:
             print_error(err, exc)
             return 2

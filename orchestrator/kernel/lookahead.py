@@ -27,8 +27,14 @@ def node_event(env: StepEnvironment, run_id: str, node: Node, event_type: str,
                data: dict[str, Any] | None = None) -> NodeEvent:
     """A node event of attempt 1 (the caller sets another); ``started``, ``completed`` and
     ``error`` say which worker ran it."""
+    return event_by(env.worker_id, run_id, node, event_type, data)
+
+
+def event_by(worker_id: str, run_id: str, node: Node, event_type: str,
+             data: dict[str, Any] | None = None) -> NodeEvent:
+    """:func:`node_event` of the process ``worker_id`` names (a worker, or a run's start)."""
     if event_type in _WHERE_EVENTS:
-        data = {**(data or {}), "worker_id": env.worker_id}
+        data = {**(data or {}), "worker_id": worker_id}
     return NodeEvent(run_id=run_id, node_id=node.id, node_type=node.type, node_name=node.name,
                      event_type=event_type, data=data)
 

@@ -11,7 +11,7 @@ import asyncio
 import copy
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,7 @@ from .store import (
     RunRecord,
     RunStatus,
     RunStore,
+    StartedNode,
     Take,
     TakenClaims,
 )
@@ -126,17 +127,24 @@ class MemoryStore(RunStore):
 
     # -- RunStore -----------------------------------------------------------------------
 
-    async def create_run(self, plan: RunPlan, record: RunRecord, *, deadline_s: float | None = None) -> None:
+    async def create_run(self, plan: RunPlan, record: RunRecord, *, deadline_s: float | None = None,
+                         started: StartedNode | None = None) -> list[str]:
         if plan.run_id in self._runs:
-            return
+            return list(plan.start)
         record = copy.copy(record)
         record.status = RunStatus.RUNNING
         record.created_at = record.created_at or time.time()
         run = _Run(plan=plan, record=record, state=BarrierState.initial(plan))
-        run.state.dispatched.update(plan.start)  # the caller sends them next
         self._runs[plan.run_id] = run
         await self._append(run, self._run_event(run, EventType.RUN_STARTED, {
             "graph_id": record.graph_id, "start": plan.start}))
+        if started is None or started.node_id not in plan.start:
+            run.state.dispatched.update(plan.start)  # the caller sends them next
+            return list(plan.start)
+        # One loop step, as atomic as create.lua: the start node's completion, its ready successors sent next.
+        ready = (await self._complete(plan.run_id, started.node_id, started.completion, None, None)).nodes
+        run.state.dispatched.update(ready)
+        return ready
 
     async def seed_outputs(self, run_id: str, outputs: dict[str, dict[str, DataValue]]) -> None:
         run = self._run(run_id)
@@ -240,25 +248,20 @@ class MemoryStore(RunStore):
                             take: Take | None = None, token: int | None = None) -> Ready:
         again = self._run(run_id).state.status.get(node_id) in NodeStatus.FINISHED
         ready = await self._complete(run_id, node_id, completion, None if take is None else take.max_nodes, token)
-        if again or take is None:  # as complete.lua: a redelivered completion hands over, claims nothing
+        # As complete.lua: a redelivered completion hands over, claims nothing.
+        if again or take is None or take.claim_taken is None:
             return ready
-        await self._claim_nodes(run_id, ready, take.claims, take.claim_taken)
+        await self._claim_nodes(run_id, ready, take.claim_taken)
         return ready
 
-    async def _claim_nodes(self, run_id: str, ready: Ready, named: Sequence[ClaimRequest],
-                           taken: TakenClaims | None) -> None:
-        """Claim each of ``ready.nodes`` with its request in ``named``, or the one ``taken``
-        describes; granted claims into ``ready.claims`` (the prelude's ``claim_nodes``)."""
-        requests = {c.node_id: c for c in named}
+    async def _claim_nodes(self, run_id: str, ready: Ready, taken: TakenClaims) -> None:
+        """Claim each of ``ready.nodes`` with the request ``taken`` describes; granted claims
+        into ``ready.claims`` (the prelude's ``claim_nodes``)."""
         plan = self._run(run_id).plan
         for node in ready.nodes:  # one loop step, as atomic as one script
-            candidate = requests.get(node)
-            if candidate is None and taken is not None:
-                candidate = taken_claim(plan, node, taken)
-            if candidate is not None:
-                claim = await self._claim(run_id, candidate)
-                if claim.kind == "run":
-                    ready.claims[node] = claim
+            claim = await self._claim(run_id, taken_claim(plan, node, taken))
+            if claim.kind == "run":
+                ready.claims[node] = claim
 
     async def _complete(self, run_id: str, node_id: str, completion: NodeCompletion, take: int | None,
                         token: int | None) -> Ready:
@@ -332,7 +335,7 @@ class MemoryStore(RunStore):
 
     async def take_claimed(self, run_id: str, max_nodes: int, claim_taken: TakenClaims) -> Ready:
         ready = Ready(await self.take_queued(run_id, max_nodes))
-        await self._claim_nodes(run_id, ready, (), claim_taken)
+        await self._claim_nodes(run_id, ready, claim_taken)
         return ready
 
     async def queue_length(self, run_id: str) -> int:

@@ -301,8 +301,26 @@ class LinkMaterializer(Protocol):
     async def materialize(self, data: dict[str, Any], output_handle: str, ctx: FlowContext) -> Any: ...
 
 
+@runtime_checkable
+class StartResolver(Protocol):
+    """A node whose result at a run's start follows from its parameters, the run input and
+    the run's session id alone (a trigger's output is the run input): the run's start computes it and stores
+    it with the run, so no step (no broker message, no claim, no completion) is spent on
+    it (``kernel/start.py``). ``at_start`` does no I/O, waits for nothing and is quick; it
+    returns None (or raises) for any case it does not decide, and the node then runs as
+    an ordinary step, which reports the error. ``execute`` must give the same result."""
+
+    node_type: str
+
+    def at_start(self, data: dict[str, Any], run_input: Any, session_id: str | None) -> ExecutionResult | None: ...
+
+
 def can_execute(executor: object) -> bool:
     return callable(getattr(executor, "execute", None))
+
+
+def can_resolve_at_start(executor: object) -> bool:
+    return callable(getattr(executor, "at_start", None))
 
 
 def can_materialize(executor: object) -> bool:

@@ -264,3 +264,35 @@ def complete(plan: RunPlan, state: BarrierState, node_id: str, status: str, live
         skipped=sorted(skipped, key=rank.__getitem__),
         run_finished=state.remaining == 0,
     )
+
+
+@dataclass(frozen=True)
+class StartEffect:
+    """What one start node's completion with ``live`` ports does to a fresh run of a plan
+    (``complete`` on the initial state): the same for every run of the plan, so a store
+    that applies it with the run's creation writes it rather than working it out. Nodes
+    in plan order."""
+
+    ready: list[str]
+    skipped: list[str]
+    arrivals: dict[str, int]  # node -> its flow in-edges resolved (its pending count goes down by this)
+    live: dict[str, dict[str, int]]  # node -> port -> live in-edges
+    remaining: int  # active nodes not finished after it
+    finished: bool  # nothing remains: the run ends succeeded
+
+
+def start_effect(plan: RunPlan, node_id: str, live_ports: frozenset[str]) -> StartEffect:
+    """:class:`StartEffect` of ``node_id`` (a start node) ending succeeded with
+    ``live_ports``, derived once per plan and ports (``plan.memo``, shared by its runs)."""
+    known: dict[tuple[str, frozenset[str]], StartEffect] = plan.memo.setdefault("start_effect", {})
+    found = known.get((node_id, live_ports))
+    if found is None:
+        state = BarrierState.initial(plan)
+        before = dict(state.pending)
+        moved = complete(plan, state, node_id, "succeeded", set(live_ports))
+        found = known[(node_id, live_ports)] = StartEffect(
+            ready=moved.ready, skipped=moved.skipped,
+            arrivals={n: before[n] - state.pending[n] for n in plan.order if state.pending[n] != before[n]},
+            live={n: dict(ports) for n, ports in state.live.items() if ports},
+            remaining=state.remaining, finished=moved.run_finished)
+    return found

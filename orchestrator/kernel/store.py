@@ -120,8 +120,8 @@ class Ready:
     queued: int = 0
     backlog: int = 0
     stale: bool = False  # refused: the completion's token was superseded by a later claim
-    # The granted claims of ``nodes`` made in the same call (``take.claims`` and
-    # ``take.claim_taken``; node id -> claim; a node absent: the caller claims it itself).
+    # The granted claims of ``nodes`` made in the same call (``take.claim_taken``; node
+    # id -> claim; a node absent: the caller claims it itself).
     claims: dict[str, Claim] = field(default_factory=dict)
 
 
@@ -129,8 +129,7 @@ class Ready:
 class ClaimRequest:
     """What a caller asks when it claims a node (``RunStore.claim_node``): the lease it
     wants, the ``started`` event to append, and the nodes whose stored outputs a granted
-    claim carries (``read``). Also a node the completing caller runs next if the
-    completion hands it over (a chain's next link, a fan-out's branch: ``Take.claims``)."""
+    claim carries (``read``)."""
 
     node_id: str
     lease_s: float
@@ -153,14 +152,22 @@ class TakenClaims:
 
 
 @dataclass(frozen=True)
+class StartedNode:
+    """A run's start node that its start completed (``kernel/start.py``), for
+    ``RunStore.create_run`` to store with the run: its id and its completion (succeeded,
+    its ``started`` and ``completed`` events)."""
+
+    node_id: str
+    completion: NodeCompletion
+
+
+@dataclass(frozen=True)
 class Take:
     """What a completing caller takes (``RunStore.complete_node``): the nodes that became
     ready join the tail of the run's queue, and the caller takes up to ``max_nodes`` from
-    its head. Each node it takes that is one of ``claims`` is claimed in the same call with
-    that request; with ``claim_taken``, every other node it takes is claimed too."""
+    its head. With ``claim_taken``, every node it takes is claimed in the same call."""
 
     max_nodes: int
-    claims: Sequence[ClaimRequest] = ()
     claim_taken: TakenClaims | None = None
 
 
@@ -199,10 +206,22 @@ class RunStore(RunQuery):
     ``RunQuery``). Every method is safe to call twice (at-least-once delivery)."""
 
     @abstractmethod
-    async def create_run(self, plan: RunPlan, record: RunRecord, *, deadline_s: float | None = None) -> None:
+    async def create_run(self, plan: RunPlan, record: RunRecord, *, deadline_s: float | None = None,
+                         started: StartedNode | None = None) -> list[str]:
         """Store the plan and record, set status running, append ``run_started``, and mark
         the start nodes dispatched: the caller sends them next (a host sweeper sends
-        again one whose message is lost on the way).
+        again one whose message is lost on the way). Returns the nodes the caller sends.
+
+        ``started``: the start node completed by the start itself (``kernel/start.py``),
+        applied in the same atomic step as ``complete_node`` would apply it (outputs,
+        events after ``run_started``, successors counted down, skips, the run's end);
+        then the nodes returned are the ones its completion made ready (none when the run
+        ended with it). A store that cannot count its bytes within the storage budgets
+        does not apply it and returns the start nodes (their step fails as usual).
+
+        A run that already exists is left as it is, and its start nodes are returned:
+        sending them again is harmless (a finished node's claim hands over the nodes it
+        made ready that nobody sent).
 
         ``deadline_s`` (default: the host's setting) bounds the run's wall time; a host
         sweeper ends runs past it ``timed_out``."""
@@ -243,12 +262,11 @@ class RunStore(RunQuery):
         """Apply a completion once: store outputs, count down successors, propagate
         skips, append events, finish the run when nothing remains.
 
-        ``take.claims``: each of ``Ready.nodes`` that is one of them is claimed at once with
-        its request (the same answer ``claim_node`` would give, in the same atomic
-        step); granted claims come back in ``Ready.claims``, any other answer is dropped
-        (the caller's own ``claim_node`` gets it again). ``take.claim_taken``: so is each
-        other node of ``Ready.nodes``, with the request it describes (a store that cannot
-        derive a node's request leaves that node to the caller's own claim).
+        ``take.claim_taken``: each of ``Ready.nodes`` is claimed at once with the request
+        it describes (the same answer ``claim_node`` would give, in the same atomic step);
+        granted claims come back in ``Ready.claims``, any other answer is dropped (the
+        caller's own ``claim_node`` gets it again). A store that cannot derive a node's
+        request leaves that node to the caller's own claim.
 
         ``token`` is the fencing token of the claim that ran the node: when a later claim
         superseded it, nothing is applied, no event is appended, the refusal is counted,

@@ -261,7 +261,11 @@ def _gate(store: Any) -> Gate | None:
     return Gate(redis, keys) if isinstance(keys, Keys) and redis is not None else None
 
 
-async def _dispatch(dispatch: Any, run_id: str, nodes: list[str], plan: str = "") -> None:
+async def send(dispatch: Any, run_id: str, nodes: list[str], plan: str = "") -> None:
+    """Send ``nodes`` of ``run_id`` through ``dispatch`` (sync or async), with the plan
+    reference ``plan`` when it takes one."""
+    if not nodes:
+        return
     sent = dispatch(run_id, nodes, plan=plan) if plan and carries_plan(dispatch) else dispatch(run_id, nodes)
     if inspect.isawaitable(sent):
         await sent
@@ -284,7 +288,7 @@ async def admit(store: Any, held: Held | None, plan: RunPlan, dispatch: Any, *, 
     run_id, start = plan.run_id, list(plan.start)
     gate = _gate(store) if held is not None else None
     if held is None or gate is None:  # no rule, or a store without Redis (a local run)
-        await _dispatch(dispatch, run_id, start, ref)
+        await send(dispatch, run_id, start, ref)
         return
     reply = await gate.admit(held, run_id, start)
     verdict = str(reply[0])
@@ -296,7 +300,7 @@ async def admit(store: Any, held: Held | None, plan: RunPlan, dispatch: Any, *, 
             **CANCELLED_BY, "message": f"concurrency key {held.key!r} has {held.rule.max_runs} run(s) in progress "
                                        "(strategy cancel_newest)"})
         return
-    await _dispatch(dispatch, run_id, start, ref)
+    await send(dispatch, run_id, start, ref)
     for old in (str(r) for r in reply[1:]):
         await store.finish_run(old, RunStatus.CANCELLED, {
             **CANCELLED_BY, "message": f"a newer run ({run_id}) of concurrency key {held.key!r} started "
@@ -335,7 +339,7 @@ async def release(store: Any, run_id: str, dispatch: Any) -> list[str]:
             if not await gate.unhold(next_run, list(plan.start)):
                 ended.append(next_run)
                 continue
-            await _dispatch(dispatch, next_run, list(plan.start))
+            await send(dispatch, next_run, list(plan.start))
             started.append(next_run)
             log.info("run %s started: concurrency key %r has a free place (run %s ended)", next_run, held.key, freed)
     return started

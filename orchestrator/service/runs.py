@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import socket
 import time
 from collections import OrderedDict
 from dataclasses import KW_ONLY, dataclass, replace
@@ -22,10 +24,12 @@ from weakref import WeakKeyDictionary
 
 from orchestrator.errors import StorageBudgetError
 from orchestrator.kernel.compile import compile_run
+from orchestrator.kernel.environment import StepOptions
 from orchestrator.kernel.protocol import DataValue
 from orchestrator.kernel.registry import Registry
 from orchestrator.kernel.scheduling import RunPlan
-from orchestrator.kernel.store import RunRecord, RunStatus, RunStore
+from orchestrator.kernel.start import Starting, StartInput, resolve_at_start
+from orchestrator.kernel.store import NodeStatus, RunRecord, RunStatus, RunStore, StartedNode
 from orchestrator.kernel.validation import DEFAULT_GRAPH_LIMITS, GraphLimits, ValidatedGraph, validate_graph
 from orchestrator.queue.dispatch import Dispatcher
 from orchestrator.queue.lanes import run_id_with_tag
@@ -38,7 +42,7 @@ from orchestrator.store.keys import Keys
 from orchestrator.store.lanes import WorkspaceLanes
 from orchestrator.store.plan_refs import plan_ref
 from orchestrator.store.redis_store import RedisRunStore
-from orchestrator.telemetry import tracing
+from orchestrator.telemetry import metrics, tracing
 from orchestrator.telemetry.budgets import graph_budget
 
 if TYPE_CHECKING:
@@ -107,6 +111,9 @@ class RunRequest:
     ``settings.deadline_s``, then ``Settings.run_deadline_s``; ``seed_outputs`` (a rerun)
     are stored as outputs of nodes that will not run, so expressions can read them.
     ``limits``: the graph bounds of the caller's settings (``Settings.graph_limits()``).
+    ``starting`` (``starting_for``): the start node is completed by the start itself when
+    its type can tell its result from its parameters and the run input
+    (``kernel/start.py``); None: it takes a step.
     """
 
     run_input: Any
@@ -118,6 +125,34 @@ class RunRequest:
     deadline_s: float | None = None
     seed_outputs: dict[str, dict[str, DataValue]] | None = None
     limits: GraphLimits = DEFAULT_GRAPH_LIMITS
+    starting: Starting | None = None
+
+
+# A start node's outputs larger than this take its step (a worker's CPU, not the starting
+# process's), checked against the settings' own limit there.
+START_OUTPUT_BYTES = 64 * 1024
+STARTINGS_KEPT = 16
+_starting: dict[tuple[int, int], tuple[Registry, Settings, Starting]] = {}
+
+
+def starting_for(registry: Registry, settings: Settings) -> Starting:
+    """How this process resolves start nodes at a run's start (``kernel/start.py``), with
+    the tracing a worker's step of theirs would have and its output limits, tighter in
+    size (``START_OUTPUT_BYTES``: the start's work stays small); one per registry and
+    settings."""
+    known = _starting.get((id(registry), id(settings)))
+    if known is not None:
+        return known[2]
+    options = StepOptions(max_output_bytes=min(settings.max_output_bytes, START_OUTPUT_BYTES),
+                          max_output_depth=settings.max_output_depth,
+                          expression_limits=settings.expression_limits(),
+                          observer=tracing.NodeSpans() if tracing.enabled() else None)
+    # the process a start node resolved at start ran in (read now: a forked server's own pid)
+    starting = Starting(registry, f"{socket.gethostname()}:{os.getpid()}", options)
+    if len(_starting) >= STARTINGS_KEPT:  # a process has one; tests and reloads make more
+        _starting.clear()
+    _starting[(id(registry), id(settings))] = (registry, settings, starting)
+    return starting
 
 
 async def start_run(store: RunStore, registry: Registry, graph: dict[str, Any], request: RunRequest, *,
@@ -145,20 +180,32 @@ async def start_run(store: RunStore, registry: Registry, graph: dict[str, Any], 
         if meta.get("parent_run"):  # a child run: its end resumes the parent (service/children.py)
             plan.labels["parent_run"] = str(meta["parent_run"])
         return await _store_and_dispatch(store, _Start(plan, vg.graph.id, vg.graph.version,
-                                                       _deadline_s(vg, request.deadline_s)),
+                                                       _deadline_s(vg, request.deadline_s), starting=request.starting),
                                          replace(request, meta=meta), dispatch)
 
 
 @dataclass(frozen=True)
 class _Start:
     """A compiled run about to be stored: its plan, its graph's id and version, its
-    deadline, and (a stored graph's run on the Redis store) the guard create.lua checks."""
+    deadline, (a stored graph's run on the Redis store) the guard create.lua checks, and
+    how its start node may be resolved at start (``RunRequest.starting``)."""
 
     plan: RunPlan
     graph_id: str
     graph_version: int | None
     deadline_s: float | None
     guard: StartGuard | None = None
+    starting: Starting | None = None
+
+
+def _started(start: _Start, request: RunRequest, held: object) -> StartedNode | None:
+    """The start node completed now (``kernel/start.py``), or None when it takes a step:
+    always for a run its concurrency rule may hold (it starts later, or never), a rerun
+    (its start nodes read seeded outputs) and a child run (its end resumes its parent,
+    which only a worker's step does)."""
+    if start.starting is None or held is not None or request.seed_outputs or start.plan.labels.get("parent_run"):
+        return None
+    return resolve_at_start(start.plan, StartInput(request.run_input, request.session_id), start.starting)
 
 
 async def _store_and_dispatch(store: RunStore, start: _Start, request: RunRequest, dispatch: Dispatcher) -> str:
@@ -181,10 +228,11 @@ async def _store_and_dispatch(store: RunStore, start: _Start, request: RunReques
     size = len(_SIZED.encode(request.run_input).encode()) if budget is not None else 0
     if budget is not None and size >= INPUT_COUNTED_FROM:  # smaller: no round trip (bounded like the record)
         await budget.reserve(size, workspace=str(meta.get("workspace") or "default"))
+    started = _started(start, request, held)
     if start.guard is not None and isinstance(store, RedisRunStore):
-        await store.create_run(plan, record, deadline_s=start.deadline_s, guard=start.guard)
+        nodes = await store.create_run(plan, record, deadline_s=start.deadline_s, guard=start.guard, started=started)
     else:
-        await store.create_run(plan, record, deadline_s=start.deadline_s)
+        nodes = await store.create_run(plan, record, deadline_s=start.deadline_s, started=started)
     if request.seed_outputs:
         try:
             await store.seed_outputs(run_id, request.seed_outputs)
@@ -195,8 +243,15 @@ async def _store_and_dispatch(store: RunStore, start: _Start, request: RunReques
     # or a send that fails, is sent again by the sweeper after its grace. A graph with
     # settings.concurrency may hold the run instead (admission.py). A stored graph's start
     # messages name the plan's content (store/plan_refs.py): a worker that holds it reads none.
+    # With the start node completed at start (``started``), its ready successors go instead
+    # (none when the run ended with it); it counts among the node runs as a step would.
+    if started is not None and started.node_id not in nodes:
+        metrics.child(metrics.NODE_RUNS, plan.nodes[started.node_id].node_type, NodeStatus.SUCCEEDED).inc()
     ref = plan_ref(plan) if start.guard is not None and isinstance(store, RedisRunStore) else ""
-    await admission.admit(store, held, plan, dispatch, ref=ref)
+    if held is None:  # nothing its rule decides: what the creation said to send
+        await admission.send(dispatch, run_id, nodes, ref)
+    else:
+        await admission.admit(store, held, plan, dispatch, ref=ref)
     return run_id
 
 
@@ -230,7 +285,8 @@ async def admit_and_start(services: Starter, graph: dict[str, Any], request: Run
     await admission.check(services.redis, services.settings)
     run_id = await start_run(services.run_store, services.registry, graph,
                              replace(request, meta={**(request.meta or {}), "trigger": trigger},
-                                     limits=services.settings.graph_limits()),
+                                     limits=services.settings.graph_limits(),
+                                     starting=starting_for(services.registry, services.settings)),
                              dispatch=services.dispatch)
     if graph.get("id"):
         await services.graphs.add_run(str(graph["id"]), run_id)
@@ -288,7 +344,8 @@ async def _start_compiled(services: Starter, stored: StoredPlan, source: StoredG
                        created_at=head.created_at, workspace=head.workspace, version=stored.version,
                        latest=source.version is None, keep_s=int(services.settings.retention_s))
     deadline_s = request.deadline_s if request.deadline_s is not None else stored.deadline_s
-    start = _Start(plan, head.graph_id, stored.version, deadline_s, guard)
+    start = _Start(plan, head.graph_id, stored.version, deadline_s, guard,
+                   starting=starting_for(services.registry, services.settings))
     with tracing.run_span(run_id, head.graph_id, trigger=trigger,
                           rerun_of=str(meta.get("rerun_of") or "")) as trace_labels:
         plan.labels.update(trace_labels, workspace=head.workspace)

@@ -1,6 +1,7 @@
 """What create.lua is given for a run (``RedisRunStore.create_run``): the compiled plan's
 encoded parts, the plan data a stored graph version's runs share (``Keys.plan_data``), the
-start guard of a stored graph's run and the run events' templates. Each is built once per
+start guard of a stored graph's run, the run events' templates, and a start node's
+completion with its effect on the fresh run. Each is built once per
 compiled plan (kept in ``plan.memo``, which every run of the plan shares), so a start
 encodes only what is its own: the run id, labels and input."""
 
@@ -14,7 +15,7 @@ from orchestrator.errors import GraphConflictError
 from orchestrator.kernel.json_text import json_encoder
 from orchestrator.kernel.lookahead import plan_graph, step_reads
 from orchestrator.kernel.protocol import EventType, NodeEvent
-from orchestrator.kernel.scheduling import RunPlan
+from orchestrator.kernel.scheduling import RunPlan, start_effect
 from orchestrator.kernel.store import RunStatus
 
 dumps = json_encoder(compact=True)  # built once (kernel/json_text.py): several calls per node step
@@ -124,7 +125,7 @@ def adjacency(plan: RunPlan) -> dict[str, dict[str, Any]]:
 
 def claim_data(plan: RunPlan) -> list[str]:
     """The adjacency hash's ``:claim:<node>`` fields, flat (field, JSON, ...): what
-    complete.lua needs to claim a node a completion takes that its caller did not name
+    complete.lua and take.lua need to claim a node a completion or a drain takes
     (``Take.claim_taken``): ``ids``, the node's part of its ``started`` event JSON (id, type
     and name, as ``event_json`` writes them), and ``read``, what its step reads
     (``lookahead.step_reads``). Built once per compiled plan (kept in ``plan.memo``)."""
@@ -166,3 +167,47 @@ def started_json(plan: RunPlan, graph_id: str) -> str:
             run_id="@run@", node_id="", node_type="", event_type=EventType.RUN_STARTED,
             data={"graph_id": graph_id, "start": plan.start}))
     return cast(str, template).replace(RUN_PLACEHOLDER, dumps(plan.run_id), 1)
+
+
+START_COUNTED_FROM = 4 * 1024  # a start node's completion this large counts toward the storage budgets
+
+
+@dataclass(frozen=True)
+class Completing:
+    """create.lua's arguments for a start node's completion: its ARGV from ARGV[17] on,
+    and its storage budget's day counters (keys)."""
+
+    args: list[Any]
+    budget_keys: list[Any]
+
+
+@dataclass(frozen=True)
+class CreateExtra:
+    """What a create.lua call carries besides the run: the shared plan data's key and
+    data (or None), and a start node's completion (or None)."""
+
+    shared: SharedArgs
+    completing: Completing | None = None
+
+
+def effect_json(plan: RunPlan, node_id: str, live: frozenset[str]) -> str:
+    """create.lua's ARGV[17] for a start node's completion, without its closing brace and
+    budget count: the node and its effect on a fresh run (``scheduling.start_effect``),
+    encoded once per plan and live ports (``plan.memo``, shared by its runs)."""
+    known: dict[tuple[str, frozenset[str]], str] = plan.memo.setdefault("redis_start_effect", {})
+    text = known.get((node_id, live))
+    if text is None:
+        effect = start_effect(plan, node_id, live)
+        body = dumps({
+            "node": node_id, "ready": effect.ready, "skipped": effect.skipped,
+            "arrivals": [x for n, count in effect.arrivals.items() for x in (n, count)],
+            "live": [x for n, ports in effect.live.items() for p, count in ports.items() for x in (f"{n}|{p}", count)],
+            "remaining": effect.remaining, "finished": effect.finished})
+        text = known[(node_id, live)] = body[:-1]
+    return text
+
+
+def created_reply(reply: Any) -> tuple[int, list[str]]:
+    """create.lua's reply {verdict, nodes...}: the verdict, and the nodes a start node's
+    completion made ready (verdict 2)."""
+    return int(reply[0]), [str(n) for n in reply[1:]]

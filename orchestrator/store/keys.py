@@ -171,6 +171,12 @@ def bucket_tags(buckets: int) -> tuple[str, ...]:
     return tuple(tags[b] for b in range(buckets))
 
 
+# run_keys after the run's own key: plan, nodes, pending, live, out, claims, ready,
+# dispatched, events, adj, suspend, resume, queue, sent (lua/prelude.lua's KEYS order)
+_RUN_KEY_SUFFIXES = (":plan", ":nodes", ":pending", ":live", ":out", ":claims", ":ready", ":dispatched",
+                     ":events", ":adj", ":suspend", ":resume", ":queue", ":sent")
+
+
 @dataclass(frozen=True)
 class Keys:
     prefix: str = "orc"
@@ -316,13 +322,10 @@ class Keys:
         return f"{self._c}:streamgrant:{grant_id}"
 
     def run_keys(self, run_id: str) -> list[str]:
-        """Every fixed per-run key (lease keys carry their own short TTL)."""
-        return [
-            self.run(run_id), self.plan(run_id), self.nodes(run_id), self.pending(run_id),
-            self.live(run_id), self.outputs(run_id), self.claims(run_id), self.ready(run_id),
-            self.dispatched(run_id), self.events(run_id), self.adj(run_id), self.suspend(run_id),
-            self.resume(run_id), self.queue(run_id), self.sent(run_id),
-        ]
+        """Every fixed per-run key (lease keys carry their own short TTL), in the order of
+        the methods above: ``run`` first, then its suffixes (the run's stem found once)."""
+        run = self.run(run_id)
+        return [run, *(run + suffix for suffix in _RUN_KEY_SUFFIXES)]
 
     def concurrency(self) -> str:
         """The stem of the concurrency-key state (``service/admission.py``, ``lua/concurrency.lua``)."""

@@ -80,6 +80,7 @@ from orchestrator.kernel.store import (
     RunRecord,
     RunStatus,
     RunStore,
+    StartedNode,
     Take,
     TakenClaims,
 )
@@ -88,8 +89,15 @@ from orchestrator.store import redis_client
 from orchestrator.store.batching import CommandBatcher
 from orchestrator.store.creation import RUN_PLACEHOLDER as _RUN_PLACEHOLDER
 from orchestrator.store.creation import RUN_TEMPLATES as _RUN_TEMPLATES
-from orchestrator.store.creation import SharedArgs as _SharedArgs
-from orchestrator.store.creation import StaleGraphError, StartGuard
+from orchestrator.store.creation import (
+    START_COUNTED_FROM,
+    Completing,
+    CreateExtra,
+    StaleGraphError,
+    StartGuard,
+    created_reply,
+    effect_json,
+)
 from orchestrator.store.creation import dumps as _dumps
 from orchestrator.store.creation import encoded as _encoded
 from orchestrator.store.creation import event_json as _event_json
@@ -141,9 +149,15 @@ COMPLETE_EVENTS = len(COMPLETE_TEXTS)
 
 
 def _claim_args(request: ClaimRequest) -> dict[str, Any]:
-    """lua/prelude.lua ``claim``'s named arguments (claim.lua's, and each of complete.lua's ``next``)."""
+    """lua/prelude.lua ``claim``'s named arguments (claim.lua's)."""
     return {"node": request.node_id, "lease_ms": max(1, int(request.lease_s * 1000)),
             "started": _event_json(request.started), "read": list(request.read)}
+
+
+def _count_published(events: list[NodeEvent]) -> None:
+    """The events a script call appended, in the published-events metric."""
+    for event in events:
+        metrics.child(metrics.EVENTS_PUBLISHED, event.event_type).inc()
 
 
 def _budget_json(nbytes: int, ws_max: int, run_max: int, expire_at: int) -> str:
@@ -302,8 +316,8 @@ class RedisRunStore(RunStore):
 
     async def create_run(
         self, plan: RunPlan, record: RunRecord, *, deadline_s: float | None = None,
-        guard: StartGuard | None = None,
-    ) -> None:
+        guard: StartGuard | None = None, started: StartedNode | None = None,
+    ) -> list[str]:
         """Store plan and record, mark start nodes ready and sent, append ``run_started``.
         Idempotent.
 
@@ -320,6 +334,13 @@ class RedisRunStore(RunStore):
         data its plan's runs share in its bucket (``Keys.plan_data``), which this process
         sends only while it has not seen that key (create.lua returns -2, nothing stored,
         when the key is gone: sent again then, with the data).
+
+        ``started`` (``RunStore.create_run``): create.lua stores the start node's
+        completion with the run and writes its effect on the fresh run
+        (``scheduling.start_effect``, worked out once per plan: ``creation.effect_json``), its
+        bytes (from ``START_COUNTED_FROM`` on) counted within the storage budgets in the
+        same script; past a budget it is not applied, and the start nodes are returned
+        as without it.
         """
         run_id = plan.run_id
         if deadline_s is None:
@@ -338,7 +359,6 @@ class RedisRunStore(RunStore):
             "workspace": str(record.meta.get("workspace") or DEFAULT_WORKSPACE),
         }
         body, pending, adj, start = _encoded(plan)
-        started = _started_json(plan, record.graph_id)
         head = f'{{"run_id":{_dumps(run_id)},"labels":{_dumps(plan.labels)},'
         if shared_key:
             fields["shared"] = shared_key
@@ -346,29 +366,73 @@ class RedisRunStore(RunStore):
         else:
             plan_json = f"{head}{body[1:]}"
         flat_fields = [x for item in fields.items() for x in item]  # create.lua's variadic HSET
-        args = [_dumps(flat_fields), plan_json, pending, adj, start, repr(float(deadline_s)), run_id, started]
+        args = [_dumps(flat_fields), plan_json, pending, adj, start, repr(float(deadline_s)), run_id,
+                _started_json(plan, record.graph_id)]
+        completing = None if started is None or started.node_id not in plan.start else \
+            await self._start_completion(plan, started, fields["workspace"])
         if guard is not None and self.keys.tagged:
-            created = await self._create_guarded(run_id, args, guard, shared_args)
+            created, nodes = await self._create_guarded(run_id, args, guard, CreateExtra(shared_args, completing))
         else:
-            created = await self._create(run_id, [*args, "" if guard is None else guard.to_json()],
-                                         () if guard is None else (guard.graph_key, guard.runs_key), shared_args)
+            created, nodes = await self._create(run_id, [*args, "" if guard is None else guard.to_json()],
+                                                () if guard is None else (guard.graph_key, guard.runs_key),
+                                                CreateExtra(shared_args, completing))
         if created < 0:
             raise StaleGraphError(f"graph {record.graph_id!r} changed while the run was starting; start it again",
                                   run_id=run_id, graph_id=record.graph_id)
         self._remember(plan)
         self._know_workspace(run_id, fields["workspace"])
+        if created == 2 and started is not None:  # the start node's completion applied
+            _count_published(started.completion.events)
+            return nodes
+        return list(plan.start)
 
-    async def _create(self, run_id: str, args: list[Any], extra_keys: Sequence[str], shared: _SharedArgs) -> int:
-        """create.lua (``args`` up to the guard). A run of shared plan data names its key
-        (the last key) and sends the data only when this process has not seen the key
-        yet, or when the script found it gone (-2, nothing stored: sent again with it)."""
+    async def _start_completion(self, plan: RunPlan, started: StartedNode, workspace: str) -> Completing:
+        """create.lua's arguments for a start node's completion (``Completing``): the
+        texts complete.lua would get for it, and its bytes' reservation within the
+        storage budgets, as a worker's completion reserves them, from
+        ``START_COUNTED_FROM`` bytes on (smaller, like a run input under
+        ``runs.INPUT_COUNTED_FROM``, it is stored without a budget check: the check was
+        a third of the script's work for the start's usual few hundred bytes)."""
+        run_id, completion = plan.run_id, started.completion
+        run_completed, node_template = self._templates(run_id)
+        outputs = _dumps({port: dv.to_json() for port, dv in completion.outputs.items()})
+        events = [_event_json(e) for e in completion.events]
+        budget, budget_keys = "", list[Any]()
+        nbytes = len(outputs) + sum(len(e) for e in events)
+        if self.budget.enabled and nbytes >= START_COUNTED_FROM:
+            budget, budget_keys = await self._reservation(nbytes, workspace, run_id)
+        effect = effect_json(plan, started.node_id, frozenset(completion.outputs))
+        head = f'{effect},"budget_keys":{len(budget_keys)}}}'
+        return Completing([head, budget, outputs, run_completed, node_template, *events], budget_keys)
+
+    async def _reservation(self, nbytes: int, workspace: str, run_id: str) -> tuple[str, list[Any]]:
+        """A script's reservation of ``nbytes`` within the storage budgets (counted where
+        they are stored, complete.lua's and create.lua's ``charge_budget``): its JSON
+        argument and the workspace's day counters (keys, today's first)."""
+        if self.budget.sums_others:
+            await self.budget.refresh_others(workspace)
+        _, keys, (count, ws_max, run_max, expire_at) = self.budget.request(nbytes, workspace=workspace, run_id=run_id)
+        return _budget_json(count, ws_max, run_max, expire_at), keys
+
+    async def _create(self, run_id: str, args: list[Any], extra_keys: Sequence[str],
+                      extra: CreateExtra) -> tuple[int, list[str]]:
+        """create.lua (``args`` up to the guard): its verdict, and the nodes its start
+        node's completion made ready when it applied one (verdict 2). A run of shared
+        plan data names its key (the last key) and sends the data only when this process
+        has not seen the key yet, or when the script found it gone (-2, nothing stored:
+        sent again with it). A start node's completion (``extra.completing``) follows the
+        shared data's arguments; its budget keys come before the shared key."""
+        tail: list[Any] = [] if extra.completing is None else extra.completing.args
+        keys = (*extra_keys, *(() if extra.completing is None else extra.completing.budget_keys))
+        shared = extra.shared
         if shared is None:
-            return int(await self._call("create", run_id, [*args, "", ""], extra_keys=extra_keys, replicated=True))
+            return created_reply(await self._call("create", run_id, [*args, "", "", *tail], extra_keys=keys,
+                                             replicated=True))
         key, data = shared
         send = key not in self._shared_seen
         while True:
-            created = int(await self._call("create", run_id, [*args, "1", data if send else ""],
-                                           extra_keys=(*extra_keys, key), replicated=True))
+            created, nodes = created_reply(await self._call("create", run_id, [*args, "1", data if send else "", *tail],
+                                                       extra_keys=(*keys, key), replicated=True))
             if created != -2 or send:
                 break
             send = True
@@ -377,9 +441,10 @@ class RedisRunStore(RunStore):
             self._shared_seen.move_to_end(key)
             while len(self._shared_seen) > SHARED_KEYS_KNOWN:
                 self._shared_seen.popitem(last=False)
-        return created
+        return created, nodes
 
-    async def _create_guarded(self, run_id: str, args: list[Any], guard: StartGuard, shared: _SharedArgs) -> int:
+    async def _create_guarded(self, run_id: str, args: list[Any], guard: StartGuard,
+                              extra: CreateExtra) -> tuple[int, list[str]]:
         """create.lua's guarded start on a cluster, where the graph's keys and the run's
         bucket are different slots: three steps, each atomic on its slot.
 
@@ -398,13 +463,13 @@ class RedisRunStore(RunStore):
         check = self._scripts["start_guard"]
         guard_keys = [guard.graph_key, guard.runs_key]
         if int(await self._batch.script(check, guard_keys, [guard.to_json(), run_id, "1"])) < 0:
-            return -1
-        created = await self._create(run_id, [*args, ""], (), shared)
+            return -1, []
+        created, nodes = await self._create(run_id, [*args, ""], (), extra)
         if created > 0 and int(await self._batch.script(check, guard_keys, [guard.to_json(), run_id, "0"])) < 0:
             await self.finish_run(run_id, RunStatus.CANCELLED,
                                   {"type": "StaleGraph", "message": "the graph was deleted while the run started"})
-            return -1
-        return created
+            return -1, []
+        return created, nodes
 
     def _remember(self, plan: RunPlan) -> None:
         self._plans[plan.run_id] = plan
@@ -589,34 +654,25 @@ class RedisRunStore(RunStore):
     ) -> Ready:
         """Apply ``completion`` in one script call, which also counts its bytes against the
         storage budgets (see the module docstring): a refusal comes back instead of being
-        applied, and the node's failure naming the budget is stored in a second call. The
-        same call claims each node it hands over that is one of ``take.claims`` (``claim``
-        in lua/prelude.lua; their lease keys travel in KEYS), and with ``take.claim_taken``
-        every other one, from its ``:claim:`` plan data (``creation.claim_data``)."""
+        applied, and the node's failure naming the budget is stored in a second call. With
+        ``take.claim_taken`` the same call claims each node it hands over (``claim_nodes``
+        in lua/prelude.lua), from its ``:claim:`` plan data (``creation.claim_data``)."""
         wake = (completion.payload or {}).get("wake")
         if completion.status == NodeStatus.WAITING and isinstance(wake, dict):
             await self.timers.schedule(run_id, node_id, wake)  # first: a crash leaves no untimed wait
         max_nodes = None if take is None else take.max_nodes
         args, texts = self._completion_args(run_id, node_id, completion, max_nodes, token)
-        claims = take.claims if take is not None else ()
-        if claims:
-            args["next"] = [_claim_args(c) for c in claims]
         if take is not None and take.claim_taken is not None:
             args["taken"] = self._taken_args(run_id, take.claim_taken)
-        lease_keys = [self._lease(run_id, c.node_id) for c in claims]
         stored = len(texts[0]) + len(texts[1]) + sum(len(e) for e in texts[COMPLETE_EVENTS:])
         nbytes = stored + self._event_bytes.pop(run_id, 0)
         budget, workspace, budget_keys = "", "", list[Any]()
         if self.budget.enabled and nbytes > 0:
             workspace = self._workspaces.get(run_id) or await self._workspace(run_id)  # known after its claim
-            if self.budget.sums_others:
-                await self.budget.refresh_others(workspace)
-            _, budget_keys, (count, ws_max, run_max, expire_at) = self.budget.request(nbytes, workspace=workspace,
-                                                                                      run_id=run_id)
-            budget = _budget_json(count, ws_max, run_max, expire_at)
+            budget, budget_keys = await self._reservation(nbytes, workspace, run_id)
         node_lease = self._lease(run_id, node_id)
         reply = await self._call("complete", run_id, [_dumps(args), budget, *texts],
-                                 [node_lease, *lease_keys, *budget_keys])
+                                 [node_lease, *budget_keys])
         if reply[0] == "budget":
             try:
                 self.budget.check(str(reply[1]), int(reply[2]), nbytes, workspace=workspace, run_id=run_id)
@@ -633,15 +689,14 @@ class RedisRunStore(RunStore):
         if queued == "stale":
             metrics.STALE_REFUSED.labels(action="complete").inc()
             return Ready(stale=True)
-        for event in completion.events:
-            metrics.child(metrics.EVENTS_PUBLISHED, event.event_type).inc()
+        _count_published(completion.events)
         return Ready(list(nodes), queued=int(queued), backlog=int(backlog), claims=granted)
 
     def _taken_args(self, run_id: str, taken: TakenClaims) -> dict[str, Any]:
-        """complete.lua's ``taken``: how it claims the nodes it hands over that ``next`` does
-        not name, with each node's ``:claim:`` plan data (``creation.claim_data``): the lease
-        (its key is ``lease`` and the node id: the run's hash tag, so the run's slot), and
-        the ``started`` event's JSON around the node's ids. Built once per run and data."""
+        """complete.lua's ``taken``: how it claims the nodes it hands over, with each node's
+        ``:claim:`` plan data (``creation.claim_data``): the lease (its key is ``lease`` and
+        the node id: the run's hash tag, so the run's slot), and the ``started`` event's
+        JSON around the node's ids. Built once per run and data."""
         data = _dumps(taken.started_data)
         key = f"{run_id}\n{data}"
         cached = self._taken.get(key)

@@ -1,9 +1,8 @@
-"""A completion that claims the nodes its caller runs next (``complete_node``'s
-``Take.claims``, and every node it takes with ``Take.claim_taken``), identical for every
-RunStore: each claim is the one ``claim_node`` would grant (lease, fencing token,
-``started`` event, the outputs it reads), made only for the nodes the completion hands
-over (a chain's next link, a fan-out's branches, older nodes of the run's queue), and
-dropped whenever ``claim_node`` would not grant it."""
+"""A completion that claims the nodes it hands its caller (``complete_node``'s
+``Take.claim_taken``), identical for every RunStore: each claim is the one ``claim_node``
+would grant (lease, fencing token, ``started`` event, the outputs it reads), made only for
+the nodes the completion hands over (a chain's next link, a fan-out's branches, older
+nodes of the run's queue), and dropped whenever ``claim_node`` would not grant it."""
 
 from __future__ import annotations
 
@@ -19,109 +18,118 @@ from tests.fake_nodes import graph, make_registry
 from tests.support import Driver, claim, completed, events_of, make_plan, node_states, started_event
 
 TAKEN = TakenClaims(lease_s=30, started_data={"worker_id": "w9"})
+Edges = list[tuple[str, str, str, str]]
 
 
-def next_claim(run_id: str, node_id: str, read: list[str]) -> ClaimRequest:
-    return ClaimRequest(node_id=node_id, lease_s=30, started=started_event(run_id, node_id), read=read)
-
-
-async def with_a_running(store: RunStore, nodes: str, edges: list[tuple[str, str, str, str]]) -> tuple[str, int]:
-    """A run of ``nodes`` and ``edges`` started, with "a" claimed: (run id, a's token)."""
-    plan = make_plan(nodes, edges)
+async def chain_with_a_running(store: RunStore) -> tuple[str, int]:
+    """A run of the chain a -> b -> c with "a" claimed: (run id, a's token)."""
+    plan = make_plan("abc", [("a", "out", "b", "in"), ("b", "out", "c", "in")])
     await Driver(store, plan).start()
     granted = await claim(store, plan.run_id, "a")
     assert granted.kind == "run"
     return plan.run_id, granted.token
 
 
-async def chain_with_a_running(store: RunStore) -> tuple[str, int]:
-    """A run of the chain a -> b -> c with "a" claimed: (run id, a's token)."""
-    return await with_a_running(store, "abc", [("a", "out", "b", "in"), ("b", "out", "c", "in")])
+async def compiled_with_t_running(store: RunStore, relays: str, edges: Edges) -> tuple[str, int]:
+    """A run of a compiled graph: trigger t and a relay node per letter of ``relays`` (each
+    reading its flow sources' outputs), joined by ``edges``, with t claimed: (run id, t's
+    token)."""
+    g = graph([("t", "emit", "Start", {"value": 7}), *((n, "relay", f"Relay {n}") for n in relays)], edges)
+    plan = compile_run(validate_graph(g, make_registry()), new_run_id(), None)
+    await store.create_run(plan, RunRecord(run_id=plan.run_id, status=RunStatus.QUEUED, graph_id="g",
+                                           run_input={"x": 1}))
+    granted = await claim(store, plan.run_id, "t")
+    assert granted.kind == "run"
+    return plan.run_id, granted.token
+
+
+async def compiled_chain_with_t_running(store: RunStore) -> tuple[str, int]:
+    """A run of the compiled chain t -> b -> c with t claimed: (run id, t's token)."""
+    return await compiled_with_t_running(store, "bc", [("t", "out", "b", "in"), ("b", "out", "c", "in")])
+
+
+async def compiled_fan_out_with_t_running(store: RunStore) -> tuple[str, int]:
+    """A run of a compiled graph t -> (b, c, d), each branch reading t's output, with t
+    claimed: (run id, t's token)."""
+    return await compiled_with_t_running(store, "bcd", [("t", "out", n, "in") for n in "bcd"])
+
+
+def started_nodes(events: list[NodeEvent]) -> list[str]:
+    return [e.node_id for e in events if e.event_type == "started"]
 
 
 async def test_the_next_link_of_a_chain_is_claimed_with_the_completion(store: RunStore) -> None:
-    run_id, token = await chain_with_a_running(store)
-    ready = await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]),
-                                      take=Take(1, claims=[next_claim(run_id, "b", ["a"])]), token=token)
+    run_id, token = await compiled_chain_with_t_running(store)
+    ready = await store.complete_node(run_id, "t", completed(run_id, "t", ["out"]),
+                                      take=Take(1, claim_taken=TAKEN), token=token)
     assert ready.nodes == ["b"] and list(ready.claims) == ["b"]
     granted = ready.claims["b"]
     assert granted.kind == "run" and granted.token > 0 and granted.attempt == 1
     assert granted.run_input == {"x": 1}
-    assert granted.outputs["a"]["out"].value == "a.out"  # what b reads came with the claim
+    assert granted.outputs["t"]["out"].value == "t.out"  # what b reads came with the claim
     assert (await node_states(store, run_id))["b"] == NodeStatus.RUNNING
     assert (await claim(store, run_id, "b", worker_id="w2")).kind == "busy"  # its lease is held
-    started = [e.node_id for e in await events_of(store, run_id) if e.event_type == "started"]
-    assert started == ["a", "b"]
-    # The claim fences like any other: b completes under its token and hands on c.
+    assert started_nodes(await events_of(store, run_id)) == ["t", "b"]
+    # The claim fences like any other: b completes under its token and hands on c,
+    # unclaimed when the caller does not ask for claims.
     after = await store.complete_node(run_id, "b", completed(run_id, "b", ["out"]), take=Take(1),
                                       token=granted.token)
-    assert not after.stale and after.nodes == ["c"] and after.claims == {}  # c was not named
+    assert not after.stale and after.nodes == ["c"] and after.claims == {}
+    assert (await node_states(store, run_id))["c"] == NodeStatus.PENDING
+    assert (await claim(store, run_id, "c")).kind == "run"  # the caller claims it itself
 
 
-async def test_a_named_node_the_completion_does_not_hand_over_is_not_claimed(store: RunStore) -> None:
-    run_id, token = await chain_with_a_running(store)
-    ready = await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]),
-                                      take=Take(1, claims=[next_claim(run_id, "c", ["b"])]), token=token)
-    assert ready.nodes == ["b"] and ready.claims == {}
-    states = await node_states(store, run_id)
-    assert (states["b"], states["c"]) == (NodeStatus.PENDING, NodeStatus.PENDING)
-    assert (await claim(store, run_id, "b")).kind == "run"  # the caller claims it itself
+async def test_a_node_the_completion_does_not_hand_over_is_not_claimed(store: RunStore) -> None:
+    run_id, token = await compiled_chain_with_t_running(store)
+    ready = await store.complete_node(run_id, "t", completed(run_id, "t", ["out"]),
+                                      take=Take(1, claim_taken=TAKEN), token=token)
+    assert ready.nodes == ["b"] and list(ready.claims) == ["b"]
+    assert (await node_states(store, run_id))["c"] == NodeStatus.PENDING  # not ready: not claimed
+    assert started_nodes(await events_of(store, run_id)) == ["t", "b"]
 
 
 async def test_a_redelivered_completion_claims_nothing_again(store: RunStore) -> None:
-    run_id, token = await chain_with_a_running(store)
-    upcoming = [next_claim(run_id, "b", ["a"])]
-    first = await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]),
-                                      take=Take(1, claims=upcoming), token=token)
+    run_id, token = await compiled_chain_with_t_running(store)
+    first = await store.complete_node(run_id, "t", completed(run_id, "t", ["out"]),
+                                      take=Take(1, claim_taken=TAKEN), token=token)
     assert "b" in first.claims
-    again = await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]),
-                                      take=Take(1, claims=upcoming), token=token)
+    again = await store.complete_node(run_id, "t", completed(run_id, "t", ["out"]),
+                                      take=Take(1, claim_taken=TAKEN), token=token)
     assert again.nodes == [] and again.claims == {}  # b is claimed: nothing is handed over twice
-    started = [e.node_id for e in await events_of(store, run_id) if e.event_type == "started"]
-    assert started == ["a", "b"]
+    assert started_nodes(await events_of(store, run_id)) == ["t", "b"]
 
 
 async def test_a_stale_completion_claims_nothing(store: RunStore) -> None:
-    run_id, token = await chain_with_a_running(store)
-    ready = await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]),
-                                      take=Take(1, claims=[next_claim(run_id, "b", ["a"])]), token=token + 1)
-    assert ready.stale and ready.claims == {}
+    run_id, token = await compiled_chain_with_t_running(store)
+    ready = await store.complete_node(run_id, "t", completed(run_id, "t", ["out"]),
+                                      take=Take(1, claim_taken=TAKEN), token=token + 1)
+    assert ready.stale and ready.nodes == [] and ready.claims == {}
     assert (await node_states(store, run_id))["b"] == NodeStatus.PENDING
+    assert started_nodes(await events_of(store, run_id)) == ["t"]
 
 
 async def test_the_last_completion_of_a_run_claims_nothing(store: RunStore) -> None:
-    plan = make_plan("ab", [("a", "out", "b", "in")])
-    await Driver(store, plan).start()
-    run_id = plan.run_id
-    first = await claim(store, run_id, "a")
-    ready = await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]),
-                                      take=Take(1, claims=[next_claim(run_id, "b", ["a"])]), token=first.token)
+    run_id, token = await compiled_with_t_running(store, "b", [("t", "out", "b", "in")])
+    ready = await store.complete_node(run_id, "t", completed(run_id, "t", ["out"]),
+                                      take=Take(1, claim_taken=TAKEN), token=token)
     assert "b" in ready.claims
     end = await store.complete_node(run_id, "b", completed(run_id, "b", ["out"]),
-                                    take=Take(1, claims=[next_claim(run_id, "a", [])]),
-                                    token=ready.claims["b"].token)
+                                    take=Take(1, claim_taken=TAKEN), token=ready.claims["b"].token)
     assert end.nodes == [] and end.claims == {}
     assert (await store.get_run(run_id)).status == "succeeded"
-
-
-async def fan_out_with_a_running(store: RunStore) -> tuple[str, int]:
-    """A run of a -> (b, c, d) with "a" claimed: (run id, a's token)."""
-    return await with_a_running(store, "abcd", [("a", "out", "b", "in"), ("a", "out", "c", "in"),
-                                                ("a", "out", "d", "in")])
+    assert started_nodes(await events_of(store, run_id)) == ["t", "b"]
 
 
 async def test_every_branch_a_fan_out_hands_over_is_claimed_with_the_completion(store: RunStore) -> None:
-    run_id, token = await fan_out_with_a_running(store)
-    named = [next_claim(run_id, n, ["a"]) for n in "bcd"]
-    ready = await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]), take=Take(3, claims=named),
-                                      token=token)
+    run_id, token = await compiled_fan_out_with_t_running(store)
+    ready = await store.complete_node(run_id, "t", completed(run_id, "t", ["out"]),
+                                      take=Take(3, claim_taken=TAKEN), token=token)
     assert ready.nodes == ["b", "c", "d"] and sorted(ready.claims) == ["b", "c", "d"]
-    assert all(c.kind == "run" and c.outputs["a"]["out"].value == "a.out" for c in ready.claims.values())
+    assert all(c.kind == "run" and c.outputs["t"]["out"].value == "t.out" for c in ready.claims.values())
     states = await node_states(store, run_id)
     assert [states[n] for n in "bcd"] == [NodeStatus.RUNNING] * 3
     assert (await claim(store, run_id, "c", worker_id="w2")).kind == "busy"  # each lease is held
-    started = [e.node_id for e in await events_of(store, run_id) if e.event_type == "started"]
-    assert started == ["a", "b", "c", "d"]
+    assert started_nodes(await events_of(store, run_id)) == ["t", "b", "c", "d"]
     for n in "bcd":  # each branch completes under its own token; the last one ends the run
         done = await store.complete_node(run_id, n, completed(run_id, n, ["out"]), take=Take(1),
                                          token=ready.claims[n].token)
@@ -130,27 +138,13 @@ async def test_every_branch_a_fan_out_hands_over_is_claimed_with_the_completion(
 
 
 async def test_branches_left_on_the_queue_are_not_claimed(store: RunStore) -> None:
-    run_id, token = await fan_out_with_a_running(store)
-    named = [next_claim(run_id, n, ["a"]) for n in "bcd"]
-    ready = await store.complete_node(run_id, "a", completed(run_id, "a", ["out"]), take=Take(2, claims=named),
-                                      token=token)
+    run_id, token = await compiled_fan_out_with_t_running(store)
+    ready = await store.complete_node(run_id, "t", completed(run_id, "t", ["out"]),
+                                      take=Take(2, claim_taken=TAKEN), token=token)
     assert ready.nodes == ["b", "c"] and sorted(ready.claims) == ["b", "c"] and ready.backlog == 1
     assert (await node_states(store, run_id))["d"] == NodeStatus.PENDING
     assert await store.take_queued(run_id, 1) == ["d"]
     assert (await claim(store, run_id, "d")).kind == "run"  # whoever takes it claims it itself
-
-
-async def compiled_fan_out_with_t_running(store: RunStore) -> tuple[str, int]:
-    """A run of a compiled graph t -> (b, c, d), each branch reading t's output, with t
-    claimed: (run id, t's token)."""
-    g = graph([("t", "emit", "Start", {"value": 7}), *((n, "relay", f"Relay {n}") for n in "bcd")],
-              [("t", "out", n, "in") for n in "bcd"])
-    plan = compile_run(validate_graph(g, make_registry()), new_run_id(), None)
-    await store.create_run(plan, RunRecord(run_id=plan.run_id, status=RunStatus.QUEUED, graph_id="g",
-                                           run_input={"x": 1}))
-    granted = await claim(store, plan.run_id, "t")
-    assert granted.kind == "run"
-    return plan.run_id, granted.token
 
 
 async def test_a_completion_claims_the_queued_nodes_it_takes(store: RunStore) -> None:

@@ -8,8 +8,9 @@ import json
 
 from orchestrator.kernel.protocol import DataValue
 from orchestrator.kernel.store import ClaimRequest, Take
-from orchestrator.store.redis_store import RedisRunStore
+from orchestrator.store.redis_store import DEFAULT_WORKSPACE, RedisRunStore
 from tests.conformance.conftest import command_stats, reset_stats
+from tests.conformance.test_next_claim import TAKEN, compiled_chain_with_t_running
 from tests.conformance.test_redis_keys import run_key_ttls
 from tests.support import Driver, completed, make_plan, started_event
 from tests.support.redis_writes import bytes_written, round_trips
@@ -45,32 +46,23 @@ async def test_a_chain_link_claimed_by_the_previous_completion_costs_one_round_t
     warm = Driver(redis_store, make_plan("ab", [("a", "out", "b", "in")]))
     await warm.start()
     await warm.step("a")
-    plan = make_plan("abc", [("a", "out", "b", "in"), ("b", "out", "c", "in")])
-    await Driver(redis_store, plan).start()
-    run_id = plan.run_id
-    first = await redis_store.claim_node(run_id, ClaimRequest("a", lease_s=30, started=started_event(run_id, "a")),
-                                         worker_id="w1")
-    workspace_key = redis_store.budget.request(1, workspace=first.workspace or "default", run_id=run_id)[1][0]
+    run_id, token = await compiled_chain_with_t_running(redis_store)
+    # The run's record names no workspace: its bytes count in the default one's.
+    workspace_key = redis_store.budget.request(1, workspace=DEFAULT_WORKSPACE, run_id=run_id)[1][0]
     calls: list[int] = []
     with round_trips(calls):
-        to_b = await redis_store.complete_node(run_id, "a", completed(run_id, "a", {"out"}),
-                                               take=Take(1, claims=[next_claim(run_id, "b")]),
-                                               token=first.token)
+        to_b = await redis_store.complete_node(run_id, "t", completed(run_id, "t", {"out"}),
+                                               take=Take(1, claim_taken=TAKEN), token=token)
     assert to_b.claims["b"].kind == "run"
-    bytes_after_a = int(await redis_store.redis.get(workspace_key) or 0)
+    bytes_after_t = int(await redis_store.redis.get(workspace_key) or 0)
     with round_trips(calls):  # b runs on the claim it came with: its completion is all it costs
         to_c = await redis_store.complete_node(run_id, "b", completed(run_id, "b", {"out"}),
-                                               take=Take(1, claims=[next_claim(run_id, "c")]),
-                                               token=to_b.claims["b"].token)
-    assert to_c.nodes == ["c"] and "c" in to_c.claims
+                                               take=Take(1, claim_taken=TAKEN), token=to_b.claims["b"].token)
+    assert to_c.nodes == ["c"] and to_c.claims["c"].kind == "run"
     assert len(calls) == 2
-    # Both completions were counted against the budgets with the lease keys in front of
-    # the budget's day counters.
-    assert 0 < bytes_after_a < int(await redis_store.redis.get(workspace_key) or 0)
-
-
-def next_claim(run_id: str, node_id: str) -> ClaimRequest:
-    return ClaimRequest(node_id=node_id, lease_s=30, started=started_event(run_id, node_id), read=[])
+    # Both completions that claimed were counted against the budgets (the day counters
+    # at their fixed place among the script's keys).
+    assert 0 < bytes_after_t < int(await redis_store.redis.get(workspace_key) or 0)
 
 
 async def test_a_completion_of_an_active_run_sets_no_ttl(redis_store: RedisRunStore) -> None:

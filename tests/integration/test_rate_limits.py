@@ -81,10 +81,12 @@ async def test_a_reserved_slot_runs_when_due_and_keys_per_user_are_separate_limi
         assert events[-1][1].event_type == EventType.RUN_COMPLETED, errors
         outputs = await store.read_outputs(run_id, [f"l{i}" for i in range(LIMITED)])
         starts = sorted(ports["output"].value["start"] for ports in outputs.values())
-        # six units at two per second: the last starts >= 2.5 s after the first, each
-        # pair of starts at least ~0.5 s apart (the reserved slots)
+        # six units at two per second: the last starts >= 2.5 s after the first, and no
+        # three start within a second (the reserved slots are 0.5 s apart; an executor
+        # starts a little after its slot, by up to ~0.2 s on a loaded machine, so two
+        # neighbouring starts may come closer than 0.5 s while their slots do not)
         assert starts[-1] - starts[0] >= 2.4
-        gaps = [b - a for a, b in itertools.pairwise(starts)]
-        assert min(gaps) > 0.4, gaps
+        spans = [starts[i + 2] - starts[i] for i in range(len(starts) - 2)]
+        assert min(spans) > 0.75, spans
         throttled = [e for _, e in events if e.event_type == EventType.THROTTLED]
         assert {e.data["limit"] for e in throttled} == {f"ws:default:user-{stamp}-{user}"}

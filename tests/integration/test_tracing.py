@@ -207,3 +207,33 @@ def test_a_node_resumed_after_an_approval_joins_its_runs_trace(traced: tuple[Otl
     spent = sum(s.attributes["gen_ai.usage.input_tokens"] for s in executions)
     assert detail["nodes"]["assistant"]["usage"]["input_tokens"] == spent
     assert detail["nodes"]["assistant"]["usage"]["by_model"]["dryrun:gpt-4o-mini"]["calls"] == 2
+
+
+def test_a_trigger_resolved_at_start_is_a_node_span_of_the_api_under_the_runs_root(
+        traced: tuple[OtlpReceiver, str]) -> None:
+    """A trigger with one successor is completed by the start (kernel/start.py): its node
+    span comes from the API process, a child of the run's root like every other node's."""
+    receiver, url = traced
+    g = graph([("t", "manual_trigger", "Begin"), ("p", "probe", "Probe", {"value": 1})],
+              [("t", "output", "p", "input")], id="traced_start", name="traced start")
+    with httpx.Client(base_url=url, timeout=10.0) as client:
+        assert client.post("/graphs", json=g).status_code == 201
+        run_id = client.post("/graphs/traced_start/runs", json={"input": {"api_key": SECRET}}).json()["run_id"]
+        deadline = time.monotonic() + 60
+        while (detail := client.get(f"/runs/{run_id}").json())["status"] != "succeeded":
+            assert time.monotonic() < deadline and detail["status"] in ("queued", "running"), detail["status"]
+            time.sleep(0.2)
+
+    def both(spans: list[ReceivedSpan]) -> bool:
+        names = {s.name for s in spans if s.attributes.get("orchestrator.run.id") == run_id}
+        return {"node Begin", "node Probe"} <= names
+
+    spans = receiver.wait_for(both)
+    root = next(s for s in spans if s.name.startswith("run ") and s.attributes.get("orchestrator.run.id") == run_id)
+    nodes = {s.name: s for s in spans if s.trace_id == root.trace_id and s.name.startswith("node ")}
+    assert {s.parent_id for s in nodes.values()} == {root.span_id}
+    assert nodes["node Begin"].service == "orchestrator-api"
+    assert nodes["node Begin"].attributes["orchestrator.node.status"] == "succeeded"
+    assert nodes["node Probe"].service == "orchestrator-worker"
+    assert nodes["node Begin"].attributes["orchestrator.worker.id"] != nodes["node Probe"].attributes[
+        "orchestrator.worker.id"]

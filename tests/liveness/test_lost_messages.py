@@ -69,6 +69,25 @@ async def test_a_start_node_sent_and_never_claimed_is_sent_again_after_the_grace
     assert (await s.sweep_once()).resent == [] and sent.sent == [(run_id, "t")]
 
 
+async def test_the_successor_of_a_start_node_resolved_at_start_is_sent_again_when_lost(
+    store: RedisRunStore, sent: Any,
+) -> None:
+    """With the trigger completed by the start (kernel/start.py), its successor is the node
+    the start sends, marked sent by the same create script: lost, it is sent again."""
+    from orchestrator.kernel.environment import StepOptions
+    from orchestrator.kernel.start import Starting
+
+    registry = make_registry()
+    entry = graph([("t", "entry", "Start"), ("r", "relay", "Relay")], [("t", "out", "r", "in")])
+    request = RunRequest({"x": 1}, starting=Starting(registry, "api", StepOptions()))
+    run_id = await start_run(store, registry, entry, request, dispatch=lost)
+    s = sweeper(store, sent)
+    assert (await s.sweep_once()).resent == []
+    await asyncio.sleep(GRACE_S + 0.05)
+    assert (await s.sweep_once()).resent == [(run_id, "r")]
+    assert (await claim(store, run_id, "r")).kind == "run"
+
+
 async def test_a_node_whose_message_waits_behind_a_backlog_is_not_sent_again(
     store: RedisRunStore, sent: Any, celery: Any,
 ) -> None:

@@ -30,6 +30,16 @@ def test_one_redis_keeps_the_names_it_always_had() -> None:
     assert keys.graph("g") == "orc:graph:g" and keys.workspace_bytes("ws", 7) == "orc:wsbytes:ws:7"
 
 
+@pytest.mark.parametrize("keys", [Keys("orc"), Keys("orc", 64, True)], ids=["one-redis", "cluster"])
+def test_a_runs_keys_come_in_the_order_the_scripts_read_them(keys: Keys) -> None:
+    run_id = "07{odd}:id"
+    assert keys.run_keys(run_id) == [
+        keys.run(run_id), keys.plan(run_id), keys.nodes(run_id), keys.pending(run_id), keys.live(run_id),
+        keys.outputs(run_id), keys.claims(run_id), keys.ready(run_id), keys.dispatched(run_id),
+        keys.events(run_id), keys.adj(run_id), keys.suspend(run_id), keys.resume(run_id), keys.queue(run_id),
+        keys.sent(run_id)]
+
+
 def test_on_a_cluster_a_run_and_its_bucket_s_sets_share_one_slot_and_control_keys_another() -> None:
     keys = Keys.of(Settings(redis_url=CLUSTER_URL, broker_url="redis://127.0.0.1:6379/0", state_buckets=64))
     assert (keys.buckets, keys.tagged) == (64, True)

@@ -18,7 +18,12 @@ class ChatStart:
     async def execute(
         self, data: dict[str, Any], inputs: dict[str, DataValue], ctx: FlowContext
     ) -> ExecutionResult:
-        payload = ctx.run_input
+        return self.at_start(data, ctx.run_input, ctx.session_id)
+
+    def at_start(self, data: dict[str, Any], run_input: Any, session_id: str | None) -> ExecutionResult:
+        """The run's start computes it (no step); a run input without a message raises, and
+        the step then reports it as the node's error."""
+        payload = run_input
         if isinstance(payload, str):
             payload = {"message": payload}
         if not isinstance(payload, dict) or not isinstance(payload.get("message"), str):
@@ -27,7 +32,7 @@ class ChatStart:
                 f"{type(payload).__name__}"
             )
         out = dict(payload)
-        out["session_id"] = ctx.session_id
+        out["session_id"] = session_id
         return result({"output": out})
 
 

@@ -14,7 +14,11 @@ class ManualTrigger:
     async def execute(
         self, data: dict[str, Any], inputs: dict[str, DataValue], ctx: FlowContext
     ) -> ExecutionResult:
-        return result({"output": {} if ctx.run_input is None else ctx.run_input})
+        return self.at_start(data, ctx.run_input, ctx.session_id)
+
+    def at_start(self, data: dict[str, Any], run_input: Any, session_id: str | None) -> ExecutionResult:
+        """The run's start computes it (no step): it depends on the run input alone."""
+        return result({"output": {} if run_input is None else run_input})
 
 
 executor = ManualTrigger()

@@ -40,9 +40,14 @@ class ScheduleTrigger:
     async def execute(
         self, data: dict[str, Any], inputs: dict[str, DataValue], ctx: FlowContext
     ) -> ExecutionResult:
+        return self.at_start(data, ctx.run_input, ctx.session_id)
+
+    def at_start(self, data: dict[str, Any], run_input: Any, session_id: str | None) -> ExecutionResult:
+        """The run's start computes it (no step); a bad schedule raises, and the step then
+        reports it as the node's error."""
         check_schedule(data.get("cron"), data.get("interval_s"))
-        if ctx.run_input is not None:
-            return result({"output": ctx.run_input})
+        if run_input is not None:
+            return result({"output": run_input})
         return result({"output": {"scheduled_at": datetime.now(UTC).isoformat()}})
 
 

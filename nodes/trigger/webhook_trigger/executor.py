@@ -22,6 +22,11 @@ class WebhookTrigger:
     async def execute(
         self, data: dict[str, Any], inputs: dict[str, DataValue], ctx: FlowContext
     ) -> ExecutionResult:
+        return self.at_start(data, ctx.run_input, ctx.session_id)
+
+    def at_start(self, data: dict[str, Any], run_input: Any, session_id: str | None) -> ExecutionResult:
+        """The run's start computes it (no step); a bad parameter raises, and the step then
+        reports it as the node's error."""
         path = data.get("path")
         if not isinstance(path, str) or not path.strip("/"):
             raise ValueError("parameter 'path' must be a non-empty URL path such as 'orders/new'")
@@ -30,7 +35,7 @@ class WebhookTrigger:
             raise ValueError(
                 f"parameter 'method' must be one of {', '.join(METHODS)}; got {method!r}"
             )
-        payload = ctx.run_input
+        payload = run_input
         if payload is None:
             # A manual run of a webhook graph: an empty request of the declared shape.
             payload = {"body": None, "headers": {}, "query": {}, "method": method, "path": path}

@@ -6,14 +6,12 @@
 --   retry_delay_s (retrying: the next attempt is due this long from NOW),
 --   take (null, or how many queued nodes the caller takes: see hand_over in the prelude),
 --   token (null, or the fencing token of the claim that ran the node),
---   next ([] or candidates {node, lease_ms, started, read} for the nodes the caller runs
---   next, the i-th with its lease key at KEYS[18 + i]: each node handed over that is one
---   of them is claimed here as claim.lua would, saving the caller that call),
---   taken (absent, or how every other node handed over is claimed: {lease_ms, lease (the
---   lease key without the node id: the run's hash tag), head, tail (the started event's
---   JSON before and after the node's ids)}; see `claimed` below)
+--   taken (absent, or how every node handed over is claimed here as claim.lua would,
+--   saving the caller that call: {lease_ms, lease (the lease key without the node id:
+--   the run's hash tag), head, tail (the started event's JSON before and after the node's
+--   ids)}; see `claimed` below)
 -- ARGV[7] the storage budget reservation JSON, or '' for none: {bytes, ws_max, run_max,
---   expire_at}, with KEYS[19 + #next..] the workspace's day counters (today's first); the
+--   expire_at}, with KEYS[19..] the workspace's day counters (today's first); the
 --   bytes are counted here, in the script that stores them (orchestrator/store/storage_budget.py)
 -- ARGV[8..14] JSON texts the script stores or appends as they are (each its own argument,
 --   not inside ARGV[6], so that neither side encodes or decodes them twice): outputs
@@ -24,7 +22,7 @@
 -- Returns {queued, backlog, nodes...}: with take null the nodes that became ready and are
 -- not yet dispatched, in plan order; with take, the oldest of the run's queue.
 -- Returns {'claimed', {node, claim reply (see `claim` in the prelude), ...}, queued,
--- backlog, nodes...} when some of those nodes were in `next` and their claims granted.
+-- backlog, nodes...} when `taken` claimed some of those nodes (the claims granted).
 -- Returns {'stale', 0} when a later claim superseded token: nothing applied, counted.
 -- Returns {'budget', 'run' | 'workspace', used} when the bytes would pass that budget:
 -- nothing applied (the caller stores the node's failure naming it instead).
@@ -36,9 +34,7 @@ for i = 15, #ARGV do args.events[#args.events + 1] = ARGV[i] end
 local node, status = args.node, args.status
 local take = args.take
 if take == cjson.null then take = nil end
-local next_claims = args.next
-if type(next_claims) ~= 'table' then next_claims = {} end
-local BUDGET_KEY = 19 + #next_claims
+local BUDGET_KEY = 19
 local NOTHING = {0, 0}
 local run_status = redis.call('HGET', K_RUN, 'status')
 if not run_status then
@@ -58,13 +54,6 @@ end
 -- propagates and dispatches nothing (finish.lua already marked what did not run not_run).
 local terminal = not ACTIVE[run_status]
 
--- Run-level events arrive as JSON templates; stamp them with the completion's time.
-local function append_stamped(event_json)
-  local event = cjson.decode(event_json)
-  event.timestamp = tonumber(NOW)
-  append(cjson.encode(event))
-end
-
 -- Idempotency: a redelivered completion changes nothing.
 if FINISHED[node_status] then
   if terminal then return NOTHING end
@@ -74,28 +63,16 @@ if status == 'waiting' and (node_status == 'waiting' or terminal) then
   return NOTHING
 end
 
-if ARGV[7] and ARGV[7] ~= '' then
-  local budget = cjson.decode(ARGV[7])
-  local used = tonumber(redis.call('HGET', K_RUN, 'bytes') or '0')
-  if budget.run_max > 0 and used + budget.bytes > budget.run_max then return {'budget', 'run', used} end
-  local total = 0
-  for _, used_that_day in ipairs(redis.call('MGET', unpack(KEYS, BUDGET_KEY))) do
-    total = total + tonumber(used_that_day or '0')
-  end
-  if budget.ws_max > 0 and total + budget.bytes > budget.ws_max then return {'budget', 'workspace', total} end
-  redis.call('HINCRBY', K_RUN, 'bytes', budget.bytes)
-  redis.call('INCRBY', KEYS[BUDGET_KEY], budget.bytes)
-  redis.call('EXPIREAT', KEYS[BUDGET_KEY], budget.expire_at)
-end
+local refused = charge_budget(ARGV[7], BUDGET_KEY, #KEYS)
+if refused then return refused end
 
 -- The nodes handed over (a chain's next link, a fan-out's branches, older nodes taken from
--- the queue), claimed now (`claim_nodes` in the prelude): each one the caller named in
--- `next` with its request, with `taken` each other one.
+-- the queue), claimed now with `taken` (`claim_nodes` in the prelude).
 local taken = args.taken
 if taken == cjson.null then taken = nil end
 local function claimed(handed)
-  if #next_claims == 0 and not taken then return handed end
-  local granted = claim_nodes(handed, 3, next_claims, taken)
+  if not taken then return handed end
+  local granted = claim_nodes(handed, 3, taken)
   if #granted == 0 then return handed end
   local reply = {'claimed', granted}
   for _, v in ipairs(handed) do table.insert(reply, v) end
@@ -127,7 +104,7 @@ if status == 'waiting' then
   redis.call('HSET', K_NODES, node, 'waiting')
   redis.call('HSET', K_RUN, 'status', 'waiting')
   append_own_events()
-  append_stamped(args.run_waiting)
+  append(run_event(args.run_waiting))
   redis.call('DEL', K_LEASE)
   refresh_active_ttl()
   return claimed(hand_over({}, take))
@@ -145,7 +122,7 @@ if terminal or stop then
     close_open_nodes(args.node_template, 'failed')
     redis.call('HSET', K_RUN, 'status', 'failed', 'finished_at', NOW)
     if args.error ~= '' then redis.call('HSET', K_RUN, 'error', args.error) end
-    append_stamped(args.run_failed)
+    append(run_event(args.run_failed))
     redis.call('ZREM', K_ACTIVE, args.run_id)
     drop_queue()
   end
@@ -156,6 +133,8 @@ end
 local remaining = redis.call('HINCRBY', K_RUN, 'remaining', -1)
 
 -- should_run: something arrived, and every required port with in-edges got a value.
+-- (create.lua writes a start node's effect instead, which kernel/scheduling.py
+-- start_effect works out with this countdown's Python twin, scheduling.complete.)
 local function should_run(target, adj)
   local live, total = {}, 0
   for _, port in ipairs(adj.in_ports) do
@@ -208,7 +187,7 @@ redis.call('DEL', K_LEASE)
 
 if remaining <= 0 then
   redis.call('HSET', K_RUN, 'status', 'succeeded', 'finished_at', NOW)
-  append_stamped(args.run_completed)
+  append(run_event(args.run_completed))
   redis.call('ZREM', K_ACTIVE, args.run_id)
   drop_queue()
   expire_all(RETENTION)

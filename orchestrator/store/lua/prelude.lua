@@ -46,9 +46,10 @@ local function append(event_json)
 end
 
 -- Every run key gets the same TTL: active while the run runs, retention once it ended.
-local function expire_all(ttl_s)
+-- absent (optional): KEYS indices the caller knows do not exist (create.lua).
+local function expire_all(ttl_s, absent)
   for i = 1, RUN_KEY_COUNT do
-    redis.call('EXPIRE', KEYS[i], ttl_s)
+    if not (absent and absent[i]) then redis.call('EXPIRE', KEYS[i], ttl_s) end
   end
   -- Shared plan data is never shortened, so it outlives every run naming it (EXPIRE GT,
   -- which the embedded Redis 6.2 lacks).
@@ -184,6 +185,33 @@ local function drop_queue()
   redis.call('DEL', K_QUEUE)
 end
 
+-- Count a completion's bytes within the storage budgets (orchestrator/store/storage_budget.py):
+-- budget_json '' (none) or {bytes, ws_max, run_max, expire_at}, the workspace's day counters
+-- at KEYS[first..last] (today's first). Returns nil when counted (or nothing to count), else
+-- {'budget', 'run' | 'workspace', used}: nothing counted.
+local function charge_budget(budget_json, first, last)
+  if not budget_json or budget_json == '' then return nil end
+  local budget = cjson.decode(budget_json)
+  local used = tonumber(redis.call('HGET', K_RUN, 'bytes') or '0')
+  if budget.run_max > 0 and used + budget.bytes > budget.run_max then return {'budget', 'run', used} end
+  local total = 0
+  for _, used_that_day in ipairs(redis.call('MGET', unpack(KEYS, first, last))) do
+    total = total + tonumber(used_that_day or '0')
+  end
+  if budget.ws_max > 0 and total + budget.bytes > budget.ws_max then return {'budget', 'workspace', total} end
+  redis.call('HINCRBY', K_RUN, 'bytes', budget.bytes)
+  redis.call('INCRBY', KEYS[first], budget.bytes)
+  redis.call('EXPIREAT', KEYS[first], budget.expire_at)
+  return nil
+end
+
+-- A run-level event from its JSON template, given the time NOW.
+local function run_event(event_json)
+  local event = cjson.decode(event_json)
+  event.timestamp = tonumber(NOW)
+  return cjson.encode(event)
+end
+
 -- What a completion returns: {queued, backlog, nodes to run now...}. With take == nil the
 -- ready nodes are returned as they are; else they join the queue's tail (the queue answers
 -- for them, so they count as dispatched) and the oldest `take` are taken from its head.
@@ -297,31 +325,21 @@ local function claim(node, lease_key, lease_ms, started, read)
   return reply
 end
 
--- Claim, in this call, the nodes a caller takes (nodes[from..]), as claim.lua would: each
--- one named in `named` (complete.lua's `next`: {node, lease_ms, started, read}, the i-th
--- with its lease key at KEYS[18 + i]) with that request; with `taken` ({lease_ms, lease:
--- the lease key without the node id (the run's hash tag), head, tail: the started event's
--- JSON before and after the node's ids}) each other one, with the request its plan data
--- describes (`:claim:<node>`: its ids in the started event, what its step reads; absent
--- from plan data an older release wrote). Returns {node, claim reply, ...} of the granted
--- claims; a claim not granted is not returned: the caller's own claim call then gets the
--- same answer.
-local function claim_nodes(nodes, from, named, taken)
-  local index = {}
-  for i, candidate in ipairs(named) do index[candidate.node] = i end
+-- Claim, in this call, the nodes a caller takes (nodes[from..]), as claim.lua would, each
+-- with the request `taken` ({lease_ms, lease: the lease key without the node id (the run's
+-- hash tag), head, tail: the started event's JSON before and after the node's ids}) and
+-- the node's plan data (`:claim:<node>`: its ids in the started event, what its step reads)
+-- describe; a node without that plan data (written by an older release) is not claimed.
+-- Returns {node, claim reply, ...} of the granted claims; a claim not granted is not
+-- returned: the caller's own claim call then gets the same answer.
+local function claim_nodes(nodes, from, taken)
   local granted = {}
   for j = from, #nodes do
     local n, reply = nodes[j], nil
-    local i = index[n]
-    if i then
-      local candidate = named[i]
-      reply = claim(n, KEYS[18 + i], candidate.lease_ms, candidate.started, candidate.read)
-    elseif taken then
-      local raw = redis.call('HGET', K_ADJ, ':claim:' .. n)
-      if raw then
-        local data = cjson.decode(raw)
-        reply = claim(n, taken.lease .. n, taken.lease_ms, taken.head .. data.ids .. taken.tail, data.read)
-      end
+    local raw = redis.call('HGET', K_ADJ, ':claim:' .. n)
+    if raw then
+      local data = cjson.decode(raw)
+      reply = claim(n, taken.lease .. n, taken.lease_ms, taken.head .. data.ids .. taken.tail, data.read)
     end
     if reply and reply[1] == 'run' then
       table.insert(granted, n)
