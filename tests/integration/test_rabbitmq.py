@@ -15,7 +15,7 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -180,6 +180,18 @@ def test_the_node_queue_is_a_durable_quorum_queue(celery: Any, pool: WorkerProce
                                   arguments={"x-queue-type": "classic"})
 
 
+def _queue_settles(conn: Connection, queue: str, settled: Callable[[int, int], bool]) -> None:
+    """Wait (at most 10 s) until the broker's (message count, consumer count) of ``queue`` satisfy ``settled``."""
+    deadline = time.monotonic() + 10.0
+    while True:
+        channel: Any = conn.default_channel  # an amqp Channel (kombu types it as StdChannel)
+        _, count, consumers = channel.queue_declare(queue, passive=True)
+        if settled(count, consumers):
+            return
+        assert time.monotonic() < deadline, f"{queue}: {count} messages, {consumers} consumers after 10 s"
+        time.sleep(0.05)
+
+
 async def test_back_pressure_counts_the_messages_waiting_in_rabbitmq(
     server: EmbeddedRedis, broker: rabbitmq.RabbitServer, settings: Settings, pool: WorkerProcesses,
 ) -> None:
@@ -199,11 +211,15 @@ async def test_back_pressure_counts_the_messages_waiting_in_rabbitmq(
     try:
         await admission.check(redis, bounded)  # the queue is empty: admitted
         pool.stop()  # nobody consumes: what is published stays in the queue
-        with Connection(broker.url) as conn:
+        # the broker learns of the dead consumers on its own time, and a quorum queue counts
+        # a message once its log has it: wait for both (confirmed publishes), bounded
+        with Connection(broker.url, transport_options={"confirm_publish": True}) as conn:
+            _queue_settles(conn, NODE_QUEUE, lambda _count, consumers: consumers == 0)
             producer = conn.Producer()
             for _ in range(5):
                 producer.publish({"noop": True}, routing_key=NODE_QUEUE, exchange=NODE_QUEUE,
                                  declare=[], serializer="json")
+            _queue_settles(conn, NODE_QUEUE, lambda count, _consumers: count == 5)
         depth.reset()
         with pytest.raises(OverloadedError, match="5 nodes are queued"):
             await admission.check(redis, bounded)
