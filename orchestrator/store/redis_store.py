@@ -67,7 +67,6 @@ from redis.asyncio import Redis
 
 from orchestrator.errors import StorageBudgetError, StoreNotReplicatedError
 from orchestrator.kernel.errors import OrchestratorError, RunNotFoundError
-from orchestrator.kernel.graph import trusted_graph
 from orchestrator.kernel.json_text import json_value
 from orchestrator.kernel.protocol import DataValue, EventType, NodeEvent
 from orchestrator.kernel.scheduling import RunPlan
@@ -105,7 +104,7 @@ from orchestrator.store.creation import shared_plan as _shared
 from orchestrator.store.creation import started_json as _started_json
 from orchestrator.store.creation import started_parts as _started_parts
 from orchestrator.store.keys import Keys
-from orchestrator.store.plan_refs import PlanRefs, ref_of
+from orchestrator.store.plan_reads import PLAN_CACHE_SIZE, RunPlans
 from orchestrator.store.storage_budget import StorageBudget, store_full_errors
 from orchestrator.store.waits import WaitTimers
 from orchestrator.telemetry import metrics
@@ -115,7 +114,6 @@ SCRIPTS = (
     "create", "claim", "renew", "append", "dispatched", "complete", "finish", "resume", "seed",
     "take", "start_guard",
 )
-PLAN_CACHE_SIZE = 256
 SHARED_KEYS_KNOWN = 1024  # plan data keys one process remembers having seen in Redis
 STATUS_MAX_AGE_S = 0.1  # a run status read is shared this long by the nodes polling it
 EVENT_COUNT_CHUNK_BYTES = 64 * 1024  # appended events are counted against budgets this much at a time
@@ -198,9 +196,7 @@ class RedisRunStore(RunStore):
         self._scripts = {name: redis.register_script(_lua_source(name)) for name in SCRIPTS}
         # Commands of concurrent node steps share round trips (orchestrator/store/batching.py).
         self._batch = CommandBatcher(redis)
-        self._plans: OrderedDict[str, RunPlan] = OrderedDict()
-        self._loading: dict[str, asyncio.Future[RunPlan]] = {}  # plans being fetched (single flight)
-        self._refs = PlanRefs()  # plans by content reference: a new run of a known one reads nothing
+        self.plans = RunPlans(self.keys, self._batch.execute)
         self._event_templates: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._statuses: OrderedDict[str, tuple[float, asyncio.Future[Any]]] = OrderedDict()
         self.budget = StorageBudget(redis, self.settings, call=self._batch.script)
@@ -209,7 +205,6 @@ class RedisRunStore(RunStore):
         self._event_bytes: OrderedDict[str, int] = OrderedDict()  # run id -> appended bytes not yet counted
         self._keys_of: OrderedDict[str, tuple[tuple[str, ...], str]] = OrderedDict()  # run id -> its script keys
         self._shared_seen: OrderedDict[str, None] = OrderedDict()  # plan data keys known to exist (Keys.plan_data)
-        self._shared_plans: OrderedDict[str, RunPlan] = OrderedDict()  # plan data key -> its plan, as read
         self._taken: OrderedDict[str, dict[str, Any]] = OrderedDict()  # complete.lua's ``taken``, by run and data
 
     @classmethod
@@ -379,7 +374,7 @@ class RedisRunStore(RunStore):
         if created < 0:
             raise StaleGraphError(f"graph {record.graph_id!r} changed while the run was starting; start it again",
                                   run_id=run_id, graph_id=record.graph_id)
-        self._remember(plan)
+        self.plans.remember(plan)
         self._know_workspace(run_id, fields["workspace"])
         if created == 2 and started is not None:  # the start node's completion applied
             _count_published(started.completion.events)
@@ -471,81 +466,15 @@ class RedisRunStore(RunStore):
             return -1, []
         return created, nodes
 
-    def _remember(self, plan: RunPlan) -> None:
-        self._plans[plan.run_id] = plan
-        self._plans.move_to_end(plan.run_id)
-        while len(self._plans) > PLAN_CACHE_SIZE:
-            self._plans.popitem(last=False)
-
     async def load_plan(self, run_id: str, ref: str = "") -> RunPlan:
-        """The run's plan; cached in process (plans never change), and loaded in single
-        flight: however many of a run's nodes start at once on a process that has not
-        seen the run, one GET and one parse serve them all (and one plan object, so the
-        step function builds its graph once). ``ref``: the plan's reference, which a
-        start's node messages carry (``orchestrator/store/plan_refs.py``): a run whose
-        reference this process knows costs no read at all, and one GET serves every run
-        of a reference this process does not know yet."""
-        cached = self._plans.get(run_id)
-        if cached is not None:
-            self._plans.move_to_end(run_id)
-            return cached
-        if ref:
-            plan = await self._refs.for_run(run_id, ref, self._load_run)
-            self._remember(plan)
-            return plan
-        return await self._load_run(run_id)
+        """The run's plan, read once per run and process (``orchestrator/store/plan_reads.py``);
+        ``ref``: its reference, which a start's node messages carry."""
+        return await self.plans.load(run_id, ref)
 
     def plan_ref(self, run_id: str) -> str:
         """The reference of the run's plan when this process holds it by reference ("" if
         not): what the messages it sends for the run carry."""
-        plan = self._plans.get(run_id)
-        return "" if plan is None else ref_of(plan)
-
-    async def _load_run(self, run_id: str) -> RunPlan:
-        """The run's own copy of its plan, read in single flight per run."""
-        cached = self._plans.get(run_id)
-        if cached is not None:
-            return cached
-        loading = self._loading.get(run_id)
-        if loading is None:
-            loading = asyncio.ensure_future(self._fetch_plan(run_id))
-            self._loading[run_id] = loading
-            loading.add_done_callback(lambda done: self._loaded(run_id, done))
-        return await asyncio.shield(loading)
-
-    def _loaded(self, run_id: str, done: asyncio.Future[RunPlan]) -> None:
-        self._loading.pop(run_id, None)
-        if not done.cancelled():
-            done.exception()  # retrieved here too: every waiter may have gone
-
-    async def _fetch_plan(self, run_id: str) -> RunPlan:
-        raw = await self._batch.execute("GET", self.keys.plan(run_id))
-        if raw is None:
-            raise RunNotFoundError("no such run (unknown or expired)", run_id=run_id)
-        own = json.loads(raw)
-        shared = own.pop("shared", None)
-        if shared is None:
-            plan = RunPlan.from_json(own)
-        else:  # a stored graph's run: the rest is in its plan data, read once per key and process
-            plan = (await self._shared_plan(run_id, shared)).for_run(run_id)
-            plan.labels = own["labels"]
-        self._remember(plan)
-        return plan
-
-    async def _shared_plan(self, run_id: str, key: str) -> RunPlan:
-        """The plan (no run id, no labels) in shared plan data ``key``; its graph parsed once."""
-        template = self._shared_plans.get(key)
-        if template is None:
-            body = await self._batch.execute("HGET", key, ":plan")
-            if body is None:  # cannot outlive the run's own keys (see create.lua); but never a KeyError
-                raise RunNotFoundError("no such run (its plan data expired)", run_id=run_id)
-            template = RunPlan.from_json({**json.loads(body), "run_id": "", "labels": {}})
-            template.parsed = trusted_graph(template.graph)
-            self._shared_plans[key] = template
-        self._shared_plans.move_to_end(key)
-        while len(self._shared_plans) > PLAN_CACHE_SIZE:
-            self._shared_plans.popitem(last=False)
-        return template
+        return self.plans.ref(run_id)
 
     async def run_status(self, run_id: str) -> str:
         """The run's status. Every node of a run polls it while running (cancellation), so
