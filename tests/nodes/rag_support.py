@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -140,30 +145,36 @@ def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def s3_url() -> Iterator[str]:
     """An S3-compatible server (moto's, in a subprocess on a free port), stopped by pid."""
     pytest.importorskip("moto.server", reason="moto[server] is not installed")
-    import socket
-    import subprocess
-    import sys
-    import time
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc, url = _start_moto()
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("the moto S3 server did not start") from None
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
+        yield url
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def _start_moto(attempts: int = 5) -> tuple[subprocess.Popen[bytes], str]:
+    """moto's server on a free port, once it answers as moto: a port found free can be taken
+    by another process before moto binds it (moto then exits, and a connect alone would have
+    reached the other process), so a server that exits is started again on another port."""
+    for _ in range(attempts):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        url = f"http://127.0.0.1:{port}"
+        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:  # moto's own API answers: this port is moto's
+                with urllib.request.urlopen(f"{url}/moto-api/data.json", timeout=1) as reply:
+                    if reply.status == 200:
+                        return proc, url
+            except OSError:
+                time.sleep(0.1)
+        proc.kill()
+        proc.wait(timeout=10)
+    raise RuntimeError(f"the moto S3 server did not start in {attempts} attempts")
 
 
 def s3_settings(s3_url: str, server: Any, **overrides: Any) -> dict[str, Any]:
