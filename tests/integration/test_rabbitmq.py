@@ -48,7 +48,7 @@ SWEEP_PERIOD_S = 0.5
 
 @pytest.fixture(scope="module")
 def broker() -> Iterator[rabbitmq.RabbitServer]:
-    server = rabbitmq.RabbitServer().start()
+    server = rabbitmq.started()
     try:
         yield server
     finally:

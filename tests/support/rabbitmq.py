@@ -68,11 +68,9 @@ class RabbitServer:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"rabbitmq-server exited {self.proc.returncode}: {self.log_tail()}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return self
-            except OSError:
-                time.sleep(0.2)
+            if _speaks_amqp(self.port):  # a connect alone could reach another process that took the port
+                return self
+            time.sleep(0.2)
         self.stop()
         raise RuntimeError(f"rabbitmq-server did not listen within {START_TIMEOUT_S} s: {self.log_tail()}")
 
@@ -89,3 +87,27 @@ class RabbitServer:
             self.proc.wait(timeout=10)
             self.proc = None
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def started(attempts: int = 3) -> RabbitServer:
+    """A started server: one that exited at its start (another process took one of the
+    ports found free for it first) is started again on other ports."""
+    for _ in range(attempts - 1):
+        server = RabbitServer()
+        try:
+            return server.start()
+        except RuntimeError:
+            server.stop()
+    return RabbitServer().start()
+
+
+def _speaks_amqp(port: int) -> bool:
+    """Whether the server on ``port`` answers AMQP 0-9-1's protocol header with a method
+    frame (its ``Connection.Start``)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as conn:
+            conn.settimeout(2.0)
+            conn.sendall(b"AMQP\x00\x00\x09\x01")
+            return conn.recv(1) == b"\x01"
+    except OSError:
+        return False
