@@ -10,7 +10,7 @@ node; the run store, not the id, makes a second delivery harmless. Every message
 travels on the run's lane (``orchestrator/queue/lanes.py``): its start nodes, retries and
 reschedules, drains, the sweeper's re-sends.
 
-Two ways a node message goes out, one message format (Celery's protocol v2):
+Two ways a node message (or a drain) goes out, one message format (Celery's protocol v2):
 
 * on a Redis broker, with no countdown and traces off (the common case), the messages are
   built from a template (``orchestrator/queue/messages.py``) and pushed with one ``LPUSH``:
@@ -111,6 +111,10 @@ def send_drains(app: Celery, run_id: str, count: int, hops: int = 0, *, plan: st
     if count <= 0:
         return
     queue = queue_for(run_id, lanes_of(app))
+    direct = _direct(app)
+    if direct is not None:  # a Redis broker: the template's messages, one LPUSH
+        direct.client().lpush(queue, *direct.messages(queue).encode_drains(run_id, count, hops, plan))
+        return
     args: tuple[str | int, ...] = (run_id, hops, plan) if plan else (run_id, hops) if hops else (run_id,)
     with app.producer_or_acquire() as producer, producer.batch():
         for _ in range(count):

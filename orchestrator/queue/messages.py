@@ -1,5 +1,7 @@
 """Node task messages built from a template, for a Redis broker: what Celery's
-``send_task`` and kombu's Redis transport would put on the node queue, without them.
+``send_task`` and kombu's Redis transport would put on the node queue, without them
+(drain messages too: the same envelope for task ``orchestrator.drain``, arguments
+``(run_id[, hops][, plan])`` and a fresh task id each, as ``dispatch.send_drains`` sends them).
 
 A node task message is always the same but for its ids: task ``orchestrator.node``,
 arguments ``(run_id, node_id)`` (and the run's plan reference, when the sender knows it:
@@ -29,7 +31,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from celery.utils.nodenames import anon_nodename
 
-from orchestrator.queue.app import NODE_QUEUE, NODE_TASK
+from orchestrator.queue.app import DRAIN_TASK, NODE_QUEUE, NODE_TASK
 
 _EMBED = '{"callbacks": null, "errbacks": null, "chain": null, "chord": null}'
 
@@ -49,32 +51,37 @@ def redis_url_of(broker_url: str) -> str | None:
 
 
 class NodeMessages:
-    """Encodes the node task message of ``(run_id, node_id)`` (see the module docstring)."""
+    """Encodes the node task message of ``(run_id, node_id)``, and a run's drain messages
+    (see the module docstring)."""
 
     def __init__(self, queue: str = NODE_QUEUE) -> None:
         self.queue = queue
-        headers: dict[str, object] = {
-            "lang": "py", "task": NODE_TASK, "shadow": None, "eta": None, "expires": None, "group": None,
-            "group_index": None, "retries": 0, "timelimit": [None, None], "parent_id": None, "kwargsrepr": "{}",
-            "origin": anon_nodename(), "ignore_result": None, "replaced_task_nesting": 0, "stamped_headers": None,
-            "stamps": {}}
+        origin = anon_nodename()
         # Celery's reply_to is a per-thread id for results; node tasks send none back.
         properties: dict[str, object] = {"reply_to": str(uuid.uuid4()), "delivery_mode": 2,
                       "delivery_info": {"exchange": "", "routing_key": queue}, "priority": 0,
                       "body_encoding": "base64"}
-        self._head = ('{"content-encoding": "utf-8", "content-type": "application/json", "headers": '
-                      + json.dumps(headers)[:-1])
+        self._heads = {task: _head(task, origin) for task in (NODE_TASK, DRAIN_TASK)}
         self._properties = json.dumps(properties)[:-1]
 
     def encode(self, run_id: str, node_id: str, plan: str = "") -> str:
         """The envelope kombu's Redis transport would LPUSH for this node task (``plan``:
         the run's plan reference, a third argument when given)."""
         args = (run_id, node_id, plan) if plan else (run_id, node_id)
+        return self._message(NODE_TASK, f"{run_id}:{node_id}", args)
+
+    def encode_drains(self, run_id: str, count: int, hops: int = 0, plan: str = "") -> list[str]:
+        """``count`` drain messages of ``run_id``, with the arguments ``send_drains`` gives
+        them (``hops``, ``plan``: see there)."""
+        args: tuple[str | int, ...] = (run_id, hops, plan) if plan else (run_id, hops) if hops else (run_id,)
+        return [self._message(DRAIN_TASK, str(uuid.uuid4()), args) for _ in range(count)]
+
+    def _message(self, task_name: str, task_id: str, args: tuple[str | int, ...]) -> str:
         ids = json.dumps(args)
-        task = json.dumps(f"{run_id}:{node_id}")
+        task = json.dumps(task_id)
         body = base64.b64encode(f"[{ids}, {{}}, {_EMBED}]".encode()).decode()
         argsrepr = json.dumps(repr(args))
-        return (f'{self._head}, "id": {task}, "root_id": {task}, "argsrepr": {argsrepr}}}, '
+        return (f'{self._heads[task_name]}, "id": {task}, "root_id": {task}, "argsrepr": {argsrepr}}}, '
                 f'"properties": {self._properties}, "correlation_id": {task}, '
                 f'"delivery_tag": "{uuid.uuid4()}"}}, "body": "{body}"}}')
 
@@ -82,3 +89,13 @@ class NodeMessages:
         """The messages of ``node_ids`` in the order a worker should take them: kombu's
         workers pop from the list's tail, so the first node is pushed first."""
         return [self.encode(run_id, node_id, plan) for node_id in node_ids]
+
+
+def _head(task_name: str, origin: str) -> str:
+    """A message's JSON up to its headers' ids: everything fixed for ``task_name``."""
+    headers: dict[str, object] = {
+        "lang": "py", "task": task_name, "shadow": None, "eta": None, "expires": None, "group": None,
+        "group_index": None, "retries": 0, "timelimit": [None, None], "parent_id": None, "kwargsrepr": "{}",
+        "origin": origin, "ignore_result": None, "replaced_task_nesting": 0, "stamped_headers": None,
+        "stamps": {}}
+    return '{"content-encoding": "utf-8", "content-type": "application/json", "headers": ' + json.dumps(headers)[:-1]

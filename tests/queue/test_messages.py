@@ -14,7 +14,7 @@ import redis
 
 from orchestrator.local.embedded_redis import EmbeddedRedis
 from orchestrator.queue.app import make_celery
-from orchestrator.queue.dispatch import make_async_dispatch, make_dispatch, send_nodes
+from orchestrator.queue.dispatch import make_async_dispatch, make_dispatch, send_drains, send_nodes
 from orchestrator.queue.lanes import queue_for
 from orchestrator.queue.messages import NodeMessages, redis_url_of
 from orchestrator.settings import Settings
@@ -81,6 +81,32 @@ def test_a_template_message_with_a_plan_reference_is_the_message_celery_publishe
     got = client.lrange(lane(run_id), 0, -1)
     assert [comparable(m) for m in got] == [comparable(m) for m in expected]
     assert comparable(got[0])["body"][0] == [run_id, "n1", plan]
+
+
+@pytest.mark.parametrize(("hops", "plan"), [(0, ""), (2, ""), (0, "0123456789abcdef0123456789abcdef")])
+def test_a_template_drain_message_is_the_message_celery_publishes(
+        server: EmbeddedRedis, client: redis.Redis, hops: int, plan: str) -> None:
+    run_id = "3f2a"
+    args = (run_id, hops, plan) if plan else (run_id, hops) if hops else (run_id,)
+    app = make_celery(server.url, Settings())
+    with app.producer_or_acquire() as producer, producer.batch():
+        app.send_task("orchestrator.drain", args=args, queue=lane(run_id), producer=producer)
+    expected = client.lrange(lane(run_id), 0, -1)
+    client.delete(lane(run_id))
+    send_drains(app, run_id, 2, hops, plan=plan)
+    got = client.lrange(lane(run_id), 0, -1)
+    assert len(got) == 2 and got[0] != got[1]  # a task id of its own each, as Celery's
+    for message in (*got, *expected):  # the task id is fresh per message: compare the rest
+        assert json.loads(message)["headers"]["id"] == json.loads(message)["properties"]["correlation_id"]
+    ids = {("headers", "id"), ("headers", "root_id"), ("properties", "correlation_id")}
+
+    def without_ids(raw: bytes) -> dict[str, Any]:
+        envelope = comparable(raw)
+        for part, key in ids:
+            envelope[part][key] = "*"
+        return envelope
+
+    assert [without_ids(m) for m in got] == [without_ids(expected[0])] * 2
 
 
 def test_the_first_node_is_the_first_a_worker_takes(server: EmbeddedRedis, client: redis.Redis) -> None:
