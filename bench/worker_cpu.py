@@ -7,7 +7,8 @@ Starts its own redis-server, builds this process's worker state (``workers.proce
 the loop thread and store a worker process uses, with room for every node at once), starts
 ``--runs`` runs of each shape through ``runs.start_run`` (not measured), then runs them all
 with ``workers.tasks.run_here`` on the loop, 8 runs at a time, as a worker does when a run's
-first node message arrives: a fan-out's branches and a chain's links are taken from the
+first node message arrives (the nodes the start sent: a chain's trigger is completed by the
+start itself, which sends its successor): a fan-out's branches and a chain's links are taken from the
 run's queue at each completion. Reports the process's CPU per run over that part (the loop
 thread and the Redis client; Redis itself is another process). On a loaded machine this is
 steadier than ``runs_per_s.py``'s runs per second: pair before and after back to back.
@@ -61,8 +62,12 @@ def measure(shapes: list[str], runs: int, profile: int, starts: str = "adhoc") -
     process_state.set_capacity(10_000)  # every node of the runs in flight runs here, none is sent
     state = process_state.process_state()
 
+    sent: dict[str, list[str]] = {}
+
     async def no_dispatch(run_id: str, nodes: list[str]) -> None:
-        """Nothing goes to the broker: the measured part runs each run's first node itself."""
+        """Nothing goes to the broker: the measured part runs the nodes each start sent (a
+        trigger the start completed itself sends its successor) on this process's loop."""
+        sent.setdefault(run_id, []).extend(nodes)
 
     starter = Starter(state.store.redis, Settings(), state.registry,
                       GraphStore(state.store.redis, state.registry, Settings()), state.store, no_dispatch)
@@ -74,12 +79,12 @@ def measure(shapes: list[str], runs: int, profile: int, starts: str = "adhoc") -
         return [await start_run(state.store, state.registry, graph, RunRequest({"x": 1}), dispatch=no_dispatch)
                 for _ in range(count)]
 
-    async def run_all(run_ids: list[str], first: str, profiler: cProfile.Profile | None = None) -> None:
+    async def run_all(run_ids: list[str], profiler: cProfile.Profile | None = None) -> None:
         gate = asyncio.Semaphore(IN_FLIGHT)
 
         async def one(run_id: str) -> None:
             async with gate:
-                await run_here(run_id, first)
+                await asyncio.gather(*(run_here(run_id, node) for node in sent.pop(run_id)))
 
         if profiler:  # on the loop thread, where the steps run
             profiler.enable()
@@ -93,16 +98,15 @@ def measure(shapes: list[str], runs: int, profile: int, starts: str = "adhoc") -
     try:
         for shape in shapes:
             graph = SHAPES[shape]()
-            first = graph["nodes"][0]["id"]
             if starts == "stored":
                 state.run(starter.graphs.create(graph, str(graph["id"])))
-            state.run(run_all(state.run(started(graph, WARM_RUNS)), first))
+            state.run(run_all(state.run(started(graph, WARM_RUNS))))
             run_ids = state.run(started(graph, runs))
             gc.collect()
             gc.freeze()  # as a worker process does once its node packs are loaded
             profiler = cProfile.Profile(time.process_time) if profile else None
             cpu0, wall0 = time.process_time(), time.monotonic()
-            state.run(run_all(run_ids, first, profiler))
+            state.run(run_all(run_ids, profiler))
             cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
             result[shape] = {"runs": runs, "starts": starts, "cpu_ms_per_run": round(cpu * 1000 / runs, 2),
                              "wall_ms_per_run": round(wall * 1000 / runs, 2)}
