@@ -158,6 +158,12 @@ def _count_published(events: list[NodeEvent]) -> None:
         metrics.child(metrics.EVENTS_PUBLISHED, event.event_type).inc()
 
 
+def _with_taken(args_json: str, taken_json: str) -> str:
+    """complete.lua's named arguments (a JSON object's text) with ``taken`` (JSON text, or
+    '' for none) added as its last field, without encoding it again."""
+    return f'{args_json[:-1]},"taken":{taken_json}}}' if taken_json else args_json
+
+
 def _budget_json(nbytes: int, ws_max: int, run_max: int, expire_at: int) -> str:
     """complete.lua's budget argument: the JSON object ``{"bytes", "ws_max", "run_max",
     "expire_at"}`` of four integers, written without an encoder (one per completion)."""
@@ -205,7 +211,7 @@ class RedisRunStore(RunStore):
         self._event_bytes: OrderedDict[str, int] = OrderedDict()  # run id -> appended bytes not yet counted
         self._keys_of: OrderedDict[str, tuple[tuple[str, ...], str]] = OrderedDict()  # run id -> its script keys
         self._shared_seen: OrderedDict[str, None] = OrderedDict()  # plan data keys known to exist (Keys.plan_data)
-        self._taken: OrderedDict[str, dict[str, Any]] = OrderedDict()  # complete.lua's ``taken``, by run and data
+        self._taken: OrderedDict[str, str] = OrderedDict()  # complete.lua's ``taken`` JSON, by run, lease and data
 
     @classmethod
     def from_url(cls, url: str, settings: StoreSettings) -> RedisRunStore:
@@ -591,8 +597,7 @@ class RedisRunStore(RunStore):
             await self.timers.schedule(run_id, node_id, wake)  # first: a crash leaves no untimed wait
         max_nodes = None if take is None else take.max_nodes
         args, texts = self._completion_args(run_id, node_id, completion, max_nodes, token)
-        if take is not None and take.claim_taken is not None:
-            args["taken"] = self._taken_args(run_id, take.claim_taken)
+        taken = "" if take is None or take.claim_taken is None else self._taken_text(run_id, take.claim_taken)
         stored = len(texts[0]) + len(texts[1]) + sum(len(e) for e in texts[COMPLETE_EVENTS:])
         nbytes = stored + self._event_bytes.pop(run_id, 0)
         budget, workspace, budget_keys = "", "", list[Any]()
@@ -600,7 +605,7 @@ class RedisRunStore(RunStore):
             workspace = self._workspaces.get(run_id) or await self._workspace(run_id)  # known after its claim
             budget, budget_keys = await self._reservation(nbytes, workspace, run_id)
         node_lease = self._lease(run_id, node_id)
-        reply = await self._call("complete", run_id, [_dumps(args), budget, *texts],
+        reply = await self._call("complete", run_id, [_with_taken(_dumps(args), taken), budget, *texts],
                                  [node_lease, *budget_keys])
         if reply[0] == "budget":
             try:
@@ -621,20 +626,23 @@ class RedisRunStore(RunStore):
         _count_published(completion.events)
         return Ready(list(nodes), queued=int(queued), backlog=int(backlog), claims=granted)
 
-    def _taken_args(self, run_id: str, taken: TakenClaims) -> dict[str, Any]:
-        """complete.lua's ``taken``: how it claims the nodes it hands over, with each node's
-        ``:claim:`` plan data (``creation.claim_data``): the lease (its key is ``lease`` and
-        the node id: the run's hash tag, so the run's slot), and the ``started`` event's
-        JSON around the node's ids. Built once per run and data."""
-        data = _dumps(taken.started_data)
-        key = f"{run_id}\n{data}"
+    def _taken_text(self, run_id: str, taken: TakenClaims) -> str:
+        """complete.lua's ``taken`` as JSON text: how it claims the nodes it hands over, with
+        each node's ``:claim:`` plan data (``creation.claim_data``): the lease (its key is
+        ``lease`` and the node id: the run's hash tag, so the run's slot), and the
+        ``started`` event's JSON around the node's ids. Encoded once per run, data and
+        lease length: its two pieces of event JSON are escaped whole in every encoding,
+        which was most of the time of encoding a completion's arguments."""
+        lease_ms, data = max(1, int(taken.lease_s * 1000)), _dumps(taken.started_data)
+        key = f"{run_id}\n{lease_ms}\n{data}"
         cached = self._taken.get(key)
         if cached is None:
             head, tail = _started_parts(run_id, data)
-            cached = self._taken[key] = {"lease": self._lease(run_id, ""), "head": head, "tail": tail}
+            cached = self._taken[key] = _dumps({"lease": self._lease(run_id, ""), "head": head, "tail": tail,
+                                                "lease_ms": lease_ms})
             while len(self._taken) > PLAN_CACHE_SIZE:
                 self._taken.popitem(last=False)
-        return {**cached, "lease_ms": max(1, int(taken.lease_s * 1000))}
+        return cached
 
     def _completion_args(self, run_id: str, node_id: str, completion: NodeCompletion,
                          take: int | None, token: int | None) -> tuple[dict[str, Any], list[str]]:
@@ -676,10 +684,10 @@ class RedisRunStore(RunStore):
         return list(await self._call("take", run_id, [max_nodes]))
 
     async def take_claimed(self, run_id: str, max_nodes: int, claim_taken: TakenClaims) -> Ready:
-        """take.lua with complete.lua's ``taken`` (``_taken_args``): one call takes and claims."""
+        """take.lua with complete.lua's ``taken`` (``_taken_text``): one call takes and claims."""
         if max_nodes <= 0:
             return Ready()
-        granted, *nodes = await self._call("take", run_id, [max_nodes, _dumps(self._taken_args(run_id, claim_taken))])
+        granted, *nodes = await self._call("take", run_id, [max_nodes, self._taken_text(run_id, claim_taken)])
         claims = {granted[i]: self._claim(run_id, granted[i + 1]) for i in range(0, len(granted), 2)}
         return Ready(list(nodes), claims=claims)
 
