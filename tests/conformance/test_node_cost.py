@@ -117,3 +117,24 @@ async def test_a_completion_sends_its_output_text_once(redis_store: RedisRunStor
     assert 200_000 < sum(sizes) < 210_000, sizes  # the text once, and the rest of the call
     stored = await redis_store.redis.hget(redis_store.keys.outputs(run_id), "a")
     assert json.loads(stored)["out"]["value"] == value
+
+
+async def test_a_chain_links_completion_reads_nothing_it_already_knows(redis_store: RedisRunStore) -> None:
+    """The completion that claims the chain's next link reads neither the run's status nor
+    the link's status or plan membership a second time (its countdown and claim data
+    established them in the same call), nor the live count it has just incremented."""
+    warm = Driver(redis_store, make_plan("ab", [("a", "out", "b", "in")]))  # the scripts loaded
+    await warm.start()
+    await warm.step("a")
+    run_id, token = await compiled_chain_with_t_running(redis_store)
+    await reset_stats(redis_store.redis)
+    to_b = await redis_store.complete_node(run_id, "t", completed(run_id, "t", {"out"}),
+                                           take=Take(1, claim_taken=TAKEN), token=token)
+    assert to_b.claims["b"].kind == "run"
+    counted = await commands(redis_store)
+    assert counted.get("hexists", 0) == 0, counted
+    # The run's shared-plan name, status and stored bytes (its budget), the fencing token,
+    # t's status, the adjacency of t and b, b's initial count, status and claim data, its
+    # attempt: eleven HGETs (fourteen before: the run's status, b's status and its live
+    # count read again).
+    assert counted["hget"] == 11, counted

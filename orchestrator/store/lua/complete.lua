@@ -70,9 +70,12 @@ if refused then return refused end
 -- the queue), claimed now with `taken` (`claim_nodes` in the prelude).
 local taken = args.taken
 if taken == cjson.null then taken = nil end
+-- The nodes this completion made ready, pending until their claim (what claim_nodes need
+-- not read again); the run is active wherever `claimed` is called.
+local made_ready = {}
 local function claimed(handed)
   if not taken then return handed end
-  local granted = claim_nodes(handed, 3, taken)
+  local granted = claim_nodes(handed, 3, taken, made_ready)
   if #granted == 0 then return handed end
   local reply = {'claimed', granted}
   for _, v in ipairs(handed) do table.insert(reply, v) end
@@ -132,18 +135,24 @@ end
 
 local remaining = redis.call('HINCRBY', K_RUN, 'remaining', -1)
 
+-- Live counts this call incremented ("target|port" -> the count after it): not read again.
+local counted = {}
+
 -- should_run: something arrived, and every required port with in-edges got a value.
 -- (create.lua writes a start node's effect instead, which kernel/scheduling.py
 -- start_effect works out with this countdown's Python twin, scheduling.complete.)
+local function live_count(field)
+  return counted[field] or tonumber(redis.call('HGET', K_LIVE, field) or '0')
+end
 local function should_run(target, adj)
   local live, total = {}, 0
   for _, port in ipairs(adj.in_ports) do
-    live[port] = tonumber(redis.call('HGET', K_LIVE, target .. '|' .. port) or '0')
+    live[port] = live_count(target .. '|' .. port)
     total = total + live[port]
   end
   if total == 0 then return false end
   for _, port in ipairs(adj.required) do  -- each with in-edges, so read above
-    if (live[port] or tonumber(redis.call('HGET', K_LIVE, target .. '|' .. port) or '0')) <= 0 then
+    if (live[port] or live_count(target .. '|' .. port)) <= 0 then
       return false
     end
   end
@@ -161,13 +170,15 @@ while queue[head] do
   for _, edge in ipairs(adjacency(current).out) do
     local target, source_handle, target_handle = edge[2], edge[3], edge[4]
     if ports[source_handle] then
-      redis.call('HINCRBY', K_LIVE, target .. '|' .. target_handle, 1)
+      local field = target .. '|' .. target_handle
+      counted[field] = redis.call('HINCRBY', K_LIVE, field, 1)
     end
     local pending = arrive(target)
     if pending == 0 and (redis.call('HGET', K_NODES, target) or 'pending') == 'pending' then
       local adj = adjacency(target)
       if should_run(target, adj) then
         table.insert(ready, target)
+        made_ready[target] = 'pending'
         redis.call('SADD', K_READY, target)
       else
         redis.call('HSET', K_NODES, target, 'skipped')

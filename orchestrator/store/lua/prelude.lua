@@ -254,16 +254,22 @@ end
 -- changes unless kind is run); a granted claim returns {'run', claims, run_input JSON,
 -- session_id, resume JSON or '', attempt, token, workspace, node, outputs JSON, ...}
 -- with the stored outputs of the nodes in `read`. token is the claim's fencing token:
--- one more than the node's previous claim's.
-local function claim(node, lease_key, lease_ms, started, read)
-  local status = redis.call('HGET', K_RUN, 'status')
-  if not status or not ACTIVE[status] then
+-- one more than the node's previous claim's. `known` (nil from claim.lua): what the
+-- caller's script established before, in the same call, and need not be read again:
+-- {active = the run is active, planned = the node is the plan's, status = the node's
+-- status, or nil (read here)}.
+local function claim(node, lease_key, lease_ms, started, read, known)
+  known = known or {}
+  if not known.active then
+    local status = redis.call('HGET', K_RUN, 'status')
+    if not status or not ACTIVE[status] then
+      return {'closed', 0}
+    end
+  end
+  if not known.planned and redis.call('HEXISTS', K_ADJ, node) == 0 then
     return {'closed', 0}
   end
-  if redis.call('HEXISTS', K_ADJ, node) == 0 then
-    return {'closed', 0}
-  end
-  local node_status = redis.call('HGET', K_NODES, node)
+  local node_status = known.status or redis.call('HGET', K_NODES, node)
   if FINISHED[node_status] then
     local out = {'done', tonumber(redis.call('HGET', K_CLAIMS, node) or '0')}
     for _, n in ipairs(undispatched()) do table.insert(out, n) end
@@ -330,16 +336,19 @@ end
 -- hash tag), head, tail: the started event's JSON before and after the node's ids}) and
 -- the node's plan data (`:claim:<node>`: its ids in the started event, what its step reads)
 -- describe; a node without that plan data (written by an older release) is not claimed.
+-- The caller has found the run active in this call; `statuses` (or nil): the nodes whose
+-- status it read in this call, and nothing changed since (a node it made ready: pending).
 -- Returns {node, claim reply, ...} of the granted claims; a claim not granted is not
 -- returned: the caller's own claim call then gets the same answer.
-local function claim_nodes(nodes, from, taken)
+local function claim_nodes(nodes, from, taken, statuses)
   local granted = {}
   for j = from, #nodes do
     local n, reply = nodes[j], nil
     local raw = redis.call('HGET', K_ADJ, ':claim:' .. n)
-    if raw then
+    if raw then  -- a node of the plan (only those have claim data)
       local data = cjson.decode(raw)
-      reply = claim(n, taken.lease .. n, taken.lease_ms, taken.head .. data.ids .. taken.tail, data.read)
+      reply = claim(n, taken.lease .. n, taken.lease_ms, taken.head .. data.ids .. taken.tail, data.read,
+                    {active = true, planned = true, status = statuses and statuses[n]})
     end
     if reply and reply[1] == 'run' then
       table.insert(granted, n)

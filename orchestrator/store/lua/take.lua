@@ -12,6 +12,6 @@ if not status or not ACTIVE[status] then
 end
 local nodes = take_queued(tonumber(ARGV[6]))
 if not taken then return nodes end
-local reply = {claim_nodes(nodes, 1, taken)}
+local reply = {claim_nodes(nodes, 1, taken, nil)}  -- the run is active (above)
 for _, n in ipairs(nodes) do table.insert(reply, n) end
 return reply
