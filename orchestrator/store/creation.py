@@ -8,13 +8,14 @@ encodes only what is its own: the run id, labels and input."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
 from orchestrator.errors import GraphConflictError
 from orchestrator.kernel.json_text import json_encoder
 from orchestrator.kernel.lookahead import plan_graph, step_reads
-from orchestrator.kernel.protocol import EventType, NodeEvent
+from orchestrator.kernel.protocol import DataValue, EventType, NodeEvent
 from orchestrator.kernel.scheduling import RunPlan, start_effect
 from orchestrator.kernel.store import RunStatus
 
@@ -28,6 +29,40 @@ def event_json(event: NodeEvent) -> str:
     return dumps({"timestamp": event.timestamp, "run_id": event.run_id, "node_id": event.node_id,
                   "node_type": event.node_type, "node_name": event.node_name, "event_type": event.event_type,
                   "data": event.data, "attempt": event.attempt})
+
+
+def completed_json(event: NodeEvent, outputs: Mapping[str, DataValue], outputs_json: str) -> str:
+    """``event_json(event)`` for a ``completed`` event whose data shows ``outputs`` whole
+    (first, as ``{port: {type, value}}``, in their order: the step's preview of outputs that
+    were not cut), with ``outputs_json`` (``dumps`` of those outputs, the text the store
+    keeps) written in their place instead of encoding them a second time. The same text;
+    any other event or data is encoded as :func:`event_json` does."""
+    data = event.data
+    if type(data) is not dict or next(iter(data), None) != "outputs":
+        return event_json(event)
+    shown = data["outputs"]
+    if type(shown) is not dict or not _shows_whole(shown, outputs):
+        return event_json(event)
+    rest = dumps({k: v for k, v in data.items() if k != "outputs"})
+    head = dumps({"timestamp": event.timestamp, "run_id": event.run_id, "node_id": event.node_id,
+                  "node_type": event.node_type, "node_name": event.node_name, "event_type": event.event_type})
+    data_json = f'{{"outputs":{outputs_json}{"," + rest[1:] if len(rest) > 2 else "}"}'
+    return f'{head[:-1]},"data":{data_json},"attempt":{dumps(event.attempt)}}}'
+
+
+def _shows_whole(shown: dict[str, Any], outputs: Mapping[str, DataValue]) -> bool:
+    """Whether ``shown`` is ``{port: dv.to_json()}`` of ``outputs``, in their order, each
+    value the output's own object (so its JSON is the same text)."""
+    if len(shown) != len(outputs):
+        return False
+    for (port, whole), (name, dv) in zip(shown.items(), outputs.items(), strict=True):
+        if port != name or type(whole) is not dict or len(whole) != 2 or list(whole) != _TYPE_VALUE \
+                or whole["value"] is not dv.value or whole["type"] != dv.type:
+            return False
+    return True
+
+
+_TYPE_VALUE = ["type", "value"]  # DataValue.to_json's keys, in its order
 
 
 def encoded(plan: RunPlan) -> tuple[str, str, str, str]:

@@ -97,6 +97,7 @@ from orchestrator.store.creation import (
     created_reply,
     effect_json,
 )
+from orchestrator.store.creation import completed_json as _completed_json
 from orchestrator.store.creation import dumps as _dumps
 from orchestrator.store.creation import encoded as _encoded
 from orchestrator.store.creation import event_json as _event_json
@@ -664,8 +665,9 @@ class RedisRunStore(RunStore):
             "take": take,
             "token": token,
         }
+        outputs = _dumps({port: dv.to_json() for port, dv in completion.outputs.items()})
         texts = [
-            _dumps({port: dv.to_json() for port, dv in completion.outputs.items()}),  # outputs
+            outputs,
             _dumps(completion.payload) if completion.payload else "{}",  # payload
             _dumps(completion.error) if completion.error is not None else "",  # error
             run_completed,
@@ -674,7 +676,9 @@ class RedisRunStore(RunStore):
             self._run_event(run_id, EventType.RUN_WAITING, {"node_id": node_id, "payload": completion.payload or {}})
             if waiting else "",  # run_waiting
             node_template,
-            *(_event_json(e) for e in completion.events),
+            # A completed event shows the outputs it stores: their text is written in, not encoded again.
+            *(_completed_json(e, completion.outputs, outputs) if e.event_type == EventType.COMPLETED
+              else _event_json(e) for e in completion.events),
         ]
         return args, texts
 
