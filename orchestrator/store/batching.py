@@ -31,13 +31,24 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 from orchestrator.store.redis_client import is_cluster
 
 MAX_BATCH = 512  # commands per pipeline; a larger burst goes as several
+IDLE_MAX = 2  # connections a batcher keeps between its batches (one Redis)
+IDLE_POOL_MIN = 16  # ... only from a pool this large: a small pool's callers need them
 RETRY_PAUSE_S = 0.25  # between a cluster's attempts, as redis-py's cluster pipeline
 Batch = list[tuple[tuple[Any, ...], dict[str, Any], "asyncio.Future[Any]"]]
+
+
+def _still_open(conn: Any) -> bool:
+    """Whether a connection between two batches is ready for the next: connected, the
+    server's end of stream not seen, nothing unread (redis-py's check of a connection its
+    pool lends, ``can_read``: what came has already been received by the loop)."""
+    reader = getattr(conn, "_reader", None)
+    return bool(conn.is_connected and reader is not None and not reader.at_eof()
+                and not getattr(reader, "_buffer", b""))
 
 
 class CommandBatcher:
@@ -47,6 +58,7 @@ class CommandBatcher:
         self.redis = redis
         self._pending: Batch = []
         self._flushes: set[asyncio.Task[None]] = set()
+        self._idle: list[Any] = []
 
     def _queue(self, command: tuple[Any, ...], options: dict[str, Any] | None = None) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
@@ -104,10 +116,59 @@ class CommandBatcher:
             task.add_done_callback(self._flushes.discard)
 
     async def _pipeline(self, batch: Batch) -> list[Any]:
-        pipe = self.redis.pipeline(transaction=False)
+        """The batch's replies (a reply error in its command's place). On one Redis the
+        commands go on a connection of the client's pool without redis-py's pipeline
+        object (see :meth:`_on_one_redis`); a cluster's go through its pipeline, which
+        routes each command to its node."""
+        if is_cluster(self.redis):
+            pipe = self.redis.pipeline(transaction=False)
+            for command, options, _ in batch:
+                pipe.execute_command(*command, **options)
+            return list(await pipe.execute(raise_on_error=False))
+        return await self._on_one_redis(batch)
+
+    async def _on_one_redis(self, batch: Batch) -> list[Any]:
+        """What redis-py's pipeline does for a batch on one Redis (one packed write, each
+        reply read and parsed by the client, a connection error retried on a new
+        connection under the connection's retry policy), without its layers: a pipeline
+        object per batch, a pool checkout per batch (a lock, a timeout, the observability
+        counters and a read that checks the idle connection holds no data), the optional
+        features' hooks. They were about as much CPU as the rest of a one-script batch,
+        which is what each link of a chain sends. A connection whose every reply was read
+        stays with the batcher for its next batch (up to ``IDLE_MAX``, from a pool with
+        room for ``IDLE_POOL_MIN`` connections or more); one that failed goes back to the
+        pool. A connection the server closed while it waited (kept here or in the pool,
+        whose check redis-py 8 skips while its maintenance notifications are on, as they
+        are by default) is connected again before the batch is written: the batch does not
+        fail on it. (A connection's retry policy is redis-py's: none by default, so a batch
+        is never sent twice unless the client asks for retries.)"""
+        pool: Any = self.redis.connection_pool
+        conn = self._idle.pop() if self._idle else await pool.get_connection()
+        if not _still_open(conn):  # its write connects it again
+            await conn.disconnect()
+        kept = False
+        try:
+            replies: list[Any] = await conn.retry.call_with_retry(lambda: self._exchange(conn, batch),
+                                                       lambda error: conn.disconnect(error=error))
+            kept = len(self._idle) < IDLE_MAX and (pool.max_connections or 0) >= IDLE_POOL_MIN
+            return replies
+        finally:
+            if kept:
+                self._idle.append(conn)
+            else:
+                await pool.release(conn)
+
+    async def _exchange(self, conn: Any, batch: Batch) -> list[Any]:
+        """Write the batch's commands at once and read every reply (a pipeline's
+        ``raise_on_error=False``: a reply error takes its command's place)."""
+        await conn.send_packed_command(conn.pack_commands([command for command, _, _ in batch]))
+        replies: list[Any] = []
         for command, options, _ in batch:
-            pipe.execute_command(*command, **options)
-        return list(await pipe.execute(raise_on_error=False))
+            try:
+                replies.append(await self.redis.parse_response(conn, command[0], **options))
+            except ResponseError as exc:
+                replies.append(exc)
+        return replies
 
     async def _again_on_cluster(self, batch: Batch, replies: list[Any]) -> list[Any]:
         """``replies`` with the commands a failed node answered sent again (see the module

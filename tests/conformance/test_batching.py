@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -13,6 +12,12 @@ from redis.exceptions import ResponseError
 
 from orchestrator.local.embedded_redis import EmbeddedRedis
 from orchestrator.store.batching import CommandBatcher
+from tests.support.redis_writes import round_trips
+
+
+def _url(client: Redis) -> str:
+    kwargs = client.get_connection_kwargs()
+    return f"redis://{kwargs['host']}:{kwargs['port']}/{kwargs.get('db', 0)}"
 
 
 @pytest.fixture
@@ -28,24 +33,39 @@ async def client(redis_server: EmbeddedRedis) -> AsyncIterator[Redis]:
 async def test_commands_issued_together_travel_in_one_pipeline(client: Redis) -> None:
     batcher = CommandBatcher(client)
     sent: list[int] = []
-    real = client.pipeline
-
-    def counting_pipeline(*args: Any, **kwargs: Any) -> Any:
-        pipe = real(*args, **kwargs)
-        execute = pipe.execute
-
-        async def execute_counted(*a: Any, **kw: Any) -> Any:
-            sent.append(len(pipe.command_stack))
-            return await execute(*a, **kw)
-
-        pipe.execute = execute_counted  # type: ignore[method-assign]
-        return pipe
-
-    client.pipeline = counting_pipeline  # type: ignore[method-assign]
-    replies = await asyncio.gather(*(batcher.execute("INCRBY", "k", i) for i in range(1, 201)))
-    assert sent == [200]  # one round trip for two hundred callers
+    with round_trips(sent):
+        replies = await asyncio.gather(*(batcher.execute("INCRBY", "k", i) for i in range(1, 201)))
+    assert sent == [1]  # one write (one round trip) for two hundred callers
     assert sorted(int(r) for r in replies)[-1] == sum(range(1, 201))
     assert int(await client.get("k")) == sum(range(1, 201))
+
+
+async def test_a_connection_the_server_closed_between_batches_is_replaced(client: Redis) -> None:
+    """A connection the server closed between two batches (kept by the batcher, or in the
+    client's pool) is connected again before the next batch is written: the batch does not
+    fail on it (redis-py's pipeline failed it with a ConnectionError)."""
+    batcher = CommandBatcher(client)
+    assert await batcher.execute("SET", "k", "1")
+    other = Redis.from_url(_url(client), decode_responses=True)
+    try:
+        assert await other.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes") >= 1
+    finally:
+        await other.aclose()
+    await asyncio.sleep(0.05)  # the loop sees the kept connection's end of stream
+    assert await batcher.execute("GET", "k") == "1"
+    assert await batcher.execute("INCR", "n") == 1  # and the new connection is kept in a good state
+
+
+async def test_a_small_pools_connection_is_not_kept(redis_server: EmbeddedRedis) -> None:
+    """From a pool of a few connections the batcher takes one per batch and gives it back:
+    the client's other callers need it."""
+    small = Redis.from_url(redis_server.url, decode_responses=True, max_connections=1)
+    try:
+        batcher = CommandBatcher(small)
+        assert await batcher.execute("SET", "only", "x")
+        assert await small.get("only") == "x"  # the pool's one connection is free again
+    finally:
+        await small.aclose()
 
 
 async def test_an_error_reaches_only_the_caller_whose_command_failed(client: Redis) -> None:
