@@ -26,6 +26,7 @@ to be run again (a claim, a completion or a create seen twice changes nothing mo
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from typing import Any
 
 from redis.asyncio import Redis
@@ -63,8 +64,8 @@ class CommandBatcher:
     def _queue(self, command: tuple[Any, ...], options: dict[str, Any] | None = None) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        if not self._pending:
-            loop.call_soon(self._flush)
+        if not self._pending:  # the batch's sender starts at the next iteration and takes what is queued by then
+            self._spawn(self._send_pending())
         self._pending.append((command, options or {}, future))
         return future
 
@@ -108,12 +109,19 @@ class CommandBatcher:
             script.sha = await self.redis.script_load(script.script)
             return await self._queue(("EVALSHA", script.sha, len(keys), *keys, *args))
 
-    def _flush(self) -> None:
+    def _spawn(self, sending: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(sending)
+        self._flushes.add(task)  # a reference, so the task is not collected mid-flight
+        task.add_done_callback(self._flushes.discard)
+
+    async def _send_pending(self) -> None:
+        """Send what was queued (in pipelines of at most ``MAX_BATCH``, the first in this
+        task): one task per batch, started when its first command is queued (a callback
+        that then started the task cost each batch a loop iteration more)."""
         batch, self._pending = self._pending, []
-        for start in range(0, len(batch), MAX_BATCH):
-            task = asyncio.ensure_future(self._send(batch[start:start + MAX_BATCH]))
-            self._flushes.add(task)  # a reference, so the task is not collected mid-flight
-            task.add_done_callback(self._flushes.discard)
+        for start in range(MAX_BATCH, len(batch), MAX_BATCH):
+            self._spawn(self._send(batch[start:start + MAX_BATCH]))
+        await self._send(batch[:MAX_BATCH])
 
     async def _pipeline(self, batch: Batch) -> list[Any]:
         """The batch's replies (a reply error in its command's place). On one Redis the

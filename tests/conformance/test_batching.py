@@ -11,7 +11,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from orchestrator.local.embedded_redis import EmbeddedRedis
-from orchestrator.store.batching import CommandBatcher
+from orchestrator.store.batching import MAX_BATCH, CommandBatcher
 from tests.support.redis_writes import round_trips
 
 
@@ -38,6 +38,17 @@ async def test_commands_issued_together_travel_in_one_pipeline(client: Redis) ->
     assert sent == [1]  # one write (one round trip) for two hundred callers
     assert sorted(int(r) for r in replies)[-1] == sum(range(1, 201))
     assert int(await client.get("k")) == sum(range(1, 201))
+
+
+async def test_a_burst_past_the_batch_size_goes_in_several_pipelines(client: Redis) -> None:
+    batcher = CommandBatcher(client)
+    sent: list[int] = []
+    count = 2 * MAX_BATCH + 10
+    await asyncio.gather(*(batcher.execute("PING") for _ in range(count)))  # its connections made
+    with round_trips(sent):
+        replies = await asyncio.gather(*(batcher.execute("INCR", "burst") for _ in range(count)))
+    assert len(sent) == 3
+    assert sorted(int(r) for r in replies) == list(range(1, count + 1))
 
 
 async def test_a_connection_the_server_closed_between_batches_is_replaced(client: Redis) -> None:
