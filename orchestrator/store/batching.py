@@ -29,7 +29,7 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, ResponseError
@@ -38,7 +38,7 @@ from orchestrator.store.redis_client import is_cluster
 
 MAX_BATCH = 512  # commands per pipeline; a larger burst goes as several
 IDLE_MAX = 2  # connections a batcher keeps between its batches (one Redis)
-IDLE_POOL_MIN = 16  # ... only from a pool this large: a small pool's callers need them
+IDLE_POOL_MIN = 16  # ... only from a blocking pool this large: a small pool's callers need them
 RETRY_PAUSE_S = 0.25  # between a cluster's attempts, as redis-py's cluster pipeline
 Batch = list[tuple[tuple[Any, ...], dict[str, Any], "asyncio.Future[Any]"]]
 
@@ -140,16 +140,19 @@ class CommandBatcher:
         reply read and parsed by the client, a connection error retried on a new
         connection under the connection's retry policy), without its layers: a pipeline
         object per batch, a pool checkout per batch (a lock, a timeout, the observability
-        counters and a read that checks the idle connection holds no data), the optional
-        features' hooks. They were about as much CPU as the rest of a one-script batch,
-        which is what each link of a chain sends. A connection whose every reply was read
-        stays with the batcher for its next batch (up to ``IDLE_MAX``, from a pool with
-        room for ``IDLE_POOL_MIN`` connections or more); one that failed goes back to the
-        pool. A connection the server closed while it waited (kept here or in the pool,
-        whose check redis-py 8 skips while its maintenance notifications are on, as they
-        are by default) is connected again before the batch is written: the batch does not
-        fail on it. (A connection's retry policy is redis-py's: none by default, so a batch
-        is never sent twice unless the client asks for retries.)"""
+        counters, the connection's checks), the optional features' hooks. They were about
+        as much CPU as the rest of a one-script batch, which is what each link of a chain
+        sends.
+
+        A connection whose every reply was read stays with the batcher for its next batch
+        (up to ``IDLE_MAX``, from a blocking pool with room for ``IDLE_POOL_MIN``
+        connections or more, as the workers' and the API's are: a caller there waits for a
+        connection, where a plain pool at its size fails the call); any other goes back to
+        the pool. A connection the server closed while it waited (kept here, or in the
+        pool, whose check redis-py 8 skips while its maintenance notifications are on, as
+        they are by default) is connected again before the batch is written: the batch
+        does not fail on it. (A connection's retry policy is redis-py's: none by default,
+        so a batch is never sent twice unless the client asks for retries.)"""
         pool: Any = self.redis.connection_pool
         conn = self._idle.pop() if self._idle else await pool.get_connection()
         if not _still_open(conn):  # its write connects it again
@@ -158,7 +161,8 @@ class CommandBatcher:
         try:
             replies: list[Any] = await conn.retry.call_with_retry(lambda: self._exchange(conn, batch),
                                                        lambda error: conn.disconnect(error=error))
-            kept = len(self._idle) < IDLE_MAX and (pool.max_connections or 0) >= IDLE_POOL_MIN
+            kept = len(self._idle) < IDLE_MAX and isinstance(pool, BlockingConnectionPool) \
+                and (pool.max_connections or 0) >= IDLE_POOL_MIN
             return replies
         finally:
             if kept:

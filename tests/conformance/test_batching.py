@@ -11,7 +11,8 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from orchestrator.local.embedded_redis import EmbeddedRedis
-from orchestrator.store.batching import MAX_BATCH, CommandBatcher
+from orchestrator.store.batching import IDLE_POOL_MIN, MAX_BATCH, CommandBatcher
+from orchestrator.store.redis_client import blocking_client
 from tests.support.redis_writes import round_trips
 
 
@@ -70,13 +71,55 @@ async def test_a_connection_the_server_closed_between_batches_is_replaced(client
 async def test_a_small_pools_connection_is_not_kept(redis_server: EmbeddedRedis) -> None:
     """From a pool of a few connections the batcher takes one per batch and gives it back:
     the client's other callers need it."""
-    small = Redis.from_url(redis_server.url, decode_responses=True, max_connections=1)
+    small = blocking_client(redis_server.url, decode_responses=True, max_connections=1, timeout=1)
     try:
         batcher = CommandBatcher(small)
         assert await batcher.execute("SET", "only", "x")
         assert await small.get("only") == "x"  # the pool's one connection is free again
     finally:
         await small.aclose()
+
+
+async def test_a_plain_pools_connections_go_back_after_each_batch(redis_server: EmbeddedRedis) -> None:
+    """A plain pool at its size refuses a connection (a blocking one waits): the batcher
+    keeps none of its connections between batches."""
+    plain = Redis.from_url(redis_server.url, decode_responses=True, max_connections=IDLE_POOL_MIN)
+    try:
+        batcher = CommandBatcher(plain)
+        await plain.delete("plain")
+        await asyncio.gather(*(batcher.execute("INCR", "plain") for _ in range(10)))
+        assert await batcher.execute("GET", "plain") == "10"
+        held = [await plain.connection_pool.get_connection() for _ in range(IDLE_POOL_MIN)]  # all of them free
+        for conn in held:
+            await plain.connection_pool.release(conn)
+    finally:
+        await plain.aclose()
+
+
+async def test_a_large_blocking_pools_connection_is_kept_between_batches(redis_server: EmbeddedRedis) -> None:
+    """The workers' and the API's pools wait for a connection: the batcher keeps one for
+    its next batch (no pool checkout per batch), and a connection the server closed
+    meanwhile is connected again."""
+    large = blocking_client(redis_server.url, decode_responses=True, max_connections=IDLE_POOL_MIN, timeout=1)
+    try:
+        await large.delete("kept")
+        batcher = CommandBatcher(large)
+        checkouts: list[int] = []
+        real = large.connection_pool.get_connection
+
+        async def counted(*args: object, **kwargs: object) -> object:
+            checkouts.append(1)
+            return await real(*args, **kwargs)
+
+        large.connection_pool.get_connection = counted  # type: ignore[method-assign]
+        for i in range(5):
+            assert await batcher.execute("INCR", "kept") == i + 1
+        assert checkouts == [1]
+        await large.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+        await asyncio.sleep(0.05)  # the loop sees the kept connection's end of stream
+        assert await batcher.execute("INCR", "kept") == 6
+    finally:
+        await large.aclose()
 
 
 async def test_an_error_reaches_only_the_caller_whose_command_failed(client: Redis) -> None:
