@@ -134,7 +134,10 @@ async def test_a_chain_links_completion_reads_nothing_it_already_knows(redis_sto
     counted = await commands(redis_store)
     assert counted.get("hexists", 0) == 0, counted
     # The run's shared-plan name, status and stored bytes (its budget), the fencing token,
-    # t's status, the adjacency of t and b, b's initial count, status and claim data, its
-    # attempt: eleven HGETs (fourteen before: the run's status, b's status and its live
-    # count read again).
-    assert counted["hget"] == 11, counted
+    # t's status, the adjacency of t and b, b's initial count, status and claim data: ten
+    # HGETs (fourteen before: the run's status, b's status and its live count read again,
+    # and b's attempt, now read with its token and claim count).
+    assert counted["hget"] == 10, counted
+    # t's live port, b's pending count, the run's remaining count and bytes: b's token and
+    # claim count are one HMGET and one HSET (two more HINCRBYs before).
+    assert counted["hincrby"] == 4, counted

@@ -291,14 +291,17 @@ local function claim(node, lease_key, lease_ms, started, read, known)
       return {'early', 0, left_ms}
     end
   end
-  local token = redis.call('HINCRBY', K_CLAIMS, 'token:' .. node, 1)
+  -- The node's fencing token, claim count and attempt in one read; the first two counted
+  -- up in one write (two HINCRBYs and an HGET before).
+  local counts = redis.call('HMGET', K_CLAIMS, 'token:' .. node, node, 'attempt:' .. node)
+  local token, claims = (tonumber(counts[1]) or 0) + 1, (tonumber(counts[2]) or 0) + 1
+  local attempt = tonumber(counts[3] or '1')
+  redis.call('HSET', K_CLAIMS, 'token:' .. node, token, node, claims)
   redis.call('SET', lease_key, token, 'PX', lease_ms)
   -- A claimed node is dispatched by definition (a node run in-process is claimed without a
   -- task), and its message arrived: no longer one the sweeper may have to send again.
   redis.call('SADD', K_DISPATCHED, node)
   redis.call('HDEL', K_SENT, node)
-  local claims = redis.call('HINCRBY', K_CLAIMS, node, 1)
-  local attempt = tonumber(redis.call('HGET', K_CLAIMS, 'attempt:' .. node) or '1')
   redis.call('HSET', K_NODES, node, 'running')
   local resume = redis.call('HGET', K_RESUME, node)
   if claims == 1 and attempt == 1 then
