@@ -1,17 +1,19 @@
 """A worker's CPU per run, measured in process: the node steps alone, no broker, no starts.
 
     .venv/bin/python bench/worker_cpu.py [--shapes fanout50,chain20] [--runs 100] [--profile 30]
-                                         [--starts adhoc|stored]
+                                         [--starts adhoc|stored] [--in-flight 8]
 
 Starts its own redis-server, builds this process's worker state (``workers.process_state``,
 the loop thread and store a worker process uses, with room for every node at once), starts
 ``--runs`` runs of each shape through ``runs.start_run`` (not measured), then runs them all
-with ``workers.tasks.run_here`` on the loop, 8 runs at a time, as a worker does when a run's
-first node message arrives (the nodes the start sent: a chain's trigger is completed by the
-start itself, which sends its successor): a fan-out's branches and a chain's links are taken from the
-run's queue at each completion. Reports the process's CPU per run over that part (the loop
-thread and the Redis client; Redis itself is another process). On a loaded machine this is
-steadier than ``runs_per_s.py``'s runs per second: pair before and after back to back.
+with ``workers.tasks.run_here`` on the loop, 8 runs at a time (``--in-flight``), as a worker
+does when a run's first node message arrives (the nodes the start sent: a chain's trigger
+is completed by the start itself, which sends its successor): a fan-out's branches and a
+chain's links are taken from the run's queue at each completion. Reports the process's CPU
+per run over that part (the loop thread and the Redis client; Redis itself is another
+process). On a loaded machine this is steadier than ``runs_per_s.py``'s runs per second:
+pair before and after back to back. ``--in-flight 1``: one run at a time, so each batch of
+store calls holds one script, as a lone chain's links do.
 
 ``--profile N`` also prints the N most expensive functions by own CPU time (cProfile on
 CPU time, several times slower: read the shares, not the total).
@@ -52,7 +54,8 @@ IN_FLIGHT = 8  # runs at a time
 WARM_RUNS = 10
 
 
-def measure(shapes: list[str], runs: int, profile: int, starts: str = "adhoc") -> dict[str, Any]:
+def measure(shapes: list[str], runs: int, profile: int, starts: str = "adhoc",
+            in_flight: int = IN_FLIGHT) -> dict[str, Any]:
     from orchestrator.service.graph_store import GraphStore
     from orchestrator.service.runs import RunRequest, StoredGraph, start_run, start_stored
     from orchestrator.settings import Settings
@@ -80,7 +83,7 @@ def measure(shapes: list[str], runs: int, profile: int, starts: str = "adhoc") -
                 for _ in range(count)]
 
     async def run_all(run_ids: list[str], profiler: cProfile.Profile | None = None) -> None:
-        gate = asyncio.Semaphore(IN_FLIGHT)
+        gate = asyncio.Semaphore(in_flight)
 
         async def one(run_id: str) -> None:
             async with gate:
@@ -108,7 +111,8 @@ def measure(shapes: list[str], runs: int, profile: int, starts: str = "adhoc") -
             cpu0, wall0 = time.process_time(), time.monotonic()
             state.run(run_all(run_ids, profiler))
             cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
-            result[shape] = {"runs": runs, "starts": starts, "cpu_ms_per_run": round(cpu * 1000 / runs, 2),
+            result[shape] = {"runs": runs, "starts": starts, "in_flight": in_flight,
+                             "cpu_ms_per_run": round(cpu * 1000 / runs, 2),
                              "wall_ms_per_run": round(wall * 1000 / runs, 2)}
             if profiler:
                 print(f"--- {shape}: own CPU time, top {profile}", file=sys.stderr)
@@ -125,6 +129,8 @@ def main() -> None:
     parser.add_argument("--profile", type=int, default=0, help="print the top N functions (cProfile)")
     parser.add_argument("--starts", choices=("adhoc", "stored"), default="adhoc",
                         help="runs of an ad-hoc graph (each its own plan) or of a stored graph's version")
+    parser.add_argument("--in-flight", type=int, default=IN_FLIGHT,
+                        help="runs at a time (1: each batch of store calls one script, as a lone chain's)")
     args = parser.parse_args()
     shapes = args.shapes.split(",")
     if unknown := set(shapes) - set(SHAPES):
@@ -132,7 +138,7 @@ def main() -> None:
     with EmbeddedRedis(unix_socket=False) as server:
         os.environ["REDIS_URL"] = os.environ["ORCH_REDIS_URL"] = server.url  # read when the state is built
         os.environ["ORCH_NODE_PATHS"] = str(PACK)
-        result = measure(shapes, args.runs, args.profile, args.starts)
+        result = measure(shapes, args.runs, args.profile, args.starts, args.in_flight)
     result["load_average"] = os.getloadavg()
     print(json.dumps(result, indent=2))
 
