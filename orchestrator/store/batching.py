@@ -10,6 +10,12 @@ callbacks and sends them together at the next iteration; each caller awaits its 
 script is still atomic on its own, exactly as when sent alone. Several batches may be in
 flight at once (a slow reply does not hold back the next batch).
 
+On one Redis a batch is written and read on a pool connection directly, without
+redis-py's pipeline object (``CommandBatcher._on_one_redis``: the same write and replies,
+without layers that cost a lone chain's every link as much CPU as its step), and the
+connection stays with the batcher for its next batch when its pool is a large blocking
+one; a cluster's batches go through redis-py's cluster pipeline, which routes them.
+
 Scripts go as ``EVALSHA``; a batch that meets ``NOSCRIPT`` (a restarted or flushed
 Redis) loads the scripts and sends those commands again.
 
