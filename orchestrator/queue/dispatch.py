@@ -220,6 +220,7 @@ class AsyncDispatch:
         """Close the asyncio client (call it on the loop that dispatched) and the threads."""
         batcher, self._batcher = self._batcher, None
         if batcher is not None:
+            await batcher[1].aclose()
             await batcher[1].redis.aclose()
         self._pool.shutdown(wait=False)
 

@@ -1,23 +1,34 @@
-"""Auto-pipelining: the Redis commands a process issues in one loop iteration travel in
-one pipeline (one connection, one write, one read), as ioredis' ``enableAutoPipelining``.
+"""Auto-pipelining: the Redis commands a process issues travel together, as ioredis'
+``enableAutoPipelining``.
 
 Hundreds of node steps on one event loop each claim, complete and append events: sent one
 by one, every command takes a pooled connection (under a timeout), a socket write and a
 read of its own, and a burst needs as many connections as there are commands in flight.
-:class:`CommandBatcher` queues the commands issued while the loop runs its current
-callbacks and sends them together at the next iteration; each caller awaits its own reply
-(a command's error is raised to its caller only). Pipelines are not transactions: each
-script is still atomic on its own, exactly as when sent alone. Several batches may be in
-flight at once (a slow reply does not hold back the next batch).
+:class:`CommandBatcher` queues the commands and each caller awaits its own reply (a
+command's error is raised to its caller only). Pipelines are not transactions: each
+script is still atomic on its own, exactly as when sent alone.
 
-On one Redis a batch is written and read on a pool connection directly, without
-redis-py's pipeline object (``CommandBatcher._on_one_redis``: the same write and replies,
-without layers that cost a lone chain's every link as much CPU as its step), and the
-connection stays with the batcher for its next batch when its pool is a large blocking
-one; a cluster's batches go through redis-py's cluster pipeline, which routes them.
+On one Redis the commands go on one connection the batcher holds from the client's pool
+(:class:`Stream`; closing the client closes it): written as they are queued, in chunks of
+``WRITE_AT`` (what is left at the end of a loop iteration goes then), and read back in
+order by one reader task, which hands each reply to its caller as it is parsed. Writing
+while the loop still works on the replies of earlier commands keeps both busy: Redis runs
+the first chunk of an iteration's commands while the loop builds the rest. A batch written
+whole at the next iteration and read whole left each idle while the other worked: a
+worker's loop and its Redis added up to about one core between them on a machine with two
+(``bench/README.md``, "Auto-pipelining"). A connection that fails (reset, closed, a reply
+past ``socket_timeout``) fails every command awaiting a reply on it, as a failed pipeline
+did, and the next command connects it again; commands are never sent twice. ``WAIT``
+(:meth:`CommandBatcher.script_acked`) blocks its connection, so it goes with its script on
+a connection checked out for them, and so do the batches of other pools (``_may_hold_one``).
 
-Scripts go as ``EVALSHA``; a batch that meets ``NOSCRIPT`` (a restarted or flushed
-Redis) loads the scripts and sends those commands again.
+Otherwise (a cluster, a smaller or plain pool) the commands of one loop iteration go
+together at the next iteration: a cluster's through redis-py's cluster pipeline, which
+routes each to its node; one Redis's written and read on a connection checked out for the
+batch, without redis-py's pipeline object. Several such batches may be in flight at once.
+
+Scripts go as ``EVALSHA``; a command that meets ``NOSCRIPT`` (a restarted or flushed Redis)
+loads its script and is sent again.
 
 On a cluster, a command a node's failure answered (connection lost, timeout, cluster down,
 slot not covered) goes again once the client has read the slot map anew, up to the
@@ -32,6 +43,7 @@ to be run again (a claim, a completion or a create seen twice changes nothing mo
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Coroutine
 from typing import Any
 
@@ -42,9 +54,9 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from orchestrator.store.redis_client import is_cluster
 
-MAX_BATCH = 512  # commands per pipeline; a larger burst goes as several
-IDLE_MAX = 2  # connections a batcher keeps between its batches (one Redis)
-IDLE_POOL_MIN = 16  # ... only from a blocking pool this large: a small pool's callers need them
+MAX_BATCH = 512  # commands per cluster pipeline; a larger burst goes as several
+WRITE_AT = 8  # commands queued on one Redis that are written at once, not at the iteration's end
+HOLD_POOL_MIN = 16  # a blocking pool this large lends a batcher one connection to hold
 RETRY_PAUSE_S = 0.25  # between a cluster's attempts, as redis-py's cluster pipeline
 Batch = list[tuple[tuple[Any, ...], dict[str, Any], "asyncio.Future[Any]"]]
 
@@ -65,15 +77,22 @@ class CommandBatcher:
         self.redis = redis
         self._pending: Batch = []
         self._flushes: set[asyncio.Task[None]] = set()
-        self._idle: list[Any] = []
+        self._stream = Stream(redis) if _may_hold_one(redis) else None
 
     def _queue(self, command: tuple[Any, ...], options: dict[str, Any] | None = None) -> asyncio.Future[Any]:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if self._stream is not None:
+            self._stream.queue((command, options or {}, future))
+            return future
         if not self._pending:  # the batch's sender starts at the next iteration and takes what is queued by then
             self._spawn(self._send_pending())
         self._pending.append((command, options or {}, future))
         return future
+
+    async def aclose(self) -> None:
+        """Close the batcher's own connection (one Redis); its client is the caller's to close."""
+        if self._stream is not None:
+            await self._stream.aclose()
 
     async def execute(self, *command: Any) -> Any:
         """Queue ``command`` (e.g. ``"HGET", key, field``) and await its reply."""
@@ -91,8 +110,8 @@ class CommandBatcher:
             await cluster.initialize()  # the slot map (a no-op once known)
             options["target_nodes"] = cluster.get_node_from_key(keys[0])
         for attempt in range(2):
-            ran = self._queue(("EVALSHA", script.sha, len(keys), *keys, *args))
-            acked = self._queue(("WAIT", replicas, timeout_ms), dict(options))
+            ran, acked = self._acked(("EVALSHA", script.sha, len(keys), *keys, *args),
+                                     (("WAIT", replicas, timeout_ms), options))
             try:
                 reply = await ran
             except NoScriptError:
@@ -106,6 +125,18 @@ class CommandBatcher:
             except Exception:  # an unanswered WAIT confirms nothing
                 return reply, 0
         raise AssertionError("unreachable")
+
+    def _acked(self, command: tuple[Any, ...], wait: tuple[tuple[Any, ...], dict[str, Any]]
+               ) -> tuple[asyncio.Future[Any], asyncio.Future[Any]]:
+        """``command`` and the ``WAIT`` behind it on one connection: a cluster's pipeline,
+        or on one Redis a pooled connection of their own (a ``WAIT`` on the stream would hold
+        every command behind it until the replicas answer)."""
+        if self._stream is None:
+            return self._queue(command), self._queue(wait[0], dict(wait[1]))
+        loop = asyncio.get_running_loop()
+        batch: Batch = [(command, {}, loop.create_future()), (wait[0], {}, loop.create_future())]
+        self._spawn(self._send(batch))
+        return batch[0][2], batch[1][2]
 
     async def script(self, script: AsyncScript, keys: list[str], args: list[Any]) -> Any:
         """Run a registered script by its SHA (loaded again if Redis lost it)."""
@@ -130,63 +161,32 @@ class CommandBatcher:
         await self._send(batch[:MAX_BATCH])
 
     async def _pipeline(self, batch: Batch) -> list[Any]:
-        """The batch's replies (a reply error in its command's place). On one Redis the
-        commands go on a connection of the client's pool without redis-py's pipeline
-        object (see :meth:`_on_one_redis`); a cluster's go through its pipeline, which
-        routes each command to its node."""
+        """The batch's replies (a reply error in its command's place): a cluster's through
+        its pipeline, which routes each command to its node; on one Redis (a script and its
+        ``WAIT``) on a pooled connection, written at once and read back."""
         if is_cluster(self.redis):
             pipe = self.redis.pipeline(transaction=False)
             for command, options, _ in batch:
                 pipe.execute_command(*command, **options)
             return list(await pipe.execute(raise_on_error=False))
-        return await self._on_one_redis(batch)
-
-    async def _on_one_redis(self, batch: Batch) -> list[Any]:
-        """What redis-py's pipeline does for a batch on one Redis (one packed write, each
-        reply read and parsed by the client, a connection error retried on a new
-        connection under the connection's retry policy), without its layers: a pipeline
-        object per batch, a pool checkout per batch (a lock, a timeout, the observability
-        counters, the connection's checks), the optional features' hooks. They were about
-        as much CPU as the rest of a one-script batch, which is what each link of a chain
-        sends.
-
-        A connection whose every reply was read stays with the batcher for its next batch
-        (up to ``IDLE_MAX``, from a blocking pool with room for ``IDLE_POOL_MIN``
-        connections or more, as the workers' and the API's are: a caller there waits for a
-        connection, where a plain pool at its size fails the call); any other goes back to
-        the pool. A connection the server closed while it waited (kept here, or in the
-        pool, whose check redis-py 8 skips while its maintenance notifications are on, as
-        they are by default) is connected again before the batch is written: the batch
-        does not fail on it. (A connection's retry policy is redis-py's: none by default,
-        so a batch is never sent twice unless the client asks for retries.)"""
         pool: Any = self.redis.connection_pool
-        conn = self._idle.pop() if self._idle else await pool.get_connection()
-        if not _still_open(conn):  # its write connects it again
-            await conn.disconnect()
-        kept = False
+        conn = await pool.get_connection()
         try:
-            replies: list[Any] = await conn.retry.call_with_retry(lambda: self._exchange(conn, batch),
-                                                       lambda error: conn.disconnect(error=error))
-            kept = len(self._idle) < IDLE_MAX and isinstance(pool, BlockingConnectionPool) \
-                and (pool.max_connections or 0) >= IDLE_POOL_MIN
+            if not _still_open(conn):  # its write connects it again
+                await conn.disconnect()
+            await conn.send_packed_command(conn.pack_commands([command for command, _, _ in batch]))
+            replies: list[Any] = []
+            for command, options, _ in batch:
+                try:
+                    replies.append(await self.redis.parse_response(conn, command[0], **options))
+                except ResponseError as exc:
+                    replies.append(exc)
             return replies
+        except BaseException:
+            await conn.disconnect()
+            raise
         finally:
-            if kept:
-                self._idle.append(conn)
-            else:
-                await pool.release(conn)
-
-    async def _exchange(self, conn: Any, batch: Batch) -> list[Any]:
-        """Write the batch's commands at once and read every reply (a pipeline's
-        ``raise_on_error=False``: a reply error takes its command's place)."""
-        await conn.send_packed_command(conn.pack_commands([command for command, _, _ in batch]))
-        replies: list[Any] = []
-        for command, options, _ in batch:
-            try:
-                replies.append(await self.redis.parse_response(conn, command[0], **options))
-            except ResponseError as exc:
-                replies.append(exc)
-        return replies
+            await pool.release(conn)
 
     async def _again_on_cluster(self, batch: Batch, replies: list[Any]) -> list[Any]:
         """``replies`` with the commands a failed node answered sent again (see the module
@@ -224,3 +224,162 @@ class CommandBatcher:
                 future.set_exception(reply)
             else:
                 future.set_result(reply)
+
+
+Entry = tuple[tuple[Any, ...], dict[str, Any], "asyncio.Future[Any]"]
+
+
+class _Link:
+    """One connection of a stream and the commands written on it that await their reply."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.waiting: deque[Entry] = deque()
+        self.reader: asyncio.Task[None] | None = None
+
+
+class Stream:
+    """One connection of the client's pool, held by a batcher: written as commands come and
+    read in order by one reader task (the module doc). Closing the client closes it."""
+
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+        self.pending: Batch = []  # queued, not yet written
+        self.conn: Any = None  # held from the pool until aclose
+        self.link: _Link | None = None  # the connection as now connected, and what awaits its replies
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.connecting: asyncio.Task[None] | None = None
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def queue(self, entry: Entry) -> None:
+        loop = asyncio.get_running_loop()
+        if loop is not self.loop:  # a connection serves the loop it was made on
+            self._forget(loop)
+        self.pending.append(entry)
+        if len(self.pending) == 1:
+            loop.call_soon(self.flush)
+        elif len(self.pending) >= WRITE_AT:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write what is queued, connecting first when the connection is not open."""
+        if not self.pending or self.connecting is not None:
+            return
+        link = self.link
+        if link is None or link.conn is not self.conn or not _still_writable(link.conn):
+            old, self.link = link, None  # its reader, if any, fails what still awaits a reply on it
+            self.connecting = self._spawn(self._connect(old))
+            return
+        batch, self.pending = self.pending, []
+        self.write(link.conn, link.conn.pack_commands([command for command, _, _ in batch]))
+        link.waiting.extend(batch)
+        if link.reader is None:
+            link.reader = self._spawn(self._read(link))
+
+    @staticmethod
+    def write(conn: Any, packed: list[bytes]) -> None:
+        """Hand ``packed`` commands to the connection's transport now (it sends what the
+        socket takes at once and buffers the rest): no await, so the write happens in the
+        loop iteration that queued the commands."""
+        conn._writer.writelines(packed)
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.ensure_future(work)
+        self.tasks.add(task)  # a reference, so the task is not collected mid-flight
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    async def _connect(self, old: _Link | None) -> None:
+        """The held connection, connected (again): taken from the pool the first time."""
+        try:
+            if old is not None and old.reader is not None:  # it meets the end of the old stream first
+                await asyncio.wait([old.reader])
+            if self.conn is None:
+                pool: Any = self.redis.connection_pool
+                self.conn = await pool.get_connection()
+            elif not _still_writable(self.conn):
+                await self.conn.disconnect()
+                await self.conn.connect()
+        except BaseException as exc:
+            self.connecting = None
+            batch, self.pending = self.pending, []
+            _fail(batch, exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        self.link, self.connecting = _Link(self.conn), None
+        self.flush()
+
+    async def _read(self, link: _Link) -> None:
+        """Hand each command written on ``link`` its reply, in order; a failed read fails
+        every command awaiting one there, and the connection is closed (the next command
+        connects it again)."""
+        try:
+            while link.waiting:
+                command, options, future = link.waiting[0]
+                try:
+                    reply: Any = await self.redis.parse_response(link.conn, command[0], **options)
+                except ResponseError as exc:
+                    reply = exc
+                link.waiting.popleft()
+                if future.done():
+                    continue  # its caller was cancelled
+                if isinstance(reply, Exception):
+                    future.set_exception(reply)
+                else:
+                    future.set_result(reply)
+        except BaseException as exc:
+            failed, link.waiting = list(link.waiting), deque()
+            _fail(failed, exc)
+            if self.link is link:
+                self.link = None
+            await link.conn.disconnect()
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            link.reader = None
+
+    def _forget(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start afresh on ``loop``: what the old loop's connection still awaited is lost
+        with that loop (the connection is connected again on this one)."""
+        link, self.link, self.connecting, self.loop = self.link, None, None, loop
+        lost = ConnectionError("the event loop of this Redis connection changed")
+        if link is not None:
+            _fail(link.waiting, lost)
+        _fail(self.pending, lost)
+        self.pending = []
+
+    async def aclose(self) -> None:
+        """Stop reading and give the connection back to the pool, closed."""
+        conn, self.conn, self.link = self.conn, None, None
+        for task in list(self.tasks):
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        if conn is not None:
+            await conn.disconnect()
+            await self.redis.connection_pool.release(conn)
+
+
+def _may_hold_one(redis: Redis) -> bool:
+    """Whether a batcher may hold one connection of ``redis``'s pool for its stream: one
+    Redis, and a blocking pool of ``HOLD_POOL_MIN`` or more (the workers' and the API's:
+    a caller waits for a connection while all are lent). A plain pool at its size fails a
+    caller instead (redis-py's default holds 100), so there each batch checks a connection
+    out and gives it back."""
+    if is_cluster(redis):
+        return False
+    pool: Any = redis.connection_pool
+    return isinstance(pool, BlockingConnectionPool) and int(pool.max_connections or 0) >= HOLD_POOL_MIN
+
+
+def _still_writable(conn: Any) -> bool:
+    """Whether the stream's connection may take more commands: connected and not closed by
+    the server (its reader, when one runs, meets the end and fails what awaits it)."""
+    reader = getattr(conn, "_reader", None)
+    return bool(conn.is_connected and reader is not None and not reader.at_eof())
+
+
+def _fail(entries: Any, exc: BaseException) -> None:
+    for _, _, future in entries:
+        if not future.done():
+            future.set_exception(exc if isinstance(exc, Exception) else ConnectionError(str(exc)))

@@ -219,6 +219,7 @@ class RedisRunStore(RunStore):
         return cls(redis_client.client(url, decode_responses=True), settings)
 
     async def close(self) -> None:
+        await self._batch.aclose()
         await self.redis.aclose()
 
     # -- key layout shared by every script (see lua/prelude.lua) ----------------------

@@ -8,10 +8,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from orchestrator.local.embedded_redis import EmbeddedRedis
-from orchestrator.store.batching import IDLE_POOL_MIN, MAX_BATCH, CommandBatcher
+from orchestrator.store.batching import HOLD_POOL_MIN, WRITE_AT, CommandBatcher
 from orchestrator.store.redis_client import blocking_client
 from tests.support.redis_writes import round_trips
 
@@ -21,9 +22,12 @@ def _url(client: Redis) -> str:
     return f"redis://{kwargs['host']}:{kwargs['port']}/{kwargs.get('db', 0)}"
 
 
-@pytest.fixture
-async def client(redis_server: EmbeddedRedis) -> AsyncIterator[Redis]:
-    redis = Redis.from_url(redis_server.url, decode_responses=True)
+@pytest.fixture(params=["held", "checked out"])
+async def client(redis_server: EmbeddedRedis, request: pytest.FixtureRequest) -> AsyncIterator[Redis]:
+    """A workers' and API's kind of client (a blocking pool of 16: the batcher holds one of
+    its connections), and a plain pool's (each batch checks one out)."""
+    redis = blocking_client(redis_server.url, decode_responses=True, max_connections=HOLD_POOL_MIN, timeout=5) \
+        if request.param == "held" else Redis.from_url(redis_server.url, decode_responses=True)
     await redis.flushdb()
     try:
         yield redis
@@ -31,78 +35,45 @@ async def client(redis_server: EmbeddedRedis) -> AsyncIterator[Redis]:
         await redis.aclose()
 
 
-async def test_commands_issued_together_travel_in_one_pipeline(client: Redis) -> None:
-    batcher = CommandBatcher(client)
+@pytest.fixture
+async def held(redis_server: EmbeddedRedis) -> AsyncIterator[Redis]:
+    redis = blocking_client(redis_server.url, decode_responses=True, max_connections=HOLD_POOL_MIN, timeout=5)
+    await redis.flushdb()
+    try:
+        yield redis
+    finally:
+        await redis.aclose()
+
+
+async def test_commands_queued_together_are_written_in_chunks_as_they_come(held: Redis) -> None:
+    """On one Redis, every ``WRITE_AT`` commands queued are written at once, in the loop
+    iteration that queued them (Redis starts on them while the loop goes on), the rest at
+    the iteration's end; every caller gets its own reply."""
+    batcher = CommandBatcher(held)
+    assert await batcher.execute("PING")  # its connection made
     sent: list[int] = []
     with round_trips(sent):
         replies = await asyncio.gather(*(batcher.execute("INCRBY", "k", i) for i in range(1, 201)))
-    assert sent == [1]  # one write (one round trip) for two hundred callers
+    assert len(sent) == -(-200 // WRITE_AT)
     assert sorted(int(r) for r in replies)[-1] == sum(range(1, 201))
-    assert int(await client.get("k")) == sum(range(1, 201))
+    assert int(await held.get("k")) == sum(range(1, 201))
 
 
-async def test_a_burst_past_the_batch_size_goes_in_several_pipelines(client: Redis) -> None:
-    batcher = CommandBatcher(client)
+async def test_a_chunk_is_written_before_the_loop_iteration_ends(held: Redis) -> None:
+    batcher = CommandBatcher(held)
+    assert await batcher.execute("PING")
     sent: list[int] = []
-    count = 2 * MAX_BATCH + 10
-    await asyncio.gather(*(batcher.execute("PING") for _ in range(count)))  # its connections made
     with round_trips(sent):
-        replies = await asyncio.gather(*(batcher.execute("INCR", "burst") for _ in range(count)))
-    assert len(sent) == 3
-    assert sorted(int(r) for r in replies) == list(range(1, count + 1))
+        futures = [batcher._queue(("INCR", "now")) for _ in range(WRITE_AT)]  # no await in between
+        assert sent == [1]  # the chunk went out in this loop iteration
+        assert [int(r) for r in await asyncio.gather(*futures)] == list(range(1, WRITE_AT + 1))
 
 
-async def test_a_connection_the_server_closed_between_batches_is_replaced(client: Redis) -> None:
-    """A connection the server closed between two batches (kept by the batcher, or in the
-    client's pool) is connected again before the next batch is written: the batch does not
-    fail on it (redis-py's pipeline failed it with a ConnectionError)."""
-    batcher = CommandBatcher(client)
-    assert await batcher.execute("SET", "k", "1")
-    other = Redis.from_url(_url(client), decode_responses=True)
+async def test_a_large_pool_lends_the_batcher_one_connection_for_every_batch(redis_server: EmbeddedRedis) -> None:
+    """From the workers' and the API's pools (blocking, 16 or more) the batcher holds one
+    connection: no batch checks one out; closing the client closes it."""
+    large = blocking_client(redis_server.url, decode_responses=True, max_connections=HOLD_POOL_MIN, timeout=1)
     try:
-        assert await other.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes") >= 1
-    finally:
-        await other.aclose()
-    await asyncio.sleep(0.05)  # the loop sees the kept connection's end of stream
-    assert await batcher.execute("GET", "k") == "1"
-    assert await batcher.execute("INCR", "n") == 1  # and the new connection is kept in a good state
-
-
-async def test_a_small_pools_connection_is_not_kept(redis_server: EmbeddedRedis) -> None:
-    """From a pool of a few connections the batcher takes one per batch and gives it back:
-    the client's other callers need it."""
-    small = blocking_client(redis_server.url, decode_responses=True, max_connections=1, timeout=1)
-    try:
-        batcher = CommandBatcher(small)
-        assert await batcher.execute("SET", "only", "x")
-        assert await small.get("only") == "x"  # the pool's one connection is free again
-    finally:
-        await small.aclose()
-
-
-async def test_a_plain_pools_connections_go_back_after_each_batch(redis_server: EmbeddedRedis) -> None:
-    """A plain pool at its size refuses a connection (a blocking one waits): the batcher
-    keeps none of its connections between batches."""
-    plain = Redis.from_url(redis_server.url, decode_responses=True, max_connections=IDLE_POOL_MIN)
-    try:
-        batcher = CommandBatcher(plain)
-        await plain.delete("plain")
-        await asyncio.gather(*(batcher.execute("INCR", "plain") for _ in range(10)))
-        assert await batcher.execute("GET", "plain") == "10"
-        held = [await plain.connection_pool.get_connection() for _ in range(IDLE_POOL_MIN)]  # all of them free
-        for conn in held:
-            await plain.connection_pool.release(conn)
-    finally:
-        await plain.aclose()
-
-
-async def test_a_large_blocking_pools_connection_is_kept_between_batches(redis_server: EmbeddedRedis) -> None:
-    """The workers' and the API's pools wait for a connection: the batcher keeps one for
-    its next batch (no pool checkout per batch), and a connection the server closed
-    meanwhile is connected again."""
-    large = blocking_client(redis_server.url, decode_responses=True, max_connections=IDLE_POOL_MIN, timeout=1)
-    try:
-        await large.delete("kept")
         batcher = CommandBatcher(large)
         checkouts: list[int] = []
         real = large.connection_pool.get_connection
@@ -111,15 +82,80 @@ async def test_a_large_blocking_pools_connection_is_kept_between_batches(redis_s
             checkouts.append(1)
             return await real(*args, **kwargs)
 
+        await large.delete("held")
         large.connection_pool.get_connection = counted  # type: ignore[method-assign]
         for i in range(5):
-            assert await batcher.execute("INCR", "kept") == i + 1
+            assert await batcher.execute("INCR", "held") == i + 1
+        await asyncio.gather(*(batcher.execute("INCR", "held") for _ in range(3 * WRITE_AT)))
         assert checkouts == [1]
-        await large.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
-        await asyncio.sleep(0.05)  # the loop sees the kept connection's end of stream
-        assert await batcher.execute("INCR", "kept") == 6
     finally:
         await large.aclose()
+
+
+@pytest.mark.parametrize("blocking", [True, False])
+async def test_a_small_pools_connections_go_back_after_each_batch(redis_server: EmbeddedRedis, blocking: bool) -> None:
+    """A small pool's callers need every connection (a plain pool at its size refuses one):
+    the batcher holds none, each batch checks one out and gives it back."""
+    small = (blocking_client(redis_server.url, decode_responses=True, max_connections=2, timeout=1) if blocking
+             else Redis.from_url(redis_server.url, decode_responses=True, max_connections=2))
+    try:
+        batcher = CommandBatcher(small)
+        await small.delete("small")
+        await asyncio.gather(*(batcher.execute("INCR", "small") for _ in range(10)))
+        assert await batcher.execute("GET", "small") == "10"
+        held = [await small.connection_pool.get_connection() for _ in range(2)]  # both free again
+        for conn in held:
+            await small.connection_pool.release(conn)
+    finally:
+        await small.aclose()
+
+
+async def test_a_connection_the_server_closed_between_batches_is_replaced(client: Redis) -> None:
+    """A connection the server closed between two batches is connected again before the
+    next batch is written: the batch does not fail on it."""
+    batcher = CommandBatcher(client)
+    assert await batcher.execute("SET", "k", "1")
+    other = Redis.from_url(_url(client), decode_responses=True)
+    try:
+        assert await other.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes") >= 1
+    finally:
+        await other.aclose()
+    await asyncio.sleep(0.05)  # the loop sees the connection's end of stream
+    assert await batcher.execute("GET", "k") == "1"
+    assert await batcher.execute("INCR", "n") == 1  # and the new connection is in a good state
+    await batcher.aclose()
+
+
+async def test_a_connection_lost_with_replies_awaited_fails_them_and_the_next_command_reconnects(
+        held: Redis) -> None:
+    """Commands written on a connection that is lost before their replies come fail with a
+    connection error (never sent twice), and the next command goes on a new connection."""
+    batcher = CommandBatcher(held)
+    own_id = await batcher.execute("CLIENT", "ID")
+    waiting = asyncio.ensure_future(batcher.execute("BLPOP", "never", 5))
+    behind = asyncio.ensure_future(batcher.execute("INCR", "behind"))
+    await asyncio.sleep(0.1)  # both written; BLPOP holds the connection
+    assert await held.execute_command("CLIENT", "KILL", "ID", own_id) == 1
+    results = await asyncio.wait_for(asyncio.gather(waiting, behind, return_exceptions=True), 5)
+    assert all(isinstance(r, RedisConnectionError) for r in results), results
+    assert await held.get("behind") is None  # the INCR behind the BLPOP never ran
+    assert await batcher.execute("INCR", "after") == 1
+    assert await batcher.execute("CLIENT", "ID") != own_id
+    await batcher.aclose()
+
+
+async def test_a_script_and_its_wait_go_on_a_connection_of_their_own(held: Redis) -> None:
+    """``WAIT`` blocks its connection until the replicas answer (here: none, so its timeout):
+    the commands queued meanwhile are answered at once, not after it."""
+    batcher = CommandBatcher(held)
+    script = held.register_script("return redis.call('INCR', KEYS[1])")
+    acked = asyncio.ensure_future(batcher.script_acked(script, ["w"], [], replicas=1, timeout_ms=500))
+    await asyncio.sleep(0.05)
+    began = asyncio.get_running_loop().time()
+    assert await batcher.execute("INCR", "quick") == 1
+    assert asyncio.get_running_loop().time() - began < 0.3
+    assert await acked == (1, 0)  # the script ran; no replica acked
+    await batcher.aclose()
 
 
 async def test_an_error_reaches_only_the_caller_whose_command_failed(client: Redis) -> None:

@@ -1,5 +1,6 @@
-"""What a test process writes to Redis, seen at the one place every command passes
-(``AbstractConnection.send_packed_command``: a pipeline is one write)."""
+"""What a test process writes to Redis, seen where commands are written: any asyncio
+connection's ``send_packed_command`` (a pipeline is one write), and the writes of
+the batchers' own connections (``store/batching.py``: one write per chunk of commands)."""
 
 from __future__ import annotations
 
@@ -9,22 +10,31 @@ from typing import Any
 
 from redis.asyncio.connection import AbstractConnection
 
+from orchestrator.store.batching import Stream
+
 
 @contextmanager
 def redis_writes(seen: Callable[[Any, bool], None]) -> Iterator[None]:
     """Call ``seen(command, check_health)`` for each write to any asyncio Redis connection
     while the block runs (health-check PINGs are sent with ``check_health=False``)."""
     real = AbstractConnection.send_packed_command
+    real_stream = Stream.write
 
     async def watched(self: AbstractConnection, command: Any, check_health: bool = True) -> None:
         seen(command, check_health)
         await real(self, command, check_health)
 
+    def streamed(conn: Any, packed: list[bytes]) -> None:  # a batcher's own connection (store/batching.py)
+        seen(packed, True)
+        real_stream(conn, packed)
+
     AbstractConnection.send_packed_command = watched  # type: ignore[method-assign]
+    Stream.write = staticmethod(streamed)  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:
         AbstractConnection.send_packed_command = real  # type: ignore[method-assign]
+        Stream.write = staticmethod(real_stream)  # type: ignore[method-assign,assignment]
 
 
 @contextmanager
