@@ -177,6 +177,7 @@ async def measure(url: str, redis_pid: int, worker_steps: list[int], points: Poi
 
     from bench.celery_baseline import DONE_TASK, NOOP_TASK, QUEUE
     from bench.celery_baseline import app as raw_app
+    from orchestrator.api.app import app_redis
     from orchestrator.cli.serve_cmd import settle_heap
     from orchestrator.kernel.protocol import EventType
     from orchestrator.queue.app import make_celery
@@ -188,7 +189,7 @@ async def measure(url: str, redis_pid: int, worker_steps: list[int], points: Poi
     from orchestrator.store.redis_store import RedisRunStore
 
     registry = load_registry(Settings(node_paths=str(PACK)))
-    store = RedisRunStore.from_url(url, Settings())
+    store = RedisRunStore(app_redis(Settings(), url), Settings())  # the API's client: a blocking pool
     client = aioredis.Redis.from_url(url, decode_responses=True, max_connections=lanes * 2 + 8)
     app = make_celery(url, Settings())
     dispatch = make_dispatch(app)
