@@ -55,7 +55,7 @@ from redis.exceptions import NoScriptError, ResponseError
 from orchestrator.store.redis_client import is_cluster
 
 MAX_BATCH = 512  # commands per cluster pipeline; a larger burst goes as several
-WRITE_AT = 8  # commands queued on one Redis that are written at once, not at the iteration's end
+WRITE_AT = 4  # commands queued on one Redis that are written at once (4, 8, 16 measured: bench/README.md)
 HOLD_POOL_MIN = 16  # a blocking pool this large lends a batcher one connection to hold
 RETRY_PAUSE_S = 0.25  # between a cluster's attempts, as redis-py's cluster pipeline
 Batch = list[tuple[tuple[Any, ...], dict[str, Any], "asyncio.Future[Any]"]]
