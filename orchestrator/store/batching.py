@@ -58,7 +58,8 @@ MAX_BATCH = 512  # commands per cluster pipeline; a larger burst goes as several
 WRITE_AT = 4  # commands queued on one Redis that are written at once (4, 8, 16 measured: bench/README.md)
 HOLD_POOL_MIN = 16  # a blocking pool this large lends a batcher one connection to hold
 RETRY_PAUSE_S = 0.25  # between a cluster's attempts, as redis-py's cluster pipeline
-Batch = list[tuple[tuple[Any, ...], dict[str, Any], "asyncio.Future[Any]"]]
+Entry = tuple[tuple[Any, ...], dict[str, Any], "asyncio.Future[Any]"]  # a command, its options, its caller's future
+Batch = list[Entry]
 
 
 def _still_open(conn: Any) -> bool:
@@ -211,23 +212,12 @@ class CommandBatcher:
             if is_cluster(self.redis):
                 replies = await self._again_on_cluster(batch, replies)
         except BaseException as exc:  # the connection failed: every caller of the batch sees it
-            for _, _, future in batch:
-                if not future.done():
-                    future.set_exception(exc if isinstance(exc, Exception) else ConnectionError(str(exc)))
+            _fail(batch, exc)
             if not isinstance(exc, Exception):
                 raise
             return
         for (_, _, future), reply in zip(batch, replies, strict=True):
-            if future.done():
-                continue  # its caller was cancelled
-            if isinstance(reply, Exception):
-                future.set_exception(reply)
-            else:
-                future.set_result(reply)
-
-
-Entry = tuple[tuple[Any, ...], dict[str, Any], "asyncio.Future[Any]"]
-
+            _answer(future, reply)
 
 class _Link:
     """One connection of a stream and the commands written on it that await their reply."""
@@ -322,12 +312,7 @@ class Stream:
                 except ResponseError as exc:
                     reply = exc
                 link.waiting.popleft()
-                if future.done():
-                    continue  # its caller was cancelled
-                if isinstance(reply, Exception):
-                    future.set_exception(reply)
-                else:
-                    future.set_result(reply)
+                _answer(future, reply)
         except BaseException as exc:
             failed, link.waiting = list(link.waiting), deque()
             _fail(failed, exc)
@@ -380,6 +365,18 @@ def _still_writable(conn: Any) -> bool:
 
 
 def _fail(entries: Any, exc: BaseException) -> None:
+    """Raise ``exc`` (a cancellation as a connection error) to every caller of ``entries``
+    still waiting."""
     for _, _, future in entries:
         if not future.done():
             future.set_exception(exc if isinstance(exc, Exception) else ConnectionError(str(exc)))
+
+
+def _answer(future: asyncio.Future[Any], reply: Any) -> None:
+    """Hand ``reply`` (a reply error raises to the caller) to a caller still waiting."""
+    if future.done():
+        return  # its caller was cancelled
+    if isinstance(reply, Exception):
+        future.set_exception(reply)
+    else:
+        future.set_result(reply)
