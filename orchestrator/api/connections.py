@@ -53,6 +53,7 @@ PROTOCOL = "orchestrator.api.connections:GuardedH11Protocol"  # uvicorn's ``http
 BODY_WRITER = "orchestrator.body_writer"  # the scope extension holding the request's BodyWriter
 # Unsent bytes a BodyWriter lets a connection hold; past it the client is too slow and is cut.
 MAX_UNSENT_BYTES = 1 << 20
+BURST_FACTOR = 16  # one write may leave this many times MAX_UNSENT_BYTES unsent (BodyWriter)
 TIMEOUT_RESPONSE = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
                     b"connection: close\r\ncontent-length: 22\r\n\r\nrequest read timed out")
 
@@ -97,8 +98,11 @@ class BodyWriter:
     :meth:`write` frames the bytes as the connection needs (chunked or not, by h11) and
     hands them to the transport now; it answers False, writing nothing, once the
     connection is gone, the response complete, or the server shutting down, and aborts
-    the connection (dropping what it holds) when more than ``max_unsent_bytes`` are left
-    unsent: a client that does not read costs a bounded buffer, then its connection.
+    the connection (dropping what it holds) when more than ``max_unsent_bytes`` written
+    before are still unsent as it writes again: a client that does not read costs a
+    bounded buffer, then its connection. One write may take a client past the bound (a
+    burst of large events read at once, which a client that reads takes in its stride),
+    up to ``BURST_FACTOR`` times it: cut at the write's end only beyond that.
     :meth:`on_close` callbacks run once, when the connection is lost or the server shuts
     down (a stream should then end)."""
 
@@ -118,6 +122,8 @@ class BodyWriter:
         if self.closed or cycle.disconnected or cycle.response_complete or not cycle.response_started:
             return False
         transport = self._protocol.transport
+        if transport.get_write_buffer_size() > self.max_unsent_bytes:  # what it was sent before still waits
+            return self._cut()
         if self._frame is not None:
             transport.write(self._frame(data))
         else:
@@ -125,12 +131,15 @@ class BodyWriter:
             assert framed is not None
             transport.write(framed)
             self._frame = _framing(cycle.conn, data, framed)
-        if transport.get_write_buffer_size() > self.max_unsent_bytes:
-            logger.warning("%s: a response holds more than %d unsent bytes; closing the connection",
-                           self._protocol.client[0] if self._protocol.client else "client", self.max_unsent_bytes)
-            transport.abort()  # connection_lost follows: the callbacks run there
-            return False
+        if transport.get_write_buffer_size() > self.max_unsent_bytes * BURST_FACTOR:
+            return self._cut()
         return True
+
+    def _cut(self) -> bool:
+        logger.warning("%s: a response holds more than %d unsent bytes; closing the connection",
+                       self._protocol.client[0] if self._protocol.client else "client", self.max_unsent_bytes)
+        self._protocol.transport.abort()  # connection_lost follows: the callbacks run there
+        return False
 
     def on_close(self, callback: Callable[[], None]) -> None:
         if self.closed:

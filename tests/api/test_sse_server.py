@@ -147,6 +147,33 @@ async def test_a_client_that_stops_reading_is_cut_while_another_gets_every_event
     assert got.count(b"event: progress") < 200
 
 
+async def test_a_client_that_reads_takes_a_history_larger_than_the_unsent_bound(
+    server: Server, store: RedisRunStore
+) -> None:
+    """A run's history of 2.5 MB goes to a new client in one read of the stream, past the
+    1 MiB a slow client may leave unsent: one that reads takes it, and every later event."""
+    run_id = await make_run(store)
+    pad = "x" * 65_536
+    for i in range(40):
+        await store.append_event(NodeEvent(run_id, "b", "relay", "progress", {"i": i, "pad": pad}))
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32768)  # the kernel takes less of the burst
+    sock.connect(("127.0.0.1", server.port))
+    reader, writer = await asyncio.open_connection(sock=sock)
+    writer.write(request(run_id))
+    received = b""
+    while received.count(b"event: progress") < 40:
+        chunk = await asyncio.wait_for(reader.read(1 << 16), 30)
+        assert chunk, "the stream ended before the history was read"
+        received += chunk
+    await store.finish_run(run_id, RunStatus.CANCELLED)
+    while b"event: run_cancelled" not in received:
+        chunk = await asyncio.wait_for(reader.read(1 << 16), 30)
+        assert chunk, "the stream ended before the terminal event"
+        received += chunk
+    writer.close()
+
+
 async def test_clients_that_leave_an_idle_stream_leave_no_stream_behind(server: Server, store: RedisRunStore) -> None:
     run_id = await make_run(store)
     socks = []

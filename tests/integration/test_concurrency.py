@@ -80,7 +80,12 @@ def model_stub() -> Iterator[StubServer]:
 @pytest.fixture(scope="module")
 def wide(model_stub: StubServer) -> Iterator[tuple[EmbeddedRedis, WorkerProcesses]]:
     """One worker process holding up to 150 node steps (its models: the local stub)."""
-    env = {**ENV, "ORCH_OPENAI_BASE_URL": model_stub.base_url, "OPENAI_API_KEY": "sk-test-not-a-real-key"}
+    # The heavy Filter's evaluation budget (2M steps by default, ~1.5 s of this machine's
+    # CPU) raced its 1.5 s timeout: on a quiet machine the budget failed it first. Ten times
+    # the budget leaves the timeout to stop it, as the test means (a timeout stops the
+    # evaluation at its next step).
+    env = {**ENV, "ORCH_OPENAI_BASE_URL": model_stub.base_url, "OPENAI_API_KEY": "sk-test-not-a-real-key",
+           "ORCH_EXPRESSION_MAX_TOTAL_STEPS": "20000000"}
     with EmbeddedRedis(unix_socket=False) as server, \
             WorkerProcesses(server.url, WorkerConfig(count=1, pool="threads", concurrency=150, env=env)) as procs:
         yield server, procs
