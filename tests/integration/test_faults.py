@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from orchestrator.kernel.registry import Registry
 from orchestrator.local.embedded_redis import EmbeddedRedis
@@ -246,3 +248,42 @@ async def test_a_worker_killed_mid_loop_reruns_only_the_lost_iterations_node(
         assert counts[("li", "started")] == 1 and counts[("s", "completed")] == 1
         reclaimed += counts[("s", "started")] > 1
     assert reclaimed == 1  # only the killed iteration's node ran again
+
+
+async def _terminal(store: RedisRunStore, run_id: str) -> list[Any]:
+    """The run's events to its end, read as a client would: this process's own pooled
+    connections were closed too, and a read on one of them fails once."""
+    for attempt in range(3):
+        try:
+            return await wait_for_terminal(store, run_id, 60)
+        except RedisConnectionError:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+async def test_a_run_survives_redis_closing_every_connection_mid_fan_out(
+    pool: WorkerProcesses, server: EmbeddedRedis, store: RedisRunStore, registry: Registry, celery: Any,
+    sweeping: Sweeper, tmp_path: Path,
+) -> None:
+    """Redis closes every client connection while a fan-out's branches are in flight (the
+    workers' stores stream their commands on one held connection: store/batching.py): the
+    commands awaiting replies fail, the steps are taken again, and the run still ends
+    succeeded with each node completed once."""
+    width = 6
+    branches = [(f"s{i}", "stall", f"Stall {i}", {"pid_dir": str(tmp_path), "delay_s": 1, "value": i})
+                for i in range(width)]
+    g = graph([("t", "manual_trigger", "Start"), *branches, ("p", "probe", "After")],
+              [e for b in branches for e in (("t", "output", b[0], "input"), (b[0], "output", "p", "input"))])
+    killer = Redis.from_url(server.url)
+    try:
+        run_id = await start(store, registry, celery, g)
+        await first_pid(tmp_path, "s0")  # the first branch in flight on a worker
+        assert await killer.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes") >= 1
+        result = await collect(store, run_id, await _terminal(store, run_id))
+    finally:
+        await killer.aclose()
+    assert result.status == "succeeded"
+    assert sorted(v["value"] for v in result.output("p")["input"]) == list(range(width))
+    completed = Counter(e.node_id for _, e in result.events if e.node_id and e.event_type == "completed")
+    assert completed == Counter({n: 1 for n in ["t", "p", *(b[0] for b in branches)]})
