@@ -1,4 +1,4 @@
-"""Workers die mid-run (SIGKILL): every run still ends, and each completion counts once.
+"""Workers die mid-run (SIGKILL) or lose their Redis connections: every run still ends, and each completion counts once.
 
 Each module starts its own redis-server and Celery workers (so a test may kill them)
 with a 2 s node lease and a sweeper running every 0.5 s in the test's event loop. The
