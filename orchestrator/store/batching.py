@@ -63,16 +63,14 @@ Batch = list[Entry]
 
 
 def _still_open(conn: Any) -> bool:
-    """Whether a connection between two batches is ready for the next: connected, the
-    server's end of stream not seen, nothing unread (redis-py's check of a connection its
-    pool lends, ``can_read``: what came has already been received by the loop)."""
-    reader = getattr(conn, "_reader", None)
-    return bool(conn.is_connected and reader is not None and not reader.at_eof()
-                and not getattr(reader, "_buffer", b""))
+    """Whether a connection between two batches is ready for the next: writable (see
+    :func:`_still_writable`) and nothing unread (redis-py's check of a connection its pool
+    lends, ``can_read``: what came has already been received by the loop)."""
+    return _still_writable(conn) and not getattr(conn._reader, "_buffer", b"")
 
 
 class CommandBatcher:
-    """Send the commands of one loop iteration in one pipeline; see the module doc."""
+    """Send commands together and hand each caller its own reply; see the module doc."""
 
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
@@ -148,9 +146,7 @@ class CommandBatcher:
             return await self._queue(("EVALSHA", script.sha, len(keys), *keys, *args))
 
     def _spawn(self, sending: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.ensure_future(sending)
-        self._flushes.add(task)  # a reference, so the task is not collected mid-flight
-        task.add_done_callback(self._flushes.discard)
+        _keep(self._flushes, sending)
 
     async def _send_pending(self) -> None:
         """Send what was queued (in pipelines of at most ``MAX_BATCH``, the first in this
@@ -176,13 +172,7 @@ class CommandBatcher:
             if not _still_open(conn):  # its write connects it again
                 await conn.disconnect()
             await conn.send_packed_command(conn.pack_commands([command for command, _, _ in batch]))
-            replies: list[Any] = []
-            for command, options, _ in batch:
-                try:
-                    replies.append(await self.redis.parse_response(conn, command[0], **options))
-                except ResponseError as exc:
-                    replies.append(exc)
-            return replies
+            return [await _reply(self.redis, conn, command, options) for command, options, _ in batch]
         except BaseException:
             await conn.disconnect()
             raise
@@ -218,6 +208,7 @@ class CommandBatcher:
             return
         for (_, _, future), reply in zip(batch, replies, strict=True):
             _answer(future, reply)
+
 
 class _Link:
     """One connection of a stream and the commands written on it that await their reply."""
@@ -274,10 +265,7 @@ class Stream:
         conn._writer.writelines(packed)
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        task = asyncio.ensure_future(work)
-        self.tasks.add(task)  # a reference, so the task is not collected mid-flight
-        task.add_done_callback(self.tasks.discard)
-        return task
+        return _keep(self.tasks, work)
 
     async def _connect(self, old: _Link | None) -> None:
         """The held connection, connected (again): taken from the pool the first time."""
@@ -307,10 +295,7 @@ class Stream:
         try:
             while link.waiting:
                 command, options, future = link.waiting[0]
-                try:
-                    reply: Any = await self.redis.parse_response(link.conn, command[0], **options)
-                except ResponseError as exc:
-                    reply = exc
+                reply = await _reply(self.redis, link.conn, command, options)
                 link.waiting.popleft()
                 _answer(future, reply)
         except BaseException as exc:
@@ -380,3 +365,20 @@ def _answer(future: asyncio.Future[Any], reply: Any) -> None:
         future.set_exception(reply)
     else:
         future.set_result(reply)
+
+
+def _keep(tasks: set[asyncio.Task[None]], work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    """``work`` as a task referenced from ``tasks`` until it ends (so it is not collected mid-flight)."""
+    task = asyncio.ensure_future(work)
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)
+    return task
+
+
+async def _reply(redis: Redis, conn: Any, command: tuple[Any, ...], options: dict[str, Any]) -> Any:
+    """The next reply on ``conn``, parsed for ``command`` (a reply error as the value:
+    its caller alone sees it)."""
+    try:
+        return await redis.parse_response(conn, command[0], **options)
+    except ResponseError as exc:
+        return exc
