@@ -36,7 +36,7 @@ from celery import Celery
 
 from orchestrator.queue.app import DRAIN_TASK, NODE_TASK, is_amqp, lanes_of
 from orchestrator.queue.lanes import queue_for
-from orchestrator.queue.messages import NodeMessages, redis_url_of
+from orchestrator.queue.messages import NodeMessages, drain_args, redis_url_of
 from orchestrator.store import redis_client
 from orchestrator.store.batching import CommandBatcher
 from orchestrator.telemetry import tracing
@@ -115,7 +115,7 @@ def send_drains(app: Celery, run_id: str, count: int, hops: int = 0, *, plan: st
     if direct is not None:  # a Redis broker: the template's messages, one LPUSH
         direct.client().lpush(queue, *direct.messages(queue).encode_drains(run_id, count, hops, plan))
         return
-    args: tuple[str | int, ...] = (run_id, hops, plan) if plan else (run_id, hops) if hops else (run_id,)
+    args = drain_args(run_id, hops, plan)
     with app.producer_or_acquire() as producer, producer.batch():
         for _ in range(count):
             app.send_task(DRAIN_TASK, args=args, queue=queue, producer=producer)

@@ -73,7 +73,7 @@ class NodeMessages:
     def encode_drains(self, run_id: str, count: int, hops: int = 0, plan: str = "") -> list[str]:
         """``count`` drain messages of ``run_id``, with the arguments ``send_drains`` gives
         them (``hops``, ``plan``: see there)."""
-        args: tuple[str | int, ...] = (run_id, hops, plan) if plan else (run_id, hops) if hops else (run_id,)
+        args = drain_args(run_id, hops, plan)
         return [self._message(DRAIN_TASK, str(uuid.uuid4()), args) for _ in range(count)]
 
     def _message(self, task_name: str, task_id: str, args: tuple[str | int, ...]) -> str:
@@ -89,6 +89,11 @@ class NodeMessages:
         """The messages of ``node_ids`` in the order a worker should take them: kombu's
         workers pop from the list's tail, so the first node is pushed first."""
         return [self.encode(run_id, node_id, plan) for node_id in node_ids]
+
+
+def drain_args(run_id: str, hops: int, plan: str) -> tuple[str | int, ...]:
+    """A drain task's arguments: ``(run_id[, hops][, plan])``, the trailing defaults left out."""
+    return (run_id, hops, plan) if plan else (run_id, hops) if hops else (run_id,)
 
 
 def _head(task_name: str, origin: str) -> str:
