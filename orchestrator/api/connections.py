@@ -30,7 +30,11 @@ above the proxy's own connection count (or set 0) and let the proxy bound its cl
 The protocol also offers each request a :class:`BodyWriter` (the ASGI scope extension
 :data:`BODY_WRITER`): a response that writes to thousands of connections at once (an
 event stream's fan-out) writes its body straight to the connection, one synchronous call,
-instead of one ``await send`` through every ASGI layer per connection and write.
+instead of one ``await send`` through every ASGI layer per connection and write. A client
+that stops reading such a response is cut by progress, as nginx's ``send_timeout``: once
+more than ``MAX_UNSENT_BYTES`` wait for it, it must take some of them within
+``Settings.api_send_stall_s``, and it may never leave more than ``BURST_FACTOR`` times
+that unsent (the memory a connection may hold).
 """
 
 from __future__ import annotations
@@ -46,14 +50,16 @@ import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
 
 from orchestrator.settings import ApiSettings
+from orchestrator.telemetry import metrics
 
 logger = logging.getLogger("uvicorn.error")
 
 PROTOCOL = "orchestrator.api.connections:GuardedH11Protocol"  # uvicorn's ``http`` setting
 BODY_WRITER = "orchestrator.body_writer"  # the scope extension holding the request's BodyWriter
-# Unsent bytes a BodyWriter lets a connection hold; past it the client is too slow and is cut.
+# Unsent bytes past which a BodyWriter's client must show progress (take some of them within
+# api_send_stall_s) or be cut; it never holds more than BURST_FACTOR times this.
 MAX_UNSENT_BYTES = 1 << 20
-BURST_FACTOR = 16  # one write may leave this many times MAX_UNSENT_BYTES unsent (BodyWriter)
+BURST_FACTOR = 16
 TIMEOUT_RESPONSE = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
                     b"connection: close\r\ncontent-length: 22\r\n\r\nrequest read timed out")
 
@@ -63,11 +69,12 @@ class ConnectionLimits:
     header_timeout_s: float
     body_timeout_s: float
     max_per_client: int  # 0: no bound
+    send_stall_s: float = 15.0  # a BodyWriter's client past MAX_UNSENT_BYTES takes nothing this long: cut
 
     @classmethod
     def from_settings(cls, settings: ApiSettings) -> ConnectionLimits:
         return cls(settings.api_header_timeout_s, settings.api_body_timeout_s,
-                   settings.api_max_connections_per_client)
+                   settings.api_max_connections_per_client, settings.api_send_stall_s)
 
 
 _process_limits: list[ConnectionLimits] = []  # this server process's, set by configure()
@@ -97,20 +104,16 @@ class BodyWriter:
     first :meth:`write`, and completed through ASGI (the last ``http.response.body``).
     :meth:`write` frames the bytes as the connection needs (chunked or not, by h11) and
     hands them to the transport now; it answers False, writing nothing, once the
-    connection is gone, the response complete, or the server shutting down, and aborts
-    the connection (dropping what it holds) when more than ``max_unsent_bytes`` written
-    before are still unsent as it writes again: a client that does not read costs a
-    bounded buffer, then its connection. One write may take a client past the bound (a
-    burst of large events read at once, which a client that reads takes in its stride),
-    up to ``BURST_FACTOR`` times it: cut at the write's end only beyond that.
+    connection is gone, the response complete, or the server shutting down. A client that
+    does not read costs a bounded buffer, then its connection (the protocol's
+    :meth:`GuardedH11Protocol.handed`): a write that leaves more than ``BURST_FACTOR``
+    times ``MAX_UNSENT_BYTES`` unsent cuts it at once (answering False).
     :meth:`on_close` callbacks run once, when the connection is lost or the server shuts
     down (a stream should then end)."""
 
-    def __init__(self, protocol: GuardedH11Protocol, cycle: RequestResponseCycle,
-                 max_unsent_bytes: int = MAX_UNSENT_BYTES) -> None:
+    def __init__(self, protocol: GuardedH11Protocol, cycle: RequestResponseCycle) -> None:
         self._protocol = protocol
         self._cycle = cycle
-        self.max_unsent_bytes = max_unsent_bytes
         self._callbacks: list[Callable[[], None]] = []
         self.closed = False
         # How h11 frames this body, once its first write showed it (h11's send costs ~5 us
@@ -121,25 +124,14 @@ class BodyWriter:
         cycle = self._cycle
         if self.closed or cycle.disconnected or cycle.response_complete or not cycle.response_started:
             return False
-        transport = self._protocol.transport
-        if transport.get_write_buffer_size() > self.max_unsent_bytes:  # what it was sent before still waits
-            return self._cut()
         if self._frame is not None:
-            transport.write(self._frame(data))
+            framed = self._frame(data)
         else:
             framed = cycle.conn.send(h11.Data(data=data))
             assert framed is not None
-            transport.write(framed)
             self._frame = _framing(cycle.conn, data, framed)
-        if transport.get_write_buffer_size() > self.max_unsent_bytes * BURST_FACTOR:
-            return self._cut()
-        return True
-
-    def _cut(self) -> bool:
-        logger.warning("%s: a response holds more than %d unsent bytes; closing the connection",
-                       self._protocol.client[0] if self._protocol.client else "client", self.max_unsent_bytes)
-        self._protocol.transport.abort()  # connection_lost follows: the callbacks run there
-        return False
+        self._protocol.transport.write(framed)
+        return self._protocol.handed(len(framed))
 
     def on_close(self, callback: Callable[[], None]) -> None:
         if self.closed:
@@ -183,6 +175,12 @@ class GuardedH11Protocol(H11Protocol):
         self._deadline: asyncio.TimerHandle | None = None
         self._address: str | None = None
         self._writer: BodyWriter | None = None
+        # Progress of what BodyWriters handed the transport (see handed): how much, the most
+        # the socket was seen to have taken of it and when, and the stall watchdog.
+        self._handed = 0
+        self._taken = 0
+        self._taken_at = 0.0
+        self._watchdog: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -199,6 +197,9 @@ class GuardedH11Protocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._arm(None)
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
         if self._writer is not None:
             self._writer.close()
         if self._address is not None:
@@ -228,6 +229,44 @@ class GuardedH11Protocol(H11Protocol):
         super().shutdown()
         if self._writer is not None:
             self._writer.close()
+
+    def handed(self, nbytes: int) -> bool:
+        """A :class:`BodyWriter` handed ``nbytes`` to the transport: False (the connection
+        aborted) when more than ``BURST_FACTOR`` times ``MAX_UNSENT_BYTES`` now wait unsent;
+        past ``MAX_UNSENT_BYTES`` the stall watchdog starts (:meth:`_check_progress`)."""
+        self._handed += nbytes
+        unsent = self.transport.get_write_buffer_size()
+        if unsent > MAX_UNSENT_BYTES * BURST_FACTOR:
+            self._cut(unsent)
+            return False
+        if unsent > MAX_UNSENT_BYTES and self._watchdog is None:
+            self._taken, self._taken_at = self._handed - unsent, self.loop.time()
+            self._watchdog = self.loop.call_later(self.limits.send_stall_s / 2, self._check_progress)
+        return True
+
+    def _check_progress(self) -> None:
+        """The stall watchdog, every half of ``send_stall_s`` while more than
+        ``MAX_UNSENT_BYTES`` wait (also after the response's last write: a stalled client
+        is cut whether or not more comes): the connection is aborted once the socket took
+        none of it for ``send_stall_s``. A client that reads, however slowly, is never cut
+        by it (nginx's ``send_timeout``); one that catches up stops it."""
+        self._watchdog = None  # (a closing transport is watched too: it waits to send what it holds)
+        unsent, now = self.transport.get_write_buffer_size(), self.loop.time()
+        if self._handed - unsent > self._taken:
+            self._taken, self._taken_at = self._handed - unsent, now
+        if unsent <= MAX_UNSENT_BYTES:
+            return
+        if now - self._taken_at >= self.limits.send_stall_s:
+            self._cut(unsent)
+            return
+        self._watchdog = self.loop.call_later(self.limits.send_stall_s / 2, self._check_progress)
+
+    def _cut(self, unsent: int) -> None:
+        logger.warning("%s: a response's client took none of %d unsent bytes within %s s, or left more than %d; "
+                       "closing the connection", self._address or "client", unsent, self.limits.send_stall_s,
+                       MAX_UNSENT_BYTES * BURST_FACTOR)
+        metrics.SLOW_CLIENTS_CUT.inc()
+        self.transport.abort()  # connection_lost follows: the writer's callbacks run there
 
     def on_response_complete(self) -> None:
         super().on_response_complete()

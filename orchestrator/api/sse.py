@@ -14,8 +14,11 @@ Contract (one response per client; ``events.py`` builds it):
   runs per client. Elsewhere (tests, another server) a task per client sends the batches
   through ASGI (and a server shutdown does not end those streams: give that server a
   graceful-shutdown timeout);
-* a client that does not read is cut once ``MAX_UNSENT_BYTES`` wait for it (memory stays
-  bounded); it resumes with ``Last-Event-ID`` and loses nothing;
+* a client that does not read is cut (memory stays bounded): under our protocol once more
+  than ``MAX_UNSENT_BYTES`` wait for it and it takes none of them for
+  ``Settings.api_send_stall_s``, or more than 16 times that wait (a client that reads,
+  however slowly, keeps its stream); through ASGI once ``MAX_UNSENT_BYTES`` wait. It
+  resumes with ``Last-Event-ID`` and loses nothing;
 * a disconnect ends the subscription at once (the connection's close callback, or an
   ``http.disconnect``); a server shutdown ends every stream (clients reconnect elsewhere);
 * keep-alive comments and the periodic ``allowed`` check come from ONE timer per process

@@ -23,10 +23,13 @@ class ApiSettings(SettingsGroup):
     # Slow clients (orchestrator/api/connections.py): a request's headers must arrive within
     # api_header_timeout_s, its body within api_body_timeout_s of its headers, else the
     # connection is closed; one client address holds at most this many connections to one
-    # API process (0 = no bound; behind a proxy every connection is the proxy's).
+    # API process (0 = no bound; behind a proxy every connection is the proxy's). A
+    # client of an event stream with more than 1 MiB waiting for it must take some of it
+    # within api_send_stall_s, else it is cut (it resumes with Last-Event-ID).
     api_header_timeout_s: float = 15.0
     api_body_timeout_s: float = 60.0
     api_max_connections_per_client: int = 100
+    api_send_stall_s: float = 15.0
     public_docs: bool = False  # serve /docs, /redoc and /openapi.json without a key
     # /metrics counts every workspace's runs: it needs an admin key of workspace "default",
     # or this bearer token (for Prometheus' scrape config); metrics_public opens it.

@@ -85,6 +85,12 @@ STALE_REFUSED = Counter(
 SSE_STREAMS = Gauge(
     "orchestrator_sse_streams", "Open SSE event streams in this process.", registry=REGISTRY
 )
+SLOW_CLIENTS_CUT = Counter(
+    "orchestrator_api_slow_clients_cut_total",
+    "Connections this API process closed because their client took none of a response's unsent bytes "
+    "within ORCH_API_SEND_STALL_S, or left more than 16 MiB unsent.",
+    registry=REGISTRY,
+)
 
 NODES_IN_FLIGHT = Gauge(
     "orchestrator_nodes_in_flight",

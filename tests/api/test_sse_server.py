@@ -1,7 +1,9 @@
 """Event streams served by a real ``orchestrator serve`` (a subprocess), where the run's
-reader writes to each connection itself: a client that stops reading is cut after a
-bounded buffer while another gets every event, a client that leaves leaves no stream
-behind, idle streams get keep-alive comments, and a shutdown ends open streams."""
+reader writes to each connection itself: a client that stops reading is cut once it
+takes nothing of a bounded buffer for ``api_send_stall_s`` while another gets every
+event, a client that reads slowly keeps its stream through a burst, a client that leaves
+leaves no stream behind, idle streams get keep-alive comments, and a shutdown ends open
+streams."""
 
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 PING_S = 0.5
+STALL_S = 1.0  # ORCH_API_SEND_STALL_S of the served API
 
 
 class Server:
@@ -42,7 +45,8 @@ class Server:
         self.redis_url = redis_server.url
         env = {k: v for k, v in os.environ.items() if not k.startswith("ORCH_")}
         env.update(REDIS_URL=redis_server.url, ORCH_KEY_PREFIX=self.prefix, ORCH_API_KEYS="",
-                   ORCH_SSE_PING_S=str(PING_S), ORCH_API_RUN_SWEEPER="false")
+                   ORCH_SSE_PING_S=str(PING_S), ORCH_API_RUN_SWEEPER="false",
+                   ORCH_API_SEND_STALL_S=str(STALL_S))
         self.proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "serve", "--port", str(self.port),
                                       "--log-level", "warning"], cwd=ROOT, env=env,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -66,9 +70,16 @@ class Server:
 
     def streams(self) -> float:
         """The server's open event streams (its ``/metrics`` gauge)."""
+        return self._metric("orchestrator_sse_streams")
+
+    def cut(self) -> float:
+        """The connections the server cut for a client that took nothing (its ``/metrics`` counter)."""
+        return self._metric("orchestrator_api_slow_clients_cut_total")
+
+    def _metric(self, name: str) -> float:
         text = httpx.get(f"http://127.0.0.1:{self.port}/metrics", timeout=5).text
-        found = re.search(r"^orchestrator_sse_streams (\S+)$", text, re.M)
-        assert found, "no orchestrator_sse_streams gauge"
+        found = re.search(rf"^{name} (\S+)$", text, re.M)
+        assert found, f"no {name} in /metrics"
         return float(found.group(1))
 
 
@@ -106,22 +117,31 @@ def request(run_id: str) -> bytes:
     return f"GET /runs/{run_id}/events HTTP/1.1\r\nHost: api\r\nAccept: text/event-stream\r\n\r\n".encode()
 
 
-async def read_all(port: int, run_id: str) -> bytes:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(request(run_id))
-    received = b""
-    while b"event: run_cancelled" not in received:
-        chunk = await reader.read(1 << 16)
-        assert chunk, "the stream ended before the terminal event"
-        received += chunk
-    writer.close()
-    return received
+async def read_all(port: int, run_id: str, *, pause_s: float = 0.0, sock: socket.socket | None = None) -> bytes:
+    """The stream's bytes up to its terminal event; ``pause_s`` between reads of 64 KiB."""
+    if sock is None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    else:
+        reader, writer = await asyncio.open_connection(sock=sock)
+    received = bytearray()
+    try:
+        writer.write(request(run_id))
+        while b"event: run_cancelled" not in received[-4096:]:
+            chunk = await reader.read(1 << 16)
+            assert chunk, "the stream ended before the terminal event"
+            received += chunk
+            if pause_s:
+                await asyncio.sleep(pause_s)
+    finally:  # (a socket left open is a ResourceWarning in whichever test runs next)
+        writer.close()
+    return bytes(received)
 
 
 async def test_a_client_that_stops_reading_is_cut_while_another_gets_every_event(
     server: Server, store: RedisRunStore
 ) -> None:
     run_id = await make_run(store)
+    cut_before = await asyncio.to_thread(server.cut)
     stalled = socket.socket()
     stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     stalled.connect(("127.0.0.1", server.port))
@@ -134,7 +154,9 @@ async def test_a_client_that_stops_reading_is_cut_while_another_gets_every_event
     await store.finish_run(run_id, RunStatus.CANCELLED)
     received = await asyncio.wait_for(reader, 30)
     assert received.count(b"event: progress") == 200
-    await until(lambda: server.streams() == 0, "the stalled stream was cut")
+    await until(lambda: server.streams() == 0, "both streams ended")
+    # It took nothing for STALL_S, the rest still unsent: cut (what it had not read dropped).
+    await until(lambda: server.cut() > cut_before, "the stalled client was cut", timeout_s=10 * STALL_S)
     stalled.settimeout(5)
     got = b""
     try:
@@ -145,6 +167,32 @@ async def test_a_client_that_stops_reading_is_cut_while_another_gets_every_event
     stalled.close()
     assert b"event: run_cancelled" not in got
     assert got.count(b"event: progress") < 200
+
+
+async def test_a_client_that_reads_slowly_through_a_burst_keeps_its_stream(
+    server: Server, store: RedisRunStore
+) -> None:
+    """10 MB of events, one every 10 ms, to a client that takes 64 KiB every 25 ms: once the
+    kernel's buffers are full, more than the 1 MiB bound waits for it for seconds (past
+    ``STALL_S``) while events keep coming, but it keeps taking some, so it is not cut and
+    gets every event (a bound on unsent bytes alone cut it at a write)."""
+    run_id = await make_run(store)
+    cut_before = await asyncio.to_thread(server.cut)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)  # the kernel holds little of the burst
+    sock.connect(("127.0.0.1", server.port))
+    reader = asyncio.create_task(read_all(server.port, run_id, pause_s=0.025, sock=sock))
+    await until(lambda: server.streams() == 1, "the stream open")
+    pad = "x" * 65_536
+    began = time.monotonic()
+    for i in range(160):  # each its own write, faster than the client takes them
+        await store.append_event(NodeEvent(run_id, "b", "relay", "progress", {"i": i, "pad": pad}))
+        await asyncio.sleep(0.01)
+    await store.finish_run(run_id, RunStatus.CANCELLED)
+    received = await asyncio.wait_for(reader, 60)
+    assert received.count(b"event: progress") == 160
+    assert time.monotonic() - began > STALL_S, "the client was behind for longer than the stall bound"
+    assert await asyncio.to_thread(server.cut) == cut_before
 
 
 async def test_a_client_that_reads_takes_a_history_larger_than_the_unsent_bound(
