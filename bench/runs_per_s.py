@@ -3,6 +3,7 @@ the same shapes on as many processes, in one run; CPU per run split by process.
 
     .venv/bin/python bench/runs_per_s.py [--seconds 3] [--lanes 16] [--workers 1,2,4]
                                          [--shapes one,chain10,fanout50]
+                                         [--worker-cores 0.4]
 
 Shapes: ``one`` (a trigger alone), ``chain10`` (trigger + 9 set_fields), ``fanout50``
 (trigger -> 50 set_fields -> the bench pack's join). Stored starts resolve a trigger with
@@ -27,7 +28,12 @@ processes) and ``redis``; the workers' CPU also by thread (:func:`thread_split`)
 than one worker process, ``workers_cpu_share`` is each one's share of the workers' CPU (how
 a burst of one run's nodes split between them).
 ``cores``: the CPU all those processes got over the point, in cores: on a shared machine,
-more worker processes only help while this can grow.
+more worker processes only help while this can grow. ``--worker-cores C`` caps each worker
+process (the engine's and raw Celery's alike) at C cores, each in a cgroup of its own
+(``bench/cpu_quota.py``, root): one worker's point is then bound by its share, as on a
+machine with a core per worker, and the starter and Redis have room beside the workers, so
+that N workers can show how the engine scales with worker processes (on 2 cores, the
+starter and Redis take what a second uncapped worker would need).
 
 Prints JSON, and writes it to ``bench/results/runs-per-s-<time>.json``.
 """
@@ -54,6 +60,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from bench.chain import chain_graph  # noqa: E402
 from bench.concurrency import start_baseline_worker  # noqa: E402
+from bench.cpu_quota import CpuQuotas  # noqa: E402
 from bench.fanout import PACK, fanout_merge_graph  # noqa: E402
 from bench.throughput import NamedWorkers  # noqa: E402
 from orchestrator.local.embedded_redis import EmbeddedRedis  # noqa: E402
@@ -168,10 +175,12 @@ class Points:
     starts: str = "stored"
     lanes: int = 16
     seconds: float = 3.0
+    worker_cores: float = 0.0  # > 0: each worker process (engine and raw) capped at this many cores
 
 
 async def measure(url: str, redis_pid: int, worker_steps: list[int], points: Points) -> dict[str, Any]:
     shapes, starts, lanes, seconds = points.shapes, points.starts, points.lanes, points.seconds
+    quotas = CpuQuotas(points.worker_cores) if points.worker_cores > 0 else None
     import redis.asyncio as aioredis
     from celery import chain, chord, group
 
@@ -248,7 +257,11 @@ async def measure(url: str, redis_pid: int, worker_steps: list[int], points: Poi
             group_ = NamedWorkers(url, config, prefix=f"e{step}-")
             await asyncio.to_thread(group_.start)
             engine_groups.append(group_)
-            baselines += [start_baseline_worker(url, BASELINE_THREADS) for _ in range(added)]
+            added_raw = [start_baseline_worker(url, BASELINE_THREADS) for _ in range(added)]
+            baselines += added_raw
+            if quotas is not None:
+                for pid in [*group_.pids, *(p.pid for p in added_raw)]:
+                    quotas.limit(pid)
             await asyncio.sleep(2.0)  # the baseline workers connect
             workers = sum(g_.count for g_ in engine_groups)
             engine_pids = [pid for g_ in engine_groups for pid in g_.pids]
@@ -271,6 +284,8 @@ async def measure(url: str, redis_pid: int, worker_steps: list[int], points: Poi
         app.close()
         await store.close()
         await client.aclose()
+        if quotas is not None:
+            quotas.close()
     for by_workers in results.values():
         one = by_workers[str(worker_steps[0])]["engine"]["runs_per_s"]
         for entry in by_workers.values():
@@ -287,6 +302,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--starts", choices=("stored", "adhoc"), default="stored",
                         help="engine runs of stored graphs (the API's start) or of graph JSON (start_run)")
+    parser.add_argument("--worker-cores", type=float, default=0.0,
+                        help="cap each worker process (engine and raw Celery) at this many cores, each in a "
+                             "cgroup of its own (bench/cpu_quota.py; root): how throughput scales with worker "
+                             "processes when each has its own share, as on a machine with a core per worker")
     args = parser.parse_args()
     shapes = tuple(args.shapes.split(","))
     if unknown := set(shapes) - set(SHAPES):
@@ -297,8 +316,9 @@ def main() -> None:
         os.environ["BENCH_REDIS_URL"] = server.url  # read when bench.celery_baseline is imported
         os.environ["BENCH_RESULT_BACKEND"] = "1"  # the chord needs one (the workers inherit it)
         result = asyncio.run(measure(server.url, server.pid, steps,
-                                     Points(shapes, args.starts, args.lanes, args.seconds)))
+                                     Points(shapes, args.starts, args.lanes, args.seconds, args.worker_cores)))
     result["config"] = {"seconds": args.seconds, "lanes": args.lanes, "starts": args.starts,
+                        "worker_cores": args.worker_cores or None,
                         "engine_workers": "-P threads (default)",
                         "raw_workers": f"-P threads -c {BASELINE_THREADS}", "python": platform.python_version(),
                         "at": time.strftime("%Y-%m-%dT%H:%M:%S")}

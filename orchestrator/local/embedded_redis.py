@@ -18,6 +18,8 @@ Contract:
   with ``maxmemory-policy noeviction``: past it Redis refuses writes with an error the
   store names (``storage_budget.store_full``) and never evicts run state, Celery's queues
   or files silently.
+* Hashes: ``hash-max-ziplist-entries`` is :data:`HASH_MAX_ZIPLIST_ENTRIES`, as in
+  docker-compose.yml and deploy/ (docs/deployment.md, "Redis settings").
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from pathlib import Path
 from types import TracebackType
 
 START_TIMEOUT_S = 10.0
+HASH_MAX_ZIPLIST_ENTRIES = 32
 STOP_GRACE_S = 5.0
 MAX_SOCKET_PATH = 100
 
@@ -127,6 +130,9 @@ class EmbeddedRedis:
             "--daemonize", "no",
             "--maxmemory", f"{max(0, self.maxmemory_mb)}mb",
             "--maxmemory-policy", "noeviction",
+            # A run's hashes past 32 fields are hash tables (O(1) reads), not scanned lists
+            # (docs/deployment.md, "Redis settings"); the same in every Redis we ship.
+            "--hash-max-ziplist-entries", str(HASH_MAX_ZIPLIST_ENTRIES),
         ]
         if self.unix_socket:
             args += ["--unixsocket", self.socket_path, "--unixsocketperm", "700"]

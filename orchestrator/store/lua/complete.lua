@@ -87,11 +87,11 @@ end
 if status == 'retrying' then
   if node_status ~= 'running' or terminal then return NOTHING end
   redis.call('HSET', K_NODES, node, 'retrying')
-  redis.call('HSET', K_CLAIMS, 'attempt:' .. node, args.next_attempt)
+  redis.call('HSET', K_CLAIMS, 'attempt:' .. node, int(args.next_attempt))
   if args.retry_delay_s and args.retry_delay_s ~= cjson.null then
     redis.call('HSET', K_CLAIMS, 'retry_at:' .. node, string.format('%.6f', NOW_S + args.retry_delay_s))
   end
-  redis.call('HINCRBY', K_CLAIMS, node, -1)
+  redis.call('HINCRBY', K_CLAIMS, node, '-1')
   append_own_events()
   redis.call('DEL', K_LEASE)
   refresh_active_ttl()
@@ -133,7 +133,7 @@ if terminal or stop then
   return NOTHING
 end
 
-local remaining = redis.call('HINCRBY', K_RUN, 'remaining', -1)
+local remaining = redis.call('HINCRBY', K_RUN, 'remaining', '-1')
 
 -- Live counts this call incremented ("target|port" -> the count after it): not read again.
 local counted = {}
@@ -171,7 +171,7 @@ while queue[head] do
     local target, source_handle, target_handle = edge[2], edge[3], edge[4]
     if ports[source_handle] then
       local field = target .. '|' .. target_handle
-      counted[field] = redis.call('HINCRBY', K_LIVE, field, 1)
+      counted[field] = redis.call('HINCRBY', K_LIVE, field, '1')
     end
     local pending = arrive(target)
     if pending == 0 and (redis.call('HGET', K_NODES, target) or 'pending') == 'pending' then
@@ -182,7 +182,7 @@ while queue[head] do
         redis.call('SADD', K_READY, target)
       else
         redis.call('HSET', K_NODES, target, 'skipped')
-        remaining = redis.call('HINCRBY', K_RUN, 'remaining', -1)
+        remaining = redis.call('HINCRBY', K_RUN, 'remaining', '-1')
         table.insert(skipped, target)
         table.insert(queue, {target, {}})
       end

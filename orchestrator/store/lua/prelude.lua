@@ -17,6 +17,13 @@ local RUN_KEY_COUNT = 15
 local MAXLEN, CHANNEL, ACTIVE_TTL, RETENTION = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local PUBLISH = (ARGV[5] == 'SPUBLISH') and 'SPUBLISH' or 'PUBLISH'
 
+-- A whole number as a command argument's text. Lua numbers given to redis.call are written
+-- with "%.17g" (Redis 6.2; a float formatter, a few percent of a completion's time); '%d'
+-- takes the integer path.
+local function int(n)
+  return string.format('%d', n)
+end
+
 -- One clock for every host: Redis's. Deadlines, retry due times, sent times, event
 -- timestamps and finished_at all come from here, never from the caller, whose clock may
 -- be off by seconds or minutes. NOW is epoch seconds as text (microseconds), NOW_S a number.
@@ -80,7 +87,7 @@ end
 -- A flow in-edge of `node` resolved: how many remain. A shared plan's run counts arrivals
 -- down from 0 in its pending hash and adds the initial count from the plan data.
 local function arrive(node)
-  local left = redis.call('HINCRBY', K_PENDING, node, -1)
+  local left = redis.call('HINCRBY', K_PENDING, node, '-1')
   if K_ADJ == KEYS[11] then return left end
   return left + tonumber(redis.call('HGET', K_ADJ, ':pending:' .. node) or '0')
 end
@@ -153,7 +160,7 @@ end
 -- true, and counted in the run's `:stale` tally, when a later claim superseded it.
 local function superseded(node, token)
   if tostring(redis.call('HGET', K_CLAIMS, 'token:' .. node)) == tostring(token) then return false end
-  redis.call('HINCRBY', K_CLAIMS, ':stale', 1)  -- ':' begins no node id
+  redis.call('HINCRBY', K_CLAIMS, ':stale', '1')  -- ':' begins no node id
   return true
 end
 
@@ -161,7 +168,7 @@ end
 -- It lives as long as an active run: gone when nothing is queued or nothing moves.
 local function count_queued(delta)
   if delta == 0 then return end
-  if redis.call('INCRBY', K_QUEUED, delta) <= 0 then
+  if redis.call('INCRBY', K_QUEUED, int(delta)) <= 0 then
     redis.call('DEL', K_QUEUED)
   else
     redis.call('EXPIRE', K_QUEUED, ACTIVE_TTL)
@@ -172,7 +179,7 @@ end
 -- claimed or sent (the caller runs them).
 local function take_queued(n)
   if not n or n <= 0 then return {} end
-  local popped = redis.call('LPOP', K_QUEUE, n)
+  local popped = redis.call('LPOP', K_QUEUE, int(n))
   if not popped then return {} end
   for _, node in ipairs(popped) do redis.call('SREM', K_DISPATCHED, node) end
   count_queued(-#popped)
@@ -199,9 +206,10 @@ local function charge_budget(budget_json, first, last)
     total = total + tonumber(used_that_day or '0')
   end
   if budget.ws_max > 0 and total + budget.bytes > budget.ws_max then return {'budget', 'workspace', total} end
-  redis.call('HINCRBY', K_RUN, 'bytes', budget.bytes)
-  redis.call('INCRBY', KEYS[first], budget.bytes)
-  redis.call('EXPIREAT', KEYS[first], budget.expire_at)
+  local nbytes = int(budget.bytes)
+  redis.call('HINCRBY', K_RUN, 'bytes', nbytes)
+  redis.call('INCRBY', KEYS[first], nbytes)
+  redis.call('EXPIREAT', KEYS[first], int(budget.expire_at))
   return nil
 end
 
@@ -257,7 +265,8 @@ end
 -- one more than the node's previous claim's. `known` (nil from claim.lua): what the
 -- caller's script established before, in the same call, and need not be read again:
 -- {active = the run is active, planned = the node is the plan's, status = the node's
--- status, or nil (read here)}.
+-- status, or nil (read here), stamped = `started` carries the time NOW already}.
+local RUN_CONTEXT = nil  -- the run's input, session id and workspace, read once per call
 local function claim(node, lease_key, lease_ms, started, read, known)
   known = known or {}
   if not known.active then
@@ -296,8 +305,9 @@ local function claim(node, lease_key, lease_ms, started, read, known)
   local counts = redis.call('HMGET', K_CLAIMS, 'token:' .. node, node, 'attempt:' .. node)
   local token, claims = (tonumber(counts[1]) or 0) + 1, (tonumber(counts[2]) or 0) + 1
   local attempt = tonumber(counts[3] or '1')
-  redis.call('HSET', K_CLAIMS, 'token:' .. node, token, node, claims)
-  redis.call('SET', lease_key, token, 'PX', lease_ms)
+  local token_text = int(token)
+  redis.call('HSET', K_CLAIMS, 'token:' .. node, token_text, node, int(claims))
+  redis.call('SET', lease_key, token_text, 'PX', int(lease_ms))
   -- A claimed node is dispatched by definition (a node run in-process is claimed without a
   -- task), and its message arrived: no longer one the sweeper may have to send again.
   redis.call('SADD', K_DISPATCHED, node)
@@ -305,7 +315,7 @@ local function claim(node, lease_key, lease_ms, started, read, known)
   redis.call('HSET', K_NODES, node, 'running')
   local resume = redis.call('HGET', K_RESUME, node)
   if claims == 1 and attempt == 1 then
-    append(stamped(started))
+    append(known.stamped and started or stamped(started))
   else
     local event = cjson.decode(started)
     event.attempt, event.timestamp = attempt, NOW_S
@@ -316,7 +326,8 @@ local function claim(node, lease_key, lease_ms, started, read, known)
     end
     append(cjson.encode(event))
   end
-  local context = redis.call('HMGET', K_RUN, 'run_input', 'session_id', 'workspace')
+  RUN_CONTEXT = RUN_CONTEXT or redis.call('HMGET', K_RUN, 'run_input', 'session_id', 'workspace')
+  local context = RUN_CONTEXT
   local reply = {'run', claims, context[1] or 'null', context[2] or '', resume or '', attempt, token,
                  context[3] or ''}
   -- One HMGET (in slices: Lua's stack bounds how many arguments unpack passes).
@@ -345,13 +356,14 @@ end
 -- returned: the caller's own claim call then gets the same answer.
 local function claim_nodes(nodes, from, taken, statuses)
   local granted = {}
+  local head = stamped(taken.head)  -- the started events' time, stamped once for all of them
   for j = from, #nodes do
     local n, reply = nodes[j], nil
     local raw = redis.call('HGET', K_ADJ, ':claim:' .. n)
     if raw then  -- a node of the plan (only those have claim data)
       local data = cjson.decode(raw)
-      reply = claim(n, taken.lease .. n, taken.lease_ms, taken.head .. data.ids .. taken.tail, data.read,
-                    {active = true, planned = true, status = statuses and statuses[n]})
+      reply = claim(n, taken.lease .. n, taken.lease_ms, head .. data.ids .. taken.tail, data.read,
+                    {active = true, planned = true, status = statuses and statuses[n], stamped = true})
     end
     if reply and reply[1] == 'run' then
       table.insert(granted, n)
