@@ -75,6 +75,7 @@ DEFAULT_PERIOD_S = 5.0
 DEFAULT_MAX_NODE_RECLAIMS = 3
 DEFAULT_UNDISPATCHED_GRACE_S = 10.0
 LOCK_TTL_S = 30.0  # a pass that crashes holds the lock at most this long
+PASS_TIMEOUT_S = 120.0  # a pass stuck longer (a Redis reply that never comes) is abandoned
 BATCH = 500  # active runs read per ZRANGE
 QUEUE_MARK = "\x00queue"  # stands for a run's queue among the node ids the sweeper tracks
 NODE_TASK = "orchestrator.node"  # orchestrator.queue.app.NODE_TASK
@@ -118,10 +119,12 @@ class SweepReport:
 class SweepLimits:
     """When the sweeper fails a node whose workers keep dying (``max_node_reclaims``) and
     when it sends a ready node nobody sent again (``undispatched_grace_s``); None: the
-    settings' value."""
+    settings' value. ``pass_timeout_s``: how long :meth:`Sweeper.run_forever` lets one
+    pass take before it abandons it and starts the next."""
 
     max_node_reclaims: int | None = None
     undispatched_grace_s: float | None = None
+    pass_timeout_s: float = PASS_TIMEOUT_S
 
 
 class Sweeper:
@@ -153,6 +156,7 @@ class Sweeper:
                                           DEFAULT_MAX_NODE_RECLAIMS)
         self.undispatched_grace_s = _setting(self.settings, "undispatched_grace_s",
                                              limits.undispatched_grace_s, DEFAULT_UNDISPATCHED_GRACE_S)
+        self.pass_timeout_s = limits.pass_timeout_s
         self.broker_queues = broker_queues or lane_queues(settings.lanes)
         self._release = self.redis.register_script(_RELEASE)
         self._correct = self.redis.register_script(_CORRECT)
@@ -413,18 +417,31 @@ class Sweeper:
     # -- forever ------------------------------------------------------------------------
 
     async def run_forever(self, period_s: float | None = None, *, stop: asyncio.Event | None = None) -> None:
-        """Sweep every ``period_s`` until ``stop`` is set (or the task is cancelled); a
-        failed pass is logged, not fatal. Prefer ``stop``: it ends between passes, never
-        inside one, so no Redis command is cut off half-way (see :func:`stop_sweeper`)."""
+        """Sweep every ``period_s`` until ``stop`` is set (or the task is cancelled). Prefer
+        ``stop``: it ends between passes, never inside one, so no Redis command is cut off
+        half-way (see :func:`stop_sweeper`).
+
+        The sweeper is what ends every run whatever dies, so nothing but a stop ends it: a
+        failed pass is logged and the next one follows; a pass stuck past
+        ``pass_timeout_s`` (a reply that never comes: a connection wedged without a socket
+        timeout) is abandoned (its lock lapses); a cancellation raised inside a pass that
+        nobody asked of this task (a library's own) is logged as a failed pass."""
         period = period_s if period_s is not None else sweep_period_s(self.settings)
         stop = stop or asyncio.Event()
         while not stop.is_set():
             try:
-                report = await self.sweep_once()
+                async with asyncio.timeout(self.pass_timeout_s):
+                    report = await self.sweep_once()
                 if report.timed_out or report.requeued or report.lost or report.dispatched:
                     log.info("sweep: %s", report)
             except asyncio.CancelledError:
-                raise
+                this = asyncio.current_task()
+                if this is None or this.cancelling():
+                    raise  # a stop by cancellation
+                log.error("a sweep pass was cancelled from inside, not by a stop; retrying in %.1fs", period)
+            except TimeoutError:
+                log.error("a sweep pass took longer than %.0fs; abandoned, retrying in %.1fs",
+                          self.pass_timeout_s, period)
             except Exception:  # Redis down, a broker hiccup: try again next period
                 log.exception("sweep failed; retrying in %.1fs", period)
             with contextlib.suppress(TimeoutError):

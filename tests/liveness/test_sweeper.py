@@ -208,6 +208,41 @@ async def test_run_forever_sweeps_until_cancelled(store: RedisRunStore, sent: An
     assert (await store.get_run(run_id)).status == RunStatus.TIMED_OUT
 
 
+async def test_a_pass_cancelled_from_inside_or_stuck_does_not_end_the_sweeper(
+    store: RedisRunStore, sent: Any,
+) -> None:
+    """The sweeper ends every run whatever dies, so only a stop ends it: a pass that a
+    library's own cancellation interrupts, and one stuck past its time budget, are logged
+    and the next pass sweeps (here: the node whose worker died is sent again)."""
+    run_id = await start(store)
+    assert (await claim(store, run_id, "a", lease_s=0.05)).kind == "run"
+    await asyncio.sleep(0.1)  # the worker "died": nobody renews the lease
+    s = sweeper(store, sent, pass_timeout_s=0.3)
+    passes = 0
+    real_time_out = s._time_out
+
+    async def first_two_passes_go_wrong(now: float, report: Any) -> None:
+        nonlocal passes
+        passes += 1
+        if passes == 1:
+            raise asyncio.CancelledError  # not asked of the sweeper's task
+        if passes == 2:
+            await asyncio.sleep(3600)  # a reply that never comes
+        await real_time_out(now, report)
+
+    s._time_out = first_two_passes_go_wrong  # type: ignore[method-assign]
+    stop = asyncio.Event()
+    task = asyncio.create_task(s.run_forever(0.05, stop=stop))
+    for _ in range(100):
+        if sent.sent:
+            break
+        await asyncio.sleep(0.05)
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    assert passes >= 3 and sent.sent == [(run_id, "a")]
+    assert task.exception() is None
+
+
 async def test_a_stopped_sweeper_ends_between_passes_and_leaves_its_client_usable(
     store: RedisRunStore, sent: Any,
 ) -> None:
