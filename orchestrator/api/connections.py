@@ -32,7 +32,7 @@ The protocol also offers each request a :class:`BodyWriter` (the ASGI scope exte
 event stream's fan-out) writes its body straight to the connection, one synchronous call,
 instead of one ``await send`` through every ASGI layer per connection and write. A client
 that stops reading such a response is cut by progress, as nginx's ``send_timeout``: once
-more than ``MAX_UNSENT_BYTES`` wait for it, it must take some of them within
+more than ``MAX_UNSENT_BYTES`` wait for it, it must take that many within
 ``Settings.api_send_stall_s``, and it may never leave more than ``BURST_FACTOR`` times
 that unsent (the memory a connection may hold).
 """
@@ -56,7 +56,7 @@ logger = logging.getLogger("uvicorn.error")
 
 PROTOCOL = "orchestrator.api.connections:GuardedH11Protocol"  # uvicorn's ``http`` setting
 BODY_WRITER = "orchestrator.body_writer"  # the scope extension holding the request's BodyWriter
-# Unsent bytes past which a BodyWriter's client must show progress (take some of them within
+# Unsent bytes past which a BodyWriter's client must show progress (take as many within
 # api_send_stall_s) or be cut; it never holds more than BURST_FACTOR times this.
 MAX_UNSENT_BYTES = 1 << 20
 BURST_FACTOR = 16
@@ -69,7 +69,7 @@ class ConnectionLimits:
     header_timeout_s: float
     body_timeout_s: float
     max_per_client: int  # 0: no bound
-    send_stall_s: float = 15.0  # a BodyWriter's client past MAX_UNSENT_BYTES takes nothing this long: cut
+    send_stall_s: float = 15.0  # a BodyWriter's client past MAX_UNSENT_BYTES takes less than that this long: cut
 
     @classmethod
     def from_settings(cls, settings: ApiSettings) -> ConnectionLimits:
@@ -248,21 +248,22 @@ class GuardedH11Protocol(H11Protocol):
         """The stall watchdog, every half of ``send_stall_s`` while more than
         ``MAX_UNSENT_BYTES`` wait (also after the response's last write: a stalled client
         is cut whether or not more comes): the connection is aborted once the socket took
-        none of it for ``send_stall_s``. A client that reads, however slowly, is never cut
-        by it (nginx's ``send_timeout``); one that catches up stops it."""
+        less than ``MAX_UNSENT_BYTES`` of it in ``send_stall_s`` (about 70 KB/s at the
+        defaults; nginx's ``send_timeout`` with a floor, so that a client taking a byte now
+        and then cannot hold a full buffer for ever); one that catches up stops it."""
         self._watchdog = None  # (a closing transport is watched too: it waits to send what it holds)
         unsent, now = self.transport.get_write_buffer_size(), self.loop.time()
-        if self._handed - unsent > self._taken:
-            self._taken, self._taken_at = self._handed - unsent, now
         if unsent <= MAX_UNSENT_BYTES:
-            return
+            return  # caught up: watched again when it falls behind again
+        if self._handed - unsent - self._taken >= MAX_UNSENT_BYTES:
+            self._taken, self._taken_at = self._handed - unsent, now  # it took a bound's worth: progress
         if now - self._taken_at >= self.limits.send_stall_s:
             self._cut(unsent)
             return
         self._watchdog = self.loop.call_later(self.limits.send_stall_s / 2, self._check_progress)
 
     def _cut(self, unsent: int) -> None:
-        logger.warning("%s: a response's client took none of %d unsent bytes within %s s, or left more than %d; "
+        logger.warning("%s: a response's client took too little of %d unsent bytes within %s s, or left more than %d; "
                        "closing the connection", self._address or "client", unsent, self.limits.send_stall_s,
                        MAX_UNSENT_BYTES * BURST_FACTOR)
         metrics.SLOW_CLIENTS_CUT.inc()

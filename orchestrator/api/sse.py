@@ -15,9 +15,9 @@ Contract (one response per client; ``events.py`` builds it):
   through ASGI (and a server shutdown does not end those streams: give that server a
   graceful-shutdown timeout);
 * a client that does not read is cut (memory stays bounded): under our protocol once more
-  than ``MAX_UNSENT_BYTES`` wait for it and it takes none of them for
-  ``Settings.api_send_stall_s``, or more than 16 times that wait (a client that reads,
-  however slowly, keeps its stream); through ASGI once ``MAX_UNSENT_BYTES`` wait. It
+  than ``MAX_UNSENT_BYTES`` wait for it and it takes fewer than that in
+  ``Settings.api_send_stall_s``, or more than 16 times that wait (a client that reads
+  keeps its stream through a burst); through ASGI once ``MAX_UNSENT_BYTES`` wait. It
   resumes with ``Last-Event-ID`` and loses nothing;
 * a disconnect ends the subscription at once (the connection's close callback, or an
   ``http.disconnect``); a server shutdown ends every stream (clients reconnect elsewhere);

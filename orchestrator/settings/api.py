@@ -24,7 +24,7 @@ class ApiSettings(SettingsGroup):
     # api_header_timeout_s, its body within api_body_timeout_s of its headers, else the
     # connection is closed; one client address holds at most this many connections to one
     # API process (0 = no bound; behind a proxy every connection is the proxy's). A
-    # client of an event stream with more than 1 MiB waiting for it must take some of it
+    # client of an event stream with more than 1 MiB waiting for it must take 1 MiB of it
     # within api_send_stall_s, else it is cut (it resumes with Last-Event-ID).
     api_header_timeout_s: float = 15.0
     api_body_timeout_s: float = 60.0

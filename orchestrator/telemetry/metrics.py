@@ -87,7 +87,7 @@ SSE_STREAMS = Gauge(
 )
 SLOW_CLIENTS_CUT = Counter(
     "orchestrator_api_slow_clients_cut_total",
-    "Connections this API process closed because their client took none of a response's unsent bytes "
+    "Connections this API process closed because their client, more than 1 MiB behind, took less than 1 MiB "
     "within ORCH_API_SEND_STALL_S, or left more than 16 MiB unsent.",
     registry=REGISTRY,
 )

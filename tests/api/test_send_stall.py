@@ -1,8 +1,9 @@
 """The slow-client rule of a response written through a ``BodyWriter`` (the event
 stream's), on uvicorn's own protocol object with a transport whose socket takes what the
-test says: past 1 MiB unsent a client must take some within ``send_stall_s``, and no
-client may leave more than 16 MiB unsent. (tests/api/test_sse_server.py shows the same
-against a served API and real sockets.)"""
+test says: past 1 MiB unsent a client must take 1 MiB within ``send_stall_s`` (one that
+takes a trickle is cut as one that takes nothing), and no client may leave more than
+16 MiB unsent. (tests/api/test_sse_server.py shows the same against a served API and real
+sockets.)"""
 
 from __future__ import annotations
 
@@ -92,13 +93,27 @@ async def test_a_client_that_takes_nothing_past_the_bound_is_cut_after_the_stall
     protocol.connection_lost(None)
 
 
-async def test_a_client_that_keeps_taking_some_is_never_cut_however_far_behind() -> None:
+async def test_a_client_that_keeps_taking_its_share_is_never_cut_however_far_behind() -> None:
     protocol, sock = connection()
-    for _ in range(12):  # 3 stall bounds long, falling behind by 192 KiB a write, taking 64 KiB after each
-        assert hand(protocol, sock, MAX_UNSENT_BYTES // 4)
+    for _ in range(12):  # 3 stall bounds long: 640 KiB handed, 512 KiB taken (1 MiB a half bound)
+        assert hand(protocol, sock, 640 * 1024)
         await asyncio.sleep(STALL_S / 4)
-        sock.take(65536)
-    assert sock.unsent > 2 * MAX_UNSENT_BYTES and not sock.aborted
+        sock.take(512 * 1024)
+    assert sock.unsent > MAX_UNSENT_BYTES and not sock.aborted
+    protocol.connection_lost(None)
+
+
+async def test_a_client_that_takes_a_trickle_is_cut_as_one_that_takes_nothing() -> None:
+    """A slow reader (a byte now and then) must not hold a full buffer for ever."""
+    protocol, sock = connection()
+    handed_at = time.monotonic()
+    assert hand(protocol, sock, 4 * MAX_UNSENT_BYTES)
+    for _ in range(40):
+        if sock.aborted:
+            break
+        sock.take(1024)
+        await asyncio.sleep(STALL_S / 8)
+    assert sock.aborted and sock.aborted_at - handed_at >= STALL_S
     protocol.connection_lost(None)
 
 
