@@ -7,6 +7,8 @@ of them).
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from orchestrator.settings.base import SettingsGroup
 
 
@@ -29,7 +31,7 @@ class ApiSettings(SettingsGroup):
     api_header_timeout_s: float = 15.0
     api_body_timeout_s: float = 60.0
     api_max_connections_per_client: int = 100
-    api_send_stall_s: float = 15.0
+    api_send_stall_s: float = Field(default=15.0, ge=0.1, le=3600)
     public_docs: bool = False  # serve /docs, /redoc and /openapi.json without a key
     # /metrics counts every workspace's runs: it needs an admin key of workspace "default",
     # or this bearer token (for Prometheus' scrape config); metrics_public opens it.
