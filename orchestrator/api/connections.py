@@ -175,8 +175,9 @@ class GuardedH11Protocol(H11Protocol):
         self._deadline: asyncio.TimerHandle | None = None
         self._address: str | None = None
         self._writer: BodyWriter | None = None
-        # Progress of what BodyWriters handed the transport (see handed): how much, the most
-        # the socket was seen to have taken of it and when, and the stall watchdog.
+        # Progress of what BodyWriters handed the transport (see handed): how much, how much
+        # the socket had taken of it at its last progress (a bound's worth) and when, and
+        # the stall watchdog.
         self._handed = 0
         self._taken = 0
         self._taken_at = 0.0
