@@ -10,10 +10,11 @@ process's worker state against it (``workers.process_state``, as ``worker_cpu.py
 steps run on this process's loop, no broker), and for each shape and each
 ``--hash-max-ziplist-entries`` value (set with ``CONFIG SET`` before the runs are created, so
 their hashes take that encoding): starts ``--runs`` runs (not counted), zeroes the counters
-(``callgrind_control -z``), runs them 8 at a time with ``workers.tasks.run_here``, and dumps
-the counters (``callgrind_control -d``). Prints JSON: Redis's instructions per run and per
-node, the script calls per run, and with ``--top N`` the N functions Redis spent the most
-instructions in (its own, not their callees').
+(``callgrind_control -z``), runs them 8 at a time with ``workers.tasks.run_here``
+(``worker_cpu.InProcessRuns``), and dumps the counters (``callgrind_control -d``). Prints
+JSON: Redis's instructions per run and per node, the script calls per run, and with
+``--top N`` the N functions Redis spent the most instructions in (its own, not their
+callees').
 
 What it leaves out: the worker's side (``worker_cpu.py``), the broker, the start (the runs
 are created before the counters are zeroed). Needs valgrind (Debian's ``valgrind``).
@@ -22,7 +23,6 @@ are created before the counters are zeroed). Needs valgrind (Debian's ``valgrind
 from __future__ import annotations
 
 import argparse
-import asyncio
 import collections
 import json
 import os
@@ -39,7 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from bench.worker_cpu import IN_FLIGHT, PACK, SHAPES, WARM_RUNS, Starter  # noqa: E402
+from bench.worker_cpu import PACK, SHAPES, WARM_RUNS, InProcessRuns  # noqa: E402
 from orchestrator.local.embedded_redis import free_port, redis_server_binary  # noqa: E402
 
 START_TIMEOUT_S = 60.0  # redis-server under valgrind starts in seconds, not milliseconds
@@ -139,34 +139,10 @@ def top_functions(dump: Path, n: int) -> list[str]:
 def measure(server: CountedRedis, shapes: list[str], runs: int, settings: list[int], top: int) -> dict[str, Any]:
     import redis
 
-    from orchestrator.service.graph_store import GraphStore
-    from orchestrator.service.runs import RunRequest, StoredGraph, start_stored
-    from orchestrator.settings import Settings
     from workers import process_state
-    from workers.tasks import run_here
 
-    process_state.set_capacity(10_000)
-    state = process_state.process_state()
-    sent: dict[str, list[str]] = {}
-
-    async def no_dispatch(run_id: str, nodes: list[str]) -> None:
-        sent.setdefault(run_id, []).extend(nodes)
-
-    starter = Starter(state.store.redis, Settings(), state.registry,
-                      GraphStore(state.store.redis, state.registry, Settings()), state.store, no_dispatch)
-
-    async def started(graph: dict[str, Any], count: int) -> list[str]:
-        return [await start_stored(starter, StoredGraph(str(graph["id"])), RunRequest({"x": 1}), trigger="bench")
-                for _ in range(count)]
-
-    async def run_all(run_ids: list[str]) -> None:
-        gate = asyncio.Semaphore(IN_FLIGHT)
-
-        async def one(run_id: str) -> None:
-            async with gate:
-                await asyncio.gather(*(run_here(run_id, node) for node in sent.pop(run_id)))
-
-        await asyncio.gather(*(one(r) for r in run_ids))
+    runner = InProcessRuns("stored")
+    state, starter, started, run_all = runner.state, runner.starter, runner.started, runner.run_all
 
     control = redis.Redis.from_url(server.url, decode_responses=True)
     result: dict[str, Any] = {}

@@ -54,40 +54,47 @@ IN_FLIGHT = 8  # runs at a time
 WARM_RUNS = 10
 
 
-def measure(shapes: list[str], runs: int, profile: int, starts: str = "adhoc",
-            in_flight: int = IN_FLIGHT) -> dict[str, Any]:
-    from orchestrator.service.graph_store import GraphStore
-    from orchestrator.service.runs import RunRequest, StoredGraph, start_run, start_stored
-    from orchestrator.settings import Settings
-    from workers import process_state
-    from workers.tasks import run_here
+class InProcessRuns:
+    """Runs of this process's worker state (``workers.process_state``, with room for every
+    node at once) started without a broker and run on its loop: ``started`` starts runs (of a
+    stored graph as the API does, or ad hoc), ``run_all`` runs them ``in_flight`` at a time
+    with ``workers.tasks.run_here``, each from the nodes its start sent (a trigger the start
+    completed itself sends its successor). Shared by ``worker_cpu.py`` and ``redis_cost.py``."""
 
-    process_state.set_capacity(10_000)  # every node of the runs in flight runs here, none is sent
-    state = process_state.process_state()
+    def __init__(self, starts: str = "adhoc", in_flight: int = IN_FLIGHT) -> None:
+        from orchestrator.service.graph_store import GraphStore
+        from orchestrator.settings import Settings
+        from workers import process_state
 
-    sent: dict[str, list[str]] = {}
+        process_state.set_capacity(10_000)  # every node of the runs in flight runs here, none is sent
+        self.state = process_state.process_state()
+        self.starts, self.in_flight = starts, in_flight
+        self.sent: dict[str, list[str]] = {}
+        self.starter = Starter(self.state.store.redis, Settings(), self.state.registry,
+                               GraphStore(self.state.store.redis, self.state.registry, Settings()),
+                               self.state.store, self._no_dispatch)
 
-    async def no_dispatch(run_id: str, nodes: list[str]) -> None:
-        """Nothing goes to the broker: the measured part runs the nodes each start sent (a
-        trigger the start completed itself sends its successor) on this process's loop."""
-        sent.setdefault(run_id, []).extend(nodes)
+    async def _no_dispatch(self, run_id: str, nodes: list[str]) -> None:
+        """Nothing goes to the broker: the nodes each start sent are run here."""
+        self.sent.setdefault(run_id, []).extend(nodes)
 
-    starter = Starter(state.store.redis, Settings(), state.registry,
-                      GraphStore(state.store.redis, state.registry, Settings()), state.store, no_dispatch)
+    async def started(self, graph: dict[str, Any], count: int) -> list[str]:
+        from orchestrator.service.runs import RunRequest, StoredGraph, start_run, start_stored
 
-    async def started(graph: dict[str, Any], count: int) -> list[str]:
-        if starts == "stored":
-            return [await start_stored(starter, StoredGraph(str(graph["id"])), RunRequest({"x": 1}), trigger="bench")
-                    for _ in range(count)]
-        return [await start_run(state.store, state.registry, graph, RunRequest({"x": 1}), dispatch=no_dispatch)
-                for _ in range(count)]
+        if self.starts == "stored":
+            return [await start_stored(self.starter, StoredGraph(str(graph["id"])), RunRequest({"x": 1}),
+                                       trigger="bench") for _ in range(count)]
+        return [await start_run(self.state.store, self.state.registry, graph, RunRequest({"x": 1}),
+                                dispatch=self._no_dispatch) for _ in range(count)]
 
-    async def run_all(run_ids: list[str], profiler: cProfile.Profile | None = None) -> None:
-        gate = asyncio.Semaphore(in_flight)
+    async def run_all(self, run_ids: list[str], profiler: cProfile.Profile | None = None) -> None:
+        from workers.tasks import run_here
+
+        gate = asyncio.Semaphore(self.in_flight)
 
         async def one(run_id: str) -> None:
             async with gate:
-                await asyncio.gather(*(run_here(run_id, node) for node in sent.pop(run_id)))
+                await asyncio.gather(*(run_here(run_id, node) for node in self.sent.pop(run_id)))
 
         if profiler:  # on the loop thread, where the steps run
             profiler.enable()
@@ -96,6 +103,14 @@ def measure(shapes: list[str], runs: int, profile: int, starts: str = "adhoc",
         finally:
             if profiler:
                 profiler.disable()
+
+
+def measure(shapes: list[str], runs: int, profile: int, starts: str = "adhoc",
+            in_flight: int = IN_FLIGHT) -> dict[str, Any]:
+    from workers import process_state
+
+    runner = InProcessRuns(starts, in_flight)
+    state, starter, started, run_all = runner.state, runner.starter, runner.started, runner.run_all
 
     result: dict[str, Any] = {}
     try:
