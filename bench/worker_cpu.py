@@ -69,14 +69,16 @@ class InProcessRuns:
         process_state.set_capacity(10_000)  # every node of the runs in flight runs here, none is sent
         self.state = process_state.process_state()
         self.starts, self.in_flight = starts, in_flight
-        self.sent: dict[str, list[str]] = {}
+        self.sent: dict[str, tuple[list[str], str]] = {}  # run id -> the nodes its start sent, its plan reference
         self.starter = Starter(self.state.store.redis, Settings(), self.state.registry,
                                GraphStore(self.state.store.redis, self.state.registry, Settings()),
                                self.state.store, self._no_dispatch)
 
-    async def _no_dispatch(self, run_id: str, nodes: list[str]) -> None:
+    async def _no_dispatch(self, run_id: str, nodes: list[str], plan: str = "") -> None:
         """Nothing goes to the broker: the nodes each start sent are run here."""
-        self.sent.setdefault(run_id, []).extend(nodes)
+        self.sent[run_id] = ([*self.sent.get(run_id, ([], ""))[0], *nodes], plan)
+
+    _no_dispatch.carries_plan = True  # type: ignore[attr-defined]  # takes the plan reference as node messages do
 
     async def started(self, graph: dict[str, Any], count: int) -> list[str]:
         from orchestrator.service.runs import RunRequest, StoredGraph, start_run, start_stored
@@ -94,7 +96,8 @@ class InProcessRuns:
 
         async def one(run_id: str) -> None:
             async with gate:
-                await asyncio.gather(*(run_here(run_id, node) for node in self.sent.pop(run_id)))
+                nodes, plan = self.sent.pop(run_id)
+                await asyncio.gather(*(run_here(run_id, node, plan=plan) for node in nodes))
 
         if profiler:  # on the loop thread, where the steps run
             profiler.enable()

@@ -4,8 +4,9 @@ A run of a stored graph (manual starts, webhooks, chat messages, schedules) star
 :func:`start_stored`, from the version's cached, compiled plan (no validation, no
 compilation; ``plan_cache.py``). The CLI, reruns, test steps and tests call
 :func:`start_run` with a graph and a :class:`RunRequest` (the run's input and options),
-which validates (remembered per graph content) and compiles. From then on workers drive
-the run through the store's barrier. The caller provides ``dispatch(run_id, node_ids)``
+which validates and compiles once per graph content (``compiled``: the runs of one graph
+share its plan, and their node messages carry its reference, as a stored graph's do).
+From then on workers drive the run through the store's barrier. The caller provides ``dispatch(run_id, node_ids)``
 (for the Celery deployment ``orchestrator.queue.dispatch.make_dispatch(app)``, or
 ``make_async_dispatch`` on an event loop), sync or async.
 """
@@ -23,7 +24,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from weakref import WeakKeyDictionary
 
 from orchestrator.errors import StorageBudgetError
-from orchestrator.kernel.compile import compile_run
 from orchestrator.kernel.environment import StepOptions
 from orchestrator.kernel.protocol import DataValue
 from orchestrator.kernel.registry import Registry
@@ -35,7 +35,7 @@ from orchestrator.queue.dispatch import Dispatcher
 from orchestrator.queue.lanes import run_id_with_tag
 from orchestrator.service import admission
 from orchestrator.service.graph_store import DEFAULT_WORKSPACE
-from orchestrator.service.plan_cache import StoredPlan, choose_start, graph_deadline_s
+from orchestrator.service.plan_cache import StoredPlan, compile_template, start_key
 from orchestrator.settings import Settings, WorkerSettings
 from orchestrator.store.creation import StaleGraphError, StartGuard
 from orchestrator.store.keys import Keys
@@ -43,7 +43,6 @@ from orchestrator.store.lanes import WorkspaceLanes
 from orchestrator.store.plan_refs import plan_ref
 from orchestrator.store.redis_store import RedisRunStore
 from orchestrator.telemetry import metrics, tracing
-from orchestrator.telemetry.budgets import graph_budget
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -51,8 +50,23 @@ if TYPE_CHECKING:
     from orchestrator.service.graph_store import GraphStore
 
 VALIDATED_CACHE_SIZE = 128  # graphs (by content) whose validation this process remembers
+TEMPLATES_PER_GRAPH = 8  # start choices of one graph whose compiled plans it remembers
 
-_validated: OrderedDict[str, tuple[Registry, ValidatedGraph, GraphLimits]] = OrderedDict()
+
+@dataclass
+class _Known:
+    """A graph's content validated with ``registry`` and ``limits``, and the plans compiled
+    from it so far (by start choice, ``plan_cache.start_key``): run id "", each run's is
+    :meth:`RunPlan.for_run`, so the runs of one graph share what a plan keeps for its
+    runs (``plan.memo``: fixed parameters, the shared plan data, the content reference)."""
+
+    registry: Registry
+    vg: ValidatedGraph
+    limits: GraphLimits
+    templates: dict[str, tuple[RunPlan, float | None]]
+
+
+_validated: OrderedDict[str, _Known] = OrderedDict()
 _lanes: WeakKeyDictionary[RunStore, WorkspaceLanes] = WeakKeyDictionary()
 
 
@@ -81,20 +95,36 @@ def validated(graph: dict[str, Any], registry: Registry, limits: GraphLimits = D
     """``validate_graph``, remembered per graph content and registry: a stored graph that
     runs again (the API validated it when it read it) is not validated a second time.
     A graph that fails is never remembered."""
+    return _known(graph, registry, limits).vg
+
+
+def _known(graph: dict[str, Any], registry: Registry, limits: GraphLimits) -> _Known:
     key = hashlib.sha256(json.dumps(graph, sort_keys=True, default=str).encode()).hexdigest()
     hit = _validated.get(key)
-    if hit is not None and hit[0] is registry and hit[2] == limits:
+    if hit is not None and hit.registry is registry and hit.limits == limits:
         _validated.move_to_end(key)
-        return hit[1]
-    vg = validate_graph(graph, registry, limits)
-    _validated[key] = (registry, vg, limits)
+        return hit
+    known = _validated[key] = _Known(registry, validate_graph(graph, registry, limits), limits, {})
     while len(_validated) > VALIDATED_CACHE_SIZE:
         _validated.popitem(last=False)
-    return vg
+    return known
 
 
-def _deadline_s(vg: ValidatedGraph, deadline_s: float | None) -> float | None:
-    return deadline_s if deadline_s is not None else graph_deadline_s(vg)
+def compiled(graph: dict[str, Any], registry: Registry, limits: GraphLimits,
+             start: list[str] | None) -> tuple[ValidatedGraph, RunPlan, float | None]:
+    """``graph`` validated (:func:`validated`) and compiled from ``start``
+    (``plan_cache.compile_template``), both remembered per graph content: the plan
+    template (run id "") and the graph's deadline. A graph fault raises before anything
+    is remembered of the compilation."""
+    known = _known(graph, registry, limits)
+    choice = start_key(start)
+    template = known.templates.get(choice)
+    if template is None:
+        template = compile_template(known.vg, start)
+        if len(known.templates) >= TEMPLATES_PER_GRAPH:
+            known.templates.clear()
+        known.templates[choice] = template
+    return known.vg, template[0], template[1]
 
 
 INPUT_COUNTED_FROM = 64 * 1024  # a run input this large counts toward the workspace's storage budget
@@ -168,19 +198,18 @@ async def start_run(store: RunStore, registry: Registry, graph: dict[str, Any], 
     so expressions can read them. Calling it twice with the same ``run_id`` stores once
     and dispatches again, which the store's claim makes harmless.
     """
-    vg = validated(graph, registry, request.limits)
-    starts = choose_start(vg, request.start)
-    graph_budget(graph)  # a malformed settings.budget is a graph error, before anything is stored
+    vg, template, graph_deadline = compiled(graph, registry, request.limits, request.start)
     meta = dict(request.meta or {})
     run_id = request.run_id or await new_run_id(store, str(meta.get("workspace") or DEFAULT_WORKSPACE))
-    plan = compile_run(vg, run_id, starts)
+    plan = template.for_run(run_id)
     with tracing.run_span(run_id, vg.graph.id, trigger=str(meta.get("trigger") or ""),
                           rerun_of=str(meta.get("rerun_of") or "")) as trace_labels:
         plan.labels.update(trace_labels, workspace=str(meta.get("workspace") or DEFAULT_WORKSPACE))
         if meta.get("parent_run"):  # a child run: its end resumes the parent (service/children.py)
             plan.labels["parent_run"] = str(meta["parent_run"])
-        return await _store_and_dispatch(store, _Start(plan, vg.graph.id, vg.graph.version,
-                                                       _deadline_s(vg, request.deadline_s), starting=request.starting),
+        deadline_s = request.deadline_s if request.deadline_s is not None else graph_deadline
+        return await _store_and_dispatch(store, _Start(plan, vg.graph.id, vg.graph.version, deadline_s,
+                                                       starting=request.starting),
                                          replace(request, meta=meta), dispatch)
 
 
@@ -241,13 +270,13 @@ async def _store_and_dispatch(store: RunStore, start: _Start, request: RunReques
             raise
     # create_run marked the start nodes sent (Redis's clock): a message lost on the way,
     # or a send that fails, is sent again by the sweeper after its grace. A graph with
-    # settings.concurrency may hold the run instead (admission.py). A stored graph's start
-    # messages name the plan's content (store/plan_refs.py): a worker that holds it reads none.
+    # settings.concurrency may hold the run instead (admission.py). The start messages name
+    # the plan's content (store/plan_refs.py): a worker that holds it reads none.
     # With the start node completed at start (``started``), its ready successors go instead
     # (none when the run ended with it); it counts among the node runs as a step would.
     if started is not None and started.node_id not in nodes:
         metrics.child(metrics.NODE_RUNS, plan.nodes[started.node_id].node_type, NodeStatus.SUCCEEDED).inc()
-    ref = plan_ref(plan) if start.guard is not None and isinstance(store, RedisRunStore) else ""
+    ref = plan_ref(plan) if isinstance(store, RedisRunStore) else ""
     if held is None:  # nothing its rule decides: what the creation said to send
         await admission.send(dispatch, run_id, nodes, ref)
     else:

@@ -3,20 +3,19 @@ a plan with the same content builds the run's own without reading it from Redis.
 
 Every run stores its own copy of its plan (``{p}:run:{id}:plan``), and a worker reads
 it once per run and process (``RedisRunStore.load_plan``): for a one-node run that read
-is one of three round trips. Runs of one stored graph version share everything in
-their plans but the run id, so a start of a stored graph computes :func:`plan_ref`, a
-digest of the plan's content and labels (everything but the run id), and its node
-messages carry it (a third task argument, ``orchestrator/queue/messages.py``). A worker
-that holds a plan under that reference derives the run's (``RunPlan.for_run``, the
-graph, nodes and parsed graph shared); one that does not reads the run's copy, once per
-reference and process however many runs of it arrive at once (:class:`PlanRefs`),
-and keeps it as the reference's plan.
+is one of three round trips. Runs of one stored graph version (or of one graph's
+content started ad hoc: ``runs.compiled``) share everything in their plans but the run
+id, so a start computes :func:`plan_ref`, a digest of the plan's content and labels
+(everything but the run id), and its node messages carry it (a third task argument,
+``orchestrator/queue/messages.py``). A worker that holds a plan under that reference
+derives the run's (``RunPlan.for_run``, the graph, nodes and parsed graph shared); one
+that does not reads the run's copy, once per reference and process however many runs
+of it arrive at once (:class:`PlanRefs`), and keeps it as the reference's plan.
 
 Why a stale plan never runs: the reference is a digest of the content the starter
 stored for that very run (a new graph version, a graph deleted and created again, other
 labels: other content, another reference), and a message without one (a retry, a drain,
-the sweeper's re-sends, a held run started later, an ad-hoc graph's run) reads the run's
-own copy as before.
+the sweeper's re-sends, a held run started later) reads the run's own copy as before.
 """
 
 from __future__ import annotations

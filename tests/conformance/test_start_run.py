@@ -11,6 +11,7 @@ from orchestrator.service.runs import RunRequest, start_run
 from orchestrator.store.redis_store import RedisRunStore
 from tests.fake_nodes import graph, make_registry
 from tests.support import started_event
+from tests.support.redis_writes import round_trips
 
 CHAIN = graph([("t", "emit", "Start"), ("r", "relay", "Relay")], [("t", "out", "r", "in")])
 
@@ -105,3 +106,51 @@ async def test_a_graph_of_thousands_of_nodes_is_created_whole(redis_store: Redis
     assert await redis_store.redis.hlen(keys.adj(run_id)) == 2 * count  # each node's adjacency and ':claim:' data
     assert await redis_store.redis.hget(keys.pending(run_id), f"r{count - 2}") == "1"
     assert await redis_store.redis.smembers(keys.ready(run_id)) == {"t"}
+
+
+class RefRecorder:
+    """A dispatcher that takes the plan reference, as the Celery one does."""
+
+    carries_plan = True
+
+    def __init__(self) -> None:
+        self.refs: dict[str, str] = {}
+
+    def __call__(self, run_id: str, node_ids: list[str], plan: str = "") -> None:
+        self.refs[run_id] = plan
+
+
+async def test_runs_of_one_graph_share_its_compiled_plan_and_a_worker_reads_it_once(
+    redis_store: RedisRunStore,
+) -> None:
+    registry, sent = make_registry(), RefRecorder()
+    first = await start_run(redis_store, registry, CHAIN, RunRequest({"n": 1}), dispatch=sent)
+    second = await start_run(redis_store, registry, CHAIN, RunRequest({"n": 2}), dispatch=sent)
+    assert sent.refs[first] and sent.refs[first] == sent.refs[second]  # one content, one reference
+    worker = RedisRunStore(redis_store.redis, redis_store.settings)  # another process: nothing cached
+    assert (await worker.load_plan(first, sent.refs[first])).run_id == first
+    calls: list[int] = []
+    with round_trips(calls):
+        plan = await worker.load_plan(second, sent.refs[second])
+    assert calls == [] and plan.run_id == second  # no read: derived from the first run's plan
+    assert plan.order == (await redis_store.load_plan(second)).order
+    # the same graph with another parameter is other content: another reference, its own plan
+    changed = graph([("t", "emit", "Start", {"value": "other"}), ("r", "relay", "Relay")], [("t", "out", "r", "in")])
+    third = await start_run(redis_store, registry, changed, RunRequest(None), dispatch=sent)
+    assert sent.refs[third] not in ("", sent.refs[first])
+    assert (await worker.load_plan(third, sent.refs[third])).parsed.node_by_id["t"].data == {"value": "other"}
+
+
+async def test_a_start_choice_of_a_known_graph_naming_no_node_is_refused_every_time(
+    redis_store: RedisRunStore,
+) -> None:
+    registry = make_registry()
+    await start_run(redis_store, registry, CHAIN, RunRequest(None), dispatch=Recorder())
+    before = await redis_store.redis.dbsize()
+    for _ in range(2):
+        with pytest.raises(GraphError, match="'nope'"):
+            await start_run(redis_store, registry, CHAIN, RunRequest(None, start=["nope"]), dispatch=Recorder())
+    assert await redis_store.redis.dbsize() == before
+    sent = Recorder()
+    run_id = await start_run(redis_store, registry, CHAIN, RunRequest(None, start=["r"]), dispatch=sent)
+    assert sent.sent == [(run_id, ["r"])]
