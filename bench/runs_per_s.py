@@ -21,12 +21,13 @@ and end at their terminal event, found without decoding the nodes' events, as ra
 runs end at one ``BLPOP``) and counts the runs that ended. Engine runs are runs of
 stored graphs started as the API starts them (``runs.start_stored``: the version's
 cached plan, the async dispatcher); ``--starts adhoc`` starts the graph JSON through
-``runs.start_run`` instead (validated per content, compiled per run, as before
-2026-11-24's ``onenode``). CPU per run is each process's user+system CPU over the point divided by
-the runs: ``starter`` (this process: starts and waits), ``workers`` (all worker
-processes) and ``redis``; the workers' CPU also by thread (:func:`thread_split`); with more
-than one worker process, ``workers_cpu_share`` is each one's share of the workers' CPU (how
-a burst of one run's nodes split between them).
+``runs.start_run`` instead (validated and compiled once per graph content, its runs'
+messages carrying the plan reference, since 2026-11-29; compiled per run before). CPU
+per run is each process's user+system CPU over the point divided by the runs:
+``starter`` (this process: starts and waits), ``workers`` (all worker processes) and
+``redis``; the workers' CPU also by thread (:func:`thread_split`); with more than one
+worker process, ``workers_cpu_share`` is each one's share of the workers' CPU (how a
+burst of one run's nodes split between them).
 ``cores``: the CPU all those processes got over the point, in cores: on a shared machine,
 more worker processes only help while this can grow. ``--worker-cores C`` caps each worker
 process (the engine's and raw Celery's alike) at C cores, each in a cgroup of its own
