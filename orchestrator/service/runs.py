@@ -91,14 +91,9 @@ async def new_run_id(store: RunStore, workspace: str) -> str:
     return run_id_with_tag(await workspace_lanes(store).tag(workspace))
 
 
-def validated(graph: dict[str, Any], registry: Registry, limits: GraphLimits = DEFAULT_GRAPH_LIMITS) -> ValidatedGraph:
-    """``validate_graph``, remembered per graph content and registry: a stored graph that
-    runs again (the API validated it when it read it) is not validated a second time.
-    A graph that fails is never remembered."""
-    return _known(graph, registry, limits).vg
-
-
 def _known(graph: dict[str, Any], registry: Registry, limits: GraphLimits) -> _Known:
+    """``graph`` validated with ``registry`` and ``limits``, remembered per content (the
+    last ``VALIDATED_CACHE_SIZE``); a graph that fails is never remembered."""
     key = hashlib.sha256(json.dumps(graph, sort_keys=True, default=str).encode()).hexdigest()
     hit = _validated.get(key)
     if hit is not None and hit.registry is registry and hit.limits == limits:
@@ -112,7 +107,7 @@ def _known(graph: dict[str, Any], registry: Registry, limits: GraphLimits) -> _K
 
 def compiled(graph: dict[str, Any], registry: Registry, limits: GraphLimits,
              start: list[str] | None) -> tuple[ValidatedGraph, RunPlan, float | None]:
-    """``graph`` validated (:func:`validated`) and compiled from ``start``
+    """``graph`` validated (``validate_graph``) and compiled from ``start``
     (``plan_cache.compile_template``), both remembered per graph content: the plan
     template (run id "") and the graph's deadline. A graph fault raises before anything
     is remembered of the compilation."""
