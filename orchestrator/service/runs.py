@@ -6,9 +6,10 @@ compilation; ``plan_cache.py``). The CLI, reruns, test steps and tests call
 :func:`start_run` with a graph and a :class:`RunRequest` (the run's input and options),
 which validates and compiles once per graph content (``compiled``: the runs of one graph
 share its plan, and their node messages carry its reference, as a stored graph's do).
-From then on workers drive the run through the store's barrier. The caller provides ``dispatch(run_id, node_ids)``
-(for the Celery deployment ``orchestrator.queue.dispatch.make_dispatch(app)``, or
-``make_async_dispatch`` on an event loop), sync or async.
+From then on workers drive the run through the store's barrier. The caller provides
+``dispatch(run_id, node_ids)`` (for the Celery deployment
+``orchestrator.queue.dispatch.make_dispatch(app)``, or ``make_async_dispatch`` on an
+event loop), sync or async.
 """
 
 from __future__ import annotations
