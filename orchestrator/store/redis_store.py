@@ -67,7 +67,7 @@ from redis.asyncio import Redis
 
 from orchestrator.errors import StorageBudgetError, StoreNotReplicatedError
 from orchestrator.kernel.errors import OrchestratorError, RunNotFoundError
-from orchestrator.kernel.json_text import json_value
+from orchestrator.kernel.json_text import json_value, utf8_len
 from orchestrator.kernel.protocol import DataValue, EventType, NodeEvent
 from orchestrator.kernel.scheduling import RunPlan
 from orchestrator.kernel.store import (
@@ -401,7 +401,7 @@ class RedisRunStore(RunStore):
         outputs = _dumps({port: dv.to_json() for port, dv in completion.outputs.items()})
         events = [_event_json(e) for e in completion.events]
         budget, budget_keys = "", list[Any]()
-        nbytes = len(outputs) + sum(len(e) for e in events)
+        nbytes = utf8_len(outputs) + sum(utf8_len(e) for e in events)
         if self.budget.enabled and nbytes >= START_COUNTED_FROM:
             budget, budget_keys = await self._reservation(nbytes, workspace, run_id)
         effect = effect_json(plan, started.node_id, frozenset(completion.outputs))
@@ -572,7 +572,7 @@ class RedisRunStore(RunStore):
         Raises StorageBudgetError when the run's events pass a storage budget."""
         event_json = _event_json(event)
         run_id = event.run_id
-        pending = self._event_bytes.pop(run_id, 0) + len(event_json)
+        pending = self._event_bytes.pop(run_id, 0) + utf8_len(event_json)
         if pending >= EVENT_COUNT_CHUNK_BYTES:
             await self.count_bytes(run_id, pending)
         else:
@@ -600,7 +600,7 @@ class RedisRunStore(RunStore):
         max_nodes = None if take is None else take.max_nodes
         args, texts = self._completion_args(run_id, node_id, completion, max_nodes, token)
         taken = "" if take is None or take.claim_taken is None else self._taken_text(run_id, take.claim_taken)
-        stored = len(texts[0]) + len(texts[1]) + sum(len(e) for e in texts[COMPLETE_EVENTS:])
+        stored = utf8_len(texts[0]) + utf8_len(texts[1]) + sum(utf8_len(e) for e in texts[COMPLETE_EVENTS:])
         nbytes = stored + self._event_bytes.pop(run_id, 0)
         budget, workspace, budget_keys = "", "", list[Any]()
         if self.budget.enabled and nbytes > 0:

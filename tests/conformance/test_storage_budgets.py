@@ -38,3 +38,25 @@ async def test_a_workspace_budget_holds_across_runs_in_every_bucket(
     assert record.error is not None and record.error["limit"] == "ORCH_WORKSPACE_MAX_BYTES"
     used = await store.budget.used("default")
     assert 900 * KB <= used < 1000 * KB
+
+
+@pytest.mark.parametrize(("char", "fits"), [("x", True), ("é", False), ("😀", False)])
+async def test_a_run_budget_counts_the_bytes_stored_not_the_characters(
+        redis_store: RedisRunStore, char: str, fits: bool) -> None:
+    """Outputs are stored as UTF-8: 150 K characters are 150 KB of 'x', 300 KB of 'é',
+    600 KB of '😀', against a run budget of 250 KB."""
+    settings = redis_store.settings.model_copy(update={"workspace_max_bytes": 0, "run_max_bytes": 250 * KB})
+    store = RedisRunStore(redis_store.redis, settings)
+    plan = make_plan("ab", [("a", "out", "b", "in")], run_id=f"utf8-{ord(char)}")
+    await store.create_run(plan, record_for(plan))
+    claim = await store.claim_node(plan.run_id, ClaimRequest("a", lease_s=5, started=started_event(plan.run_id, "a")),
+                                   worker_id="w")
+    text = char * (150 * KB)
+    done = NodeCompletion(status=NodeStatus.SUCCEEDED, outputs={"out": DataValue("data", text)})
+    await store.complete_node(plan.run_id, "a", done, token=claim.token)
+    assert (await store.node_states(plan.run_id))["a"] == ("succeeded" if fits else "failed")
+    if fits:  # stored as it came, as UTF-8 (not as escapes six times longer)
+        assert (await store.read_outputs(plan.run_id, ["a"]))["a"]["out"].value == text
+    else:
+        record = await store.get_run(plan.run_id)
+        assert record.error is not None and record.error["limit"] == "ORCH_RUN_MAX_BYTES"
