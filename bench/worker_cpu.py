@@ -18,6 +18,13 @@ store calls holds one script, as a lone chain's links do.
 ``--profile N`` also prints the N most expensive functions by own CPU time (cProfile on
 CPU time, several times slower: read the shares, not the total).
 
+``--instructions`` runs the same under valgrind's callgrind (Debian's ``valgrind``) and
+reports the instructions this process executed per run and per node over the runs (the
+counters zeroed before them and dumped after, as ``redis_cost.py`` does for Redis): a count
+that moves by less than 0.1 % from run to run on a machine whose CPU times swing by a
+fifth, so a change to the worker's Python shows in one pair. 30-60 x slower: use
+``--runs 20`` to ``50``.
+
 ``--starts stored`` starts runs of a stored graph as the API does (``runs.start_stored``:
 every run's plan derived from the version's compiled one, so what a plan keeps for its
 runs is found once per version, as on a worker fed plan references); ``adhoc`` (the
@@ -36,7 +43,11 @@ import gc
 import json
 import os
 import pstats
+import shutil
+import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -108,8 +119,18 @@ class InProcessRuns:
                 profiler.disable()
 
 
+def _callgrind(flag: str) -> None:
+    """``callgrind_control flag`` on this process (from a thread: valgrind answers while one runs)."""
+    def control() -> None:
+        subprocess.run(["callgrind_control", flag, str(os.getpid())], check=True, capture_output=True)
+
+    thread = threading.Thread(target=control)
+    thread.start()
+    thread.join()
+
+
 def measure(shapes: list[str], runs: int, profile: int, starts: str = "adhoc",
-            in_flight: int = IN_FLIGHT) -> dict[str, Any]:
+            in_flight: int = IN_FLIGHT, counted: bool = False) -> dict[str, Any]:
     from workers import process_state
 
     runner = InProcessRuns(starts, in_flight)
@@ -126,9 +147,13 @@ def measure(shapes: list[str], runs: int, profile: int, starts: str = "adhoc",
             gc.collect()
             gc.freeze()  # as a worker process does once its node packs are loaded
             profiler = cProfile.Profile(time.process_time) if profile else None
+            if counted:
+                _callgrind("-z")
             cpu0, wall0 = time.process_time(), time.monotonic()
             state.run(run_all(run_ids, profiler))
             cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+            if counted:
+                _callgrind("-d")  # one dump per shape, in order
             result[shape] = {"runs": runs, "starts": starts, "in_flight": in_flight,
                              "cpu_ms_per_run": round(cpu * 1000 / runs, 2),
                              "wall_ms_per_run": round(wall * 1000 / runs, 2)}
@@ -140,6 +165,30 @@ def measure(shapes: list[str], runs: int, profile: int, starts: str = "adhoc",
     return result
 
 
+def under_callgrind(argv: list[str], shapes: list[str], runs: int) -> dict[str, Any]:
+    """This script again with ``argv`` under callgrind; its JSON with each shape's
+    instructions per run and per node added."""
+    for tool in ("valgrind", "callgrind_control"):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"{tool} not found: apt-get install valgrind")
+    out = Path(tempfile.mkdtemp(prefix="worker-cost-"))
+    try:
+        done = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/cg.%p", sys.executable,
+                               __file__, *argv, "--counted"], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise SystemExit(f"under callgrind: exit {done.returncode}\n{done.stderr[-2000:]}")
+        result: dict[str, Any] = json.loads(done.stdout[done.stdout.index("{"):])
+        dumps = sorted(out.glob("cg.*.*"), key=lambda p: int(p.suffix[1:]))
+        for shape, dump in zip(shapes, dumps, strict=True):
+            total = next(int(line.split()[1]) for line in dump.read_text().splitlines() if line.startswith("summary:"))
+            nodes = len(SHAPES[shape]()["nodes"])
+            result[shape].update(instructions_per_run=round(total / runs),
+                                 instructions_per_node=round(total / runs / nodes))
+        return result
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", default=",".join(SHAPES), help="of " + ",".join(SHAPES))
@@ -149,14 +198,21 @@ def main() -> None:
                         help="runs of an ad-hoc graph (each its own plan) or of a stored graph's version")
     parser.add_argument("--in-flight", type=int, default=IN_FLIGHT,
                         help="runs at a time (1: each batch of store calls one script, as a lone chain's)")
+    parser.add_argument("--instructions", action="store_true",
+                        help="count this process's instructions per run under callgrind (see above)")
+    parser.add_argument("--counted", action="store_true", help=argparse.SUPPRESS)  # the run under callgrind
     args = parser.parse_args()
     shapes = args.shapes.split(",")
     if unknown := set(shapes) - set(SHAPES):
         parser.error(f"--shapes: unknown shape(s) {sorted(unknown)}; known: {', '.join(SHAPES)}")
+    if args.instructions:
+        argv = [a for a in sys.argv[1:] if a != "--instructions"]
+        print(json.dumps(under_callgrind(argv, shapes, args.runs), indent=2))
+        return
     with EmbeddedRedis(unix_socket=False) as server:
         os.environ["REDIS_URL"] = os.environ["ORCH_REDIS_URL"] = server.url  # read when the state is built
         os.environ["ORCH_NODE_PATHS"] = str(PACK)
-        result = measure(shapes, args.runs, args.profile, args.starts, args.in_flight)
+        result = measure(shapes, args.runs, args.profile, args.starts, args.in_flight, args.counted)
     result["load_average"] = os.getloadavg()
     print(json.dumps(result, indent=2))
 
