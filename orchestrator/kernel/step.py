@@ -276,7 +276,7 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch,
             ctx = runtime.context_for(node.id, attempt=attempt, resume=claim.resume,
                                       input_sources=gathered.sources, usage=usage)
             driven = _drive(step.node_type.executor, data, gathered.inputs, ctx, sink)
-            work = driven if node.settings.timeout_s is None else timed(node, driven)
+            work = asyncio.ensure_future(driven if node.settings.timeout_s is None else timed(node, driven))
             try:
                 result = await supervise(watch, work)
             finally:

@@ -16,14 +16,12 @@ lease; a failed renewal is tried again a second later (the lease outlives two mi
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 import time
-import types
 import weakref
-from collections.abc import Awaitable, Coroutine, Generator
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from .errors import NodeSuperseded, NodeTimeoutError, RunCancelled
 from .graph import Node
@@ -33,7 +31,6 @@ from .store import RunStatus, RunStore
 log = logging.getLogger("orchestrator.step")
 
 RENEW_RETRY_S = 1.0  # after a failed renewal, the next try
-T = TypeVar("T")
 
 
 @dataclass(eq=False)
@@ -160,76 +157,37 @@ def supervisor_for(store: RunStore) -> Supervisor:
     return current
 
 
-async def supervise(watch: Watch, work: Coroutine[Any, Any, ExecutionResult]) -> ExecutionResult:
-    """Run ``work`` (a node's execution) in the calling task, in a context of its own; if
-    its run ends first, or a later claim of the node takes it over, cancel it and raise
-    :class:`RunCancelled` or :class:`NodeSuperseded`.
+async def supervise(watch: Watch, work: asyncio.Task[ExecutionResult]) -> ExecutionResult:
+    """Await ``work``; cancel it and raise :class:`RunCancelled` if its run ends first, or
+    :class:`NodeSuperseded` if a later claim of the node took it over. (The run's end and
+    the takeover cancel ``work`` from a callback: an ``asyncio.wait`` on the three, its
+    waiter and callbacks, cost each node step about as much again as ``work``'s task.)"""
 
-    No task of its own: a task per execution cost each node step its creation and two loop
-    iterations (its start, and waking the step at its end), and a node that only computes
-    (most data nodes) never waits at all (bench/README.md, issue 22). What a task gave it
-    is kept: its context variables are its own (:func:`_in_context`, a copy of the step's,
-    as a task gets), and ``asyncio.current_task()`` is a task for the whole execution (the
-    step's), so a timeout or an anyio cancel scope entered before a wait and left after it
-    is in one task. The run's end and the takeover cancel the step's task from a callback,
-    and the cancellation is taken back (``uncancel``, as ``asyncio.timeout`` does) when it
-    is translated: a cancellation of the step from outside stays a cancellation."""
-    this = asyncio.current_task()
-    if this is None:
-        raise RuntimeError("supervise runs a node's execution inside a task")
-    running, stopped = True, False
+    stopped = False
 
     def stop(_: asyncio.Future[None]) -> None:
         nonlocal stopped
-        if running and not stopped:  # (a callback scheduled as the work ended finds it ended: its result stands)
-            stopped = True
-            this.cancel()
+        stopped = work.cancel()  # False: the work had ended first, and its result stands
 
     watch.ended.add_done_callback(stop)
     watch.superseded.add_done_callback(stop)
     try:
-        result = await _in_context(contextvars.copy_context(), work)
+        result = await work
     except asyncio.CancelledError:
-        running = False
-        if not stopped or this.uncancel() > 0:  # not ours to translate (or not only ours)
+        this = asyncio.current_task()
+        if not stopped or (this is not None and this.cancelling()):  # not ours to translate
             raise
-    else:
-        running = False
-        if stopped:  # it swallowed the cancellation and returned: refused all the same
-            this.uncancel()
     finally:
-        running = False
         watch.ended.remove_done_callback(stop)
         watch.superseded.remove_done_callback(stop)
     if not stopped:
         return result
+    # Stopped (a work that swallowed its cancellation and returned is refused all the same).
     if watch.superseded.done():
         raise NodeSuperseded("a later claim of the node took it over", run_id=watch.run_id,
                              node_id=watch.node_id)
     raise RunCancelled("the run ended while the node was running", run_id=watch.run_id,
                        node_id=watch.node_id)
-
-
-@types.coroutine
-def _in_context(context: contextvars.Context, work: Coroutine[Any, Any, T]) -> Generator[Any, Any, T]:
-    """``await work`` with each of its steps run in ``context``: what it sets there stays
-    there, as in a task of its own. What it waits on goes to the calling task as it is, and
-    what that task sends or throws in (a result, a cancellation) is passed on."""
-    sent: Any = None
-    thrown: BaseException | None = None
-    while True:
-        try:
-            waited = context.run(work.send, sent) if thrown is None else context.run(work.throw, thrown)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        sent, thrown = None, None
-        try:
-            sent = yield waited
-        except GeneratorExit:
-            context.run(work.close)
-            raise
-        except BaseException as exc:  # passed on to the work, which decides
-            thrown = exc
 
 
 async def timed(node: Node, work: Awaitable[Any]) -> ExecutionResult:

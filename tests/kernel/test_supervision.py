@@ -4,24 +4,19 @@ ends the nodes of a run that ended (in-process store, real step function)."""
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
-from collections.abc import Coroutine, Mapping
-from typing import Any, TypeVar
+from collections.abc import Mapping
 
 import pytest
 
 from orchestrator.kernel.environment import StepOptions
-from orchestrator.kernel.errors import NodeSuperseded, RunCancelled
 from orchestrator.kernel.local import LocalRunner
 from orchestrator.kernel.memory import MemoryStore
-from orchestrator.kernel.supervision import Watch, supervise
 from tests.fake_nodes import graph, make_registry
 from tests.support import claim, completed
 
 REG = make_registry()
 LEASE_S = 0.15  # the slow node below runs four leases long
-T = TypeVar("T")
 
 
 def slow_graph(width: int, delay_s: float) -> dict[str, object]:
@@ -145,131 +140,3 @@ async def test_a_failing_store_is_logged_once_not_once_per_run_per_poll(caplog: 
     assert {r.status for r in results} == {"succeeded"}  # a status read is not needed to finish
     failures = [r for r in caplog.records if "status read failed" in r.getMessage()]
     assert len(failures) == 1, [r.getMessage() for r in caplog.records]
-
-
-
-# -- supervise: a node's execution runs in its step's task, in a context of its own ------
-
-ASKED: contextvars.ContextVar[str] = contextvars.ContextVar("asked", default="")
-
-
-def a_watch() -> Watch:
-    loop = asyncio.get_running_loop()
-    return Watch("r", "n", token=1, lease_s=30, renew_at=0, ended=loop.create_future(),
-                 superseded=loop.create_future())
-
-
-async def counted_tasks(coro: Coroutine[Any, Any, T]) -> tuple[T, int]:
-    """``coro``'s result, and how many tasks the loop created while it ran."""
-    loop = asyncio.get_running_loop()
-    created = 0
-
-    def factory(loop: asyncio.AbstractEventLoop, c: Any, **kwargs: Any) -> asyncio.Task[Any]:
-        nonlocal created
-        created += 1
-        return asyncio.Task(c, loop=loop, **kwargs)
-
-    loop.set_task_factory(factory)
-    try:
-        return await coro, created
-    finally:
-        loop.set_task_factory(None)
-
-
-async def test_an_execution_runs_without_a_task_and_keeps_its_context_variables_to_itself() -> None:
-    gate: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-    asyncio.get_running_loop().call_later(0.01, gate.set_result, "answered")
-
-    async def execution() -> str:
-        ASKED.set("set by the execution")
-        answer = await gate
-        await asyncio.sleep(0)
-        return f"{ASKED.get()} / {answer}"
-
-    result, tasks = await counted_tasks(supervise(a_watch(), execution()))
-    assert result == "set by the execution / answered"
-    assert tasks == 0
-    assert ASKED.get() == ""  # the step's own context is untouched, as with a task
-
-
-async def test_a_timeout_and_a_cancel_scope_around_a_wait_work_in_an_execution() -> None:
-    import anyio
-
-    async def execution() -> str:
-        async with asyncio.timeout(5):
-            with anyio.CancelScope():  # entered and left in one task, or anyio raises
-                await asyncio.sleep(0.01)
-        async with asyncio.timeout(0.01):  # its expiry cancels the step's task, and is taken back
-            await asyncio.sleep(5)
-        return "never"
-
-    with pytest.raises(TimeoutError):
-        await supervise(a_watch(), execution())
-    assert not asyncio.current_task().cancelling()  # type: ignore[union-attr]
-
-
-async def test_the_end_of_its_run_cancels_a_waiting_execution_and_is_reported_as_such() -> None:
-    watch, seen = a_watch(), []
-
-    async def execution() -> str:
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            seen.append("cancelled")
-            raise
-        return "never"
-
-    asyncio.get_running_loop().call_later(0.01, watch.ended.set_result, None)
-    with pytest.raises(RunCancelled):
-        await asyncio.wait_for(supervise(watch, execution()), 5)
-    assert seen == ["cancelled"]
-    assert not asyncio.current_task().cancelling()  # type: ignore[union-attr]  # taken back: the step goes on
-    await asyncio.sleep(0)  # and is not cancelled later either
-
-
-async def test_an_execution_that_swallows_its_cancellation_is_refused_all_the_same() -> None:
-    watch = a_watch()
-
-    async def stubborn() -> str:
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            return "cleaned up"
-        return "never"
-
-    asyncio.get_running_loop().call_later(0.01, watch.superseded.set_result, None)
-    with pytest.raises(NodeSuperseded):
-        await asyncio.wait_for(supervise(watch, stubborn()), 5)
-    assert not asyncio.current_task().cancelling()  # type: ignore[union-attr]
-
-
-async def test_cancelling_the_step_from_outside_stays_a_cancellation() -> None:
-    async def execution() -> str:
-        await asyncio.sleep(30)
-        return "never"
-
-    step = asyncio.ensure_future(supervise(a_watch(), execution()))
-    await asyncio.sleep(0.01)
-    step.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await step
-
-
-async def test_a_run_that_ends_as_an_execution_returns_leaves_its_result_and_its_step_alone() -> None:
-    watch = a_watch()
-
-    async def execution() -> str:
-        watch.ended.set_result(None)  # the callback is scheduled; the execution ends first
-        return "done"
-
-    assert await supervise(watch, execution()) == "done"
-    await asyncio.sleep(0.01)  # the callback ran: nothing was cancelled
-    assert not asyncio.current_task().cancelling()  # type: ignore[union-attr]
-
-
-async def test_an_execution_that_fails_raises_its_error() -> None:
-    async def broken() -> str:
-        raise ValueError("bad parameter")
-
-    with pytest.raises(ValueError, match="bad parameter"):
-        await supervise(a_watch(), broken())
