@@ -27,7 +27,9 @@ per run is each process's user+system CPU over the point divided by the runs:
 ``starter`` (this process: starts and waits), ``workers`` (all worker processes) and
 ``redis``; the workers' CPU also by thread (:func:`thread_split`); with more than one
 worker process, ``workers_cpu_share`` is each one's share of the workers' CPU (how a
-burst of one run's nodes split between them).
+burst of one run's nodes split between them). ``redis_per_run``: the commands Redis ran
+(the scripts' own calls included) and its reads of its clients' sockets per run (``INFO
+stats``): how many batches the run's commands came in.
 ``cores``: the CPU all those processes got over the point, in cores: on a shared machine,
 more worker processes only help while this can grow. ``--worker-cores C`` caps each worker
 process (the engine's and raw Celery's alike) at C cores, each in a cgroup of its own
@@ -134,9 +136,18 @@ def thread_split(before: dict[tuple[int, int], float], after: dict[tuple[int, in
             for name, c in (("main", main), ("busiest_other", sum(busiest.values())), ("rest", rest))}
 
 
+async def redis_counts(client: Any) -> dict[str, int]:
+    """Redis's counters of commands it ran (scripts count as one) and of reads from its
+    clients' sockets (``INFO stats``): per run, how many commands and how many batches."""
+    stats = await client.info("stats")
+    return {"commands": int(stats.get("total_commands_processed", 0)),
+            "reads": int(stats.get("total_reads_processed", 0))}
+
+
 async def point(run_once: Callable[[], Awaitable[None]], lanes: int, seconds: float,
-                pids: dict[str, list[int]]) -> dict[str, Any]:
-    """Runs/s with ``lanes`` in flight for ``seconds``, and CPU ms per run by process."""
+                pids: dict[str, list[int]], redis: Any = None) -> dict[str, Any]:
+    """Runs/s with ``lanes`` in flight for ``seconds``, and CPU ms per run by process; with
+    ``redis`` (a client), Redis's commands and socket reads per run (:func:`redis_counts`)."""
     ended = 0
     until = time.monotonic() + seconds
 
@@ -149,9 +160,11 @@ async def point(run_once: Callable[[], Awaitable[None]], lanes: int, seconds: fl
     before = {name: cpu_s(p) for name, p in pids.items()}
     before_each = {pid: cpu_s([pid]) for pid in pids.get("workers", [])}
     threads_before = thread_cpu_s(pids.get("workers", []))
+    counts_before = await redis_counts(redis) if redis is not None else {}
     t0 = time.monotonic()
     await asyncio.gather(*(lane() for _ in range(lanes)))
     elapsed = time.monotonic() - t0
+    counts_after = await redis_counts(redis) if redis is not None else {}
     cpu = {name: cpu_s(p) - before[name] for name, p in pids.items()}
     result: dict[str, Any] = {"runs_per_s": round(ended / elapsed, 1),
                               "cpu_ms_per_run": {name: round(c * 1000 / max(ended, 1), 2) for name, c in cpu.items()},
@@ -162,6 +175,9 @@ async def point(run_once: Callable[[], Awaitable[None]], lanes: int, seconds: fl
         result["workers_cpu_share"] = [round(c / max(sum(each), 1e-9), 2) for c in each]
     if workers:
         result["worker_threads_ms_per_run"] = thread_split(threads_before, thread_cpu_s(workers), ended)
+    if counts_before:
+        result["redis_per_run"] = {k: round((counts_after[k] - counts_before[k]) / max(ended, 1), 1)
+                                   for k in counts_before}
     return result
 
 
@@ -271,8 +287,8 @@ async def measure(url: str, redis_pid: int, worker_steps: list[int], points: Poi
             for shape, g in graphs.items():
                 await point(engine(g), lanes, 0.5, {})  # warm every process and the caches
                 await point(raw(shape), lanes, 0.5, {})
-                e = await point(engine(g), lanes, seconds, {**common, "workers": engine_pids})
-                r = await point(raw(shape), lanes, seconds, {**common, "workers": raw_pids})
+                e = await point(engine(g), lanes, seconds, {**common, "workers": engine_pids}, client)
+                r = await point(raw(shape), lanes, seconds, {**common, "workers": raw_pids}, client)
                 results.setdefault(shape, {})[str(workers)] = {
                     "engine": e, "raw_celery": r, "ratio": round(e["runs_per_s"] / r["runs_per_s"], 2)}
     finally:

@@ -23,7 +23,11 @@ reports the instructions this process executed per run and per node over the run
 counters zeroed before them and dumped after, as ``redis_cost.py`` does for Redis): a count
 that moves by less than 0.1 % from run to run on a machine whose CPU times swing by a
 fifth, so a change to the worker's Python shows in one pair. 30-60 x slower: use
-``--runs 20`` to ``50``.
+``--runs 20`` to ``50``. What it does not see: the kernel's work (each socket write and
+read), and how commands batch in real time (under valgrind the worker is slower and Redis
+is not): a change that saves instructions but spreads the writes (``redis_reads_per_run``,
+Redis's reads of its clients' sockets per run, printed by every mode) can cost more than it
+saves; confirm with CPU pairs (bench/README.md, issue 22, 2026-11-29 third session).
 
 ``--starts stored`` starts runs of a stored graph as the API does (``runs.start_stored``:
 every run's plan derived from the version's compiled one, so what a plan keeps for its
@@ -149,14 +153,19 @@ def measure(shapes: list[str], runs: int, profile: int, starts: str = "adhoc",
             profiler = cProfile.Profile(time.process_time) if profile else None
             if counted:
                 _callgrind("-z")
+            stats0 = state.run(state.store.redis.info("stats"))
             cpu0, wall0 = time.process_time(), time.monotonic()
             state.run(run_all(run_ids, profiler))
             cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+            stats = state.run(state.store.redis.info("stats"))
             if counted:
                 _callgrind("-d")  # one dump per shape, in order
             result[shape] = {"runs": runs, "starts": starts, "in_flight": in_flight,
                              "cpu_ms_per_run": round(cpu * 1000 / runs, 2),
-                             "wall_ms_per_run": round(wall * 1000 / runs, 2)}
+                             "wall_ms_per_run": round(wall * 1000 / runs, 2),
+                             # Redis's reads of its clients' sockets: how many batches the runs' commands came in
+                             "redis_reads_per_run": round((int(stats["total_reads_processed"])
+                                                           - int(stats0["total_reads_processed"])) / runs, 1)}
             if profiler:
                 print(f"--- {shape}: own CPU time, top {profile}", file=sys.stderr)
                 pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(profile)
