@@ -83,6 +83,26 @@ def test_webhook_run_streams_its_events_to_the_end(client: Client, api_url: str)
     assert run["nodes"]["w"]["outputs"]["output"]["value"]["body"] == {"order": 7}
 
 
+def test_text_past_ascii_and_integers_past_64_bits_arrive_unchanged_in_events_and_the_run(
+        client: Client, api_url: str) -> None:
+    """The store writes its JSON as UTF-8 (not escapes) and integers exactly, whatever their
+    size: a webhook body comes back the same in the streamed events and the run's view."""
+    hooked = graph([("w", "webhook_trigger", "Hook", {"path": "it/utf8"}), ("p", "probe", "Prüfung 😀")],
+                   [("w", "output", "p", "input")], id="it-utf8")
+    client.create_graph(hooked)
+    body = {"name": "Zoë — 你好 😀", "id": 2**70 + 1, "small": -(2**63), "ratio": 1.5e-7}
+    response = httpx.post(f"{api_url}/hooks/it/utf8", json=body)
+    assert response.status_code == 202
+    run_id = response.json()["run_id"]
+    events = [event for _, event in client.iter_events(run_id)]
+    completed = next(e for e in events if e["node_id"] == "w" and e["event_type"] == "completed")
+    assert completed["data"]["outputs"]["output"]["value"]["body"] == body
+    assert next(e for e in events if e["node_id"] == "p")["node_name"] == "Prüfung 😀"
+    run = client.get_run(run_id)
+    assert run["status"] == "succeeded"
+    assert run["nodes"]["w"]["outputs"]["output"]["value"]["body"] == body
+
+
 def test_reconnect_with_last_event_id_misses_nothing_and_repeats_nothing(client: Client, api_url: str) -> None:
     # Long enough that the run is still going when the first stream is dropped, however
     # late that stream opens on a busy machine (0.4 s probes were a race: the stream could
