@@ -61,7 +61,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from bench.chain import chain_graph  # noqa: E402
 from bench.fanout import PACK, fanout_merge_graph  # noqa: E402
-from bench.runs_per_s import Starter  # noqa: E402
+from bench.runs_per_s import Starter, redis_counts  # noqa: E402
 from orchestrator.local.embedded_redis import EmbeddedRedis  # noqa: E402
 
 SHAPES = {"fanout50": lambda: fanout_merge_graph(50), "chain20": lambda: chain_graph(20)}
@@ -153,19 +153,18 @@ def measure(shapes: list[str], runs: int, profile: int, starts: str = "adhoc",
             profiler = cProfile.Profile(time.process_time) if profile else None
             if counted:
                 _callgrind("-z")
-            stats0 = state.run(state.store.redis.info("stats"))
+            counts0 = state.run(redis_counts(state.store.redis))
             cpu0, wall0 = time.process_time(), time.monotonic()
             state.run(run_all(run_ids, profiler))
             cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
-            stats = state.run(state.store.redis.info("stats"))
+            counts = state.run(redis_counts(state.store.redis))
             if counted:
                 _callgrind("-d")  # one dump per shape, in order
             result[shape] = {"runs": runs, "starts": starts, "in_flight": in_flight,
                              "cpu_ms_per_run": round(cpu * 1000 / runs, 2),
                              "wall_ms_per_run": round(wall * 1000 / runs, 2),
                              # Redis's reads of its clients' sockets: how many batches the runs' commands came in
-                             "redis_reads_per_run": round((int(stats["total_reads_processed"])
-                                                           - int(stats0["total_reads_processed"])) / runs, 1)}
+                             "redis_reads_per_run": round((counts["reads"] - counts0["reads"]) / runs, 1)}
             if profiler:
                 print(f"--- {shape}: own CPU time, top {profile}", file=sys.stderr)
                 pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(profile)
@@ -177,6 +176,8 @@ def measure(shapes: list[str], runs: int, profile: int, starts: str = "adhoc",
 def under_callgrind(argv: list[str], shapes: list[str], runs: int) -> dict[str, Any]:
     """This script again with ``argv`` under callgrind; its JSON with each shape's
     instructions per run and per node added."""
+    from bench.redis_cost import instructions  # (redis_cost imports this module)
+
     for tool in ("valgrind", "callgrind_control"):
         if shutil.which(tool) is None:
             raise SystemExit(f"{tool} not found: apt-get install valgrind")
@@ -189,7 +190,7 @@ def under_callgrind(argv: list[str], shapes: list[str], runs: int) -> dict[str, 
         result: dict[str, Any] = json.loads(done.stdout[done.stdout.index("{"):])
         dumps = sorted(out.glob("cg.*.*"), key=lambda p: int(p.suffix[1:]))
         for shape, dump in zip(shapes, dumps, strict=True):
-            total = next(int(line.split()[1]) for line in dump.read_text().splitlines() if line.startswith("summary:"))
+            total = instructions(dump)
             nodes = len(SHAPES[shape]()["nodes"])
             result[shape].update(instructions_per_run=round(total / runs),
                                  instructions_per_node=round(total / runs / nodes))
