@@ -84,7 +84,7 @@ def create_app(
     """Build the app. Without arguments: settings from the environment, the node registry
     from ``orchestrator.service.plugins``, a Redis client on ``Settings.redis_url``."""
     settings = settings or get_settings()
-    connections.configure(settings)  # the per-connection limits of the h11 protocol (PROTOCOL)
+    connections.configure(settings)  # the per-connection limits of the HTTP protocol (PROTOCOL)
     key_ring(settings)  # a placeholder or malformed key stops the app here, naming the setting
     check_metrics_token(settings)
     owned: list[Redis] = []  # closed at shutdown: only a client this function created

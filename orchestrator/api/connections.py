@@ -1,5 +1,5 @@
-"""The API server's guard against slow clients: header and body read deadlines and a bound
-on connections per client address, in uvicorn's h11 protocol.
+"""The API server's guard against slow clients: header and body read deadlines, a bound
+on header bytes and on connections per client address, in uvicorn's httptools protocol.
 
 Contract (``orchestrator serve`` passes :data:`PROTOCOL` as uvicorn's ``http``; the app
 factory, run in each server process before it serves, hands it the settings with
@@ -11,6 +11,9 @@ factory, run in each server process before it serves, hands it the settings with
 * past either deadline the connection is closed (a client that sent part of its headers
   gets ``408 Request Timeout`` first); a response being sent, however long (an event
   stream), is never cut by them;
+* a request's line and headers are at most :data:`MAX_HEADER_BYTES` (16 KiB, h11's
+  default): past it the client gets ``431 Request Header Fields Too Large`` and the
+  connection is closed (httptools itself sets no bound);
 * one client address holds at most ``Settings.api_max_connections_per_client``
   connections to one API process (0: no bound); a connection past the bound is closed at
   once, before anything is read from it.
@@ -21,11 +24,12 @@ one header byte at a time held a connection for ever (800 of them stayed open 45
 test); ``limit_concurrency`` answers 503 to everybody once the slow clients fill it; an
 ASGI middleware runs only after the headers are complete. Gunicorn's and hypercorn's
 timeouts would mean another server. The guard sits where the bytes are read: a subclass of
-uvicorn's h11 protocol that watches the parser's state (``h11.Connection.their_state``:
-IDLE while headers are awaited, SEND_BODY while the body is) after every read. Behind a
-reverse proxy every connection comes from the proxy's address: raise the per-client bound
-above the proxy's own connection count (or set 0) and let the proxy bound its clients
-(docs/deployment.md, "Exposing the API").
+uvicorn's httptools protocol (httptools: llhttp's C parser, about twice the requests per
+second of the pure-Python h11 one this guard first sat on: bench/README.md) that follows
+the parser's callbacks (a message begun, its headers complete, the message complete) and
+the responses completed. Behind a reverse proxy every connection comes from the proxy's
+address: raise the per-client bound above the proxy's own connection count (or set 0) and
+let the proxy bound its clients (docs/deployment.md, "Exposing the API").
 
 The protocol also offers each request a :class:`BodyWriter` (the ASGI scope extension
 :data:`BODY_WRITER`): a response that writes to thousands of connections at once (an
@@ -46,15 +50,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import h11
-from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from orchestrator.settings import ApiSettings
 from orchestrator.telemetry import metrics
 
 logger = logging.getLogger("uvicorn.error")
 
-PROTOCOL = "orchestrator.api.connections:GuardedH11Protocol"  # uvicorn's ``http`` setting
+PROTOCOL = "orchestrator.api.connections:GuardedHttpToolsProtocol"  # uvicorn's ``http`` setting
 BODY_WRITER = "orchestrator.body_writer"  # the scope extension holding the request's BodyWriter
 # Unsent bytes past which a BodyWriter's client must show progress (take as many within
 # api_send_stall_s) or be cut; it never holds more than BURST_FACTOR times this.
@@ -62,6 +65,9 @@ MAX_UNSENT_BYTES = 1 << 20
 BURST_FACTOR = 16
 TIMEOUT_RESPONSE = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
                     b"connection: close\r\ncontent-length: 22\r\n\r\nrequest read timed out")
+MAX_HEADER_BYTES = 16 * 1024  # a request's line and headers (h11's default, which this bound replaces)
+TOO_LARGE_RESPONSE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                      b"connection: close\r\ncontent-length: 34\r\n\r\nrequest headers larger than 16 KiB")
 
 
 @dataclass(frozen=True)
@@ -89,7 +95,7 @@ def configure(settings: ApiSettings) -> None:
 def process_limits() -> ConnectionLimits:
     """The limits :func:`configure` set; a RuntimeError if the process never built its app."""
     if not _process_limits:
-        raise RuntimeError("GuardedH11Protocol needs the app factory (orchestrator.api:create_app) to run "
+        raise RuntimeError("GuardedHttpToolsProtocol needs the app factory (orchestrator.api:create_app) to run "
                            "first in this process: it passes the API settings (connections.configure)")
     return _process_limits[0]
 
@@ -102,34 +108,35 @@ class BodyWriter:
 
     Contract: the response is started through ASGI (``http.response.start``) before the
     first :meth:`write`, and completed through ASGI (the last ``http.response.body``).
-    :meth:`write` frames the bytes as the connection needs (chunked or not, by h11) and
-    hands them to the transport now; it answers False, writing nothing, once the
-    connection is gone, the response complete, or the server shutting down. A client that
-    does not read costs a bounded buffer, then its connection (the protocol's
-    :meth:`GuardedH11Protocol.handed`): a write that leaves more than ``BURST_FACTOR``
-    times ``MAX_UNSENT_BYTES`` unsent cuts it at once (answering False).
-    :meth:`on_close` callbacks run once, when the connection is lost or the server shuts
-    down (a stream should then end)."""
+    :meth:`write` frames the bytes as the response's own ``send`` would (chunked when its
+    headers said so, as they do for a body of unknown length; as they are within a
+    Content-Length; nothing for a HEAD) and hands them to the transport now; it answers
+    False, writing nothing, once the connection is gone, the response complete, or the
+    server shutting down. A client that does not read costs a bounded buffer, then its
+    connection (the protocol's :meth:`GuardedHttpToolsProtocol.handed`): a write that
+    leaves more than ``BURST_FACTOR`` times ``MAX_UNSENT_BYTES`` unsent cuts it at once
+    (answering False). :meth:`on_close` callbacks run once, when the connection is lost or
+    the server shuts down (a stream should then end)."""
 
-    def __init__(self, protocol: GuardedH11Protocol, cycle: RequestResponseCycle) -> None:
+    def __init__(self, protocol: GuardedHttpToolsProtocol, cycle: RequestResponseCycle) -> None:
         self._protocol = protocol
         self._cycle = cycle
         self._callbacks: list[Callable[[], None]] = []
         self.closed = False
-        # How h11 frames this body, once its first write showed it (h11's send costs ~5 us
-        # a call, a tenth of a whole delivery; the framing is a format string).
-        self._frame: Callable[[bytes], bytes] | None = None
 
     def write(self, data: bytes) -> bool:
         cycle = self._cycle
         if self.closed or cycle.disconnected or cycle.response_complete or not cycle.response_started:
             return False
-        if self._frame is not None:
-            framed = self._frame(data)
-        else:
-            framed = cycle.conn.send(h11.Data(data=data))
-            assert framed is not None
-            self._frame = _framing(cycle.conn, data, framed)
+        if not data or cycle.scope["method"] == "HEAD":
+            return True
+        if cycle.chunked_encoding:
+            framed = b"%x\r\n%b\r\n" % (len(data), data)
+        else:  # within the Content-Length the response declared, as its send checks
+            if len(data) > cycle.expected_content_length:
+                raise RuntimeError("Response content longer than Content-Length")
+            cycle.expected_content_length -= len(data)
+            framed = data
         self._protocol.transport.write(framed)
         return self._protocol.handed(len(framed))
 
@@ -148,25 +155,19 @@ class BodyWriter:
             callback()
 
 
-def _chunk(data: bytes) -> bytes:
-    return b"%x\r\n%b\r\n" % (len(data), data) if data else b""
+class _HeadersTooLarge(Exception):
+    """Raised from a parser callback: the request's line and headers passed MAX_HEADER_BYTES."""
 
 
-def _as_is(data: bytes) -> bytes:
-    return data
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the deadlines and the bounds of the module docstring.
 
-
-def _framing(conn: h11.Connection, data: bytes, framed: bytes) -> Callable[[bytes], bytes] | None:
-    """The framing h11 applied to ``data`` (chunked for an HTTP/1.1 peer, none for HTTP/1.0,
-    as h11 frames a body of unknown length), when a first write confirms it; None (keep
-    asking h11) for anything else, e.g. a Content-Length body."""
-    chunked = conn.their_http_version is not None and conn.their_http_version >= b"1.1"
-    frame = _chunk if chunked else _as_is
-    return frame if data and frame(data) == framed else None
-
-
-class GuardedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with the deadlines and the bound of the module docstring."""
+    What the server waits for from the client follows the parser's callbacks: while a
+    request is partly read, its headers (from its first byte) or its body (from its
+    headers' end); once every request read was answered, the next request's headers (from
+    the connection's opening or the last response's end); while a request is being
+    answered, nothing (a pipelined request's bytes wait with the parser, unwatched, as the
+    answer may take any time)."""
 
     def __init__(self, *args: Any, limits: ConnectionLimits | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -175,6 +176,12 @@ class GuardedH11Protocol(H11Protocol):
         self._deadline: asyncio.TimerHandle | None = None
         self._address: str | None = None
         self._writer: BodyWriter | None = None
+        self._reading: str | None = None  # "headers" or "body" while a request is partly read
+        self._received = 0  # requests read whole
+        self._answered = 0  # responses completed
+        self._unfinished_bytes = 0  # read while a request's headers are incomplete (see data_received)
+        self._boundary = False  # the current read began or ended a request's headers
+        self._too_large = False
         # Progress of what BodyWriters handed the transport (see handed): how much, how much
         # the socket had taken of it at its last progress (a bound's worth) and when, and
         # the stall watchdog.
@@ -211,18 +218,64 @@ class GuardedH11Protocol(H11Protocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        self._boundary = False
         super().data_received(data)
+        if self._reading == "headers" and not self._boundary and not self.transport.is_closing():
+            # Headers still incomplete, which the parser holds until they are (a value that
+            # never ends too): bounded by the bytes read meanwhile. A read that began or
+            # ended them is not counted (part of it may be another request's, or the body);
+            # on_headers_complete counts the headers themselves exactly.
+            self._unfinished_bytes += len(data)
+            if self._unfinished_bytes > MAX_HEADER_BYTES:
+                self._too_large = True
+                self._refuse_too_large()
         self._track()
 
-    def handle_events(self) -> None:
+    # -- the parser's callbacks ---------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._reading, self._unfinished_bytes, self._boundary = "headers", 0, True
+
+    def on_headers_complete(self) -> None:
+        # The request line's target and the headers, as the parser reports them ("name: value"
+        # and CRLF each), counted once they are complete (what data_received counts bounds
+        # the memory they take meanwhile); past the bound the request is refused before
+        # the app sees it.
+        if len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers) > MAX_HEADER_BYTES:
+            self._too_large = True
+            raise _HeadersTooLarge  # the parser fails the feed: send_400_response answers 431
         cycle = self.cycle
-        super().handle_events()
+        super().on_headers_complete()
+        self._reading, self._boundary = "body", True
         if self.cycle is not cycle and self.cycle is not None:  # a request came: its task has not run yet
             if self._writer is not None:
                 self._writer.close()
             self._writer = BodyWriter(self, self.cycle)
             extensions: dict[str, Any] = self.cycle.scope.setdefault("extensions", {})  # type: ignore[assignment]
             extensions[BODY_WRITER] = self._writer
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._reading = None
+        self._received += 1
+
+    def on_response_complete(self) -> None:
+        self._answered += 1
+        super().on_response_complete()
+        self._track()
+
+    def send_400_response(self, msg: str) -> None:
+        if self._too_large:
+            self._refuse_too_large()  # the parse failed in _count
+        else:
+            super().send_400_response(msg)
+
+    def _refuse_too_large(self) -> None:
+        logger.info("%s: request headers past %d bytes; closing the connection", self._address or "client",
+                    MAX_HEADER_BYTES)
+        self.transport.write(TOO_LARGE_RESPONSE)
+        self.transport.close()
 
     def shutdown(self) -> None:
         """The server stops: a response streaming through a BodyWriter is told to end (an
@@ -270,17 +323,15 @@ class GuardedH11Protocol(H11Protocol):
         metrics.SLOW_CLIENTS_CUT.inc()
         self.transport.abort()  # connection_lost follows: the writer's callbacks run there
 
-    def on_response_complete(self) -> None:
-        super().on_response_complete()
-        self._track()
-
     def _track(self) -> None:
         """Arm the deadline of what the server now waits for from the client, if anything."""
         if self.transport.is_closing():
             self._arm(None)
             return
-        state = self.conn.their_state
-        self._arm("headers" if state is h11.IDLE else "body" if state is h11.SEND_BODY else None)
+        if self._received > self._answered:
+            self._arm(None)  # the server's turn: a request read whole is being answered
+        else:
+            self._arm(self._reading or "headers")
 
     def _arm(self, phase: str | None) -> None:
         if phase == self._phase:
@@ -299,6 +350,6 @@ class GuardedH11Protocol(H11Protocol):
             return
         logger.info("%s: request %s not received within %s s; closing the connection",
                     self._address or "client", phase, limit_s)
-        if phase == "headers" and self.conn.their_state is h11.IDLE and self.conn.trailing_data[0]:
+        if phase == "headers" and self._reading == "headers":
             self.transport.write(TIMEOUT_RESPONSE)  # part of a request arrived: say why
         self.transport.close()

@@ -147,3 +147,70 @@ def test_connections_past_the_per_client_bound_are_closed_at_once(server: int) -
     while health(server, "127.0.0.30") != 200:  # closed ones free the client's slots
         assert time.monotonic() - began < 5.0
         time.sleep(0.05)
+
+
+def read_until_closed(sock: socket.socket, limit_s: float) -> bytes:
+    """Everything the server sends on ``sock`` until it closes it (failing past ``limit_s``)."""
+    sock.setblocking(True)
+    sock.settimeout(limit_s)
+    received = b""
+    began = time.monotonic()
+    while True:
+        assert time.monotonic() - began < limit_s, f"still open after {limit_s} s: {received[:200]!r}"
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            return received
+        if not chunk:
+            return received
+        received += chunk
+
+
+def test_request_headers_past_16_kib_get_431_whole_or_unfinished_and_smaller_ones_are_served(server: int) -> None:
+    many = b"".join(b"X-Filler-%d: %s\r\n" % (n, b"v" * 200) for n in range(90))  # ~19 KB of whole headers
+    sock = connect(server, "127.0.0.40", b"GET /health HTTP/1.1\r\nHost: api\r\n" + many + b"\r\n")
+    assert read_until_closed(sock, 5.0).startswith(b"HTTP/1.1 431 ")
+    sock.close()
+
+    # One header value that never ends, sent fast: the parser holds it unfinished, and the
+    # bound is on the bytes read, not on the headers reported.
+    sock = connect(server, "127.0.0.41", b"GET /health HTTP/1.1\r\nHost: api\r\nX-Endless: ")
+    sock.setblocking(True)
+    answer = b""
+    try:
+        for _ in range(64):  # 256 KiB at most
+            sock.sendall(b"v" * 4096)
+            time.sleep(0.01)
+    except OSError:  # closed by the server while sending: what it answered is still readable
+        pass
+    answer = read_until_closed(sock, 5.0)
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 431 "), answer[:100]
+
+    fits = b"".join(b"X-Filler-%d: %s\r\n" % (n, b"v" * 200) for n in range(50))  # ~11 KB
+    sock = connect(server, "127.0.0.42", b"GET /health HTTP/1.1\r\nHost: api\r\nConnection: close\r\n" + fits + b"\r\n")
+    assert read_until_closed(sock, 5.0).startswith(b"HTTP/1.1 200 ")
+    sock.close()
+
+
+def test_pipelined_requests_are_all_answered_and_a_kept_alive_connection_gets_the_header_deadline_again(
+        server: int) -> None:
+    request = b"GET /health HTTP/1.1\r\nHost: api\r\n\r\n"
+    sock = connect(server, "127.0.0.43", request * 3)
+    sock.setblocking(True)
+    sock.settimeout(5.0)
+    received = b""
+    while received.count(b'{"status":"ok"}') < 3:  # three whole answers
+        chunk = sock.recv(65536)
+        assert chunk, f"closed after {received.count(b'HTTP/1.1 200 ')} answers"
+        received += chunk
+    assert received.count(b"HTTP/1.1 200 ") == 3
+    # The same connection, now idle: part of a fourth request, then nothing. Closed at the
+    # header deadline, counted from the last answer, with a 408 (part of a request came).
+    began = time.monotonic()
+    sock.sendall(b"GET /health HTTP/1.1\r\nHost: ")
+    answer = read_until_closed(sock, HEADER_TIMEOUT_S + SLACK_S)
+    took = time.monotonic() - began
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 408 "), answer[:100]
+    assert took >= HEADER_TIMEOUT_S - 1.0

@@ -14,7 +14,7 @@ from typing import Any
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-from orchestrator.api.connections import BURST_FACTOR, MAX_UNSENT_BYTES, ConnectionLimits, GuardedH11Protocol
+from orchestrator.api.connections import BURST_FACTOR, MAX_UNSENT_BYTES, ConnectionLimits, GuardedHttpToolsProtocol
 
 STALL_S = 0.5
 
@@ -60,10 +60,10 @@ class Socket:
         pass
 
 
-def connection() -> tuple[GuardedH11Protocol, Socket]:
+def connection() -> tuple[GuardedHttpToolsProtocol, Socket]:
     config = Config(app=lambda scope, receive, send: None, log_config=None)
     config.load()
-    protocol = GuardedH11Protocol(config=config, server_state=ServerState(), app_state={},
+    protocol = GuardedHttpToolsProtocol(config=config, server_state=ServerState(), app_state={},
                                   _loop=asyncio.get_running_loop(),
                                   limits=ConnectionLimits(15.0, 60.0, 0, send_stall_s=STALL_S))
     sock = Socket()
@@ -71,7 +71,7 @@ def connection() -> tuple[GuardedH11Protocol, Socket]:
     return protocol, sock
 
 
-def hand(protocol: GuardedH11Protocol, sock: Socket, nbytes: int) -> bool:
+def hand(protocol: GuardedHttpToolsProtocol, sock: Socket, nbytes: int) -> bool:
     sock.write(b"x" * nbytes)
     return protocol.handed(nbytes)
 
