@@ -267,7 +267,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def send_400_response(self, msg: str) -> None:
         if self._too_large:
-            self._refuse_too_large()  # the parse failed in _count
+            self._refuse_too_large()  # the parse failed in on_headers_complete
         else:
             super().send_400_response(msg)
 
