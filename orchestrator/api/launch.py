@@ -130,7 +130,7 @@ async def run_detail(services: Services, run_id: str, *, usage_too: bool = True)
         **record_json(record),
         # parent and child runs (service/children.py): meta.parent_run / parent_node name the parent
         "parent_run": (record.meta or {}).get("parent_run"),
-        "children": await links.children_of(run_id) if links is not None else [],
+        "children": await links.viewable_children(run_id) if links is not None else [],
         "nodes": nodes,
         "output": final_output(plan, outputs),
         **trace_of(plan.labels, services.settings.trace_link_template),

@@ -104,6 +104,14 @@ class ChildLinks:
         """Every child run ``run_id`` started (sorted)."""
         return sorted(str(c) for c in await self.redis.smembers(self.keys.run_children(run_id)))
 
+    async def viewable_children(self, run_id: str) -> list[str]:
+        """The child runs of ``run_id`` that can be looked at (sorted): a child is linked
+        before its run is created (the link must outlive a crash between the two), so one
+        being started right now, or whose start failed before its unlink, is left out
+        rather than shown as an id that answers 404 (one round trip more, with children)."""
+        children = await self.children_of(run_id)
+        return [c for c, status in (await self.statuses(children)).items() if status is not None]
+
     async def count(self, run_id: str) -> int:
         return int(await self.redis.scard(self.keys.run_children(run_id)))
 

@@ -61,3 +61,21 @@ async def test_an_output_within_the_limit_is_stored_and_shown(vapi: Api) -> None
     view = await start_and_view(vapi, nested(60))  # 120 levels
     assert view["status"] == "succeeded"
     assert view["nodes"]["t"]["outputs"]["output"]["value"] == nested(60)
+
+
+async def test_a_child_is_listed_once_its_run_exists_never_as_an_id_that_answers_404(vapi: Api) -> None:
+    """A child run is linked to its parent before its run is created (service/children.py):
+    a view of the parent in between lists it only once ``GET /runs/{child}`` answers."""
+    from orchestrator.service.child_links import ChildLinks
+    from orchestrator.service.runs import RunRequest, start_run
+
+    assert (await vapi.client.post("/graphs", json=trigger_then_set())).status_code == 201
+    parent = (await vapi.client.post("/graphs/deep/runs", json={"input": {}})).json()["run_id"]
+    child = "c" * 32
+    await ChildLinks(vapi.store, vapi, vapi.settings).link(parent, "s", child)  # the child's start under way
+    assert (await vapi.client.get(f"/runs/{child}")).status_code == 404
+    assert (await vapi.client.get(f"/runs/{parent}")).json()["children"] == []
+
+    await start_run(vapi.store, repo_registry(), trigger_then_set(), RunRequest({}, run_id=child), dispatch=vapi)
+    assert (await vapi.client.get(f"/runs/{parent}")).json()["children"] == [child]
+    assert (await vapi.client.get(f"/runs/{child}")).status_code == 200
