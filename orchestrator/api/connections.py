@@ -13,7 +13,8 @@ factory, run in each server process before it serves, hands it the settings with
   stream), is never cut by them;
 * a request's line and headers are at most :data:`MAX_HEADER_BYTES` (16 KiB, h11's
   default): past it the client gets ``431 Request Header Fields Too Large`` and the
-  connection is closed (httptools itself sets no bound);
+  connection is closed (httptools itself sets no bound); an HTTP/1.1 request without a
+  ``Host`` header gets ``400`` (h11 refused it too; httptools does not);
 * one client address holds at most ``Settings.api_max_connections_per_client``
   connections to one API process (0: no bound); a connection past the bound is closed at
   once, before anything is read from it.
@@ -68,6 +69,8 @@ TIMEOUT_RESPONSE = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; 
 MAX_HEADER_BYTES = 16 * 1024  # a request's line and headers (h11's default, which this bound replaces)
 TOO_LARGE_RESPONSE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
                       b"connection: close\r\ncontent-length: 34\r\n\r\nrequest headers larger than 16 KiB")
+NO_HOST_RESPONSE = (b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                    b"connection: close\r\ncontent-length: 39\r\n\r\nan HTTP/1.1 request needs a Host header")
 
 
 @dataclass(frozen=True)
@@ -155,8 +158,8 @@ class BodyWriter:
             callback()
 
 
-class _HeadersTooLarge(Exception):
-    """Raised from a parser callback: the request's line and headers passed MAX_HEADER_BYTES."""
+class _Refused(Exception):
+    """Raised from a parser callback: the request is answered with the protocol's ``_refusal``."""
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -181,7 +184,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._answered = 0  # responses completed
         self._unfinished_bytes = 0  # read while a request's headers are incomplete (see data_received)
         self._boundary = False  # the current read began or ended a request's headers
-        self._too_large = False
+        self._refusal: bytes | None = None  # the answer to a request refused while it was parsed
         # Progress of what BodyWriters handed the transport (see handed): how much, how much
         # the socket had taken of it at its last progress (a bound's worth) and when, and
         # the stall watchdog.
@@ -227,8 +230,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             # on_headers_complete counts the headers themselves exactly.
             self._unfinished_bytes += len(data)
             if self._unfinished_bytes > MAX_HEADER_BYTES:
-                self._too_large = True
-                self._refuse_too_large()
+                self._refuse(TOO_LARGE_RESPONSE)
         self._track()
 
     # -- the parser's callbacks ---------------------------------------------------------
@@ -241,10 +243,18 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         # The request line's target and the headers, as the parser reports them ("name: value"
         # and CRLF each), counted once they are complete (what data_received counts bounds
         # the memory they take meanwhile); past the bound the request is refused before
-        # the app sees it.
-        if len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers) > MAX_HEADER_BYTES:
-            self._too_large = True
-            raise _HeadersTooLarge  # the parser fails the feed: send_400_response answers 431
+        # the app sees it, as is an HTTP/1.1 request without a Host header (RFC 9112 3.2,
+        # which h11 enforced and httptools does not).
+        size, host = len(self.url), False
+        for name, value in self.headers:
+            size += len(name) + len(value) + 4
+            host = host or name == b"host"
+        if size > MAX_HEADER_BYTES:
+            self._refusal = TOO_LARGE_RESPONSE
+        elif not host and self.parser.get_http_version() == "1.1":
+            self._refusal = NO_HOST_RESPONSE
+        if self._refusal is not None:
+            raise _Refused  # the parser fails the feed: send_400_response sends the refusal
         cycle = self.cycle
         super().on_headers_complete()
         self._reading, self._boundary = "body", True
@@ -266,15 +276,16 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._track()
 
     def send_400_response(self, msg: str) -> None:
-        if self._too_large:
-            self._refuse_too_large()  # the parse failed in on_headers_complete
+        if self._refusal is not None:
+            self._refuse(self._refusal)  # the parse failed in on_headers_complete
         else:
             super().send_400_response(msg)
 
-    def _refuse_too_large(self) -> None:
-        logger.info("%s: request headers past %d bytes; closing the connection", self._address or "client",
-                    MAX_HEADER_BYTES)
-        self.transport.write(TOO_LARGE_RESPONSE)
+    def _refuse(self, answer: bytes) -> None:
+        self._refusal = answer
+        logger.info("%s: %s; closing the connection", self._address or "client",
+                    answer.rsplit(b"\r\n\r\n", 1)[-1].decode())
+        self.transport.write(answer)
         self.transport.close()
 
     def shutdown(self) -> None:

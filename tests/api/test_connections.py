@@ -214,3 +214,14 @@ def test_pipelined_requests_are_all_answered_and_a_kept_alive_connection_gets_th
     sock.close()
     assert answer.startswith(b"HTTP/1.1 408 "), answer[:100]
     assert took >= HEADER_TIMEOUT_S - 1.0
+
+
+def test_an_http_1_1_request_without_a_host_header_is_refused_and_an_http_1_0_one_is_served(server: int) -> None:
+    sock = connect(server, "127.0.0.44", b"GET /health HTTP/1.1\r\n\r\n")
+    answer = read_until_closed(sock, 5.0)
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 400 ") and answer.endswith(b"needs a Host header"), answer[:200]
+    sock = connect(server, "127.0.0.44", b"GET /health HTTP/1.0\r\n\r\n")
+    answer = read_until_closed(sock, 5.0)
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
