@@ -49,6 +49,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
@@ -64,13 +65,19 @@ BODY_WRITER = "orchestrator.body_writer"  # the scope extension holding the requ
 # api_send_stall_s) or be cut; it never holds more than BURST_FACTOR times this.
 MAX_UNSENT_BYTES = 1 << 20
 BURST_FACTOR = 16
-TIMEOUT_RESPONSE = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
-                    b"connection: close\r\ncontent-length: 22\r\n\r\nrequest read timed out")
 MAX_HEADER_BYTES = 16 * 1024  # a request's line and headers (h11's default, which this bound replaces)
-TOO_LARGE_RESPONSE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
-                      b"connection: close\r\ncontent-length: 34\r\n\r\nrequest headers larger than 16 KiB")
-NO_HOST_RESPONSE = (b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\n"
-                    b"connection: close\r\ncontent-length: 39\r\n\r\nan HTTP/1.1 request needs a Host header")
+
+
+def _closing_answer(status: int, text: str) -> bytes:
+    """A whole plain-text response that closes its connection, written below the app."""
+    body = text.encode()
+    return (b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
+            b"content-length: %d\r\n\r\n%s" % (status, HTTPStatus(status).phrase.encode(), len(body), body))
+
+
+TIMEOUT_RESPONSE = _closing_answer(408, "request read timed out")
+TOO_LARGE_RESPONSE = _closing_answer(431, "request headers larger than 16 KiB")
+NO_HOST_RESPONSE = _closing_answer(400, "an HTTP/1.1 request needs a Host header")
 
 
 @dataclass(frozen=True)
