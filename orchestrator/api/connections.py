@@ -76,7 +76,7 @@ def _closing_answer(status: int, text: str) -> bytes:
 
 
 TIMEOUT_RESPONSE = _closing_answer(408, "request read timed out")
-TOO_LARGE_RESPONSE = _closing_answer(431, "request headers larger than 16 KiB")
+TOO_LARGE_RESPONSE = _closing_answer(431, f"request headers larger than {MAX_HEADER_BYTES // 1024} KiB")
 NO_HOST_RESPONSE = _closing_answer(400, "an HTTP/1.1 request needs a Host header")
 
 
