@@ -7,9 +7,10 @@ Starts its own redis-server and one worker process (the default pool), runs chai
 Redis's ``MONITOR`` meanwhile: commands sent by clients (``EVALSHA``, ``GET``, the
 broker's) and commands run inside scripts are counted apart. The cost of one node is the
 difference between the chains over the 10 added nodes, so what a run costs once (start,
-end) drops out. Also times ``--timed`` runs of each chain without MONITOR: the time per
-added node (median chain-20 minus chain-10, over 10) against a Redis round trip (median
-PING from the bench process). Prints JSON per added node: client commands (the bench's own ``XREAD`` that follows the
+end) drops out. Also times ``--timed`` runs of each chain without MONITOR, the two lengths
+alternating (so that the machine's drift falls on both): the time per added node (median
+chain-20 minus chain-10, over 10) against a Redis round trip (median PING from the bench
+process). Prints JSON per added node: client commands (the bench's own ``XREAD`` that follows the
 run included), script commands, EXPIREs, each by name.
 """
 
@@ -32,8 +33,14 @@ from bench.chain import chain_graph  # noqa: E402
 from orchestrator.local.embedded_redis import EmbeddedRedis  # noqa: E402
 from orchestrator.local.embedded_workers import WorkerConfig, WorkerProcesses  # noqa: E402
 
+LENGTHS = (10, 20)
 
-async def count_commands(url: str, length: int, runs: int, timed: int) -> tuple[Counter[str], list[float]]:
+
+async def measure(url: str, runs: int, timed: int) -> tuple[dict[int, Counter[str]], dict[int, list[float]]]:
+    """For each chain length: the commands Redis saw over ``runs`` runs (MONITOR) and the
+    times of ``timed`` runs without it. The timed runs of both lengths alternate, so that
+    the machine's drift (this one's speed moves by a fifth within minutes) falls on both
+    alike instead of on their difference."""
     import redis.asyncio as aioredis
 
     from orchestrator.kernel.protocol import EventType
@@ -48,12 +55,13 @@ async def count_commands(url: str, length: int, runs: int, timed: int) -> tuple[
     store = RedisRunStore.from_url(url, Settings())
     app = make_celery(url, Settings())
     dispatch = make_dispatch(app)
-    graph = chain_graph(length)
-    counts: Counter[str] = Counter()
+    graphs = {length: chain_graph(length) for length in LENGTHS}
+    counts: dict[int, Counter[str]] = {length: Counter() for length in LENGTHS}
+    durations: dict[int, list[float]] = {length: [] for length in LENGTHS}
     watcher = aioredis.Redis.from_url(url, decode_responses=True)
 
-    async def one_run() -> None:
-        run_id = await start_run(store, registry, graph, RunRequest({"x": 1}), dispatch=dispatch)
+    async def one_run(length: int) -> None:
+        run_id = await start_run(store, registry, graphs[length], RunRequest({"x": 1}), dispatch=dispatch)
         after = "0-0"
         while True:
             for event_id, event in await store.read_events(run_id, after=after, block_ms=10_000):
@@ -61,26 +69,28 @@ async def count_commands(url: str, length: int, runs: int, timed: int) -> tuple[
                 if not event.node_id and event.event_type in EventType.TERMINAL:
                     return
 
-    await one_run()  # warm: scripts loaded, plan caches
-    durations: list[float] = []
+    for length in LENGTHS:
+        await one_run(length)  # warm: scripts loaded, plan caches
     for _ in range(timed):  # timed without MONITOR, which slows Redis down
-        t0 = time.perf_counter()
-        await one_run()
-        durations.append(time.perf_counter() - t0)
+        for length in LENGTHS:
+            t0 = time.perf_counter()
+            await one_run(length)
+            durations[length].append(time.perf_counter() - t0)
     try:
-        async with watcher.monitor() as monitor:
-            async def listen() -> None:
-                async for line in monitor.listen():
-                    command = str(line.get("command", "")).split(" ", 1)[0].upper()
-                    where = "script" if line.get("client_type") == "lua" else "client"
-                    counts[f"{where}:{command}"] += 1
+        for length in LENGTHS:
+            async with watcher.monitor() as monitor:
+                async def listen(seen: Counter[str]) -> None:
+                    async for line in monitor.listen():
+                        command = str(line.get("command", "")).split(" ", 1)[0].upper()
+                        where = "script" if line.get("client_type") == "lua" else "client"
+                        seen[f"{where}:{command}"] += 1
 
-            listener = asyncio.create_task(listen())
-            await asyncio.sleep(0.2)
-            for _ in range(runs):
-                await one_run()
-            await asyncio.sleep(0.5)
-            listener.cancel()
+                listener = asyncio.create_task(listen(counts[length]))
+                await asyncio.sleep(0.2)
+                for _ in range(runs):
+                    await one_run(length)
+                await asyncio.sleep(0.5)
+                listener.cancel()
     finally:
         await watcher.aclose()
         await store.close()
@@ -130,12 +140,13 @@ def per_node(short: Counter[str], long: Counter[str], runs: int, added: int) -> 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--timed", type=int, default=30, help="timed runs of each chain (no MONITOR)")
+    parser.add_argument("--timed", type=int, default=30, help="timed runs of each length (alternating, no MONITOR)")
     args = parser.parse_args()
     with EmbeddedRedis(unix_socket=False) as server, WorkerProcesses(server.url, WorkerConfig(count=1)) as workers:
-        short, short_s = asyncio.run(count_commands(server.url, 10, args.runs, args.timed))
-        long, long_s = asyncio.run(count_commands(server.url, 20, args.runs, args.timed))
+        counts, durations = asyncio.run(measure(server.url, args.runs, args.timed))
         rtt_s = asyncio.run(round_trip_s(server.url))
+    short, long = counts[LENGTHS[0]], counts[LENGTHS[1]]
+    short_s, long_s = durations[LENGTHS[0]], durations[LENGTHS[1]]
     node_ms = (statistics.median(long_s) - statistics.median(short_s)) / 10 * 1000
     result = {"per_added_chain_node": per_node(short, long, args.runs, 10),
               "time_per_added_node_ms": round(node_ms, 3), "redis_round_trip_ms": round(rtt_s * 1000, 3),

@@ -10,15 +10,19 @@ script is still atomic on its own, exactly as when sent alone.
 
 On one Redis the commands go on one connection the batcher holds from the client's pool
 (:class:`Stream`; closing the client closes it): written as they are queued, in chunks of
-``WRITE_AT`` (what is left at the end of a loop iteration goes then), and read back in
-order by one reader task, which hands each reply to its caller as it is parsed. Writing
+``WRITE_AT`` (what is left at the end of a loop iteration goes then), and each reply is
+handed to its caller as its bytes arrive, parsed by the connection's own hiredis reader in
+the transport's callback (:class:`_Link`, the connection's protocol while the stream holds
+it; a reader task woken for each batch cost a chain's node step a task and two loop
+iterations, ``bench/README.md``). Writing
 while the loop still works on the replies of earlier commands keeps both busy: Redis runs
 the first chunk of an iteration's commands while the loop builds the rest. A batch written
 whole at the next iteration and read whole left each idle while the other worked: a
 worker's loop and its Redis added up to about one core between them on a machine with two
-(``bench/README.md``, "Auto-pipelining"). A connection that fails (reset, closed, a reply
-past ``socket_timeout``) fails every command awaiting a reply on it, as a failed pipeline
-did, and the next command connects it again; commands are never sent twice. ``WAIT``
+(``bench/README.md``, "Auto-pipelining"). A connection that fails (reset, closed, no reply
+byte for ``socket_timeout`` while replies are awaited, a reply that says the server cannot
+serve, such as ``LOADING``) fails every command awaiting a reply on it, as a failed
+pipeline did, and the next command connects it again; commands are never sent twice. ``WAIT``
 (:meth:`CommandBatcher.script_acked`) blocks its connection, so it goes with its script on
 a connection checked out for them, and so do the batches of other pools (``_may_hold_one``).
 
@@ -43,6 +47,7 @@ to be run again (a claim, a completion or a create seen twice changes nothing mo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from collections.abc import Coroutine
 from typing import Any
@@ -50,9 +55,11 @@ from typing import Any
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from orchestrator.store.redis_client import is_cluster
+from orchestrator.store.redis_client import NOT_ENOUGH_DATA, is_cluster, is_push, parses_with_hiredis
 
 MAX_BATCH = 512  # commands per cluster pipeline; a larger burst goes as several
 WRITE_AT = 4  # commands queued on one Redis that are written at once (4, 8, 16 measured: bench/README.md)
@@ -210,18 +217,105 @@ class CommandBatcher:
             _answer(future, reply)
 
 
-class _Link:
-    """One connection of a stream and the commands written on it that await their reply."""
+class _Link(asyncio.Protocol):
+    """One connection of a stream and the commands written on it that await their reply:
+    while the stream holds the connection this is its transport's protocol, and each reply
+    goes to its caller in the callback that received its last bytes (parsed by the
+    connection's hiredis reader, which redis-py set up at connect with its error classes
+    and decoding). What the connection's own protocol (asyncio's stream protocol, which
+    redis-py's reader and writer stand on) must still see, it is told: the end of the
+    connection (so closing it completes) and write pauses."""
 
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
+    def __init__(self, redis: Redis, conn: Any) -> None:
+        self.redis, self.conn = redis, conn
         self.waiting: deque[Entry] = deque()
-        self.reader: asyncio.Task[None] | None = None
+        self.lost = False  # the connection ended or failed: the next batch connects again
+        self.loop = asyncio.get_running_loop()
+        self.replies: Any = conn._parser._reader  # hiredis.Reader
+        self.timeout_s: float | None = conn.socket_timeout or None
+        self.since = 0.0  # last reply byte, or the write that began the wait (loop time)
+        self.timer: asyncio.TimerHandle | None = None
+        self.transport: Any = conn._writer.transport
+        self.own: Any = self.transport.get_protocol()  # the connection's stream protocol
+        self.transport.set_protocol(self)
+
+    def expect(self, batch: Batch) -> None:
+        """``batch`` was written: its replies are awaited, each within ``socket_timeout``
+        of the last reply byte (one timer for the link, not one per batch)."""
+        if not self.waiting:
+            self.since = self.loop.time()
+        self.waiting.extend(batch)
+        if self.timer is None and self.timeout_s is not None:
+            self.timer = self.loop.call_at(self.since + self.timeout_s, self._check_time)
+
+    def data_received(self, data: bytes) -> None:
+        self.replies.feed(data)
+        self.since = self.loop.time()
+        waiting, gets = self.waiting, self.replies.gets
+        while waiting:
+            reply = gets()
+            if reply is NOT_ENOUGH_DATA:
+                return
+            if isinstance(reply, RedisConnectionError):  # e.g. LOADING: this connection serves nothing
+                self.fail(reply)
+                return
+            if is_push(reply):  # a RESP3 push message answers no command
+                continue
+            command, options, future = waiting.popleft()
+            _answer(future, self._parsed(command, options, reply))
+        if gets() is not NOT_ENOUGH_DATA:  # a reply to no command: the stream is out of step
+            self.fail(RedisConnectionError("a reply came that no command awaited"))
+
+    def _parsed(self, command: tuple[Any, ...], options: dict[str, Any], reply: Any) -> Any:
+        """``reply`` as redis-py's ``parse_response`` returns it (its response callback applied;
+        a reply error as the value: its caller alone sees it)."""
+        if isinstance(reply, Exception):
+            return reply
+        callback = self.redis.response_callbacks.get(command[0])
+        return reply if callback is None else callback(reply, **options)
+
+    def _check_time(self) -> None:
+        self.timer = None
+        if not self.waiting:
+            return
+        due = self.since + (self.timeout_s or 0.0)
+        if self.loop.time() >= due:
+            self.fail(RedisTimeoutError("Timeout reading from socket"))
+        else:
+            self.timer = self.loop.call_at(due, self._check_time)
+
+    def fail(self, exc: BaseException) -> None:
+        """Fail every command awaiting a reply here with ``exc`` and close the connection."""
+        self._fail_waiting(exc)
+        self.transport.abort()
+
+    def _fail_waiting(self, exc: BaseException) -> None:
+        self.lost = True
+        failed, self.waiting = self.waiting, deque()
+        _fail(failed, exc)
+
+    def eof_received(self) -> bool:
+        self.own.eof_received()
+        return False  # the transport closes; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self._fail_waiting(RedisConnectionError(f"Connection closed by server: {exc}" if exc
+                                                else "Connection closed by server."))
+        self.own.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.own.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.own.resume_writing()
 
 
 class Stream:
     """One connection of the client's pool, held by a batcher: written as commands come and
-    read in order by one reader task (the module doc). Closing the client closes it."""
+    answered as replies arrive (the module doc). Closing the client closes it."""
 
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
@@ -247,15 +341,13 @@ class Stream:
         if not self.pending or self.connecting is not None:
             return
         link = self.link
-        if link is None or link.conn is not self.conn or not _still_writable(link.conn):
-            old, self.link = link, None  # its reader, if any, fails what still awaits a reply on it
+        if link is None or link.lost or link.conn is not self.conn or not _still_writable(link.conn):
+            old, self.link = link, None
             self.connecting = self._spawn(self._connect(old))
             return
         batch, self.pending = self.pending, []
         self.write(link.conn, link.conn.pack_commands([command for command, _, _ in batch]))
-        link.waiting.extend(batch)
-        if link.reader is None:
-            link.reader = self._spawn(self._read(link))
+        link.expect(batch)
 
     @staticmethod
     def write(conn: Any, packed: list[bytes]) -> None:
@@ -268,16 +360,19 @@ class Stream:
         return _keep(self.tasks, work)
 
     async def _connect(self, old: _Link | None) -> None:
-        """The held connection, connected (again): taken from the pool the first time."""
+        """The held connection, connected (again): taken from the pool the first time, and
+        connected anew after a link that failed or belonged to another loop."""
         try:
-            if old is not None and old.reader is not None:  # it meets the end of the old stream first
-                await asyncio.wait([old.reader])
             if self.conn is None:
                 pool: Any = self.redis.connection_pool
                 self.conn = await pool.get_connection()
-            elif not _still_writable(self.conn):
-                await self.conn.disconnect()
+            elif old is None or old.lost or not _still_writable(self.conn):
+                # (old is None: the loop changed. Its transport closes through that loop,
+                # which may be closed already: redis-py's disconnect forgets it either way.)
+                with contextlib.suppress(RuntimeError):
+                    await self.conn.disconnect()
                 await self.conn.connect()
+            link = _Link(self.redis, self.conn)
         except BaseException as exc:
             self.connecting = None
             batch, self.pending = self.pending, []
@@ -285,29 +380,8 @@ class Stream:
             if not isinstance(exc, Exception):
                 raise
             return
-        self.link, self.connecting = _Link(self.conn), None
+        self.link, self.connecting = link, None
         self.flush()
-
-    async def _read(self, link: _Link) -> None:
-        """Hand each command written on ``link`` its reply, in order; a failed read fails
-        every command awaiting one there, and the connection is closed (the next command
-        connects it again)."""
-        try:
-            while link.waiting:
-                command, options, future = link.waiting[0]
-                reply = await _reply(self.redis, link.conn, command, options)
-                link.waiting.popleft()
-                _answer(future, reply)
-        except BaseException as exc:
-            failed, link.waiting = list(link.waiting), deque()
-            _fail(failed, exc)
-            if self.link is link:
-                self.link = None
-            await link.conn.disconnect()
-            if not isinstance(exc, Exception):
-                raise
-        finally:
-            link.reader = None
 
     def _forget(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start afresh on ``loop``: what the old loop's connection still awaited is lost
@@ -315,7 +389,9 @@ class Stream:
         link, self.link, self.connecting, self.loop = self.link, None, None, loop
         lost = ConnectionError("the event loop of this Redis connection changed")
         if link is not None:
-            _fail(link.waiting, lost)
+            link.lost = True
+            failed, link.waiting = link.waiting, deque()
+            _fail(failed, lost)
         _fail(self.pending, lost)
         self.pending = []
 
@@ -332,14 +408,16 @@ class Stream:
 
 def _may_hold_one(redis: Redis) -> bool:
     """Whether a batcher may hold one connection of ``redis``'s pool for its stream: one
-    Redis, and a blocking pool of ``HOLD_POOL_MIN`` or more (the workers' and the API's:
+    Redis whose replies hiredis parses (a dependency: the stream parses with its reader),
+    and a blocking pool of ``HOLD_POOL_MIN`` or more (the workers' and the API's:
     a caller waits for a connection while all are lent). A plain pool at its size fails a
     caller instead (redis-py's default holds 100), so there each batch checks a connection
     out and gives it back."""
     if is_cluster(redis):
         return False
     pool: Any = redis.connection_pool
-    return isinstance(pool, BlockingConnectionPool) and int(pool.max_connections or 0) >= HOLD_POOL_MIN
+    return isinstance(pool, BlockingConnectionPool) and int(pool.max_connections or 0) >= HOLD_POOL_MIN \
+        and parses_with_hiredis(pool)
 
 
 def _still_writable(conn: Any) -> bool:

@@ -30,7 +30,13 @@ from urllib.parse import unquote, urlsplit
 
 from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
-from redis.asyncio.connection import AbstractConnection, Connection, SSLConnection, UnixDomainSocketConnection
+from redis.asyncio.connection import (
+    AbstractConnection,
+    Connection,
+    DefaultParser,
+    SSLConnection,
+    UnixDomainSocketConnection,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError, RedisClusterException, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -52,6 +58,21 @@ try:
     from redis._parsers.hiredis import _AsyncHiredisParser as _HiredisParser
 except ImportError:  # pragma: no cover - another redis-py layout: every read goes through redis-py
     pass
+
+
+NOT_ENOUGH_DATA: Any = _NOT_ENOUGH_DATA  # what a hiredis reader of redis-py's returns until a reply is whole
+_PUSH: Any = getattr(hiredis, "PushNotification", None) if _hiredis_pack is not None else None
+
+
+def parses_with_hiredis(pool: Any) -> bool:
+    """Whether ``pool``'s connections parse replies with redis-py's hiredis parser (the
+    default when hiredis is installed, which the project requires)."""
+    return _HiredisParser is not None and pool.connection_kwargs.get("parser_class", DefaultParser) is _HiredisParser
+
+
+def is_push(reply: Any) -> bool:
+    """Whether ``reply`` is a RESP3 push message (one that answers no command)."""
+    return _PUSH is not None and isinstance(reply, _PUSH)
 
 
 # Packed as bytes first: hiredis refuses a bytearray and packs a strided memoryview's

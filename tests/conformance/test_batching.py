@@ -4,12 +4,15 @@ trip, each caller gets its own reply or error, and a flushed script cache is rec
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import gc
+from collections.abc import AsyncIterator, Callable
 
+import hiredis
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import BusyLoadingError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from orchestrator.local.embedded_redis import EmbeddedRedis
 from orchestrator.store.batching import HOLD_POOL_MIN, WRITE_AT, CommandBatcher
@@ -184,3 +187,109 @@ async def test_a_cancelled_caller_does_not_disturb_the_others(client: Redis) -> 
     first.cancel()
     assert await second == 2  # the batch went out whole; only the reply to `first` is dropped
     assert await batcher.execute("GET", "c") == "2"
+
+
+async def test_each_command_gets_its_reply_as_redis_py_parses_it(client: Redis) -> None:
+    """Replies go through redis-py's response callbacks, as its own commands' do."""
+    batcher = CommandBatcher(client)
+    await client.hset("h", mapping={"a": "1", "b": "2"})
+    assert await batcher.execute("HGETALL", "h") == {"a": "1", "b": "2"}
+    assert await batcher.execute("SET", "k", "v") is True
+    assert await batcher.execute("HGET", "h", "b") == "2"
+    await batcher.aclose()
+
+
+async def test_replies_that_do_not_come_within_the_socket_timeout_fail_and_the_next_command_reconnects(
+        redis_server: EmbeddedRedis) -> None:
+    """A connection that answers nothing for ``socket_timeout`` while replies are awaited
+    fails them with a timeout (the command behind is never run) and is replaced."""
+    redis = blocking_client(redis_server.url, decode_responses=True, max_connections=HOLD_POOL_MIN, timeout=5,
+                            socket_timeout=0.3)
+    batcher = CommandBatcher(redis)
+    try:
+        own_id = await batcher.execute("CLIENT", "ID")
+        began = asyncio.get_running_loop().time()
+        results = await asyncio.wait_for(asyncio.gather(
+            batcher.execute("BLPOP", "never", 5), batcher.execute("INCR", "behind"), return_exceptions=True), 5)
+        assert all(isinstance(r, RedisTimeoutError) for r in results), results
+        assert asyncio.get_running_loop().time() - began < 2
+        assert await batcher.execute("CLIENT", "ID") != own_id
+        assert await batcher.execute("GET", "behind") is None
+    finally:
+        await batcher.aclose()
+        await redis.aclose()
+
+
+class FakeRedis:
+    """A server that speaks just enough RESP: ``+OK`` to every command (the client's
+    handshake included), except what ``answers`` (command name -> raw reply bytes) says."""
+
+    def __init__(self, answers: dict[str, Callable[[list[bytes]], bytes]]) -> None:
+        self.answers, self.connections = answers, 0
+        self.server: asyncio.Server | None = None
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        commands = hiredis.Reader()
+        try:
+            while data := await reader.read(65536):
+                commands.feed(data)
+                while (command := commands.gets()) is not False:
+                    answer = self.answers.get(command[0].decode().upper())
+                    writer.write(answer(command) if answer else b"+OK\r\n")
+        finally:
+            writer.close()
+
+    async def __aenter__(self) -> str:
+        self.server = await asyncio.start_server(self.serve, "127.0.0.1", 0)
+        return f"redis://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/0"
+
+    async def __aexit__(self, *_: object) -> None:
+        assert self.server is not None
+        self.server.close()
+
+
+async def test_a_server_that_cannot_serve_or_answers_out_of_step_is_left_for_a_new_connection() -> None:
+    """``-LOADING`` (Redis loading its data) fails the command with redis-py's error and the
+    connection; a reply that no command awaited means the replies are out of step with the
+    commands: the connection is dropped before it hands anyone a wrong reply."""
+    fake = FakeRedis({"PING": lambda _: b"-LOADING Redis is loading the dataset in memory\r\n",
+                      "ECHO": lambda c: b"$%d\r\n%s\r\n" % (len(c[1]), c[1]) * 2})
+    async with fake as url:
+        redis = blocking_client(url, decode_responses=True, max_connections=HOLD_POOL_MIN, timeout=5,
+                                socket_timeout=2)
+        batcher = CommandBatcher(redis)
+        try:
+            assert await batcher.execute("SET", "k", "v") is True
+            assert fake.connections == 1
+            with pytest.raises(BusyLoadingError):
+                await batcher.execute("PING")
+            assert await batcher.execute("SET", "k", "v") is True
+            assert fake.connections == 2
+            assert await batcher.execute("ECHO", "hi") == "hi"  # its own reply; the second is extra
+            await asyncio.sleep(0.05)
+            assert await batcher.execute("SET", "k", "v") is True
+            assert fake.connections == 3
+        finally:
+            await batcher.aclose()
+            await redis.aclose()
+
+
+def test_a_batcher_used_from_another_event_loop_connects_again(redis_server: EmbeddedRedis) -> None:
+    """The held connection belongs to the loop that made it: on another loop (the first one
+    closed) the next command connects again instead of failing."""
+    redis = blocking_client(redis_server.url, decode_responses=True, max_connections=HOLD_POOL_MIN, timeout=5)
+    batcher = CommandBatcher(redis)
+    first, second = asyncio.new_event_loop(), asyncio.new_event_loop()
+    try:
+        first.run_until_complete(batcher.execute("DEL", "loops"))
+        assert first.run_until_complete(batcher.execute("INCR", "loops")) == 1
+        first.close()  # with the connection open: its socket closes when collected, not through the loop
+        assert second.run_until_complete(batcher.execute("INCR", "loops")) == 2
+        assert second.run_until_complete(batcher.execute("INCR", "loops")) == 3
+        with pytest.warns(ResourceWarning, match="unclosed"):
+            gc.collect()
+    finally:
+        second.run_until_complete(batcher.aclose())
+        second.run_until_complete(redis.aclose())
+        second.close()
