@@ -158,6 +158,9 @@ def _serve(args: argparse.Namespace) -> int:
             "orchestrator.cli.serve_cmd:served_app",
             factory=True,
             http=PROTOCOL,  # header and body read deadlines, connections per client
+            # The standard loop, not uvloop (installed for the workers, and uvicorn's "auto"
+            # would take it): no gain measured for the API's starts (bench/README.md).
+            loop="asyncio",
             timeout_keep_alive=KEEP_ALIVE_S,
             host=args.host,
             port=args.port,

@@ -19,7 +19,8 @@ START_TIMEOUT_S = 10.0
 def serve_in_thread(app: Any, *, start_timeout_s: float = START_TIMEOUT_S) -> Iterator[str]:
     """Serve ``app`` (lifespan on) until the block ends; yields its base URL."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on",
+                                           loop="asyncio"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + start_timeout_s

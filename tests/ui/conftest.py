@@ -81,7 +81,8 @@ def serve_api(settings: Any, port: int) -> ApiServer:
 
     app = create_app(settings, registry=load_registry(settings))
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", timeout_graceful_shutdown=1
+        app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", timeout_graceful_shutdown=1,
+        loop="asyncio",  # as `orchestrator serve`
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
