@@ -21,8 +21,9 @@ whole at the next iteration and read whole left each idle while the other worked
 worker's loop and its Redis added up to about one core between them on a machine with two
 (``bench/README.md``, "Auto-pipelining"). A connection that fails (reset, closed, no reply
 byte for ``socket_timeout`` while replies are awaited, a reply that says the server cannot
-serve, such as ``LOADING``) fails every command awaiting a reply on it, as a failed
-pipeline did, and the next command connects it again; commands are never sent twice. ``WAIT``
+serve, such as ``LOADING``, bytes that are not the protocol, a reply no command awaited)
+fails every command awaiting a reply on it, as a failed pipeline did, and the next command
+connects it again; commands are never sent twice. ``WAIT``
 (:meth:`CommandBatcher.script_acked`) blocks its connection, so it goes with its script on
 a connection checked out for them, and so do the batches of other pools (``_may_hold_one``).
 
@@ -249,8 +250,14 @@ class _Link(asyncio.Protocol):
             self.timer = self.loop.call_at(self.since + self.timeout_s, self._check_time)
 
     def data_received(self, data: bytes) -> None:
-        self.replies.feed(data)
         self.since = self.loop.time()
+        try:
+            self.replies.feed(data)
+            self._answer_waiting()
+        except Exception as exc:  # not the protocol (redis-py's InvalidResponse): nothing more is read here
+            self.fail(exc)
+
+    def _answer_waiting(self) -> None:
         waiting, gets = self.waiting, self.replies.gets
         while waiting:
             reply = gets()
@@ -286,10 +293,11 @@ class _Link(asyncio.Protocol):
 
     def fail(self, exc: BaseException) -> None:
         """Fail every command awaiting a reply here with ``exc`` and close the connection."""
-        self._fail_waiting(exc)
+        self.fail_waiting(exc)
         self.transport.abort()
 
-    def _fail_waiting(self, exc: BaseException) -> None:
+    def fail_waiting(self, exc: BaseException) -> None:
+        """Fail every command awaiting a reply here with ``exc``; the link is done."""
         self.lost = True
         failed, self.waiting = self.waiting, deque()
         _fail(failed, exc)
@@ -302,7 +310,7 @@ class _Link(asyncio.Protocol):
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-        self._fail_waiting(RedisConnectionError(f"Connection closed by server: {exc}" if exc
+        self.fail_waiting(RedisConnectionError(f"Connection closed by server: {exc}" if exc
                                                 else "Connection closed by server."))
         self.own.connection_lost(exc)
 
@@ -389,9 +397,7 @@ class Stream:
         link, self.link, self.connecting, self.loop = self.link, None, None, loop
         lost = ConnectionError("the event loop of this Redis connection changed")
         if link is not None:
-            link.lost = True
-            failed, link.waiting = link.waiting, deque()
-            _fail(failed, lost)
+            link.fail_waiting(lost)
         _fail(self.pending, lost)
         self.pending = []
 

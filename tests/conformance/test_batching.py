@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable
 import hiredis
 import pytest
 from redis.asyncio import Redis
-from redis.exceptions import BusyLoadingError, ResponseError
+from redis.exceptions import BusyLoadingError, InvalidResponse, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -252,9 +252,11 @@ class FakeRedis:
 async def test_a_server_that_cannot_serve_or_answers_out_of_step_is_left_for_a_new_connection() -> None:
     """``-LOADING`` (Redis loading its data) fails the command with redis-py's error and the
     connection; a reply that no command awaited means the replies are out of step with the
-    commands: the connection is dropped before it hands anyone a wrong reply."""
+    commands: the connection is dropped before it hands anyone a wrong reply; so are bytes
+    that are not the protocol."""
     fake = FakeRedis({"PING": lambda _: b"-LOADING Redis is loading the dataset in memory\r\n",
-                      "ECHO": lambda c: b"$%d\r\n%s\r\n" % (len(c[1]), c[1]) * 2})
+                      "ECHO": lambda c: b"$%d\r\n%s\r\n" % (len(c[1]), c[1]) * 2,
+                      "TIME": lambda _: b"?not the protocol\r\n"})
     async with fake as url:
         redis = blocking_client(url, decode_responses=True, max_connections=HOLD_POOL_MIN, timeout=5,
                                 socket_timeout=2)
@@ -270,6 +272,10 @@ async def test_a_server_that_cannot_serve_or_answers_out_of_step_is_left_for_a_n
             await asyncio.sleep(0.05)
             assert await batcher.execute("SET", "k", "v") is True
             assert fake.connections == 3
+            with pytest.raises(InvalidResponse):  # bytes that are not RESP: redis-py's error
+                await batcher.execute("TIME")
+            assert await batcher.execute("SET", "k", "v") is True
+            assert fake.connections == 4
         finally:
             await batcher.aclose()
             await redis.aclose()
