@@ -1,7 +1,7 @@
 """What one worker process keeps between node tasks: one event loop for all of them.
 
 Each worker process owns ONE asyncio event loop (uvloop's: libuv's loop and transports in
-C, 8-11 % less worker CPU per fan-out run than the standard library's loop, bench/README.md,
+C, 6-11 % less worker CPU per fan-out run than the standard library's loop, bench/README.md,
 issue 22), running forever in a dedicated daemon thread (``orchestrator-loop``). A Celery
 pool thread (``-P threads -c N``, the default) hands its node step to that loop with
 ``asyncio.run_coroutine_threadsafe`` and blocks itself (never the loop) until the step is
