@@ -375,10 +375,11 @@ class Stream:
                 pool: Any = self.redis.connection_pool
                 self.conn = await pool.get_connection()
             elif old is None or old.lost or not _still_writable(self.conn):
-                # (old is None: the loop changed. Its transport closes through that loop,
-                # which may be closed already: redis-py's disconnect forgets it either way.)
+                # old is None: the loop changed. The old transport closes through its own
+                # loop, which may be closed: not waited for (uvloop's would never answer),
+                # and redis-py forgets it either way.
                 with contextlib.suppress(RuntimeError):
-                    await self.conn.disconnect()
+                    await self.conn.disconnect(nowait=old is None)
                 await self.conn.connect()
             link = _Link(self.redis, self.conn)
         except BaseException as exc:

@@ -5,10 +5,12 @@ the cluster); ``redis_store`` (what only the Redis store promises) over one Redi
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
+import uvloop
 from redis.asyncio import RedisCluster
 
 from orchestrator.kernel.memory import MemoryStore
@@ -20,6 +22,18 @@ from orchestrator.store.redis_store import RedisRunStore
 
 # Distinct TTLs so a test can tell "active" from "retention" by the TTL alone.
 SETTINGS = Settings(active_ttl_s=1000, retention_s=5000, events_maxlen=10_000)
+
+
+# Modules whose async tests also run on uvloop's loop, the one a worker's steps run on: the
+# batcher's stream is its connection's protocol, called by the loop's own transports.
+ON_BOTH_LOOPS = frozenset({"test_batching.py"})
+
+
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item
+                                  ) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
+    if item.path.name in ON_BOTH_LOOPS:
+        return {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
+    return {"asyncio": asyncio.new_event_loop}
 
 
 @pytest.fixture(scope="module")
