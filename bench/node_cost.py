@@ -12,6 +12,12 @@ alternating (so that the machine's drift falls on both): the time per added node
 chain-20 minus chain-10, over 10) against a Redis round trip (median PING from the bench
 process). Prints JSON per added node: client commands (the bench's own ``XREAD`` that follows the
 run included), script commands, EXPIREs, each by name.
+
+Each figure comes in two modes, each with its own redis-server and worker, alternating for
+``--rounds``: ``fused``, the shipped default (a chain of pure nodes such as set_fields runs
+in one step and is stored in one script call, kernel/fusion.py), and ``each_stored``
+(``ORCH_FUSE_MAX_NODES=0``: every node claimed and completed on its own, as a chain of
+nodes that are not pure runs).
 """
 
 from __future__ import annotations
@@ -137,24 +143,37 @@ def per_node(short: Counter[str], long: Counter[str], runs: int, added: int) -> 
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--timed", type=int, default=30, help="timed runs of each length (alternating, no MONITOR)")
-    args = parser.parse_args()
-    with EmbeddedRedis(unix_socket=False) as server, WorkerProcesses(server.url, WorkerConfig(count=1)) as workers:
-        counts, durations = asyncio.run(measure(server.url, args.runs, args.timed))
+MODES = {"fused": {}, "each_stored": {"ORCH_FUSE_MAX_NODES": "0"}}  # the shipped default; every node on its own
+
+
+def measure_mode(env: dict[str, str], runs: int, timed: int) -> dict[str, Any]:
+    """One mode's figures: its own redis-server and worker process (``env`` added)."""
+    with EmbeddedRedis(unix_socket=False) as server, \
+            WorkerProcesses(server.url, WorkerConfig(count=1, env=env)) as workers:
+        counts, durations = asyncio.run(measure(server.url, runs, timed))
         rtt_s = asyncio.run(round_trip_s(server.url))
     short, long = counts[LENGTHS[0]], counts[LENGTHS[1]]
     short_s, long_s = durations[LENGTHS[0]], durations[LENGTHS[1]]
     node_ms = (statistics.median(long_s) - statistics.median(short_s)) / 10 * 1000
-    result = {"per_added_chain_node": per_node(short, long, args.runs, 10),
-              "time_per_added_node_ms": round(node_ms, 3), "redis_round_trip_ms": round(rtt_s * 1000, 3),
-              "node_vs_round_trip": round(node_ms / (rtt_s * 1000), 1),
-              "chain_p50_ms": {"10": round(statistics.median(short_s) * 1000, 2),
-                               "20": round(statistics.median(long_s) * 1000, 2)},
-              "worker": f"-P {workers.pool} -c {workers.concurrency}", "runs": args.runs}
-    print(json.dumps(result, indent=2))
+    return {"per_added_chain_node": per_node(short, long, runs, 10),
+            "time_per_added_node_ms": round(node_ms, 3), "redis_round_trip_ms": round(rtt_s * 1000, 3),
+            "node_vs_round_trip": round(node_ms / (rtt_s * 1000), 1),
+            "chain_p50_ms": {"10": round(statistics.median(short_s) * 1000, 2),
+                             "20": round(statistics.median(long_s) * 1000, 2)},
+            "worker": f"-P {workers.pool} -c {workers.concurrency}"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--timed", type=int, default=30, help="timed runs of each length (alternating, no MONITOR)")
+    parser.add_argument("--rounds", type=int, default=1, help="rounds of both modes, alternating")
+    args = parser.parse_args()
+    result: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
+    for _ in range(args.rounds):
+        for mode, env in MODES.items():
+            result[mode].append(measure_mode(env, args.runs, args.timed))
+    print(json.dumps({"runs": args.runs, **result}, indent=2))
 
 
 if __name__ == "__main__":

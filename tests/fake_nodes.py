@@ -20,6 +20,8 @@ assemble     ``in`` + linked ``parts`` -> ``out`` = {"input", "parts"}
 number       link only: materializes ``data["value"]`` on ``value`` (socket float)
 nest         ``in`` -> runs the graph in param ``body`` (type graph) with ``in`` as its
              input; ``out`` = the list of the nested run's sink output values
+shift        pure (kernel/fusion.py): ``out`` = ``in`` + ``add``; raises ValueError when
+             ``fail`` is set
 ===========  ==========================================================================
 
 ``graph(nodes, edges)`` builds a graph JSON mapping from short tuples.
@@ -150,6 +152,16 @@ class Boom:
         raise ValueError("boom: " + str(data.get("message")))
 
 
+class Shift:
+    node_type = "shift"
+
+    async def execute(self, data: dict[str, Any], inputs: dict[str, DataValue],
+                      ctx: FlowContext) -> ExecutionResult:
+        if data.get("fail"):
+            raise ValueError("shift: " + str(data["fail"]))
+        return _out("out", (_value(inputs, "in") or 0) + int(data.get("add") or 0))
+
+
 class Ticker:
     node_type = "ticker"
 
@@ -236,6 +248,8 @@ DEFINITIONS: list[tuple[NodeDefinition, object]] = [
              parameters=[_param("value", "float", default=0.0)]), Number()),
     (_define("nest", inputs=[IN], outputs=[OUT],
              parameters=[_param("body", "graph", required=True)]), Nest()),
+    (_define("shift", pure=True, inputs=[IN], outputs=[OUT],
+             parameters=[_param("add", "int", default=1), _param("fail", "string", default="")]), Shift()),
 ]
 
 

@@ -239,6 +239,7 @@ def _build() -> ProcessState:
                             max_output_depth=settings.max_output_depth,
                             expression_limits=settings.expression_limits(),
                             graph_limits=settings.graph_limits(),
+                            fuse_max_nodes=settings.fuse_max_nodes, fuse_max_s=settings.fuse_max_ms / 1000,
                             **step_hooks(store, settings, service="orchestrator-worker")),
         artifacts=ArtifactCache(max_runs=MAX_CACHED_RUNS),
         host_for=HostFactory(settings, url, limiter=limiter, children=children),  # each run's NodeHost, built once

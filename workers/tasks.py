@@ -99,6 +99,9 @@ async def _step(run_id: str, node_id: str, *, promised: bool, claimed: Claim | N
     if outcome.ran:
         metrics.child(metrics.NODE_DURATION, outcome.node_type).observe(outcome.duration_s)
         metrics.child(metrics.NODE_RUNS, outcome.node_type, outcome.status).inc()
+        for node_type, status, duration_s in outcome.fused:  # the pure nodes run after it (kernel/fusion.py)
+            metrics.child(metrics.NODE_DURATION, node_type).observe(duration_s)
+            metrics.child(metrics.NODE_RUNS, node_type, status).inc()
         if outcome.usage and outcome.status != "stale":
             await _count_usage(run_id, outcome.usage)
     return outcome

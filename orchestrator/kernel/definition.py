@@ -93,6 +93,11 @@ class NodeDefinition(BaseModel):
     # A node that starts runs (no flow inputs; receives the run's input). The kernel uses
     # it to pick a graph's start node; the API maps trigger kinds to such nodes.
     trigger: bool = False
+    # Its execution reads only its inputs, parameters and expressions, within the
+    # expression budgets, and touches nothing outside (no host, network, files or events
+    # of its own): run again, it gives the same result. A host may run it in the step of
+    # the node that readies it, stored with it in one call (fusion.py).
+    pure: bool = False
     # Extra keys a front end or host may use (e.g. {"trigger_kind": "webhook"}).
     meta: dict[str, Any] = Field(default_factory=dict)
     parameters: list[Parameter] = Field(default_factory=list)

@@ -43,6 +43,8 @@ class StepOptions:
     graph_limits: GraphLimits = DEFAULT_GRAPH_LIMITS  # what nested graphs are validated against
     observer: StepObserver | None = None  # the host watching executions (observer.py)
     usage_check: UsageCheck | None = None  # awaited after each usage report (usage.py)
+    fuse_max_nodes: int = 0  # pure links a step may run after its node (fusion.py); 0: none
+    fuse_max_s: float = 0.02  # no new link once a step's chain has run this long
 
 
 class ArtifactCache:

@@ -28,6 +28,7 @@ from .errors import (
     WaitRequested,
 )
 from .expressions import Scope
+from .fusion import run_links, stamp_duration
 from .gathering import Gathered, gather
 from .graph import ERROR_PORT, Graph, Node
 from .limits import enter_ceiling, leave_ceiling, resolve_limits
@@ -41,7 +42,7 @@ from .registry import NodeType
 from .retry import backoff_s, is_retryable
 from .runtime import GraphRuntime, RunFrame
 from .scheduling import RunPlan
-from .store import Claim, ClaimRequest, NodeCompletion, NodeStatus, Take
+from .store import ChainLink, Claim, ClaimRequest, NodeCompletion, NodeStatus, Take
 from .supervision import Watch, supervise, supervisor_for, timed
 from .usage import Usage
 
@@ -60,6 +61,9 @@ class StepOutcome:
     # The claims of ``ready`` nodes granted with this completion (node id -> claim): run
     # each with its own, and claim the others first.
     claims: dict[str, Claim] = field(default_factory=dict)
+    # The pure nodes run after it in this step and stored with it (fusion.py), in order:
+    # (node type, status, duration in seconds) of each.
+    fused: list[tuple[str, str, float]] = field(default_factory=list)
 
 
 def main_output(definition: NodeDefinition, outputs: dict[str, DataValue]) -> Any:
@@ -211,31 +215,47 @@ async def run_step(env: StepEnvironment, run_id: str, node_id: str, *,
             reported = with_usage(completion.events, usage)
             if observer is not None:
                 seen.end(ObservedEnd(completion.status, completion.error, reported))
+        stamp_duration(completion, started_at)
+        duration_s = time.monotonic() - started_at
+        # A host that takes what completions hand over may get the pure nodes that follow run here.
+        links = await run_links(step, claim, watch, completion, _execute_node) if take is not None else []
     finally:
         watch.release()
         if env.ceiling is not None:
             await leave_ceiling(env.ceiling, claim.workspace, f"{run_id}:{node_id}:{claim.attempt}")
-    if completion.status != NodeStatus.WAITING:
-        for ev in completion.events:
-            if ev.event_type == EventType.COMPLETED and ev.data is not None:
-                ev.data["duration_ms"] = round((time.monotonic() - started_at) * 1000, 3)
     handover = None
     if take is not None:
-        max_nodes = take(reach(plan, node.id, completion))
-        handover = Take(max_nodes, claim_taken=claim_taken(env))
-    ready = await store.complete_node(run_id, node_id, completion, take=handover, token=claim.token)
+        last = links[-1] if links else ChainLink(node.id, completion)
+        handover = Take(take(reach(plan, last.node_id, last.completion)), claim_taken=claim_taken(env))
+    if links and handover is not None:
+        ready = await store.complete_chain(run_id, [ChainLink(node.id, completion), *links], take=handover,
+                                           token=claim.token)
+    else:
+        ready = await store.complete_node(run_id, node_id, completion, take=handover, token=claim.token)
     if ready.stale:  # a later claim superseded this one: nothing was applied
         log.warning("run %s node %s: completion refused (token %d superseded)", run_id, node_id, claim.token)
         return StepOutcome(ready=[], ran=True, status="stale", node_type=node.type)
+    fused = [(graph.node_by_id[k.node_id].type, k.completion.status, _duration_s(k.completion))
+             for k in links[:max(0, ready.applied - 1)]]
     return StepOutcome(ready=ready.nodes, ran=True, status=completion.status, node_type=node.type,
-                       duration_s=time.monotonic() - started_at, retry_in_s=retry_in_s, queued=ready.queued,
-                       usage=usage.to_json() if reported else {}, claims=ready.claims)
+                       duration_s=duration_s, retry_in_s=retry_in_s, queued=ready.queued,
+                       usage=usage.to_json() if reported else {}, claims=ready.claims, fused=fused)
 
 
-async def _execute_node(step: StepContext, claim: Claim, watch: Watch,
-                        usage: Usage) -> tuple[NodeCompletion, float | None]:
+def _duration_s(completion: NodeCompletion) -> float:
+    """A stored link's execution time, from its ``completed`` event (fusion.stamp_duration)."""
+    for ev in completion.events:
+        if ev.event_type == EventType.COMPLETED and ev.data is not None:
+            return float(ev.data.get("duration_ms", 0.0)) / 1000
+    return 0.0
+
+
+async def _execute_node(step: StepContext, claim: Claim, watch: Watch, usage: Usage,
+                        own: list[NodeEvent] | None = None) -> tuple[NodeCompletion, float | None]:
     """Run the node's attempt ``claim.attempt``: (its completion, the retry delay when the
-    completion is ``retrying``); what the executor reports goes to ``usage``."""
+    completion is ``retrying``); what the executor reports goes to ``usage``. ``own``: the
+    node is a chain's link (fusion.py), not claimed yet: the events it streams are kept
+    there, and it runs in the ceiling unit of the node before it."""
     node, plan, graph, registry = step.node, step.plan, step.graph, step.env.registry
     definition = step.node_type.definition
     outputs = claim.outputs
@@ -250,7 +270,10 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch,
                   limits=step.options.expression_limits)
 
     async def sink(ev: NodeEvent) -> None:
-        await step.env.store.append_event(ev, token=claim.token)
+        if own is not None:
+            own.append(ev)
+        else:
+            await step.env.store.append_event(ev, token=claim.token)
 
     run = RunFrame(graph=graph, run_id=plan.run_id, run_input=claim.run_input, session_id=claim.session_id,
                    host=step.env.host(plan.run_id, claim.workspace))
@@ -263,7 +286,7 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch,
         if node.settings.disabled:
             result = _pass_through(definition, gathered)
         else:
-            if step.env.ceiling is not None:
+            if step.env.ceiling is not None and own is None:
                 await enter_ceiling(step.env.ceiling, claim.workspace, f"{plan.run_id}:{node.id}:{attempt}")
             if step.env.limiter is not None and node.settings.limits:
                 await _acquire_limits(step, claim, scope)

@@ -123,6 +123,15 @@ class Ready:
     # The granted claims of ``nodes`` made in the same call (``take.claim_taken``; node
     # id -> claim; a node absent: the caller claims it itself).
     claims: dict[str, Claim] = field(default_factory=dict)
+    applied: int = 0  # ``RunStore.complete_chain``: how many of its links were applied
+
+
+@dataclass(frozen=True)
+class ChainLink:
+    """One link of ``RunStore.complete_chain``: a node and its completion."""
+
+    node_id: str
+    completion: NodeCompletion
 
 
 @dataclass(frozen=True)
@@ -279,6 +288,34 @@ class RunStore(RunQuery):
         head, the oldest first (also after a ``retrying`` or ``waiting`` completion, whose
         slot is free too). A second call for the same node applies nothing and returns the
         nodes still undispatched."""
+
+    async def complete_chain(self, run_id: str, links: Sequence[ChainLink], *, take: Take,
+                             token: int | None = None) -> Ready:
+        """Apply the completions of a chain's links as one atomic step: the first under
+        ``token`` (as ``complete_node`` with ``take``), then each next link under the claim
+        the previous completion made for it (``take.claim_taken``) when that completion
+        handed it over and nothing else. The state changes and events are those of one
+        ``complete_node`` per link, in order; a host that ran the links one after the other
+        without storing anything between (``kernel/fusion.py``) stores them this way.
+
+        The chain stops at the first link that was not handed over alone with a granted
+        claim, or whose completion is refused (stale, or over a storage budget): the
+        answer is then the previous link's ``Ready`` (which may hold that link's claim:
+        the caller runs it as any node handed over). ``Ready.applied`` says how many links
+        were applied (0: the first was refused, ``Ready.stale`` set). This default applies
+        them one call at a time; a store may do it in one."""
+        ready = await self.complete_node(run_id, links[0].node_id, links[0].completion, take=take, token=token)
+        applied = 0 if ready.stale else 1
+        for link in links[1:]:
+            claim = ready.claims.get(link.node_id)
+            if applied == 0 or claim is None or ready.nodes != [link.node_id] or len(ready.claims) != 1:
+                break
+            following = await self.complete_node(run_id, link.node_id, link.completion, take=take, token=claim.token)
+            if following.stale:
+                break
+            ready, applied = following, applied + 1
+        ready.applied = applied
+        return ready
 
     @abstractmethod
     async def take_queued(self, run_id: str, max_nodes: int) -> list[str]:

@@ -73,6 +73,12 @@ class WorkerSettings(SettingsGroup):
     visibility_timeout_s: int = 24 * 3600
     unacked_restore_interval_s: float = 5.0  # how often kombu sweeps stale unacked messages
     cancel_poll_s: float = 0.2  # how often a running node checks whether its run was cancelled
+    # A chain of pure nodes (set_fields, filter, if, ...: kernel/fusion.py) runs in the step
+    # that readies it and is stored in one call: at most this many links after the first,
+    # and no new link once the chain has run this long (its events are stored when it
+    # ends). 0 = every node stored on its own.
+    fuse_max_nodes: int = Field(default=32, ge=0, le=1000)
+    fuse_max_ms: float = Field(default=20.0, gt=0, le=10_000)
     # The Celery pool of `orchestrator worker` and embedded workers: "threads" (default)
     # runs up to node_concurrency node steps of one process at once on one event loop;
     # "prefork" runs worker_concurrency single-node processes (CPU-heavy deployments).

@@ -71,6 +71,7 @@ from orchestrator.kernel.json_text import json_value, utf8_len
 from orchestrator.kernel.protocol import DataValue, EventType, NodeEvent
 from orchestrator.kernel.scheduling import RunPlan
 from orchestrator.kernel.store import (
+    ChainLink,
     Claim,
     ClaimRequest,
     NodeCompletion,
@@ -112,8 +113,8 @@ from orchestrator.telemetry import metrics
 
 LUA_DIR = Path(__file__).parent / "lua"
 SCRIPTS = (
-    "create", "claim", "renew", "append", "dispatched", "complete", "finish", "resume", "seed",
-    "take", "start_guard",
+    "create", "claim", "renew", "append", "dispatched", "complete", "complete_chain", "finish", "resume",
+    "seed", "take", "start_guard",
 )
 SHARED_KEYS_KNOWN = 1024  # plan data keys one process remembers having seen in Redis
 STATUS_MAX_AGE_S = 0.1  # a run status read is shared this long by the nodes polling it
@@ -130,6 +131,7 @@ _FINISH_EVENTS = {
 
 
 STANDALONE = frozenset({"renew", "start_guard"})  # scripts with keys of their own (no run key layout)
+COMPLETING = frozenset({"complete", "complete_chain"})  # scripts that apply completions (lua/completion.lua)
 
 
 @cache
@@ -138,6 +140,8 @@ def _lua_source(name: str) -> str:
     source = (LUA_DIR / f"{name}.lua").read_text()
     if name in STANDALONE:
         return source
+    if name in COMPLETING:
+        source = (LUA_DIR / "completion.lua").read_text() + "\n" + source
     return (LUA_DIR / "prelude.lua").read_text() + "\n" + source
 
 
@@ -616,6 +620,13 @@ class RedisRunStore(RunStore):
                 completion = over_budget(run_id, node_id, completion, exc)
             args, texts = self._completion_args(run_id, node_id, completion, max_nodes, token)
             reply = await self._call("complete", run_id, [_dumps(args), "", *texts], [node_lease])
+        ready = self._ready(run_id, reply)
+        if not ready.stale:
+            _count_published(completion.events)
+        return ready
+
+    def _ready(self, run_id: str, reply: list[Any]) -> Ready:
+        """A ``Ready`` from complete.lua's reply (``complete`` in lua/completion.lua)."""
         granted: dict[str, Claim] = {}
         if reply[0] == "claimed":
             replies = reply[1]
@@ -625,8 +636,43 @@ class RedisRunStore(RunStore):
         if queued == "stale":
             metrics.STALE_REFUSED.labels(action="complete").inc()
             return Ready(stale=True)
-        _count_published(completion.events)
         return Ready(list(nodes), queued=int(queued), backlog=int(backlog), claims=granted)
+
+    async def complete_chain(self, run_id: str, links: Sequence[ChainLink], *, take: Take,
+                             token: int | None = None) -> Ready:
+        """``RunStore.complete_chain`` in one script call (lua/complete_chain.lua): each
+        link's completion as ``complete_node`` sends it, and one budget reservation for the
+        bytes of them all. A refusal by a budget stores the first link alone, as
+        ``complete_node`` does (it stores the node's failure naming the budget when its own
+        bytes pass it); the others then run as nodes handed over."""
+        if len(links) == 1 or take.claim_taken is None:
+            return await super().complete_chain(run_id, links, take=take, token=token)
+        named: list[dict[str, Any]] = []
+        texts: list[str] = []
+        nbytes = self._event_bytes.pop(run_id, 0)
+        for i, link in enumerate(links):
+            args, own = self._completion_args(run_id, link.node_id, link.completion, take.max_nodes,
+                                              token if i == 0 else None)
+            nbytes += utf8_len(own[0]) + utf8_len(own[1]) + sum(utf8_len(e) for e in own[COMPLETE_EVENTS:])
+            args["budget"], args["events"] = "", len(own) - COMPLETE_EVENTS
+            named.append(args)
+            texts += own
+        budget_keys: list[Any] = []
+        if self.budget.enabled and nbytes > 0:  # the whole chain's bytes, reserved by its first link
+            workspace = self._workspaces.get(run_id) or await self._workspace(run_id)
+            named[0]["budget"], budget_keys = await self._reservation(nbytes, workspace, run_id)
+        taken = self._taken_text(run_id, take.claim_taken)
+        items = [_with_taken(_dumps(named[0]), taken), *(_dumps(args) for args in named[1:])]
+        reply = await self._call("complete_chain", run_id, ["[" + ",".join(items) + "]", *texts],
+                                 [self._lease(run_id, links[0].node_id), *budget_keys])
+        applied, last = int(reply[0]), reply[1]
+        if applied == 0 and last[0] == "budget":  # stored as complete_node stores a refusal
+            return await self.complete_node(run_id, links[0].node_id, links[0].completion, take=take, token=token)
+        ready = self._ready(run_id, last)
+        for link in links[:applied]:
+            _count_published(link.completion.events)
+        ready.applied = applied
+        return ready
 
     def _taken_text(self, run_id: str, taken: TakenClaims) -> str:
         """complete.lua's ``taken`` as JSON text: how it claims the nodes it hands over, with

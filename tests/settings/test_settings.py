@@ -35,7 +35,7 @@ def test_settings_is_every_group_and_no_field_is_in_two() -> None:
     # the 100 fields of the one object this split replaced, telemetry's 4, a sandbox cap, the broker URL,
     # model_limits, child runs' 2, Wait nodes' 3, the cluster's 4, lanes (2), the workspace ceiling's 2,
     # the event streams' send stall
-    assert len(seen) == 121
+    assert len(seen) == 123
 
 
 def test_each_group_reads_its_orch_variables(monkeypatch: pytest.MonkeyPatch) -> None:

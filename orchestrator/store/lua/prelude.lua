@@ -45,10 +45,13 @@ local function stamped(event_json)
   return head .. NOW .. string.sub(event_json, comma)
 end
 
--- Append one event (already JSON) and wake subscribers; pub/sub is only a hint.
+-- Append one event (already JSON) and wake subscribers; pub/sub is only a hint. A script
+-- that appends many (complete_chain.lua) sets WAKE to '' and publishes WAKE, the last
+-- event's id, once before it returns: subscribers read every event after their last.
+local WAKE = nil
 local function append(event_json)
   local id = redis.call('XADD', K_EVENTS, 'MAXLEN', '~', MAXLEN, '*', 'e', event_json)
-  redis.call(PUBLISH, CHANNEL, id)
+  if WAKE then WAKE = id else redis.call(PUBLISH, CHANNEL, id) end
   return id
 end
 

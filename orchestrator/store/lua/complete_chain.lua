@@ -1,0 +1,60 @@
+-- Apply the completions of a chain's links in one call: the first (run under its claim's
+-- token), then each next one under the claim the previous completion made for it when it
+-- handed it over: the same state changes and events, in the same order, as a completion
+-- call per link (`complete` in completion.lua), but atomic and one round trip.
+-- ARGV[6] a JSON array, one object per link: complete's named fields (the first's also
+--   take, token and taken; the others use the first's take and taken, and are not fenced:
+--   their claims are made here), plus `budget` (the reservation JSON, or '': the first's
+--   reserves the whole chain's bytes) and `events` (how many event texts the link has).
+-- ARGV[7..] each link's texts in turn: outputs, payload, error, run_completed, run_failed,
+--   run_waiting, node_template, then its `events` event texts.
+-- KEYS[18] the first link's lease; the others' are the first's `taken.lease` and their id.
+-- Returns {applied, reply}: how many links were applied, and `complete`'s reply for the
+-- last one applied (with applied 0, the first's refusal: 'stale' or 'budget'). A link is
+-- applied only if the previous completion handed it over, alone, with a claim granted
+-- here, and its own completion is not refused; else the chain stops there, and that
+-- previous reply (which may hold the link's claim: its caller runs it as any node handed
+-- over) is the answer.
+local links = cjson.decode(ARGV[6])
+local at = 7
+local first = links[1]
+WAKE = ''  -- one wake-up hint for all the links' events
+
+local function answer(applied, reply)
+  if WAKE ~= '' then redis.call(PUBLISH, CHANNEL, WAKE) end
+  return {applied, reply}
+end
+
+-- The token of the claim `reply` made for `node`, when it handed over `node` and nothing else.
+local function handed_alone(reply, node)
+  if reply[1] ~= 'claimed' or #reply ~= 5 or reply[5] ~= node then return nil end
+  local granted = reply[2]
+  if #granted ~= 2 or granted[1] ~= node or granted[2][1] ~= 'run' then return nil end
+  return tonumber(granted[2][7])
+end
+
+local reply = nil
+for i, link in ipairs(links) do
+  link.outputs, link.payload, link.error = ARGV[at], ARGV[at + 1], ARGV[at + 2]
+  link.run_completed, link.run_failed, link.run_waiting = ARGV[at + 3], ARGV[at + 4], ARGV[at + 5]
+  link.node_template = ARGV[at + 6]
+  at = at + 7
+  local events = {}
+  for j = 1, link.events do events[j] = ARGV[at + j - 1] end
+  at = at + link.events
+  link.events = events
+  local lease = K_LEASE
+  if i > 1 then
+    local token = handed_alone(reply, link.node)
+    if not token then return answer(i - 1, reply) end
+    -- its claim was granted above, in this call: no later one can have superseded it
+    link.token, link.take, link.taken = nil, first.take, first.taken
+    lease = first.taken.lease .. link.node
+  end
+  local this = complete(link, link.budget, lease)
+  if this[1] == 'stale' or this[1] == 'budget' then
+    return answer(i - 1, i == 1 and this or reply)
+  end
+  reply = this
+end
+return answer(#links, reply)
