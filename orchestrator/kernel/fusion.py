@@ -6,7 +6,8 @@ same result. When a step's completion readies exactly one node, that node is pur
 completion alone feeds it, and everything its step reads is in hand, the step runs it at
 once instead of storing the completion and having the next link claimed and its inputs
 read back; then the same for that node's successor, up to ``StepOptions.fuse_max_nodes``
-links, and no new link once the chain has run ``fuse_max_s``. The links' completions are
+links, no new link once the chain has run ``fuse_max_s`` or its outputs pass ``MAX_CHARS``
+of JSON. The links' completions are
 stored with the first in one store call (``RunStore.complete_chain``): the same state
 changes and events, in the same order, as a call per link; each link's ``started`` event
 is appended by the claim that call makes for it.
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .graph import Graph
@@ -40,6 +41,10 @@ from .usage import Usage
 
 if TYPE_CHECKING:
     from .supervision import Watch
+
+# A chain grows no further once its outputs pass this much JSON: the one script call that
+# stores it carries them all (each node's own outputs may reach ORCH_MAX_OUTPUT_BYTES).
+MAX_CHARS = 1 << 20
 
 # step._execute_node: (step context, claim, watch, usage, own events) -> (completion, retry
 # delay); the step context is step.StepContext (this module is below step.py).
@@ -108,6 +113,14 @@ def stamp_duration(completion: NodeCompletion, started_at: float) -> None:
                 ev.data["duration_ms"] = round((time.monotonic() - started_at) * 1000, 3)
 
 
+def stamped_s(completion: NodeCompletion) -> float:
+    """The execution time :func:`stamp_duration` gave a completion, in seconds (0: none)."""
+    for ev in completion.events:
+        if ev.event_type == EventType.COMPLETED and ev.data is not None:
+            return float(ev.data.get("duration_ms", 0.0)) / 1000
+    return 0.0
+
+
 async def run_links(step: Any, claim: Claim, watch: Watch, completion: NodeCompletion,
                     execute: Execute) -> list[ChainLink]:
     """Run the links that follow the node of ``step`` (a ``step.StepContext``), whose
@@ -118,20 +131,24 @@ async def run_links(step: Any, claim: Claim, watch: Watch, completion: NodeCompl
         return []
     registry, observer = step.env.registry, opts.observer
     hand = InHand(step.plan, step.graph, registry, {**claim.outputs, step.node.id: completion.outputs})
+    # Every link runs as attempt 1 of a first claim, on the outputs in hand (their claims
+    # are made when the chain is stored).
+    claimed = Claim(kind="run", claims=1, run_input=claim.run_input, session_id=claim.session_id,
+                    workspace=claim.workspace, outputs=hand.outputs, attempt=1, token=claim.token)
     deadline = time.monotonic() + opts.fuse_max_s
     links: list[ChainLink] = []
     current, done = step.node.id, completion
-    while len(links) < opts.fuse_max_nodes and time.monotonic() < deadline:
+    chars = completion.output_chars
+    while len(links) < opts.fuse_max_nodes and time.monotonic() < deadline and chars <= MAX_CHARS:
         target = hand.next_link(current, done)
         if target is None:
             break
         node = step.graph.node_by_id[target]
-        link = replace(step, node=node, node_type=registry.get(node.type))
+        link = step.of(node, registry.get(node.type))
         started_at, own, usage = time.monotonic(), list[NodeEvent](), Usage()
         with UNOBSERVED if observer is None else observe(observer, ObservedNode(
                 step.plan, node.id, node.type, node.name, 1, step.env.worker_id)) as seen:
-            done, _ = await execute(link, replace(claim, outputs=hand.outputs, attempt=1, claims=1, resume=None),
-                                    watch, usage, own)
+            done, _ = await execute(link, claimed, watch, usage, own)
             done.events[:0] = own  # what it streamed comes before its completed event
             reported = with_usage(done.events, usage)
             if observer is not None:
@@ -141,5 +158,6 @@ async def run_links(step: Any, claim: Claim, watch: Watch, completion: NodeCompl
         stamp_duration(done, started_at)
         links.append(ChainLink(target, done))
         hand.outputs[target] = done.outputs
+        chars += done.output_chars
         current = target
     return links

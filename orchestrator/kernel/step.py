@@ -28,7 +28,7 @@ from .errors import (
     WaitRequested,
 )
 from .expressions import Scope
-from .fusion import run_links, stamp_duration
+from .fusion import run_links, stamp_duration, stamped_s
 from .gathering import Gathered, gather
 from .graph import ERROR_PORT, Graph, Node
 from .limits import enter_ceiling, leave_ceiling, resolve_limits
@@ -156,6 +156,10 @@ class StepContext:
     def options(self) -> StepOptions:
         return self.env.options
 
+    def of(self, node: Node, node_type: NodeType) -> StepContext:
+        """The step of another node of the same run (a chain's link, fusion.py)."""
+        return StepContext(env=self.env, plan=self.plan, graph=self.graph, node=node, node_type=node_type)
+
     def event(self, event_type: str, data: dict[str, Any] | None = None, attempt: int = 1) -> NodeEvent:
         """A node event; ``started``, ``completed`` and ``error`` say which worker ran it."""
         event = node_event(self.env, self.plan.run_id, self.node, event_type, data)
@@ -235,19 +239,11 @@ async def run_step(env: StepEnvironment, run_id: str, node_id: str, *,
     if ready.stale:  # a later claim superseded this one: nothing was applied
         log.warning("run %s node %s: completion refused (token %d superseded)", run_id, node_id, claim.token)
         return StepOutcome(ready=[], ran=True, status="stale", node_type=node.type)
-    fused = [(graph.node_by_id[k.node_id].type, k.completion.status, _duration_s(k.completion))
+    fused = [(graph.node_by_id[k.node_id].type, k.completion.status, stamped_s(k.completion))
              for k in links[:max(0, ready.applied - 1)]]
     return StepOutcome(ready=ready.nodes, ran=True, status=completion.status, node_type=node.type,
                        duration_s=duration_s, retry_in_s=retry_in_s, queued=ready.queued,
                        usage=usage.to_json() if reported else {}, claims=ready.claims, fused=fused)
-
-
-def _duration_s(completion: NodeCompletion) -> float:
-    """A stored link's execution time, from its ``completed`` event (fusion.stamp_duration)."""
-    for ev in completion.events:
-        if ev.event_type == EventType.COMPLETED and ev.data is not None:
-            return float(ev.data.get("duration_ms", 0.0)) / 1000
-    return 0.0
 
 
 async def _execute_node(step: StepContext, claim: Claim, watch: Watch, usage: Usage,
@@ -341,7 +337,8 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch, usage: Us
     preview, cut = output_preview(result.outputs, texts)
     completed = step.event(EventType.COMPLETED, {"outputs": preview, "outputs_truncated": cut,
                                                  "parameters": resolved}, attempt)
-    return NodeCompletion(status=NodeStatus.SUCCEEDED, outputs=result.outputs, events=[*extra, completed]), None
+    return NodeCompletion(status=NodeStatus.SUCCEEDED, outputs=result.outputs, events=[*extra, completed],
+                          output_chars=sum(map(len, texts.values())) if texts else 0), None
 
 
 async def _acquire_limits(step: StepContext, claim: Claim, scope: Scope) -> None:

@@ -108,6 +108,9 @@ class NodeCompletion:
     # sweeper sends a node whose retry is long overdue again (the delayed message died
     # with its worker).
     retry_delay_s: float | None = None
+    # The length of the outputs' JSON text when the step measured it (its output checks);
+    # 0 when not measured.
+    output_chars: int = 0
 
 
 @dataclass

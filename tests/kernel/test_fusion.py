@@ -114,3 +114,13 @@ async def test_a_link_that_reads_a_node_not_in_hand_is_not_run_in_the_chain() ->
     # claim, which reads a from the store
     assert [[t for t, _, _ in o.fused] for o in outcomes] == [["shift"], [], []]
     assert host.store.outputs(host.run_id)["d"]["out"].value == 3
+
+
+async def test_a_chain_stops_growing_once_its_outputs_pass_the_bytes_one_call_may_carry(monkeypatch: Any) -> None:
+    from orchestrator.kernel import fusion
+
+    monkeypatch.setattr(fusion, "MAX_CHARS", 1)  # each output here is one digit of JSON
+    host = Host(chain(("b", "shift", {}), ("c", "shift", {}), ("d", "shift", {})), fuse=8)
+    outcomes = await host.run()
+    assert [[t for t, _, _ in o.fused] for o in outcomes] == [["shift"], ["shift"]]
+    assert host.store.outputs(host.run_id)["d"]["out"].value == 4
