@@ -25,6 +25,7 @@ runs as any node handed over, with its own claim, retries and error handling.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -41,6 +42,8 @@ from .usage import Usage
 
 if TYPE_CHECKING:
     from .supervision import Watch
+
+log = logging.getLogger("orchestrator.fusion")
 
 # A chain grows no further once its outputs pass this much JSON: the one script call that
 # stores it carries them all (each node's own outputs may reach ORCH_MAX_OUTPUT_BYTES).
@@ -139,25 +142,28 @@ async def run_links(step: Any, claim: Claim, watch: Watch, completion: NodeCompl
     links: list[ChainLink] = []
     current, done = step.node.id, completion
     chars = completion.output_chars
-    while len(links) < opts.fuse_max_nodes and time.monotonic() < deadline and chars <= MAX_CHARS:
-        target = hand.next_link(current, done)
-        if target is None:
-            break
-        node = step.graph.node_by_id[target]
-        link = step.of(node, registry.get(node.type))
-        started_at, own, usage = time.monotonic(), list[NodeEvent](), Usage()
-        with UNOBSERVED if observer is None else observe(observer, ObservedNode(
-                step.plan, node.id, node.type, node.name, 1, step.env.worker_id)) as seen:
-            done, _ = await execute(link, claimed, watch, usage, own)
-            done.events[:0] = own  # what it streamed comes before its completed event
-            reported = with_usage(done.events, usage)
-            if observer is not None:
-                seen.end(ObservedEnd(done.status, done.error, reported))
-        if done.status != NodeStatus.SUCCEEDED:
-            break  # unstored: it runs as any node handed over
-        stamp_duration(done, started_at)
-        links.append(ChainLink(target, done))
-        hand.outputs[target] = done.outputs
-        chars += done.output_chars
-        current = target
+    try:
+        while len(links) < opts.fuse_max_nodes and time.monotonic() < deadline and chars <= MAX_CHARS:
+            target = hand.next_link(current, done)
+            if target is None:
+                break
+            node = step.graph.node_by_id[target]
+            link = step.of(node, registry.get(node.type))
+            started_at, own, usage = time.monotonic(), list[NodeEvent](), Usage()
+            with UNOBSERVED if observer is None else observe(observer, ObservedNode(
+                    step.plan, node.id, node.type, node.name, 1, step.env.worker_id)) as seen:
+                done, _ = await execute(link, claimed, watch, usage, own)
+                done.events[:0] = own  # what it streamed comes before its completed event
+                reported = with_usage(done.events, usage)
+                if observer is not None:
+                    seen.end(ObservedEnd(done.status, done.error, reported))
+            if done.status != NodeStatus.SUCCEEDED:
+                break  # unstored: it runs as any node handed over
+            stamp_duration(done, started_at)
+            links.append(ChainLink(target, done))
+            hand.outputs[target] = done.outputs
+            chars += done.output_chars
+            current = target
+    except Exception:  # a fault of the chain's own code (a link's failure is node data): store what ran
+        log.exception("run %s: the chain after node %s stopped", step.plan.run_id, current)
     return links

@@ -151,6 +151,33 @@ async def test_run_finishes_with_right_outputs_when_the_process_running_a_node_i
     assert duplicates == {}
 
 
+async def test_a_worker_killed_mid_chain_loses_its_links_which_run_again_after_the_first_node(
+    pool: WorkerProcesses, store: RedisRunStore, registry: Registry, celery: Any,
+    sweeping: Sweeper, tmp_path: Path,
+) -> None:
+    """The step of the chain's first node runs the pure links a and ps after it
+    (kernel/fusion.py): nothing of the chain is stored until it ends, so a worker killed
+    during ps loses it all; the first node's lease expires, it runs again on the other
+    worker with its links after it, and each node completes once."""
+    g = graph([("t", "manual_trigger", "Start"), ("a", "set_fields", "Set", {"fields": {"k": 1}}),
+               ("ps", "pure_stall", "Link", {"pid_dir": str(tmp_path), "delay_s": 2, "value": "kept"}),
+               ("p", "probe", "After")],
+              [("t", "output", "a", "input"), ("a", "output", "ps", "input"), ("ps", "output", "p", "input")])
+    run_id = await start(store, registry, celery, g)
+    os.kill(await first_pid(tmp_path, "ps"), signal.SIGKILL)
+    result = await collect(store, run_id, await wait_for_terminal(store, run_id, 40))
+    assert result.status == "succeeded"
+    assert result.output("ps") == {"value": "kept", "input": {"x": 1, "k": 1}}
+    counts = node_event_counts(result)
+    assert all(counts[(n, "completed")] == 1 for n in ("t", "a", "ps", "p"))
+    assert len(list(tmp_path.glob("ps.*"))) == 2  # ps ran twice, in the lost chain and after a's rerun
+    # The chain's first node (t here, whose step ran a and ps as links) ran again, reclaimed;
+    # its links started once: the lost chain stored nothing of them.
+    first = [n for n in ("t", "a") if len(result.of(n, "started")) == 2]
+    assert len(first) == 1 and (result.of(first[0], "started")[1].data or {}).get("reclaimed")
+    assert counts[("a", "started")] + counts[("t", "started")] == 3 and counts[("ps", "started")] == 1
+
+
 async def test_redelivered_task_of_a_stored_node_only_dispatches_its_successors(
     pool: WorkerProcesses, store: RedisRunStore, registry: Registry, celery: Any,
     sweeping: Sweeper, kill_dir: Path,

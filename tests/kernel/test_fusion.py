@@ -124,3 +124,21 @@ async def test_a_chain_stops_growing_once_its_outputs_pass_the_bytes_one_call_ma
     outcomes = await host.run()
     assert [[t for t, _, _ in o.fused] for o in outcomes] == [["shift"], ["shift"]]
     assert host.store.outputs(host.run_id)["d"]["out"].value == 4
+
+
+async def test_a_fault_of_the_chain_itself_stores_what_ran_and_the_run_goes_on(monkeypatch: Any) -> None:
+    from orchestrator.kernel import fusion
+
+    real = fusion.InHand.next_link
+
+    def faulty(self: Any, node_id: str, completion: Any) -> str | None:
+        if node_id == "b":
+            raise RuntimeError("a bug")
+        return real(self, node_id, completion)
+
+    monkeypatch.setattr(fusion.InHand, "next_link", faulty)
+    host = Host(chain(("b", "shift", {}), ("c", "shift", {}), ("d", "shift", {})), fuse=8)
+    outcomes = await host.run()
+    assert [[t for t, _, _ in o.fused] for o in outcomes] == [["shift"], ["shift"]]  # b; then c's step ran d
+    assert host.store.outputs(host.run_id)["d"]["out"].value == 4
+    assert (await host.store.get_run(host.run_id)).status == RunStatus.SUCCEEDED
