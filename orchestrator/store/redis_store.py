@@ -649,7 +649,7 @@ class RedisRunStore(RunStore):
             return await super().complete_chain(run_id, links, take=take, token=token)
         named: list[dict[str, Any]] = []
         texts: list[str] = []
-        nbytes = self._event_bytes.pop(run_id, 0)
+        appended = nbytes = self._event_bytes.pop(run_id, 0)
         for i, link in enumerate(links):
             args, own = self._completion_args(run_id, link.node_id, link.completion, take.max_nodes,
                                               token if i == 0 else None)
@@ -667,7 +667,10 @@ class RedisRunStore(RunStore):
                                  [self._lease(run_id, links[0].node_id), *budget_keys])
         applied, last = int(reply[0]), reply[1]
         if applied == 0 and last[0] == "budget":  # stored as complete_node stores a refusal
-            return await self.complete_node(run_id, links[0].node_id, links[0].completion, take=take, token=token)
+            self._event_bytes[run_id] = self._event_bytes.get(run_id, 0) + appended  # counted there
+            alone = await self.complete_node(run_id, links[0].node_id, links[0].completion, take=take, token=token)
+            alone.applied = 0 if alone.stale else 1
+            return alone
         ready = self._ready(run_id, last)
         for link in links[:applied]:
             _count_published(link.completion.events)

@@ -60,3 +60,26 @@ async def test_a_run_budget_counts_the_bytes_stored_not_the_characters(
     else:
         record = await store.get_run(plan.run_id)
         assert record.error is not None and record.error["limit"] == "ORCH_RUN_MAX_BYTES"
+
+
+async def test_a_chain_over_a_run_budget_stores_its_first_link_alone(redis_store: RedisRunStore) -> None:
+    """Three 100 KB links against a 250 KB run budget: the chain's one reservation is
+    refused, the first link is stored alone (it fits), and it hands the next over, claimed:
+    that one runs on its own and meets the budget then."""
+    from orchestrator.kernel.store import ChainLink, Take
+    from tests.conformance.test_next_claim import TAKEN, compiled_chain_with_t_running
+
+    settings = redis_store.settings.model_copy(update={"workspace_max_bytes": 0, "run_max_bytes": 250 * KB})
+    store = RedisRunStore(redis_store.redis, settings)
+    run_id, token = await compiled_chain_with_t_running(store)
+
+    def link(node: str) -> ChainLink:
+        return ChainLink(node, NodeCompletion(status=NodeStatus.SUCCEEDED,
+                                              outputs={"out": DataValue("data", node * (100 * KB))}))
+
+    ready = await store.complete_chain(run_id, [link("t"), link("b"), link("c")], take=Take(1, claim_taken=TAKEN),
+                                       token=token)
+    assert ready.applied == 1 and ready.nodes == ["b"] and ready.claims["b"].kind == "run"
+    states = await store.node_states(run_id)
+    assert (states["t"], states["b"], states["c"]) == ("succeeded", "running", "pending")
+    assert (await store.read_outputs(run_id, ["t"]))["t"]["out"].value == "t" * (100 * KB)
