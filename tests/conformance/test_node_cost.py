@@ -134,10 +134,13 @@ async def test_a_chain_links_completion_reads_nothing_it_already_knows(redis_sto
     counted = await commands(redis_store)
     assert counted.get("hexists", 0) == 0, counted
     # The run's shared-plan name, status and stored bytes (its budget), the fencing token,
-    # t's status, the adjacency of t and b, b's initial count, status and claim data: ten
+    # t's status, the adjacency of t and b, b's initial count, status and claim data: nine
     # HGETs (fourteen before: the run's status, b's status and its live count read again,
-    # and b's attempt, now read with its token and claim count).
-    assert counted["hget"] == 10, counted
+    # b's attempt, now read with its token and claim count, and b's resume payload, which a
+    # node made ready in this call cannot have).
+    assert counted["hget"] == 9, counted
+    # Nor its lease or sent time: b was never claimed or sent.
+    assert counted.get("exists", 0) == 0 and counted.get("hdel", 0) == 0, counted
     # t's live port, b's pending count, the run's remaining count and bytes: b's token and
     # claim count are one HMGET and one HSET (two more HINCRBYs before).
     assert counted["hincrby"] == 4, counted

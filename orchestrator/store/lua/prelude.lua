@@ -287,9 +287,12 @@ local function claim(node, lease_key, lease_ms, started, read, known)
     for _, n in ipairs(undispatched()) do table.insert(out, n) end
     return out
   end
+  -- A node the caller made ready in this call (`known.fresh`) was never claimed, sent or
+  -- resumed: no lease, sent time or resume payload to look for.
+  local fresh = known.fresh
   -- A live lease is busy whoever holds it (this worker too: a redelivered copy of a node it
   -- runs must not supersede the execution under way).
-  if redis.call('EXISTS', lease_key) == 1 then
+  if not fresh and redis.call('EXISTS', lease_key) == 1 then
     return {'busy', 0}
   end
   -- A suspended node holds no worker; it runs again only after resume_node.
@@ -314,9 +317,10 @@ local function claim(node, lease_key, lease_ms, started, read, known)
   -- A claimed node is dispatched by definition (a node run in-process is claimed without a
   -- task), and its message arrived: no longer one the sweeper may have to send again.
   redis.call('SADD', K_DISPATCHED, node)
-  redis.call('HDEL', K_SENT, node)
+  if not fresh then redis.call('HDEL', K_SENT, node) end
   redis.call('HSET', K_NODES, node, 'running')
-  local resume = redis.call('HGET', K_RESUME, node)
+  local resume = nil
+  if not fresh then resume = redis.call('HGET', K_RESUME, node) end
   if claims == 1 and attempt == 1 then
     append(known.stamped and started or stamped(started))
   else
@@ -354,7 +358,8 @@ end
 -- the node's plan data (`:claim:<node>`: its ids in the started event, what its step reads)
 -- describe; a node without that plan data (written by an older release) is not claimed.
 -- The caller has found the run active in this call; `statuses` (or nil): the nodes whose
--- status it read in this call, and nothing changed since (a node it made ready: pending).
+-- status it read in this call, and nothing changed since (a node it made ready in this
+-- call, and only such a node: pending).
 -- Returns {node, claim reply, ...} of the granted claims; a claim not granted is not
 -- returned: the caller's own claim call then gets the same answer.
 local function claim_nodes(nodes, from, taken, statuses)
@@ -365,8 +370,9 @@ local function claim_nodes(nodes, from, taken, statuses)
     local raw = redis.call('HGET', K_ADJ, ':claim:' .. n)
     if raw then  -- a node of the plan (only those have claim data)
       local data = cjson.decode(raw)
+      local status = statuses and statuses[n]
       reply = claim(n, taken.lease .. n, taken.lease_ms, head .. data.ids .. taken.tail, data.read,
-                    {active = true, planned = true, status = statuses and statuses[n], stamped = true})
+                    {active = true, planned = true, status = status, stamped = true, fresh = status == 'pending'})
     end
     if reply and reply[1] == 'run' then
       table.insert(granted, n)
