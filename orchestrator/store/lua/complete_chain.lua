@@ -25,12 +25,11 @@ local function answer(applied, reply)
   return {applied, reply}
 end
 
--- The token of the claim `reply` made for `node`, when it handed over `node` and nothing else.
+-- Whether `reply` handed over `node` and nothing else, with a claim granted for it.
 local function handed_alone(reply, node)
-  if reply[1] ~= 'claimed' or #reply ~= 5 or reply[5] ~= node then return nil end
+  if reply[1] ~= 'claimed' or #reply ~= 5 or reply[5] ~= node then return false end
   local granted = reply[2]
-  if #granted ~= 2 or granted[1] ~= node or granted[2][1] ~= 'run' then return nil end
-  return tonumber(granted[2][7])
+  return #granted == 2 and granted[1] == node and granted[2][1] == 'run'
 end
 
 local reply = nil
@@ -45,8 +44,7 @@ for i, link in ipairs(links) do
   link.events = events
   local lease = K_LEASE
   if i > 1 then
-    local token = handed_alone(reply, link.node)
-    if not token then return answer(i - 1, reply) end
+    if not handed_alone(reply, link.node) then return answer(i - 1, reply) end
     -- its claim was granted above, in this call: no later one can have superseded it
     link.token, link.take, link.taken = nil, first.take, first.taken
     lease = first.taken.lease .. link.node
