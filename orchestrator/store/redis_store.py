@@ -57,10 +57,8 @@ import asyncio
 import json
 import time
 import uuid
-from collections import Counter, OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
-from functools import cache
-from pathlib import Path
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from redis.asyncio import Redis
@@ -107,15 +105,20 @@ from orchestrator.store.creation import started_json as _started_json
 from orchestrator.store.creation import started_parts as _started_parts
 from orchestrator.store.keys import Keys
 from orchestrator.store.plan_reads import PLAN_CACHE_SIZE, RunPlans
+from orchestrator.store.scripts import (
+    COMPLETE_EVENTS,
+    SCRIPTS,
+    budget_json,
+    claim_args,
+    count_published,
+    lua_source,
+    over_budget,
+    with_taken,
+)
 from orchestrator.store.storage_budget import StorageBudget, store_full_errors
 from orchestrator.store.waits import WaitTimers
 from orchestrator.telemetry import metrics
 
-LUA_DIR = Path(__file__).parent / "lua"
-SCRIPTS = (
-    "create", "claim", "renew", "append", "dispatched", "complete", "complete_chain", "finish", "resume",
-    "seed", "take", "start_guard",
-)
 SHARED_KEYS_KNOWN = 1024  # plan data keys one process remembers having seen in Redis
 STATUS_MAX_AGE_S = 0.1  # a run status read is shared this long by the nodes polling it
 EVENT_COUNT_CHUNK_BYTES = 64 * 1024  # appended events are counted against budgets this much at a time
@@ -128,66 +131,6 @@ _FINISH_EVENTS = {
     RunStatus.FAILED: EventType.RUN_FAILED,
     RunStatus.SUCCEEDED: EventType.RUN_COMPLETED,
 }
-
-
-STANDALONE = frozenset({"renew", "start_guard"})  # scripts with keys of their own (no run key layout)
-COMPLETING = frozenset({"complete", "complete_chain"})  # scripts that apply completions (lua/completion.lua)
-
-
-@cache
-def _lua_source(name: str) -> str:
-    """A script with the shared prelude (key layout and helpers) in front."""
-    source = (LUA_DIR / f"{name}.lua").read_text()
-    if name in STANDALONE:
-        return source
-    if name in COMPLETING:
-        source = (LUA_DIR / "completion.lua").read_text() + "\n" + source
-    return (LUA_DIR / "prelude.lua").read_text() + "\n" + source
-
-
-# complete.lua's text arguments after the named fields and the budget (ARGV[8..]), in this
-# order, then the completion's own events (ARGV[15..]); see RedisRunStore._completion_args.
-COMPLETE_TEXTS = ("outputs", "payload", "error", "run_completed", "run_failed", "run_waiting", "node_template")
-COMPLETE_EVENTS = len(COMPLETE_TEXTS)
-
-
-def _claim_args(request: ClaimRequest) -> dict[str, Any]:
-    """lua/prelude.lua ``claim``'s named arguments (claim.lua's)."""
-    return {"node": request.node_id, "lease_ms": max(1, int(request.lease_s * 1000)),
-            "started": _event_json(request.started), "read": list(request.read)}
-
-
-def _count_published(events: Iterable[NodeEvent]) -> None:
-    """The events a script call appended, in the published-events metric (one increment
-    per event type)."""
-    for event_type, count in Counter(event.event_type for event in events).items():
-        metrics.child(metrics.EVENTS_PUBLISHED, event_type).inc(count)
-
-
-def _with_taken(args_json: str, taken_json: str) -> str:
-    """complete.lua's named arguments (a JSON object's text) with ``taken`` (JSON text, or
-    '' for none) added as its last field, without encoding it again."""
-    return f'{args_json[:-1]},"taken":{taken_json}}}' if taken_json else args_json
-
-
-def _budget_json(nbytes: int, ws_max: int, run_max: int, expire_at: int) -> str:
-    """complete.lua's budget argument: the JSON object ``{"bytes", "ws_max", "run_max",
-    "expire_at"}`` of four integers, written without an encoder (one per completion)."""
-    return f'{{"bytes":{int(nbytes)},"ws_max":{int(ws_max)},"run_max":{int(run_max)},"expire_at":{int(expire_at)}}}'
-
-
-def over_budget(run_id: str, node_id: str, completion: NodeCompletion, exc: StorageBudgetError) -> NodeCompletion:
-    """What is stored instead of a completion that would pass a storage budget: the node
-    failed, naming the budget, and its run stops (it could store nothing more)."""
-    own = next((e for e in completion.events if e.node_id == node_id), None)
-    info = {**exc.to_dict(), "node_id": node_id}
-    if own is not None and own.node_name:
-        info["node_name"] = own.node_name
-    event = NodeEvent(run_id=run_id, node_id=node_id, node_type=own.node_type if own else "",
-                      node_name=own.node_name if own else None, event_type=EventType.ERROR,
-                      data={"error": info, "recoverable": False, "mode": "stop"},
-                      attempt=own.attempt if own else 1)
-    return NodeCompletion(status=NodeStatus.FAILED, error=info, stop_run=True, events=[event])
 
 
 class RedisRunStore(RunStore):
@@ -205,7 +148,7 @@ class RedisRunStore(RunStore):
         # A cluster wakes subscribers with sharded pub/sub (the channel's shard only); one
         # Redis with classic PUBLISH (Redis 7's SPUBLISH is not needed there).
         self._publish = "SPUBLISH" if self.keys.tagged else "PUBLISH"
-        self._scripts = {name: redis.register_script(_lua_source(name)) for name in SCRIPTS}
+        self._scripts = {name: redis.register_script(lua_source(name)) for name in SCRIPTS}
         # Commands of concurrent node steps share round trips (orchestrator/store/batching.py).
         self._batch = CommandBatcher(redis)
         self.plans = RunPlans(self.keys, self._batch.execute)
@@ -390,7 +333,7 @@ class RedisRunStore(RunStore):
         self.plans.remember(plan)
         self._know_workspace(run_id, fields["workspace"])
         if created == 2 and started is not None:  # the start node's completion applied
-            _count_published(started.completion.events)
+            count_published(started.completion.events)
             return nodes
         return list(plan.start)
 
@@ -420,7 +363,7 @@ class RedisRunStore(RunStore):
         if self.budget.sums_others:
             await self.budget.refresh_others(workspace)
         _, keys, (count, ws_max, run_max, expire_at) = self.budget.request(nbytes, workspace=workspace, run_id=run_id)
-        return _budget_json(count, ws_max, run_max, expire_at), keys
+        return budget_json(count, ws_max, run_max, expire_at), keys
 
     async def _create(self, run_id: str, args: list[Any], extra_keys: Sequence[str],
                       extra: CreateExtra) -> tuple[int, list[str]]:
@@ -524,7 +467,7 @@ class RedisRunStore(RunStore):
         )
 
     async def claim_node(self, run_id: str, request: ClaimRequest, *, worker_id: str) -> Claim:
-        args = _claim_args(request)
+        args = claim_args(request)
         return self._claim(run_id, await self._call("claim", run_id, [_dumps(args)],
                                                     [self.keys.lease(run_id, request.node_id)]))
 
@@ -612,7 +555,7 @@ class RedisRunStore(RunStore):
             workspace = self._workspaces.get(run_id) or await self._workspace(run_id)  # known after its claim
             budget, budget_keys = await self._reservation(nbytes, workspace, run_id)
         node_lease = self._lease(run_id, node_id)
-        reply = await self._call("complete", run_id, [_with_taken(_dumps(args), taken), budget, *texts],
+        reply = await self._call("complete", run_id, [with_taken(_dumps(args), taken), budget, *texts],
                                  [node_lease, *budget_keys])
         if reply[0] == "budget":
             try:
@@ -623,7 +566,7 @@ class RedisRunStore(RunStore):
             reply = await self._call("complete", run_id, [_dumps(args), "", *texts], [node_lease])
         ready = self._ready(run_id, reply)
         if not ready.stale:
-            _count_published(completion.events)
+            count_published(completion.events)
         return ready
 
     def _ready(self, run_id: str, reply: list[Any]) -> Ready:
@@ -663,7 +606,7 @@ class RedisRunStore(RunStore):
             workspace = self._workspaces.get(run_id) or await self._workspace(run_id)
             named[0]["budget"], budget_keys = await self._reservation(nbytes, workspace, run_id)
         taken = self._taken_text(run_id, take.claim_taken)
-        items = [_with_taken(_dumps(named[0]), taken), *(_dumps(args) for args in named[1:])]
+        items = [with_taken(_dumps(named[0]), taken), *(_dumps(args) for args in named[1:])]
         reply = await self._call("complete_chain", run_id, ["[" + ",".join(items) + "]", *texts],
                                  [self._lease(run_id, links[0].node_id), *budget_keys])
         applied, last = int(reply[0]), reply[1]
@@ -673,7 +616,7 @@ class RedisRunStore(RunStore):
             alone.applied = 0 if alone.stale else 1
             return alone
         ready = self._ready(run_id, last)
-        _count_published(event for link in links[:applied] for event in link.completion.events)
+        count_published(event for link in links[:applied] for event in link.completion.events)
         ready.applied = applied
         return ready
 

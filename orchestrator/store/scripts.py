@@ -1,0 +1,84 @@
+"""The run store's Lua scripts (``lua/``) and the arguments they take that are not plain
+fields: each script's source with the shared prelude (and ``completion.lua`` for the
+scripts that apply completions), the claim's named arguments, a completion's texts and
+``taken`` and budget arguments, what is stored instead of a completion over a budget, and
+the published-events count of what a script appended."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import StorageBudgetError
+from orchestrator.kernel.protocol import EventType, NodeEvent
+from orchestrator.kernel.store import ClaimRequest, NodeCompletion, NodeStatus
+from orchestrator.store.creation import event_json
+from orchestrator.telemetry import metrics
+
+LUA_DIR = Path(__file__).parent / "lua"
+SCRIPTS = (
+    "create", "claim", "renew", "append", "dispatched", "complete", "complete_chain", "finish", "resume",
+    "seed", "take", "start_guard",
+)
+
+STANDALONE = frozenset({"renew", "start_guard"})  # scripts with keys of their own (no run key layout)
+COMPLETING = frozenset({"complete", "complete_chain"})  # scripts that apply completions (lua/completion.lua)
+
+
+@cache
+def lua_source(name: str) -> str:
+    """A script with the shared prelude (key layout and helpers) in front."""
+    source = (LUA_DIR / f"{name}.lua").read_text()
+    if name in STANDALONE:
+        return source
+    if name in COMPLETING:
+        source = (LUA_DIR / "completion.lua").read_text() + "\n" + source
+    return (LUA_DIR / "prelude.lua").read_text() + "\n" + source
+
+
+# complete.lua's text arguments after the named fields and the budget (ARGV[8..]), in this
+# order, then the completion's own events (ARGV[15..]); see RedisRunStore._completion_args.
+COMPLETE_TEXTS = ("outputs", "payload", "error", "run_completed", "run_failed", "run_waiting", "node_template")
+COMPLETE_EVENTS = len(COMPLETE_TEXTS)
+
+
+def claim_args(request: ClaimRequest) -> dict[str, Any]:
+    """lua/prelude.lua ``claim``'s named arguments (claim.lua's)."""
+    return {"node": request.node_id, "lease_ms": max(1, int(request.lease_s * 1000)),
+            "started": event_json(request.started), "read": list(request.read)}
+
+
+def count_published(events: Iterable[NodeEvent]) -> None:
+    """The events a script call appended, in the published-events metric (one increment
+    per event type)."""
+    for event_type, count in Counter(event.event_type for event in events).items():
+        metrics.child(metrics.EVENTS_PUBLISHED, event_type).inc(count)
+
+
+def with_taken(args_json: str, taken_json: str) -> str:
+    """complete.lua's named arguments (a JSON object's text) with ``taken`` (JSON text, or
+    '' for none) added as its last field, without encoding it again."""
+    return f'{args_json[:-1]},"taken":{taken_json}}}' if taken_json else args_json
+
+
+def budget_json(nbytes: int, ws_max: int, run_max: int, expire_at: int) -> str:
+    """complete.lua's budget argument: the JSON object ``{"bytes", "ws_max", "run_max",
+    "expire_at"}`` of four integers, written without an encoder (one per completion)."""
+    return f'{{"bytes":{int(nbytes)},"ws_max":{int(ws_max)},"run_max":{int(run_max)},"expire_at":{int(expire_at)}}}'
+
+
+def over_budget(run_id: str, node_id: str, completion: NodeCompletion, exc: StorageBudgetError) -> NodeCompletion:
+    """What is stored instead of a completion that would pass a storage budget: the node
+    failed, naming the budget, and its run stops (it could store nothing more)."""
+    own = next((e for e in completion.events if e.node_id == node_id), None)
+    info = {**exc.to_dict(), "node_id": node_id}
+    if own is not None and own.node_name:
+        info["node_name"] = own.node_name
+    event = NodeEvent(run_id=run_id, node_id=node_id, node_type=own.node_type if own else "",
+                      node_name=own.node_name if own else None, event_type=EventType.ERROR,
+                      data={"error": info, "recoverable": False, "mode": "stop"},
+                      attempt=own.attempt if own else 1)
+    return NodeCompletion(status=NodeStatus.FAILED, error=info, stop_run=True, events=[event])
