@@ -7,10 +7,10 @@ completion alone feeds it, and everything its step reads is in hand, the step ru
 once instead of storing the completion and having the next link claimed and its inputs
 read back; then the same for that node's successor, up to ``StepOptions.fuse_max_nodes``
 links, no new link once the chain has run ``fuse_max_s`` or its outputs pass ``MAX_CHARS``
-of JSON. The links' completions are
-stored with the first in one store call (``RunStore.complete_chain``): the same state
-changes and events, in the same order, as a call per link; each link's ``started`` event
-is appended by the claim that call makes for it.
+of JSON. The links' completions are stored with the first in one store call
+(``RunStore.complete_chain``): the same state changes and events, in the same order, as a
+call per link; each link's ``started`` event is appended by the claim that call makes for
+it.
 
 What a crash costs: nothing of a chain is stored before that call. A worker lost meanwhile
 loses the links' executions with the first node's; the first node runs again when its

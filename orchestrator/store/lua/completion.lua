@@ -1,4 +1,4 @@
--- Included after the prelude by complete.lua and complete_chain.lua (redis_store._lua_source).
+-- Included after the prelude by complete.lua and complete_chain.lua (store/scripts.py lua_source).
 -- Apply one node's completion exactly once: the Lua twin of
 -- orchestrator/kernel/scheduling.py:complete, plus storage, events and the run's end.
 -- `args`, named fields (complete.lua: ARGV[6], one JSON object):

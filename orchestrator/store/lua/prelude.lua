@@ -1,4 +1,4 @@
--- Shared by every script (workers/store.py prepends it). Keys and the first ARGVs have
+-- Shared by every script (orchestrator/store/scripts.py prepends it). Keys and the first ARGVs have
 -- one fixed layout so each script reads the run's keys by name:
 --   KEYS[1..15]  the run's keys (Keys.run_keys order, ending adj, suspend, resume, queue, sent)
 --   KEYS[16]     {p}:runs:active          KEYS[17]  {p}:runs:queued
