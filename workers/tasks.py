@@ -97,9 +97,9 @@ async def _step(run_id: str, node_id: str, *, promised: bool, claimed: Claim | N
     if outcome.ran and outcome.status != "stale" and (outcome.status == NodeStatus.WAITING or not outcome.ready):
         await _settle_children(run_id, node_id, outcome)  # (else it has nothing to settle)
     if outcome.ran:
-        metrics.child(metrics.NODE_DURATION, outcome.node_type).observe(outcome.duration_s)
-        metrics.child(metrics.NODE_RUNS, outcome.node_type, outcome.status).inc()
-        for node_type, status, duration_s in outcome.fused:  # the pure nodes run after it (kernel/fusion.py)
+        # the node, then the pure nodes run after it in the same step (kernel/fusion.py)
+        for node_type, status, duration_s in [(outcome.node_type, outcome.status, outcome.duration_s),
+                                              *outcome.fused]:
             metrics.child(metrics.NODE_DURATION, node_type).observe(duration_s)
             metrics.child(metrics.NODE_RUNS, node_type, status).inc()
         if outcome.usage and outcome.status != "stale":

@@ -113,6 +113,7 @@ from orchestrator.store.scripts import (
     count_published,
     lua_source,
     over_budget,
+    stored_bytes,
     with_taken,
 )
 from orchestrator.store.storage_budget import StorageBudget, store_full_errors
@@ -548,8 +549,7 @@ class RedisRunStore(RunStore):
         max_nodes = None if take is None else take.max_nodes
         args, texts = self._completion_args(run_id, node_id, completion, max_nodes, token)
         taken = "" if take is None or take.claim_taken is None else self._taken_text(run_id, take.claim_taken)
-        stored = utf8_len(texts[0]) + utf8_len(texts[1]) + sum(utf8_len(e) for e in texts[COMPLETE_EVENTS:])
-        nbytes = stored + self._event_bytes.pop(run_id, 0)
+        nbytes = stored_bytes(texts) + self._event_bytes.pop(run_id, 0)
         budget, workspace, budget_keys = "", "", list[Any]()
         if self.budget.enabled and nbytes > 0:
             workspace = self._workspaces.get(run_id) or await self._workspace(run_id)  # known after its claim
@@ -597,7 +597,7 @@ class RedisRunStore(RunStore):
         for i, link in enumerate(links):
             args, own = self._completion_args(run_id, link.node_id, link.completion, take.max_nodes,
                                               token if i == 0 else None)
-            nbytes += utf8_len(own[0]) + utf8_len(own[1]) + sum(utf8_len(e) for e in own[COMPLETE_EVENTS:])
+            nbytes += stored_bytes(own)
             args["budget"], args["events"] = "", len(own) - COMPLETE_EVENTS
             named.append(args)
             texts += own

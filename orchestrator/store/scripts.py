@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import StorageBudgetError
+from orchestrator.kernel.json_text import utf8_len
 from orchestrator.kernel.protocol import EventType, NodeEvent
 from orchestrator.kernel.store import ClaimRequest, NodeCompletion, NodeStatus
 from orchestrator.store.creation import event_json
@@ -43,6 +44,12 @@ def lua_source(name: str) -> str:
 # order, then the completion's own events (ARGV[15..]); see RedisRunStore._completion_args.
 COMPLETE_TEXTS = ("outputs", "payload", "error", "run_completed", "run_failed", "run_waiting", "node_template")
 COMPLETE_EVENTS = len(COMPLETE_TEXTS)
+
+
+def stored_bytes(texts: list[str]) -> int:
+    """The bytes a completion's texts (``RedisRunStore._completion_args``) store: its
+    outputs, its suspend payload and its events, counted against the storage budgets."""
+    return utf8_len(texts[0]) + utf8_len(texts[1]) + sum(utf8_len(e) for e in texts[COMPLETE_EVENTS:])
 
 
 def claim_args(request: ClaimRequest) -> dict[str, Any]:
