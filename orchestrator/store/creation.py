@@ -74,15 +74,16 @@ def encoded(plan: RunPlan) -> tuple[str, str, str, str]:
         raw = plan.to_json()
         body = {k: v for k, v in raw.items() if k not in ("run_id", "labels")}
         pending = [x for n, p in plan.nodes.items() for x in (n, p.pending)]  # flat: create.lua's variadic HSET
-        adj = [*(x for nid, a in adjacency(plan).items() for x in (nid, dumps(a))), *claim_data(plan)]
+        adj = [x for nid, a in adjacency(plan).items() for x in (nid, dumps(a))]
         cached = (dumps(body), dumps(pending), dumps(adj), dumps(plan.start))
         plan.memo["redis_create"] = cached
     return cast(tuple[str, str, str, str], cached)
 
 
 SHARED_DIGEST_CHARS = 32  # hex digits of sha256 naming shared plan data (128 bits)
-PLAN_DATA_FORMAT = "2"  # of the plan data's fields; 2: ":claim:<node>" (claim_data)
-CLAIM_FIELD = ":claim:"  # ':' begins no node id
+# Of the plan data's fields: 2 added ":claim:<node>"; 3 moved it into the node's adjacency
+# (`claim`) and gave each out edge its target's initial pending count.
+PLAN_DATA_FORMAT = "3"
 SharedArgs = tuple[str, str] | None  # a run's shared plan data: its key and create.lua's data ARGV
 
 
@@ -103,7 +104,7 @@ def shared_plan(plan: RunPlan) -> SharedPlan:
         body = encoded(plan)[0]
         adj = [x for nid, a in adjacency(plan).items() for x in (nid, dumps(a))]
         pending = [x for n, p in plan.nodes.items() if p.pending for x in (f":pending:{n}", p.pending)]
-        data = dumps([*adj, *pending, *claim_data(plan), ":plan", body])
+        data = dumps([*adj, *pending, ":plan", body])
         # The format is part of the name: plan data an older release wrote (without the
         # fields this one's scripts read) is never taken for this one's.
         digest = hashlib.sha256(f"{PLAN_DATA_FORMAT}\n{body}".encode()).hexdigest()[:SHARED_DIGEST_CHARS]
@@ -138,47 +139,44 @@ class StaleGraphError(GraphConflictError):
 
 
 def adjacency(plan: RunPlan) -> dict[str, dict[str, Any]]:
-    """Per-node data ``complete.lua`` needs, derived from the plan."""
-    in_ports: dict[str, list[str]] = {n: [] for n in plan.order}
-    for node in plan.nodes.values():
-        for edge in node.out:
-            if edge.target_handle not in in_ports[edge.target]:
-                in_ports[edge.target].append(edge.target_handle)
-    return {
-        nid: {
-            "out": [[e.edge_id, e.target, e.source_handle, e.target_handle] for e in node.out],
-            "required": list(node.required),
-            "in_ports": in_ports[nid],
-            "type": node.node_type,
-            "name": node.name,
-            "rank": rank,
-        }
-        for rank, nid in enumerate(plan.order)
-        for node in (plan.nodes[nid],)
-    }
-
-
-def claim_data(plan: RunPlan) -> list[str]:
-    """The adjacency hash's ``:claim:<node>`` fields, flat (field, JSON, ...): what
-    complete.lua and take.lua need to claim a node a completion or a drain takes
-    (``Take.claim_taken``): ``ids``, the node's part of its ``started`` event JSON (id, type
-    and name, as ``event_json`` writes them), and ``read``, what its step reads
-    (``lookahead.step_reads``). Built once per compiled plan (kept in ``plan.memo``)."""
-    cached = plan.memo.get("redis_claims")
+    """Per-node data the scripts need, derived from the plan (kept in ``plan.memo``):
+    ``out``, the node's flow out-edges as [edge id, target, source handle, target handle,
+    the target's flow in-edges] (the last is what a shared plan's run counts its target's
+    arrivals down from: no read of its ``:pending:`` field); its ``required`` and
+    ``in_ports`` (a countdown's should-run); ``type``, ``name`` and ``rank`` (its events,
+    plan order); and ``claim``, what complete.lua and take.lua need to claim the node when a
+    completion or a drain takes it (``Take.claim_taken``): ``ids``, the node's part of its
+    ``started`` event JSON (id, type and name, as ``event_json`` writes them), and ``read``,
+    what its step reads (``lookahead.step_reads``)."""
+    cached = plan.memo.get("redis_adjacency")
     if cached is None:
+        in_ports: dict[str, list[str]] = {n: [] for n in plan.order}
+        for node in plan.nodes.values():
+            for edge in node.out:
+                if edge.target_handle not in in_ports[edge.target]:
+                    in_ports[edge.target].append(edge.target_handle)
         graph = plan_graph(plan)
-        cached = []
-        for nid in plan.order:
+        cached = {}
+        for rank, nid in enumerate(plan.order):
             node = plan.nodes[nid]
             ids = dumps({"node_id": nid, "node_type": node.node_type, "node_name": node.name})[1:-1]
-            cached += [CLAIM_FIELD + nid, dumps({"ids": ids, "read": step_reads(plan, graph, nid)})]
-        plan.memo["redis_claims"] = cached
-    return cast(list[str], cached)
+            cached[nid] = {
+                "out": [[e.edge_id, e.target, e.source_handle, e.target_handle, plan.nodes[e.target].pending]
+                        for e in node.out],
+                "required": list(node.required),
+                "in_ports": in_ports[nid],
+                "type": node.node_type,
+                "name": node.name,
+                "rank": rank,
+                "claim": {"ids": ids, "read": step_reads(plan, graph, nid)},
+            }
+        plan.memo["redis_adjacency"] = cached
+    return cast(dict[str, dict[str, Any]], cached)
 
 
 def started_parts(run_id: str, started_data: str) -> tuple[str, str]:
     """The ``started`` event JSON of a node of run ``run_id`` with ``started_data`` (JSON)
-    as its data, around the node's ``ids`` (``claim_data``): complete.lua joins the three."""
+    as its data, around the node's ``ids`` (``adjacency``'s ``claim``): complete.lua joins the three."""
     head = f'{{"timestamp":0,"run_id":{dumps(run_id)},'
     tail = f',"event_type":"{EventType.STARTED}","data":{started_data},"attempt":1}}'
     return head, tail

@@ -19,7 +19,9 @@ Cluster"):
 =========================================  ==========  ==============================================
 key                                        type        what, TTL
 =========================================  ==========  ==============================================
-{p}:run:{id}                               hash        run record (status, graph, times, error); retention
+{p}:run:{id}                               hash        run record (status, graph, times, error, bytes
+                                                       stored, renew_at: when an active run's keys get
+                                                       their TTL again); retention
 {p}:run:{id}:plan                          string      the compiled RunPlan JSON (graph snapshot), or for a
                                                        stored graph's run its id, labels and plan data key
                                                        (the rest is in {p}:plan:{digest}); retention
@@ -40,13 +42,13 @@ key                                        type        what, TTL
 {p}:run:{id}:sent                          hash        node id -> when its task was sent (Redis clock),
                                                        until claimed (the sweeper re-sends lost ones);
                                                        retention
-{p}:run:{id}:adj                           hash        node id -> adjacency JSON for the Lua barrier,
-                                                       ":claim:<node>" -> what a completion claims it with
-                                                       (its started event's ids, what it reads); retention
+{p}:run:{id}:adj                           hash        node id -> adjacency JSON for the Lua barrier (with
+                                                       what a completion claims the node with: its started
+                                                       event's ids, what it reads); retention
 {p}:plan:{digest}                          hash        what every run of one compiled plan (a stored graph's
                                                        version) shares, in the runs' bucket: node id ->
-                                                       adjacency JSON, ":pending:<node>" -> its flow in-edges,
-                                                       ":claim:<node>" (as in adj), ":plan" -> the plan
+                                                       adjacency JSON (as in adj), ":pending:<node>" -> its
+                                                       flow in-edges, ":plan" -> the plan
                                                        JSON without run id and labels (digest: of the data
                                                        format and that JSON). Its runs' records name it
                                                        (field "shared"): they keep no copy of it and count
@@ -56,7 +58,8 @@ key                                        type        what, TTL
 {p}:run:{id}:suspend                       hash        node id -> suspend payload of a waiting node; retention
 {p}:run:{id}:resume                        hash        node id -> {payload, input} of a resumed node; retention
 {p}:run:{id}:events                        stream      the run's event log (SSE ids); capped; retention
-{p}:run:{id}:notify                        pub/sub     wake-up hint after an XADD (no payload guarantee)
+{p}:run:{id}:notify                        pub/sub     wake-up hint after a call's XADDs: the last id (no
+                                                       payload guarantee)
 {p}:runs:active                            zset        run id -> deadline (epoch s, Redis clock), for the sweeper
 {p}:waits:due                              zset        "run\nnode" -> when a waiting node's timer is due
                                                        (epoch s, Redis clock; orchestrator/store/waits.py);

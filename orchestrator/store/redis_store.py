@@ -19,16 +19,17 @@ A suspension whose payload holds a ``wake`` (a timer) gets its entry in the due 
 ``orchestrator/store/waits.py`` just before ``complete.lua`` stores it.
 
 Per-node adjacency is stored at ``create_run`` in a hash (node -> JSON ``{out, required,
-in_ports, type, name, rank}``, and ``:claim:<node>`` -> what a completion needs to claim
-the node: its part of the ``started`` event, what its step reads) so the scripts never
-parse the plan. Runs of a stored
+in_ports, type, name, rank, claim}``; ``claim``: what a completion needs to claim the node,
+its part of the ``started`` event and what its step reads) so the scripts never parse the
+plan. Runs of a stored
 graph's version share it: one hash per compiled plan and bucket (``Keys.plan_data``, with
 the initial pending counts and the plan body) that their records name, instead of a copy
 per run (most of a 52-node start's Redis time and memory); such a run's own pending hash
 counts arrivals, and no run stores 'pending' node states (a node without one is pending).
 Each event is one
-stream entry with a single field ``e`` (the NodeEvent JSON), followed by a ``PUBLISH``
-of its id on the run's notify channel (a wake-up hint only). Every key carries a TTL:
+stream entry with a single field ``e`` (the NodeEvent JSON); a script call that appended
+events ends with one ``PUBLISH`` of the last one's id on the run's notify channel (a
+wake-up hint only). Every key carries a TTL:
 ``active_ttl_s`` while the run is active, ``retention_s`` once it ended. ``create.lua``
 creates every key the nodes fill (and empty) with a placeholder member ``:`` (no node id
 begins with it), so the TTL it sets holds for the run's life; a completion renews it only
@@ -542,7 +543,7 @@ class RedisRunStore(RunStore):
         storage budgets (see the module docstring): a refusal comes back instead of being
         applied, and the node's failure naming the budget is stored in a second call. With
         ``take.claim_taken`` the same call claims each node it hands over (``claim_nodes``
-        in lua/prelude.lua), from its ``:claim:`` plan data (``creation.claim_data``)."""
+        in lua/prelude.lua), from its adjacency's ``claim`` (``creation.adjacency``)."""
         wake = (completion.payload or {}).get("wake")
         if completion.status == NodeStatus.WAITING and isinstance(wake, dict):
             await self.timers.schedule(run_id, node_id, wake)  # first: a crash leaves no untimed wait
@@ -622,7 +623,7 @@ class RedisRunStore(RunStore):
 
     def _taken_text(self, run_id: str, taken: TakenClaims) -> str:
         """complete.lua's ``taken`` as JSON text: how it claims the nodes it hands over, with
-        each node's ``:claim:`` plan data (``creation.claim_data``): the lease (its key is
+        each node's adjacency ``claim`` (``creation.adjacency``): the lease (its key is
         ``lease`` and the node id: the run's hash tag, so the run's slot), and the
         ``started`` event's JSON around the node's ids. Encoded once per run, data and
         lease length: its two pieces of event JSON are escaped whole in every encoding,

@@ -122,7 +122,8 @@ async def test_a_completion_sends_its_output_text_once(redis_store: RedisRunStor
 async def test_a_chain_links_completion_reads_nothing_it_already_knows(redis_store: RedisRunStore) -> None:
     """The completion that claims the chain's next link reads neither the run's status nor
     the link's status or plan membership a second time (its countdown and claim data
-    established them in the same call), nor the live count it has just incremented."""
+    established them in the same call), nor the live count it has just incremented, nor
+    the output it has just stored; the run record's fields it needs are one read."""
     warm = Driver(redis_store, make_plan("ab", [("a", "out", "b", "in")]))  # the scripts loaded
     await warm.start()
     await warm.step("a")
@@ -131,16 +132,26 @@ async def test_a_chain_links_completion_reads_nothing_it_already_knows(redis_sto
     to_b = await redis_store.complete_node(run_id, "t", completed(run_id, "t", {"out"}),
                                            take=Take(1, claim_taken=TAKEN), token=token)
     assert to_b.claims["b"].kind == "run"
+    assert to_b.claims["b"].outputs["t"]["out"].value is not None  # t's output, handed over as stored
     counted = await commands(redis_store)
     assert counted.get("hexists", 0) == 0, counted
-    # The run's shared-plan name, status and stored bytes (its budget), the fencing token,
-    # t's status, the adjacency of t and b, b's initial count, status and claim data: nine
-    # HGETs (fourteen before: the run's status, b's status and its live count read again,
-    # b's attempt, now read with its token and claim count, and b's resume payload, which a
-    # node made ready in this call cannot have).
-    assert counted["hget"] == 9, counted
+    # The fencing token, t's status, the adjacency of t and of b (with b's initial count
+    # and claim data), b's status: five HGETs (fourteen once: the run's status, b's status
+    # and its live count read again, b's attempt, b's resume payload, which a node made
+    # ready in this call cannot have; nine before the run record's shared-plan name, status
+    # and stored bytes became one HMGET, and b's initial count and claim data moved into
+    # the adjacency).
+    assert counted["hget"] == 5, counted
+    # Two HMGETs: the run record's fields (shared plan, status, bytes, TTL renewal) and the
+    # run's input for b's claim; b's token and claim count are not read (b was never
+    # claimed), nor t's output, which this call stored.
+    assert counted["hmget"] == 2, counted
+    assert counted.get("ttl", 0) == 0 and counted.get("sismember", 0) == 0, counted
+    # One wake-up hint for the call's two events (t completed, b started).
+    publish = "spublish" if redis_store.keys.tagged else "publish"  # a cluster's is sharded
+    assert counted["xadd"] == 2 and counted[publish] == 1, counted
     # Nor its lease or sent time: b was never claimed or sent.
     assert counted.get("exists", 0) == 0 and counted.get("hdel", 0) == 0, counted
     # t's live port, b's pending count, the run's remaining count and bytes: b's token and
-    # claim count are one HMGET and one HSET (two more HINCRBYs before).
+    # claim count are one HSET (two more HINCRBYs before).
     assert counted["hincrby"] == 4, counted

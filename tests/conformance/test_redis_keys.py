@@ -52,6 +52,40 @@ async def test_run_keys_get_the_retention_ttl_when_the_run_finishes(
     assert await deadline_of(redis_store, plan.run_id) is None
 
 
+async def test_an_active_run_past_half_its_ttl_has_every_key_renewed_at_its_next_completion(
+    redis_store: RedisRunStore,
+) -> None:
+    """The record's ``renew_at`` says when: a completion before it leaves the TTLs alone, the
+    first one after it gives every key the full active TTL again and moves it on; a run
+    whose record has no ``renew_at`` (an older release created it) is renewed by its TTL."""
+    plan = make_plan("abcd", [("a", "out", "b", "in"), ("b", "out", "c", "in"), ("c", "out", "d", "in")])
+    run_id, run_key = plan.run_id, redis_store.keys.run(plan.run_id)
+    driver = Driver(redis_store, plan)
+    await driver.start()
+    due = float(await redis_store.redis.hget(run_key, "renew_at"))
+    assert due > float(await redis_store.redis.hget(run_key, "created_at"))  # half the active TTL on
+    keys = list(await run_key_ttls(redis_store, run_id))
+
+    async def age(ttl_s: int) -> None:
+        for key in keys:
+            await redis_store.redis.expire(key, ttl_s)
+
+    await age(400)  # under half the active TTL (1,000 s), but renew_at is not due
+    await driver.step("a")
+    assert all(t <= 400 for k, t in (await run_key_ttls(redis_store, run_id)).items() if ":lease:" not in k)
+    await redis_store.redis.hset(run_key, "renew_at", "1")  # half the TTL passed
+    await age(400)
+    await driver.step("b")
+    ttls = await run_key_ttls(redis_store, run_id)
+    assert all(900 < t <= SETTINGS.active_ttl_s for k, t in ttls.items() if ":lease:" not in k), ttls
+    assert float(await redis_store.redis.hget(run_key, "renew_at")) > due - 1
+    await redis_store.redis.hdel(run_key, "renew_at")  # a record without it: its TTL decides
+    await age(400)
+    await driver.step("c")
+    ttls = await run_key_ttls(redis_store, run_id)
+    assert all(900 < t <= SETTINGS.active_ttl_s for k, t in ttls.items() if ":lease:" not in k), ttls
+
+
 async def test_cancelled_run_keys_get_the_retention_ttl(redis_store: RedisRunStore) -> None:
     plan = make_plan("ab", [("a", "out", "b", "in")])
     await Driver(redis_store, plan).start()

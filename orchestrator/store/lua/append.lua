@@ -10,4 +10,4 @@ if ARGV[8] ~= '' then
     return ''
   end
 end
-return append(stamped(ARGV[6]))  -- the stream exists since create_run (and has its TTL)
+return woken(append(stamped(ARGV[6])))  -- the stream exists since create_run (and has its TTL)

@@ -8,4 +8,4 @@ args.outputs, args.payload, args.error = ARGV[8], ARGV[9], ARGV[10]
 args.run_completed, args.run_failed, args.run_waiting, args.node_template = ARGV[11], ARGV[12], ARGV[13], ARGV[14]
 args.events = {}
 for i = 15, #ARGV do args.events[#args.events + 1] = ARGV[i] end
-return complete(args, ARGV[7], K_LEASE)
+return woken(complete(args, ARGV[7], K_LEASE))

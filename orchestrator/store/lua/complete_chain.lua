@@ -18,11 +18,8 @@
 local links = cjson.decode(ARGV[6])
 local at = 7
 local first = links[1]
-WAKE = ''  -- one wake-up hint for all the links' events
-
 local function answer(applied, reply)
-  if WAKE ~= '' then redis.call(PUBLISH, CHANNEL, WAKE) end
-  return {applied, reply}
+  return woken({applied, reply})  -- one wake-up hint for all the links' events
 end
 
 -- Whether `reply` handed over `node` and nothing else, with a claim granted for it.

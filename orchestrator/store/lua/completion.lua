@@ -35,7 +35,7 @@ local function complete(args, budget_json, lease_key)
   local node, status = args.node, args.status
   local take = args.take
   if take == cjson.null then take = nil end
-  local run_status = redis.call('HGET', K_RUN, 'status')
+  local run_status = RUN_STATUS
   if not run_status then
     return NOTHING
   end
@@ -104,7 +104,7 @@ local function complete(args, budget_json, lease_key)
       ensure_ttl(K_SUSPEND)
     end
     redis.call('HSET', K_NODES, node, 'waiting')
-    redis.call('HSET', K_RUN, 'status', 'waiting')
+    set_run_status('waiting')
     append_own_events()
     append(run_event(args.run_waiting))
     redis.call('DEL', lease_key)
@@ -113,6 +113,7 @@ local function complete(args, budget_json, lease_key)
   end
 
   redis.call('HSET', K_OUT, node, args.outputs)
+  OUTPUTS[node] = args.outputs  -- what a claim in this call reads
   redis.call('HSET', K_NODES, node, status)
 
   -- A failure that stops the run, or a completion after the run ended: no countdown.
@@ -122,7 +123,7 @@ local function complete(args, budget_json, lease_key)
     redis.call('DEL', lease_key)
     if stop and not terminal then
       close_open_nodes(args.node_template, 'failed')
-      redis.call('HSET', K_RUN, 'status', 'failed', 'finished_at', NOW)
+      set_run_status('failed', 'finished_at', NOW)
       if args.error ~= '' then redis.call('HSET', K_RUN, 'error', args.error) end
       append(run_event(args.run_failed))
       redis.call('ZREM', K_ACTIVE, args.run_id)
@@ -172,7 +173,7 @@ local function complete(args, budget_json, lease_key)
         local field = target .. '|' .. target_handle
         counted[field] = redis.call('HINCRBY', K_LIVE, field, '1')
       end
-      local pending = arrive(target)
+      local pending = arrive(target, edge[5])
       if pending == 0 and (redis.call('HGET', K_NODES, target) or 'pending') == 'pending' then
         local adj = adjacency(target)
         if should_run(target, adj) then
@@ -196,7 +197,7 @@ local function complete(args, budget_json, lease_key)
   redis.call('DEL', lease_key)
 
   if remaining <= 0 then
-    redis.call('HSET', K_RUN, 'status', 'succeeded', 'finished_at', NOW)
+    set_run_status('succeeded', 'finished_at', NOW)
     append(run_event(args.run_completed))
     redis.call('ZREM', K_ACTIVE, args.run_id)
     drop_queue()
@@ -204,11 +205,8 @@ local function complete(args, budget_json, lease_key)
     return NOTHING
   end
 
-  local out = {}
-  for _, n in ipairs(plan_sorted(ready)) do
-    if redis.call('SISMEMBER', K_DISPATCHED, n) == 0 then table.insert(out, n) end
-  end
-  local handed = hand_over(out, take)
+  -- Nodes made ready here were pending: none was sent, queued or claimed yet.
+  local handed = hand_over(plan_sorted(ready), take)
   refresh_active_ttl()
   return claimed(handed)
 end

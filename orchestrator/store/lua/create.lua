@@ -80,7 +80,9 @@ if ARGV[17] and ARGV[17] ~= '' then
 end
 local deadline = string.format('%.6f', NOW_S + tonumber(ARGV[11]))
 local fields = cjson.decode(ARGV[6])
-for _, v in ipairs({'created_at', NOW, 'deadline', deadline}) do fields[#fields + 1] = v end
+for _, v in ipairs({'created_at', NOW, 'deadline', deadline, 'renew_at', renew_at()}) do
+  fields[#fields + 1] = v
+end
 if completing then  -- a later field wins: the count after the start node
   fields[#fields + 1] = 'remaining'; fields[#fields + 1] = tostring(completing.remaining)
   if completing.finished then
@@ -133,7 +135,7 @@ if guard then
 end
 if not completing then
   expire_all(ACTIVE_TTL, absent_at_start(#start > 0))
-  return {1}
+  return woken({1})
 end
 for i = 22, #ARGV do append(stamped(ARGV[i])) end
 for _, n in ipairs(completing.skipped) do append(node_event(ARGV[21], n, 'skipped')) end
@@ -145,4 +147,4 @@ else
 end
 local reply = {2}
 for _, n in ipairs(start) do reply[#reply + 1] = n end
-return reply
+return woken(reply)

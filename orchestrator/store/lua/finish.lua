@@ -2,7 +2,7 @@
 -- ARGV[6] status  ARGV[7] error JSON or ''  ARGV[8] run id  ARGV[9] event JSON
 -- ARGV[10] node event JSON template (for the not_run and cancelled events)
 -- Returns 1 when this call ended the run, 0 when it was already terminal or unknown.
-local status = redis.call('HGET', K_RUN, 'status')
+local status = RUN_STATUS
 if not status then
   redis.call('ZREM', K_ACTIVE, ARGV[8])  -- an expired run must not haunt the sweeper
   expire_all(RETENTION)  -- nor leave a key behind that lost its TTL
@@ -12,7 +12,7 @@ if not ACTIVE[status] then
   return 0
 end
 if ARGV[6] ~= 'succeeded' then close_open_nodes(ARGV[10], ARGV[6]) end
-redis.call('HSET', K_RUN, 'status', ARGV[6], 'finished_at', NOW)
+set_run_status(ARGV[6], 'finished_at', NOW)
 if ARGV[7] ~= '' then
   redis.call('HSET', K_RUN, 'error', ARGV[7])
 end
@@ -20,4 +20,4 @@ append(ARGV[9])
 redis.call('ZREM', K_ACTIVE, ARGV[8])
 drop_queue()
 expire_all(RETENTION)
-return 1
+return woken(1)

@@ -8,10 +8,13 @@
 local K_RUN, K_PLAN, K_NODES, K_PENDING, K_LIVE, K_OUT, K_CLAIMS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local K_READY, K_DISPATCHED, K_EVENTS, K_ADJ, K_SUSPEND, K_RESUME = KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
 local K_QUEUE, K_SENT = KEYS[14], KEYS[15]
+-- The run record's fields most calls need, in one read: the shared plan data's key, the
+-- status, the bytes stored (storage budgets) and when the keys' TTL is due for renewal.
 -- A run of a stored graph's version reads its adjacency and initial pending counts from
 -- the plan data that version's runs share in its bucket (same slot; create.lua), named
 -- by its record; other runs from their own KEYS[11].
-K_ADJ = redis.call('HGET', K_RUN, 'shared') or K_ADJ
+local HEAD = redis.call('HMGET', K_RUN, 'shared', 'status', 'bytes', 'renew_at')
+K_ADJ = HEAD[1] or K_ADJ
 local K_ACTIVE, K_QUEUED, K_LEASE = KEYS[16], KEYS[17], KEYS[18]
 local RUN_KEY_COUNT = 15
 local MAXLEN, CHANNEL, ACTIVE_TTL, RETENTION = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -31,6 +34,14 @@ local CLOCK = redis.call('TIME')
 local NOW = CLOCK[1] .. '.' .. string.format('%06d', tonumber(CLOCK[2]))
 local NOW_S = tonumber(NOW)
 
+-- The run's status as this call found it (nil: no run), kept current by this call's own
+-- writes (set_run_status): read once, whichever helpers ask.
+local RUN_STATUS = HEAD[2] or nil
+local function set_run_status(status, ...)
+  redis.call('HSET', K_RUN, 'status', status, ...)
+  RUN_STATUS = status
+end
+
 local ACTIVE = {queued = true, running = true, waiting = true}
 local FINISHED = {succeeded = true, failed = true, skipped = true, not_run = true, cancelled = true}
 local UNSTARTED = {pending = true, retrying = true, waiting = true}
@@ -45,14 +56,21 @@ local function stamped(event_json)
   return head .. NOW .. string.sub(event_json, comma)
 end
 
--- Append one event (already JSON) and wake subscribers; pub/sub is only a hint. A script
--- that appends many (complete_chain.lua) sets WAKE to '' and publishes WAKE, the last
--- event's id, once before it returns: subscribers read every event after their last.
-local WAKE = nil
+-- Append one event (already JSON). Subscribers get one wake-up hint per call, not per
+-- event: `woken(reply)`, which every script returns through after it appended, publishes
+-- WAKE, the last event's id (pub/sub is only a hint: subscribers read every event after
+-- their last from the stream).
+local WAKE = ''
 local function append(event_json)
-  local id = redis.call('XADD', K_EVENTS, 'MAXLEN', '~', MAXLEN, '*', 'e', event_json)
-  if WAKE then WAKE = id else redis.call(PUBLISH, CHANNEL, id) end
-  return id
+  WAKE = redis.call('XADD', K_EVENTS, 'MAXLEN', '~', MAXLEN, '*', 'e', event_json)
+  return WAKE
+end
+local function woken(reply)
+  if WAKE ~= '' then
+    redis.call(PUBLISH, CHANNEL, WAKE)
+    WAKE = ''
+  end
+  return reply
 end
 
 -- Every run key gets the same TTL: active while the run runs, retention once it ended.
@@ -69,10 +87,22 @@ local function expire_all(ttl_s, absent)
 end
 
 -- An active run's keys get ACTIVE_TTL at create (the hashes its nodes fill exist from
--- then on); progress renews it only once half of it has passed: one TTL read per
--- completion, not an EXPIRE of every key. The run's end sets RETENTION on all of them.
+-- then on); progress renews it only once half of it has passed, when the record's
+-- renew_at (read with HEAD) is due: no EXPIRE of every key, nor a TTL read, per
+-- completion. The run's end sets RETENTION on all of them.
+local function renew_at()
+  return string.format('%.6f', NOW_S + tonumber(ACTIVE_TTL) / 2)
+end
 local function refresh_active_ttl()
-  if redis.call('TTL', K_RUN) < tonumber(ACTIVE_TTL) / 2 then expire_all(ACTIVE_TTL) end
+  local due = tonumber(HEAD[4])
+  if due then
+    if NOW_S < due then return end
+  elseif redis.call('TTL', K_RUN) >= tonumber(ACTIVE_TTL) / 2 then  -- a run an older release created
+    return
+  end
+  expire_all(ACTIVE_TTL)
+  HEAD[4] = renew_at()
+  redis.call('HSET', K_RUN, 'renew_at', HEAD[4])
 end
 
 -- A key created after create_run inherits the run record's remaining TTL.
@@ -88,11 +118,13 @@ local function ensure_ttl(key)
 end
 
 -- A flow in-edge of `node` resolved: how many remain. A shared plan's run counts arrivals
--- down from 0 in its pending hash and adds the initial count from the plan data.
-local function arrive(node)
+-- down from 0 in its pending hash and adds the initial count: `initial`, the edge's own
+-- copy of it (the fifth item of an adjacency's out edge), else the plan data's field
+-- (plan data an older release wrote).
+local function arrive(node, initial)
   local left = redis.call('HINCRBY', K_PENDING, node, '-1')
   if K_ADJ == KEYS[11] then return left end
-  return left + tonumber(redis.call('HGET', K_ADJ, ':pending:' .. node) or '0')
+  return left + (initial or tonumber(redis.call('HGET', K_ADJ, ':pending:' .. node) or '0'))
 end
 
 -- A node's adjacency, read and decoded once per script call (a fan-out's completion sorts
@@ -202,7 +234,7 @@ end
 local function charge_budget(budget_json, first, last)
   if not budget_json or budget_json == '' then return nil end
   local budget = cjson.decode(budget_json)
-  local used = tonumber(redis.call('HGET', K_RUN, 'bytes') or '0')
+  local used = tonumber(HEAD[3] or '0')  -- kept current below
   if budget.run_max > 0 and used + budget.bytes > budget.run_max then return {'budget', 'run', used} end
   local total = 0
   for _, used_that_day in ipairs(redis.call('MGET', unpack(KEYS, first, last))) do
@@ -210,9 +242,12 @@ local function charge_budget(budget_json, first, last)
   end
   if budget.ws_max > 0 and total + budget.bytes > budget.ws_max then return {'budget', 'workspace', total} end
   local nbytes = int(budget.bytes)
-  redis.call('HINCRBY', K_RUN, 'bytes', nbytes)
-  redis.call('INCRBY', KEYS[first], nbytes)
-  redis.call('EXPIREAT', KEYS[first], int(budget.expire_at))
+  HEAD[3] = redis.call('HINCRBY', K_RUN, 'bytes', nbytes)
+  -- today's counter gets its expiry when this call created it (only these scripts and
+  -- store/storage_budget.py write it, each with its expiry)
+  if redis.call('INCRBY', KEYS[first], nbytes) == budget.bytes then
+    redis.call('EXPIREAT', KEYS[first], int(budget.expire_at))
+  end
   return nil
 end
 
@@ -249,8 +284,10 @@ local function hand_over(ready, take)
     count_queued(#ready - direct)
   end
   if direct == 0 then
-    for _, n in ipairs(take_queued(take)) do table.insert(out, n) end
-    out[2] = redis.call('LLEN', K_QUEUE)
+    local popped = take_queued(take)
+    for _, n in ipairs(popped) do table.insert(out, n) end
+    -- fewer than asked for: the queue is empty now
+    out[2] = (#popped < take) and 0 or redis.call('LLEN', K_QUEUE)
   else
     out[2] = #ready - direct  -- the queue was empty: what was pushed is all it holds
   end
@@ -270,13 +307,12 @@ end
 -- {active = the run is active, planned = the node is the plan's, status = the node's
 -- status, or nil (read here), stamped = `started` carries the time NOW already}.
 local RUN_CONTEXT = nil  -- the run's input, session id and workspace, read once per call
+-- Stored outputs this call wrote or read (node -> JSON text): a claim reads each once.
+local OUTPUTS = {}
 local function claim(node, lease_key, lease_ms, started, read, known)
   known = known or {}
-  if not known.active then
-    local status = redis.call('HGET', K_RUN, 'status')
-    if not status or not ACTIVE[status] then
-      return {'closed', 0}
-    end
+  if not known.active and not (RUN_STATUS and ACTIVE[RUN_STATUS]) then
+    return {'closed', 0}
   end
   if not known.planned and redis.call('HEXISTS', K_ADJ, node) == 0 then
     return {'closed', 0}
@@ -306,9 +342,9 @@ local function claim(node, lease_key, lease_ms, started, read, known)
       return {'early', 0, left_ms}
     end
   end
-  -- The node's fencing token, claim count and attempt in one read; the first two counted
-  -- up in one write (two HINCRBYs and an HGET before).
-  local counts = redis.call('HMGET', K_CLAIMS, 'token:' .. node, node, 'attempt:' .. node)
+  -- The node's fencing token, claim count and attempt in one read (none for a fresh node:
+  -- never claimed nor retried); the first two counted up in one write.
+  local counts = fresh and {} or redis.call('HMGET', K_CLAIMS, 'token:' .. node, node, 'attempt:' .. node)
   local token, claims = (tonumber(counts[1]) or 0) + 1, (tonumber(counts[2]) or 0) + 1
   local attempt = tonumber(counts[3] or '1')
   local token_text = int(token)
@@ -337,16 +373,21 @@ local function claim(node, lease_key, lease_ms, started, read, known)
   local context = RUN_CONTEXT
   local reply = {'run', claims, context[1] or 'null', context[2] or '', resume or '', attempt, token,
                  context[3] or ''}
-  -- One HMGET (in slices: Lua's stack bounds how many arguments unpack passes).
-  for i = 1, #read, 4000 do
-    local last = math.min(i + 3999, #read)
-    local blobs = redis.call('HMGET', K_OUT, unpack(read, i, last))
-    for k = i, last do
-      local blob = blobs[k - i + 1]
-      if blob then
-        table.insert(reply, read[k])
-        table.insert(reply, blob)
-      end
+  -- The outputs this call has not seen yet in one HMGET (in slices: Lua's stack bounds
+  -- how many arguments unpack passes); a node without stored outputs is left out.
+  local unseen = {}
+  for _, n in ipairs(read) do
+    if OUTPUTS[n] == nil then table.insert(unseen, n) end
+  end
+  for i = 1, #unseen, 4000 do
+    local last = math.min(i + 3999, #unseen)
+    local blobs = redis.call('HMGET', K_OUT, unpack(unseen, i, last))
+    for k = i, last do OUTPUTS[unseen[k]] = blobs[k - i + 1] end
+  end
+  for _, n in ipairs(read) do
+    if OUTPUTS[n] then
+      table.insert(reply, n)
+      table.insert(reply, OUTPUTS[n])
     end
   end
   return reply
@@ -355,8 +396,8 @@ end
 -- Claim, in this call, the nodes a caller takes (nodes[from..]), as claim.lua would, each
 -- with the request `taken` ({lease_ms, lease: the lease key without the node id (the run's
 -- hash tag), head, tail: the started event's JSON before and after the node's ids}) and
--- the node's plan data (`:claim:<node>`: its ids in the started event, what its step reads)
--- describe; a node without that plan data (written by an older release) is not claimed.
+-- the `claim` of the node's adjacency (its ids in the started event, what its step reads)
+-- describe; a node without it is not claimed.
 -- The caller has found the run active in this call; `statuses` (or nil): the nodes whose
 -- status it read in this call, and nothing changed since (a node it made ready in this
 -- call, and only such a node: pending).
@@ -367,9 +408,9 @@ local function claim_nodes(nodes, from, taken, statuses)
   local head = stamped(taken.head)  -- the started events' time, stamped once for all of them
   for j = from, #nodes do
     local n, reply = nodes[j], nil
-    local raw = redis.call('HGET', K_ADJ, ':claim:' .. n)
-    if raw then  -- a node of the plan (only those have claim data)
-      local data = cjson.decode(raw)
+    local adj = adjacency(n)
+    local data = adj and adj.claim
+    if data then  -- a node of the plan (only those have claim data)
       local status = statuses and statuses[n]
       reply = claim(n, taken.lease .. n, taken.lease_ms, head .. data.ids .. taken.tail, data.read,
                     {active = true, planned = true, status = status, stamped = true, fresh = status == 'pending'})

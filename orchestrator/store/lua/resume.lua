@@ -1,7 +1,7 @@
 -- Resume a waiting node. ARGV[6] node id  ARGV[7] resume input JSON  ARGV[8] run_resumed JSON
 -- Returns 1 when resumed, 0 when the node is not waiting or the run is not active.
 local node = ARGV[6]
-local status = redis.call('HGET', K_RUN, 'status')
+local status = RUN_STATUS
 if not status or not ACTIVE[status] then
   return 0
 end
@@ -13,8 +13,8 @@ local payload = redis.call('HGET', K_SUSPEND, node) or 'null'
 redis.call('HSET', K_RESUME, node, '{"payload":' .. payload .. ',"input":' .. ARGV[7] .. '}')
 ensure_ttl(K_RESUME)
 redis.call('HSET', K_NODES, node, 'pending')
-redis.call('HSET', K_RUN, 'status', 'running')
+set_run_status('running')
 redis.call('SREM', K_DISPATCHED, node)
 redis.call('SADD', K_READY, node)
 append(ARGV[8])
-return 1
+return woken(1)

@@ -5,7 +5,7 @@
 -- ids...}.
 local taken = nil
 if ARGV[7] and ARGV[7] ~= '' then taken = cjson.decode(ARGV[7]) end
-local status = redis.call('HGET', K_RUN, 'status')
+local status = RUN_STATUS
 if not status or not ACTIVE[status] then
   if taken then return {{}} end
   return {}
@@ -14,4 +14,4 @@ local nodes = take_queued(tonumber(ARGV[6]))
 if not taken then return nodes end
 local reply = {claim_nodes(nodes, 1, taken, nil)}  -- the run is active (above)
 for _, n in ipairs(nodes) do table.insert(reply, n) end
-return reply
+return woken(reply)
