@@ -74,15 +74,14 @@ def encoded(plan: RunPlan) -> tuple[str, str, str, str]:
         raw = plan.to_json()
         body = {k: v for k, v in raw.items() if k not in ("run_id", "labels")}
         pending = [x for n, p in plan.nodes.items() for x in (n, p.pending)]  # flat: create.lua's variadic HSET
-        adj = [x for nid, a in adjacency(plan).items() for x in (nid, dumps(a))]
-        cached = (dumps(body), dumps(pending), dumps(adj), dumps(plan.start))
+        cached = (dumps(body), dumps(pending), dumps(adjacency_fields(plan)), dumps(plan.start))
         plan.memo["redis_create"] = cached
     return cast(tuple[str, str, str, str], cached)
 
 
 SHARED_DIGEST_CHARS = 32  # hex digits of sha256 naming shared plan data (128 bits)
 # Of the plan data's fields: 2 added ":claim:<node>"; 3 moved it into the node's adjacency
-# (`claim`) and gave each out edge its target's initial pending count.
+# field (after a newline) and gave each out edge its target's initial pending count.
 PLAN_DATA_FORMAT = "3"
 SharedArgs = tuple[str, str] | None  # a run's shared plan data: its key and create.lua's data ARGV
 
@@ -102,7 +101,7 @@ def shared_plan(plan: RunPlan) -> SharedPlan:
     cached = plan.memo.get("redis_shared")
     if cached is None:
         body = encoded(plan)[0]
-        adj = [x for nid, a in adjacency(plan).items() for x in (nid, dumps(a))]
+        adj = adjacency_fields(plan)
         pending = [x for n, p in plan.nodes.items() if p.pending for x in (f":pending:{n}", p.pending)]
         data = dumps([*adj, *pending, ":plan", body])
         # The format is part of the name: plan data an older release wrote (without the
@@ -138,16 +137,17 @@ class StaleGraphError(GraphConflictError):
     retries (a 409 only if the graph keeps changing under it)."""
 
 
-def adjacency(plan: RunPlan) -> dict[str, dict[str, Any]]:
-    """Per-node data the scripts need, derived from the plan (kept in ``plan.memo``):
-    ``out``, the node's flow out-edges as [edge id, target, source handle, target handle,
-    the target's flow in-edges] (the last is what a shared plan's run counts its target's
-    arrivals down from: no read of its ``:pending:`` field); its ``required`` and
-    ``in_ports`` (a countdown's should-run); ``type``, ``name`` and ``rank`` (its events,
-    plan order); and ``claim``, what complete.lua and take.lua need to claim the node when a
-    completion or a drain takes it (``Take.claim_taken``): ``ids``, the node's part of its
-    ``started`` event JSON (id, type and name, as ``event_json`` writes them), and ``read``,
-    what its step reads (``lookahead.step_reads``)."""
+def adjacency_fields(plan: RunPlan) -> list[str]:
+    """The adjacency hash's fields, flat (node id, value, ...), built once per compiled plan
+    (kept in ``plan.memo``). A node's value is two JSON texts on two lines. The first is
+    what a completion's countdown reads: ``out``, the node's flow out-edges as [edge id,
+    target, source handle, target handle, the target's flow in-edges] (the last is what a
+    shared plan's run counts its target's arrivals down from: no read of its ``:pending:``
+    field); ``required`` and ``in_ports`` (should-run); ``type``, ``name`` and ``rank``
+    (its events, plan order). The second, decoded only when a completion or a drain claims
+    the node (``Take.claim_taken``): ``ids``, the node's part of its ``started`` event JSON
+    (id, type and name, as ``event_json`` writes them), and ``read``, what its step reads
+    (``lookahead.step_reads``). JSON text holds no raw newline."""
     cached = plan.memo.get("redis_adjacency")
     if cached is None:
         in_ports: dict[str, list[str]] = {n: [] for n in plan.order}
@@ -156,11 +156,10 @@ def adjacency(plan: RunPlan) -> dict[str, dict[str, Any]]:
                 if edge.target_handle not in in_ports[edge.target]:
                     in_ports[edge.target].append(edge.target_handle)
         graph = plan_graph(plan)
-        cached = {}
+        cached = []
         for rank, nid in enumerate(plan.order):
             node = plan.nodes[nid]
-            ids = dumps({"node_id": nid, "node_type": node.node_type, "node_name": node.name})[1:-1]
-            cached[nid] = {
+            adjacency = {
                 "out": [[e.edge_id, e.target, e.source_handle, e.target_handle, plan.nodes[e.target].pending]
                         for e in node.out],
                 "required": list(node.required),
@@ -168,15 +167,16 @@ def adjacency(plan: RunPlan) -> dict[str, dict[str, Any]]:
                 "type": node.node_type,
                 "name": node.name,
                 "rank": rank,
-                "claim": {"ids": ids, "read": step_reads(plan, graph, nid)},
             }
+            ids = dumps({"node_id": nid, "node_type": node.node_type, "node_name": node.name})[1:-1]
+            cached += [nid, f'{dumps(adjacency)}\n{dumps({"ids": ids, "read": step_reads(plan, graph, nid)})}']
         plan.memo["redis_adjacency"] = cached
-    return cast(dict[str, dict[str, Any]], cached)
+    return cast(list[str], cached)
 
 
 def started_parts(run_id: str, started_data: str) -> tuple[str, str]:
     """The ``started`` event JSON of a node of run ``run_id`` with ``started_data`` (JSON)
-    as its data, around the node's ``ids`` (``adjacency``'s ``claim``): complete.lua joins the three."""
+    as its data, around the node's ``ids`` (``adjacency_fields``): complete.lua joins the three."""
     head = f'{{"timestamp":0,"run_id":{dumps(run_id)},'
     tail = f',"event_type":"{EventType.STARTED}","data":{started_data},"attempt":1}}'
     return head, tail

@@ -42,9 +42,9 @@ key                                        type        what, TTL
 {p}:run:{id}:sent                          hash        node id -> when its task was sent (Redis clock),
                                                        until claimed (the sweeper re-sends lost ones);
                                                        retention
-{p}:run:{id}:adj                           hash        node id -> adjacency JSON for the Lua barrier (with
-                                                       what a completion claims the node with: its started
-                                                       event's ids, what it reads); retention
+{p}:run:{id}:adj                           hash        node id -> adjacency JSON for the Lua barrier, and on
+                                                       a second line what a completion claims the node with
+                                                       (its started event's ids, what it reads); retention
 {p}:plan:{digest}                          hash        what every run of one compiled plan (a stored graph's
                                                        version) shares, in the runs' bucket: node id ->
                                                        adjacency JSON (as in adj), ":pending:<node>" -> its

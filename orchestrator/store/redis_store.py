@@ -19,9 +19,9 @@ A suspension whose payload holds a ``wake`` (a timer) gets its entry in the due 
 ``orchestrator/store/waits.py`` just before ``complete.lua`` stores it.
 
 Per-node adjacency is stored at ``create_run`` in a hash (node -> JSON ``{out, required,
-in_ports, type, name, rank, claim}``; ``claim``: what a completion needs to claim the node,
-its part of the ``started`` event and what its step reads) so the scripts never parse the
-plan. Runs of a stored
+in_ports, type, name, rank}``, then on a second line what a completion needs to claim the
+node: its part of the ``started`` event and what its step reads; ``creation.adjacency_fields``)
+so the scripts never parse the plan. Runs of a stored
 graph's version share it: one hash per compiled plan and bucket (``Keys.plan_data``, with
 the initial pending counts and the plan body) that their records name, instead of a copy
 per run (most of a 52-node start's Redis time and memory); such a run's own pending hash
@@ -543,7 +543,7 @@ class RedisRunStore(RunStore):
         storage budgets (see the module docstring): a refusal comes back instead of being
         applied, and the node's failure naming the budget is stored in a second call. With
         ``take.claim_taken`` the same call claims each node it hands over (``claim_nodes``
-        in lua/prelude.lua), from its adjacency's ``claim`` (``creation.adjacency``)."""
+        in lua/prelude.lua), from its claim data (``creation.adjacency_fields``)."""
         wake = (completion.payload or {}).get("wake")
         if completion.status == NodeStatus.WAITING and isinstance(wake, dict):
             await self.timers.schedule(run_id, node_id, wake)  # first: a crash leaves no untimed wait
@@ -623,7 +623,7 @@ class RedisRunStore(RunStore):
 
     def _taken_text(self, run_id: str, taken: TakenClaims) -> str:
         """complete.lua's ``taken`` as JSON text: how it claims the nodes it hands over, with
-        each node's adjacency ``claim`` (``creation.adjacency``): the lease (its key is
+        each node's claim data (``creation.adjacency_fields``): the lease (its key is
         ``lease`` and the node id: the run's hash tag, so the run's slot), and the
         ``started`` event's JSON around the node's ids. Encoded once per run, data and
         lease length: its two pieces of event JSON are escaped whole in every encoding,

@@ -119,17 +119,17 @@ async def test_a_cancelled_run_of_a_shared_plan_ends_every_open_node_in_plan_ord
 
 async def test_a_run_on_plan_data_an_older_release_wrote_runs_to_the_same_end(redis_store: RedisRunStore) -> None:
     """Plan data of format 2 (out edges without their target's initial count, no claim data
-    in the adjacency: the ``:pending:`` fields hold the counts) still counts down right:
+    in the adjacency field: the ``:pending:`` fields hold the counts) still counts down right:
     a run of such data (a rolling upgrade's) ends as a run of today's does."""
     guard, plan = await guard_for(redis_store), template()
     first = StoredDriver(redis_store, run_of(plan, "run-new"), live={"if": {"true"}}, guard=guard)
     await first.run()
     key = await shared_key_of(redis_store, "run-new")
     for node in plan.order:
-        adj = json.loads(await redis_store.redis.hget(key, node))
-        assert all(len(edge) == 5 for edge in adj["out"]) and "claim" in adj  # today's format
+        countdown, claim = (await redis_store.redis.hget(key, node)).split("\n")  # today's format
+        adj = json.loads(countdown)
+        assert all(len(edge) == 5 for edge in adj["out"]) and "read" in json.loads(claim)
         adj["out"] = [edge[:4] for edge in adj["out"]]
-        del adj["claim"]
         await redis_store.redis.hset(key, node, json.dumps(adj))
     older = StoredDriver(redis_store, run_of(plan, "run-old"), live={"if": {"true"}}, guard=guard)
     await older.run()

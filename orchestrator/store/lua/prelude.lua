@@ -128,16 +128,35 @@ local function arrive(node, initial)
 end
 
 -- A node's adjacency, read and decoded once per script call (a fan-out's completion sorts
--- the nodes it visited; the tables are never changed).
-local ADJACENCY = {}
+-- the nodes it visited; the tables are never changed). Its field holds two JSON texts on
+-- two lines (store/creation.py adjacency_fields): the countdown's data, decoded here, and
+-- the node's claim data, kept as text until `claim_data` asks for it.
+local ADJACENCY, CLAIM_DATA = {}, {}
 local function adjacency(node)
   local known = ADJACENCY[node]
   if known == nil then
     local raw = redis.call('HGET', K_ADJ, node)
-    known = raw and cjson.decode(raw) or false
+    known = false
+    if raw then
+      local cut = string.find(raw, '\n', 1, true)
+      known = cjson.decode(cut and string.sub(raw, 1, cut - 1) or raw)
+      CLAIM_DATA[node] = cut and string.sub(raw, cut + 1) or false
+    end
     ADJACENCY[node] = known
   end
   return known or nil
+end
+
+-- A node's claim data ({ids, read}), or nil (not a node of the plan, or plan data an older
+-- release wrote, without it).
+local function claim_data(node)
+  if not adjacency(node) then return nil end
+  local data = CLAIM_DATA[node]
+  if type(data) == 'string' then
+    data = cjson.decode(data)
+    CLAIM_DATA[node] = data
+  end
+  return data or nil
 end
 
 -- Sort node ids by their rank in the plan's topological order.
@@ -396,8 +415,8 @@ end
 -- Claim, in this call, the nodes a caller takes (nodes[from..]), as claim.lua would, each
 -- with the request `taken` ({lease_ms, lease: the lease key without the node id (the run's
 -- hash tag), head, tail: the started event's JSON before and after the node's ids}) and
--- the `claim` of the node's adjacency (its ids in the started event, what its step reads)
--- describe; a node without it is not claimed.
+-- the node's `claim_data` (its ids in the started event, what its step reads) describe; a
+-- node without it is not claimed.
 -- The caller has found the run active in this call; `statuses` (or nil): the nodes whose
 -- status it read in this call, and nothing changed since (a node it made ready in this
 -- call, and only such a node: pending).
@@ -408,8 +427,7 @@ local function claim_nodes(nodes, from, taken, statuses)
   local head = stamped(taken.head)  -- the started events' time, stamped once for all of them
   for j = from, #nodes do
     local n, reply = nodes[j], nil
-    local adj = adjacency(n)
-    local data = adj and adj.claim
+    local data = claim_data(n)
     if data then  -- a node of the plan (only those have claim data)
       local status = statuses and statuses[n]
       reply = claim(n, taken.lease .. n, taken.lease_ms, head .. data.ids .. taken.tail, data.read,
