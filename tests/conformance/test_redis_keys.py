@@ -143,30 +143,63 @@ async def test_read_events_resumes_after_a_given_id(redis_store: RedisRunStore) 
     assert await redis_store.read_events(plan.run_id, after=everything[-1][0], block_ms=10) == []
 
 
+async def notify_messages(store: RedisRunStore, run_id: str, act: Any) -> list[str]:
+    """The wake-up hints published on the run's notify channel while ``act()`` runs."""
+    pubsub = store.redis.pubsub()
+    # a cluster publishes on the channel's shard (SPUBLISH): a subscriber says SSUBSCRIBE
+    sharded = store.keys.tagged
+    channel = store.keys.notify(run_id)
+    await (pubsub.ssubscribe(channel) if sharded else pubsub.subscribe(channel))
+    await (pubsub.get_sharded_message(timeout=1) if sharded else pubsub.get_message(timeout=1))  # the confirmation
+    await act()
+    messages: list[str] = []
+    for _ in range(20):
+        if sharded:
+            message = await pubsub.get_sharded_message(ignore_subscribe_messages=True, timeout=0.05)
+        else:
+            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.05)
+        if message:
+            messages.append(message["data"])
+    await pubsub.aclose()
+    return messages
+
+
 async def test_each_append_publishes_its_stream_id_on_the_notify_channel(
     redis_store: RedisRunStore,
 ) -> None:
     plan = make_plan("ab", [("a", "out", "b", "in")])
     await redis_store.create_run(plan, record_for(plan))
-    pubsub = redis_store.redis.pubsub()
-    # a cluster publishes on the channel's shard (SPUBLISH): a subscriber says SSUBSCRIBE
-    sharded = redis_store.keys.tagged
-    channel = redis_store.keys.notify(plan.run_id)
-    await (pubsub.ssubscribe(channel) if sharded else pubsub.subscribe(channel))
-    await (pubsub.get_sharded_message(timeout=1) if sharded else pubsub.get_message(timeout=1))  # the confirmation
-    event_id = await redis_store.append_event(NodeEvent(
-        run_id=plan.run_id, node_id="a", node_type="fake", event_type=EventType.PROGRESS))
-    message = None
-    for _ in range(50):
-        if sharded:
-            message = await pubsub.get_sharded_message(ignore_subscribe_messages=True, timeout=0.1)
-        else:
-            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.1)
-        if message:
-            break
-        await asyncio.sleep(0)
-    await pubsub.aclose()
-    assert message is not None and message["data"] == event_id
+    appended: list[str] = []
+
+    async def act() -> None:
+        appended.append(await redis_store.append_event(NodeEvent(
+            run_id=plan.run_id, node_id="a", node_type="fake", event_type=EventType.PROGRESS)))
+
+    assert await notify_messages(redis_store, plan.run_id, act) == appended
+
+
+async def test_a_call_that_appends_several_events_publishes_one_hint_naming_the_last(
+    redis_store: RedisRunStore,
+) -> None:
+    """A completion that ends the run appends the node's ``completed`` and ``run_completed``:
+    one wake-up, with the id of the last; a subscriber reads everything after its own last
+    id from the stream."""
+    plan = make_plan("ab", [("a", "out", "b", "in")])
+    driver = Driver(redis_store, plan)
+    await driver.start()
+    await driver.step("a")
+    claim = await redis_store.claim_node(plan.run_id, ClaimRequest("b", lease_s=30,
+                                                                    started=started_event(plan.run_id, "b")),
+                                         worker_id="w1")
+    before = (await redis_store.read_events(plan.run_id))[-1][0]
+
+    async def act() -> None:
+        await redis_store.complete_node(plan.run_id, "b", completed(plan.run_id, "b", {"out"}), token=claim.token)
+
+    messages = await notify_messages(redis_store, plan.run_id, act)
+    after = await redis_store.read_events(plan.run_id, after=before)
+    assert [e.event_type for _, e in after] == [EventType.COMPLETED, EventType.RUN_COMPLETED]
+    assert messages == [after[-1][0]]
 
 
 async def test_blocking_read_wakes_up_on_a_new_event(redis_store: RedisRunStore) -> None:
