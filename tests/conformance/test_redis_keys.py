@@ -62,8 +62,8 @@ async def test_an_active_run_past_half_its_ttl_has_every_key_renewed_at_its_next
     run_id, run_key = plan.run_id, redis_store.keys.run(plan.run_id)
     driver = Driver(redis_store, plan)
     await driver.start()
-    due = float(await redis_store.redis.hget(run_key, "renew_at"))
-    assert due > float(await redis_store.redis.hget(run_key, "created_at"))  # half the active TTL on
+    due = float(str(await redis_store.redis.hget(run_key, "renew_at")))
+    assert due > float(str(await redis_store.redis.hget(run_key, "created_at")))  # half the active TTL on
     keys = list(await run_key_ttls(redis_store, run_id))
 
     async def age(ttl_s: int) -> None:
@@ -78,7 +78,7 @@ async def test_an_active_run_past_half_its_ttl_has_every_key_renewed_at_its_next
     await driver.step("b")
     ttls = await run_key_ttls(redis_store, run_id)
     assert all(900 < t <= SETTINGS.active_ttl_s for k, t in ttls.items() if ":lease:" not in k), ttls
-    assert float(await redis_store.redis.hget(run_key, "renew_at")) > due - 1
+    assert float(str(await redis_store.redis.hget(run_key, "renew_at"))) > due - 1
     await redis_store.redis.hdel(run_key, "renew_at")  # a record without it: its TTL decides
     await age(400)
     await driver.step("c")
