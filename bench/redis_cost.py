@@ -14,7 +14,11 @@ their hashes take that encoding): starts ``--runs`` runs (not counted), zeroes t
 (``worker_cpu.InProcessRuns``), and dumps the counters (``callgrind_control -d``). Prints
 JSON: Redis's instructions per run and per node, the script calls per run, and with
 ``--top N`` the N functions Redis spent the most instructions in (its own, not their
-callees').
+callees'). ``call_floor``: what any script call costs before it does anything, in
+instructions per call over ``FLOOR_CALLS`` calls: ``complete.lua`` on a run that does not
+exist (its prelude runs, then the first read finds no run and it returns), and a script
+that only returns, given the same keys and arguments (Redis's own part: parsing the call,
+the ``KEYS`` and ``ARGV`` tables).
 
 What it leaves out: the worker's side (``worker_cpu.py``), the broker, the start (the runs
 are created before the counters are zeroed). Needs valgrind (Debian's ``valgrind``).
@@ -43,6 +47,7 @@ from bench.worker_cpu import PACK, SHAPES, WARM_RUNS, InProcessRuns  # noqa: E40
 from orchestrator.local.embedded_redis import free_port, redis_server_binary  # noqa: E402
 
 START_TIMEOUT_S = 60.0  # redis-server under valgrind starts in seconds, not milliseconds
+FLOOR_CALLS = 500  # script calls counted for ``call_floor``
 
 
 class CountedRedis:
@@ -136,6 +141,41 @@ def top_functions(dump: Path, n: int) -> list[str]:
     return [f"{f} {c * 100 / total:.1f}%" for f, c in own.most_common(n)]
 
 
+def call_floor(server: CountedRedis) -> dict[str, int]:
+    """Instructions per call of ``complete.lua`` on a run that does not exist, and of a script
+    that only returns, with the keys and arguments of a node's completion (module doc)."""
+    import redis
+
+    from orchestrator.settings import Settings
+    from orchestrator.store.keys import Keys
+    from orchestrator.store.scripts import lua_source
+
+    keys = Keys.of(Settings())
+    run_id = "0" * 32
+    bucket = keys.bucket(run_id)
+    # a completion's 29 keys with the default settings: the run's, its lease, the day counters
+    run_keys = [*keys.run_keys(run_id), keys.active_runs(bucket), keys.queued_nodes(bucket),
+                keys.lease(run_id, "n"), *(keys.workspace_bytes("default", day, bucket) for day in range(11))]
+    fields = json.dumps({"node": "n", "status": "succeeded", "live": ["output"], "stop_run": False,
+                         "run_id": run_id, "next_attempt": None, "retry_delay_s": None, "take": 1, "token": 1})
+    event = json.dumps({"timestamp": 0, "run_id": run_id, "node_id": "n", "event_type": "completed", "data": {}})
+    args = [10_000, keys.notify(run_id), 3600, 86400, "PUBLISH", fields, "", '{"output": {}}', "", "", "", "", "",
+            event, event]
+    client = redis.Redis.from_url(server.url)
+    floors: dict[str, int] = {}
+    try:
+        for name, source in (("complete_no_run", lua_source("complete")), ("return_only", "return 0")):
+            sha = client.script_load(source)
+            client.evalsha(sha, len(run_keys), *run_keys, *args)
+            server.zero()
+            for _ in range(FLOOR_CALLS):
+                client.evalsha(sha, len(run_keys), *run_keys, *args)
+            floors[f"{name}_per_call"] = instructions(server.count()) // FLOOR_CALLS
+    finally:
+        client.close()
+    return floors
+
+
 def measure(server: CountedRedis, shapes: list[str], runs: int, settings: list[int], top: int) -> dict[str, Any]:
     import redis
 
@@ -192,6 +232,7 @@ def main() -> None:
         os.environ["REDIS_URL"] = os.environ["ORCH_REDIS_URL"] = server.url  # read when the state is built
         os.environ["ORCH_NODE_PATHS"] = str(PACK)
         result = measure(server, shapes, args.runs, settings, args.top)
+        result["call_floor"] = call_floor(server)
     finally:
         server.stop()
     print(json.dumps(result, indent=2))
