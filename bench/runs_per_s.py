@@ -29,7 +29,10 @@ per run is each process's user+system CPU over the point divided by the runs:
 worker process, ``workers_cpu_share`` is each one's share of the workers' CPU (how a
 burst of one run's nodes split between them). ``redis_per_run``: the commands Redis ran
 (the scripts' own calls included) and its reads of its clients' sockets per run (``INFO
-stats``): how many batches the run's commands came in.
+stats``): how many batches the run's commands came in; ``redis_us_per_call``: for the
+commands Redis spent most time in, the microseconds each call took (``INFO
+commandstats``; a script's own commands are counted in its time too): the same commands
+cost more when the processes crowd the cores.
 ``cores``: the CPU all those processes got over the point, in cores: on a shared machine,
 more worker processes only help while this can grow. ``--worker-cores C`` caps each worker
 process (the engine's and raw Celery's alike) at C cores, each in a cgroup of its own
@@ -138,10 +141,27 @@ def thread_split(before: dict[tuple[int, int], float], after: dict[tuple[int, in
 
 async def redis_counts(client: Any) -> dict[str, int]:
     """Redis's counters of commands it ran (scripts count as one) and of reads from its
-    clients' sockets (``INFO stats``): per run, how many commands and how many batches."""
+    clients' sockets (``INFO stats``): per run, how many commands and how many batches;
+    and each command's calls and microseconds (``INFO commandstats``, as ``calls:<name>``
+    and ``usec:<name>``)."""
     stats = await client.info("stats")
-    return {"commands": int(stats.get("total_commands_processed", 0)),
-            "reads": int(stats.get("total_reads_processed", 0))}
+    counts = {"commands": int(stats.get("total_commands_processed", 0)),
+              "reads": int(stats.get("total_reads_processed", 0))}
+    for name, stat in (await client.info("commandstats")).items():
+        command = name.removeprefix("cmdstat_")
+        counts[f"calls:{command}"], counts[f"usec:{command}"] = int(stat["calls"]), int(stat["usec"])
+    return counts
+
+
+US_PER_CALL_TOP = 6  # commands reported in ``redis_us_per_call``
+
+
+def us_per_call(before: dict[str, int], after: dict[str, int]) -> dict[str, float]:
+    """Microseconds per call of the ``US_PER_CALL_TOP`` commands Redis spent most time in
+    between two :func:`redis_counts`."""
+    spent = {key[5:]: after[key] - before.get(key, 0) for key in after if key.startswith("usec:")}
+    top = sorted((c for c in spent if spent[c] > 0), key=lambda c: -spent[c])[:US_PER_CALL_TOP]
+    return {c: round(spent[c] / max(after[f"calls:{c}"] - before.get(f"calls:{c}", 0), 1), 2) for c in top}
 
 
 async def point(run_once: Callable[[], Awaitable[None]], lanes: int, seconds: float,
@@ -177,7 +197,8 @@ async def point(run_once: Callable[[], Awaitable[None]], lanes: int, seconds: fl
         result["worker_threads_ms_per_run"] = thread_split(threads_before, thread_cpu_s(workers), ended)
     if counts_before:
         result["redis_per_run"] = {k: round((counts_after[k] - counts_before[k]) / max(ended, 1), 1)
-                                   for k in counts_before}
+                                   for k in ("commands", "reads")}
+        result["redis_us_per_call"] = us_per_call(counts_before, counts_after)
     return result
 
 
