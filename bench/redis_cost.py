@@ -15,10 +15,10 @@ their hashes take that encoding): starts ``--runs`` runs (not counted), zeroes t
 JSON: Redis's instructions per run and per node, the script calls per run, and with
 ``--top N`` the N functions Redis spent the most instructions in (its own, not their
 callees'). ``call_floor``: what any script call costs before it does anything, in
-instructions per call over ``FLOOR_CALLS`` calls: ``complete.lua`` on a run that does not
-exist (its prelude runs, then the first read finds no run and it returns), and a script
-that only returns, given the same keys and arguments (Redis's own part: parsing the call,
-the ``KEYS`` and ``ARGV`` tables).
+instructions per call over ``FLOOR_CALLS`` calls: ``complete.lua`` and ``append.lua`` (one
+streamed event) on a run that does not exist (the prelude runs, then the first read finds
+no run and the script returns), and a script that only returns, given ``complete.lua``'s
+keys and arguments (Redis's own part: parsing the call, the ``KEYS`` and ``ARGV`` tables).
 
 What it leaves out: the worker's side (``worker_cpu.py``), the broker, the start (the runs
 are created before the counters are zeroed). Needs valgrind (Debian's ``valgrind``).
@@ -142,8 +142,9 @@ def top_functions(dump: Path, n: int) -> list[str]:
 
 
 def call_floor(server: CountedRedis) -> dict[str, int]:
-    """Instructions per call of ``complete.lua`` on a run that does not exist, and of a script
-    that only returns, with the keys and arguments of a node's completion (module doc)."""
+    """Instructions per call of ``complete.lua`` and ``append.lua`` on a run that does not
+    exist, and of a script that only returns with ``complete.lua``'s keys and arguments
+    (module doc)."""
     import redis
 
     from orchestrator.settings import Settings
@@ -159,17 +160,20 @@ def call_floor(server: CountedRedis) -> dict[str, int]:
     fields = json.dumps({"node": "n", "status": "succeeded", "live": ["output"], "stop_run": False,
                          "run_id": run_id, "next_attempt": None, "retry_delay_s": None, "take": 1, "token": 1})
     event = json.dumps({"timestamp": 0, "run_id": run_id, "node_id": "n", "event_type": "completed", "data": {}})
-    args = [10_000, keys.notify(run_id), 3600, 86400, "PUBLISH", fields, "", '{"output": {}}', "", "", "", "", "",
-            event, event]
+    head = [10_000, keys.notify(run_id), 3600, 86400, "PUBLISH"]
+    args = [*head, fields, "", '{"output": {}}', "", "", "", "", "", event, event]
+    calls = (("complete_no_run", lua_source("complete"), run_keys, args),
+             ("append_no_run", lua_source("append"), run_keys[:18], [*head, event, "n", "1"]),
+             ("return_only", "return 0", run_keys, args))
     client = redis.Redis.from_url(server.url)
     floors: dict[str, int] = {}
     try:
-        for name, source in (("complete_no_run", lua_source("complete")), ("return_only", "return 0")):
+        for name, source, call_keys, call_args in calls:
             sha = client.script_load(source)
-            client.evalsha(sha, len(run_keys), *run_keys, *args)
+            client.evalsha(sha, len(call_keys), *call_keys, *call_args)
             server.zero()
             for _ in range(FLOOR_CALLS):
-                client.evalsha(sha, len(run_keys), *run_keys, *args)
+                client.evalsha(sha, len(call_keys), *call_keys, *call_args)
             floors[f"{name}_per_call"] = instructions(server.count()) // FLOOR_CALLS
     finally:
         client.close()
