@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +113,18 @@ def _run(url: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
         return run_id, detail, detail["nodes"]
 
 
+def root_span(spans: list[ReceivedSpan], run_id: str) -> ReceivedSpan | None:
+    """The run's root span among ``spans`` (None until it arrived)."""
+    return next((s for s in spans if s.name.startswith("run ") and s.attributes.get("orchestrator.run.id") == run_id),
+                None)
+
+
+def with_root(run_id: str, done: Callable[[list[ReceivedSpan]], bool]) -> Callable[[list[ReceivedSpan]], bool]:
+    """``done``, and the run's root span arrived too: each process exports its spans in its
+    own batches, so a node's span may arrive before the root the API ended earlier."""
+    return lambda spans: done(spans) and root_span(spans, run_id) is not None
+
+
 def _by_id(spans: list[ReceivedSpan]) -> dict[str, ReceivedSpan]:
     return {s.span_id: s for s in spans}
 
@@ -128,8 +140,9 @@ def test_a_run_across_two_workers_is_one_trace_that_matches_its_graph(traced: tu
         names = {s.name for s in spans if s.attributes.get("orchestrator.run.id") == run_id}
         return {f"node {n}" for n in ran} <= names and any(s.name.startswith("execute_tool") for s in spans)
 
-    spans = receiver.wait_for(complete)
-    root = next(s for s in spans if s.name.startswith("run ") and s.attributes.get("orchestrator.run.id") == run_id)
+    spans = receiver.wait_for(with_root(run_id, complete))
+    root = root_span(spans, run_id)
+    assert root is not None
     trace = [s for s in spans if s.trace_id == root.trace_id]
     assert detail["trace_id"] == root.trace_id
     assert detail["trace_url"] == f"http://jaeger.example/trace/{root.trace_id}"
@@ -196,8 +209,9 @@ def test_a_node_resumed_after_an_approval_joins_its_runs_trace(traced: tuple[Otl
         mine = [s for s in spans if s.name == "node Assistant" and s.attributes.get("orchestrator.run.id") == run_id]
         return len(mine) == 2
 
-    spans = receiver.wait_for(both_executions)
-    root = next(s for s in spans if s.name.startswith("run ") and s.attributes.get("orchestrator.run.id") == run_id)
+    spans = receiver.wait_for(with_root(run_id, both_executions))
+    root = root_span(spans, run_id)
+    assert root is not None
     executions = [s for s in spans if s.name == "node Assistant" and s.attributes.get("orchestrator.run.id") == run_id]
     assert {s.trace_id for s in executions} == {root.trace_id} and {s.parent_id for s in executions} == {root.span_id}
     assert sorted(s.attributes["orchestrator.node.status"] for s in executions) == ["succeeded", "waiting"]
@@ -228,8 +242,9 @@ def test_a_trigger_resolved_at_start_is_a_node_span_of_the_api_under_the_runs_ro
         names = {s.name for s in spans if s.attributes.get("orchestrator.run.id") == run_id}
         return {"node Begin", "node Probe"} <= names
 
-    spans = receiver.wait_for(both)
-    root = next(s for s in spans if s.name.startswith("run ") and s.attributes.get("orchestrator.run.id") == run_id)
+    spans = receiver.wait_for(with_root(run_id, both))
+    root = root_span(spans, run_id)
+    assert root is not None
     nodes = {s.name: s for s in spans if s.trace_id == root.trace_id and s.name.startswith("node ")}
     assert {s.parent_id for s in nodes.values()} == {root.span_id}
     assert nodes["node Begin"].service == "orchestrator-api"
