@@ -81,7 +81,8 @@ def encoded(plan: RunPlan) -> tuple[str, str, str, str]:
 
 SHARED_DIGEST_CHARS = 32  # hex digits of sha256 naming shared plan data (128 bits)
 # Of the plan data's fields: 2 added ":claim:<node>"; 3 moved it into the node's adjacency
-# field (after a newline) and gave each out edge its target's initial pending count.
+# field (after a newline), and each node's initial count from ":pending:<node>" onto its
+# in-edges (each out edge carries its target's).
 PLAN_DATA_FORMAT = "3"
 SharedArgs = tuple[str, str] | None  # a run's shared plan data: its key and create.lua's data ARGV
 
@@ -90,7 +91,8 @@ SharedArgs = tuple[str, str] | None  # a run's shared plan data: its key and cre
 class SharedPlan:
     """The plan data every run of one compiled plan shares (``Keys.plan_data``): its
     digest (of the plan JSON without run id and labels) and create.lua's ARGV that fills
-    the key (one flat list: adjacency, ``:pending:<node>`` counts, ``:plan``)."""
+    the key (one flat list: adjacency, ``:plan``; each node's initial count is on its
+    in-edges, in its sources' adjacency)."""
 
     digest: str
     data: str
@@ -101,9 +103,7 @@ def shared_plan(plan: RunPlan) -> SharedPlan:
     cached = plan.memo.get("redis_shared")
     if cached is None:
         body = encoded(plan)[0]
-        adj = adjacency_fields(plan)
-        pending = [x for n, p in plan.nodes.items() if p.pending for x in (f":pending:{n}", p.pending)]
-        data = dumps([*adj, *pending, ":plan", body])
+        data = dumps([*adjacency_fields(plan), ":plan", body])
         # The format is part of the name: plan data an older release wrote (without the
         # fields this one's scripts read) is never taken for this one's.
         digest = hashlib.sha256(f"{PLAN_DATA_FORMAT}\n{body}".encode()).hexdigest()[:SHARED_DIGEST_CHARS]

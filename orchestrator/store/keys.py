@@ -47,8 +47,8 @@ key                                        type        what, TTL
                                                        (its started event's ids, what it reads); retention
 {p}:plan:{digest}                          hash        what every run of one compiled plan (a stored graph's
                                                        version) shares, in the runs' bucket: node id ->
-                                                       adjacency JSON (as in adj), ":pending:<node>" -> its
-                                                       flow in-edges, ":plan" -> the plan
+                                                       adjacency JSON (as in adj; each out edge with its
+                                                       target's flow in-edges), ":plan" -> the plan
                                                        JSON without run id and labels (digest: of the data
                                                        format and that JSON). Its runs' records name it
                                                        (field "shared"): they keep no copy of it and count

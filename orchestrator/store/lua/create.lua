@@ -15,7 +15,7 @@
 -- workspace; ``version`` still its latest when ``latest``, else not above it); then its id
 -- joins the index (scored by Redis's clock, ids older than keep_s trimmed).
 -- ARGV[15] '1': the run's plan data is shared (Keys.plan_data, the last key: adjacency,
--- ':pending:<node>' counts, ':plan'), ARGV[7] then holds only the run id, labels and that
+-- ':plan'), ARGV[7] then holds only the run id, labels and that
 -- key, and ARGV[8]/ARGV[9] are empty lists; ARGV[16] that data as one flat JSON list, or
 -- '' when the caller saw the key exist (then -2 if it is gone: nothing stored, the caller
 -- sends it). Each run's TTL change extends the key's (prelude expire_all): it outlives

@@ -118,9 +118,9 @@ local function ensure_ttl(key)
 end
 
 -- A flow in-edge of `node` resolved: how many remain. A shared plan's run counts arrivals
--- down from 0 in its pending hash and adds the initial count: `initial`, the edge's own
--- copy of it (the fifth item of an adjacency's out edge), else the plan data's field
--- (plan data an older release wrote).
+-- down from 0 in its pending hash and adds the initial count: `initial`, the edge's copy
+-- of it (the fifth item of an adjacency's out edge), else the ':pending:<node>' field of
+-- plan data an older release wrote (format 2).
 local function arrive(node, initial)
   local left = redis.call('HINCRBY', K_PENDING, node, '-1')
   if K_ADJ == KEYS[11] then return left end
