@@ -340,7 +340,9 @@ def test_an_api_restart_mid_run_is_bridged_with_last_event_id(console: Console, 
     port = free_port()
     api = serve_api(stack.settings, port)
     try:
-        console.api("POST", "/graphs", slow_graph("ui-restart", 1.5))
+        # each probe long enough that a loaded machine's fresh page load still finds p1
+        # running, and the restart below still finds the run going (p2)
+        console.api("POST", "/graphs", slow_graph("ui-restart", 4.0))
         run_id = console.api("POST", "/graphs/ui-restart/runs", {"input": {}})["run_id"]
         console.page.goto(f"http://127.0.0.1:{port}/ui/#/runs/{run_id}")
         wait_state(console, "p1", "running")
