@@ -35,7 +35,7 @@ local function complete(args, budget_json, lease_key)
   local node, status = args.node, args.status
   local take = args.take
   if take == cjson.null then take = nil end
-  local run_status = RUN_STATUS
+  local run_status = RUN.status
   if not run_status then
     return NOTHING
   end

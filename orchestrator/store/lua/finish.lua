@@ -2,7 +2,7 @@
 -- ARGV[6] status  ARGV[7] error JSON or ''  ARGV[8] run id  ARGV[9] event JSON
 -- ARGV[10] node event JSON template (for the not_run and cancelled events)
 -- Returns 1 when this call ended the run, 0 when it was already terminal or unknown.
-local status = RUN_STATUS
+local status = RUN.status
 if not status then
   redis.call('ZREM', K_ACTIVE, ARGV[8])  -- an expired run must not haunt the sweeper
   expire_all(RETENTION)  -- nor leave a key behind that lost its TTL

@@ -13,8 +13,11 @@ local K_QUEUE, K_SENT = KEYS[14], KEYS[15]
 -- A run of a stored graph's version reads its adjacency and initial pending counts from
 -- the plan data that version's runs share in its bucket (same slot; create.lua), named
 -- by its record; other runs from their own KEYS[11].
-local HEAD = redis.call('HMGET', K_RUN, 'shared', 'status', 'bytes', 'renew_at')
-K_ADJ = HEAD[1] or K_ADJ
+local head = redis.call('HMGET', K_RUN, 'shared', 'status', 'bytes', 'renew_at')
+K_ADJ = head[1] or K_ADJ
+-- The rest as this call found them (status nil: no run), kept current by its own writes
+-- (set_run_status, charge_budget, refresh_active_ttl): read once, whichever helpers ask.
+local RUN = {status = head[2] or nil, bytes = tonumber(head[3] or '0'), renew_at = tonumber(head[4])}
 local K_ACTIVE, K_QUEUED, K_LEASE = KEYS[16], KEYS[17], KEYS[18]
 local RUN_KEY_COUNT = 15
 local MAXLEN, CHANNEL, ACTIVE_TTL, RETENTION = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -34,12 +37,10 @@ local CLOCK = redis.call('TIME')
 local NOW = CLOCK[1] .. '.' .. string.format('%06d', tonumber(CLOCK[2]))
 local NOW_S = tonumber(NOW)
 
--- The run's status as this call found it (nil: no run), kept current by this call's own
--- writes (set_run_status): read once, whichever helpers ask.
-local RUN_STATUS = HEAD[2] or nil
+-- The run's status changes (with `...`, more field/value pairs for its record).
 local function set_run_status(status, ...)
   redis.call('HSET', K_RUN, 'status', status, ...)
-  RUN_STATUS = status
+  RUN.status = status
 end
 
 local ACTIVE = {queued = true, running = true, waiting = true}
@@ -88,21 +89,21 @@ end
 
 -- An active run's keys get ACTIVE_TTL at create (the hashes its nodes fill exist from
 -- then on); progress renews it only once half of it has passed, when the record's
--- renew_at (read with HEAD) is due: no EXPIRE of every key, nor a TTL read, per
+-- renew_at (RUN.renew_at) is due: no EXPIRE of every key, nor a TTL read, per
 -- completion. The run's end sets RETENTION on all of them.
 local function renew_at()
   return string.format('%.6f', NOW_S + tonumber(ACTIVE_TTL) / 2)
 end
 local function refresh_active_ttl()
-  local due = tonumber(HEAD[4])
-  if due then
-    if NOW_S < due then return end
+  if RUN.renew_at then
+    if NOW_S < RUN.renew_at then return end
   elseif redis.call('TTL', K_RUN) >= tonumber(ACTIVE_TTL) / 2 then  -- a run an older release created
     return
   end
   expire_all(ACTIVE_TTL)
-  HEAD[4] = renew_at()
-  redis.call('HSET', K_RUN, 'renew_at', HEAD[4])
+  local at = renew_at()
+  redis.call('HSET', K_RUN, 'renew_at', at)
+  RUN.renew_at = tonumber(at)
 end
 
 -- A key created after create_run inherits the run record's remaining TTL.
@@ -253,7 +254,7 @@ end
 local function charge_budget(budget_json, first, last)
   if not budget_json or budget_json == '' then return nil end
   local budget = cjson.decode(budget_json)
-  local used = tonumber(HEAD[3] or '0')  -- kept current below
+  local used = RUN.bytes
   if budget.run_max > 0 and used + budget.bytes > budget.run_max then return {'budget', 'run', used} end
   local total = 0
   for _, used_that_day in ipairs(redis.call('MGET', unpack(KEYS, first, last))) do
@@ -261,7 +262,7 @@ local function charge_budget(budget_json, first, last)
   end
   if budget.ws_max > 0 and total + budget.bytes > budget.ws_max then return {'budget', 'workspace', total} end
   local nbytes = int(budget.bytes)
-  HEAD[3] = redis.call('HINCRBY', K_RUN, 'bytes', nbytes)
+  RUN.bytes = redis.call('HINCRBY', K_RUN, 'bytes', nbytes)
   -- today's counter gets its expiry when this call created it (only these scripts and
   -- store/storage_budget.py write it, each with its expiry)
   if redis.call('INCRBY', KEYS[first], nbytes) == budget.bytes then
@@ -330,7 +331,7 @@ local RUN_CONTEXT = nil  -- the run's input, session id and workspace, read once
 local OUTPUTS = {}
 local function claim(node, lease_key, lease_ms, started, read, known)
   known = known or {}
-  if not known.active and not (RUN_STATUS and ACTIVE[RUN_STATUS]) then
+  if not known.active and not (RUN.status and ACTIVE[RUN.status]) then
     return {'closed', 0}
   end
   if not known.planned and redis.call('HEXISTS', K_ADJ, node) == 0 then

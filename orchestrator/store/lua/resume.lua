@@ -1,7 +1,7 @@
 -- Resume a waiting node. ARGV[6] node id  ARGV[7] resume input JSON  ARGV[8] run_resumed JSON
 -- Returns 1 when resumed, 0 when the node is not waiting or the run is not active.
 local node = ARGV[6]
-local status = RUN_STATUS
+local status = RUN.status
 if not status or not ACTIVE[status] then
   return 0
 end

@@ -5,7 +5,7 @@
 -- ids...}.
 local taken = nil
 if ARGV[7] and ARGV[7] ~= '' then taken = cjson.decode(ARGV[7]) end
-local status = RUN_STATUS
+local status = RUN.status
 if not status or not ACTIVE[status] then
   if taken then return {{}} end
   return {}
