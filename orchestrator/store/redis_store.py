@@ -10,7 +10,8 @@ number of workers can complete nodes of the same run concurrently:
   completion under a superseded token is refused; the nodes it hands over (a chain's
   next link, a fan-out's branches, older nodes taken from the run's queue) are claimed
   in the same call (one round trip per node, the claim's logic shared with ``claim.lua``
-  in the prelude);
+  in the prelude). The completions of one run made in one loop iteration go as one call
+  (a group commit, ``group_commit.py``), applied in order, each answered on its own;
 * ``finish.lua``   a forced terminal status (cancel, timeout, sweeper), closing the nodes
   that had not started (``not_run``) or were running (``cancelled``);
 * ``resume.lua``   a waiting (suspended) node back to pending.
@@ -60,6 +61,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 from redis.asyncio import Redis
@@ -104,6 +106,7 @@ from orchestrator.store.creation import event_json as _event_json
 from orchestrator.store.creation import shared_plan as _shared
 from orchestrator.store.creation import started_json as _started_json
 from orchestrator.store.creation import started_parts as _started_parts
+from orchestrator.store.group_commit import GroupCommit
 from orchestrator.store.keys import Keys
 from orchestrator.store.plan_reads import PLAN_CACHE_SIZE, RunPlans
 from orchestrator.store.scripts import (
@@ -135,6 +138,16 @@ _FINISH_EVENTS = {
 }
 
 
+@dataclass(frozen=True)
+class Completion:
+    """One completion as complete.lua takes it: its named fields' JSON (with its budget,
+    lease and event count), its texts (``_completion_args``) and its node's lease key."""
+
+    named: str
+    texts: list[str]
+    lease: str
+
+
 class RedisRunStore(RunStore):
     """``RunStore`` on one Redis (``redis.asyncio`` client with ``decode_responses=True``)."""
 
@@ -163,6 +176,8 @@ class RedisRunStore(RunStore):
         self._keys_of: OrderedDict[str, tuple[tuple[str, ...], str]] = OrderedDict()  # run id -> its script keys
         self._shared_seen: OrderedDict[str, None] = OrderedDict()  # plan data keys known to exist (Keys.plan_data)
         self._taken: OrderedDict[str, str] = OrderedDict()  # complete.lua's ``taken`` JSON, by run, lease and data
+        # A run's completions made in one loop iteration go as one complete.lua call.
+        self._completions: GroupCommit[tuple[str, tuple[str, ...]], Completion] = GroupCommit(self._send_completions)
 
     @classmethod
     def from_url(cls, url: str, settings: StoreSettings) -> RedisRunStore:
@@ -556,19 +571,30 @@ class RedisRunStore(RunStore):
             workspace = self._workspaces.get(run_id) or await self._workspace(run_id)  # known after its claim
             budget, budget_keys = await self._reservation(nbytes, workspace, run_id)
         node_lease = self._lease(run_id, node_id)
-        reply = await self._call("complete", run_id, [with_taken(_dumps(args), taken), budget, *texts],
-                                 [node_lease, *budget_keys])
+        args.update(budget=budget, lease=node_lease, events=len(texts) - COMPLETE_EVENTS)
+        reply = await self._completions.submit((run_id, tuple(budget_keys)),
+                                               Completion(with_taken(_dumps(args), taken), texts, node_lease))
         if reply[0] == "budget":
             try:
                 self.budget.check(str(reply[1]), int(reply[2]), nbytes, workspace=workspace, run_id=run_id)
             except StorageBudgetError as exc:
                 completion = over_budget(run_id, node_id, completion, exc)
             args, texts = self._completion_args(run_id, node_id, completion, max_nodes, token)
-            reply = await self._call("complete", run_id, [_dumps(args), "", *texts], [node_lease])
+            args.update(budget="", lease=node_lease, events=len(texts) - COMPLETE_EVENTS)
+            reply = await self._completions.submit((run_id, ()), Completion(_dumps(args), texts, node_lease))
         ready = self._ready(run_id, reply)
         if not ready.stale:
             count_published(completion.events)
         return ready
+
+    async def _send_completions(self, key: tuple[str, tuple[str, ...]], group: list[Completion]) -> list[Any]:
+        """One complete.lua call for ``group``, completions of one run made in one loop
+        iteration whose budget reservations name the same day counters (``key``): each
+        one's reply, in order (``_completions``, ``group_commit.py``)."""
+        run_id, budget_keys = key
+        texts = [text for c in group for text in c.texts]
+        return list(await self._call("complete", run_id, ["[" + ",".join(c.named for c in group) + "]", *texts],
+                                     [group[0].lease, *budget_keys]))
 
     def _ready(self, run_id: str, reply: list[Any]) -> Ready:
         """A ``Ready`` from complete.lua's reply (``complete`` in lua/completion.lua)."""

@@ -1,11 +1,20 @@
--- Apply one node's completion exactly once (`complete` in completion.lua, which says
--- what the arguments are and what it returns).
--- ARGV[6] the named fields (one JSON object); ARGV[7] the budget reservation JSON or '';
--- ARGV[8..14] the texts (outputs, payload, error, run_completed, run_failed, run_waiting,
--- node_template); ARGV[15..] the completion's own events.
-local args = cjson.decode(ARGV[6])
-args.outputs, args.payload, args.error = ARGV[8], ARGV[9], ARGV[10]
-args.run_completed, args.run_failed, args.run_waiting, args.node_template = ARGV[11], ARGV[12], ARGV[13], ARGV[14]
-args.events = {}
-for i = 15, #ARGV do args.events[#args.events + 1] = ARGV[i] end
-return woken(complete(args, ARGV[7], K_LEASE))
+-- Apply independent completions of one run's nodes in one call, each exactly once: the
+-- same state changes, events and replies as one call per completion in this order
+-- (`complete` in completion.lua, which says what each takes and returns). A process
+-- sends the completions its loop made together as one call (a group commit,
+-- RedisRunStore._send_completions): a script call's fixed cost, most of a fan-out
+-- branch's Redis time, is paid once for them all.
+-- ARGV[6] a JSON array, one object per completion: complete's named fields, plus `budget`
+--   (its reservation JSON, or ''), `lease` (its node's lease key: the run's hash tag) and
+--   `events` (how many event texts it has).
+-- ARGV[7..] each completion's texts in turn (`completion_texts` in completion.lua).
+-- KEYS[18] the first completion's lease; KEYS[19..] the workspace's day counters, which
+--   every reservation of the call names.
+-- Returns `complete`'s reply for each completion, in order.
+local items = cjson.decode(ARGV[6])
+local at, replies = 7, {}
+for i, item in ipairs(items) do
+  at = completion_texts(item, at)
+  replies[i] = complete(item, item.budget, item.lease)
+end
+return woken(replies)

@@ -6,8 +6,7 @@
 --   take, token and taken; the others use the first's take and taken, and are not fenced:
 --   their claims are made here), plus `budget` (the reservation JSON, or '': the first's
 --   reserves the whole chain's bytes) and `events` (how many event texts the link has).
--- ARGV[7..] each link's texts in turn: outputs, payload, error, run_completed, run_failed,
---   run_waiting, node_template, then its `events` event texts.
+-- ARGV[7..] each link's texts in turn (`completion_texts` in completion.lua).
 -- KEYS[18] the first link's lease; the others' are the first's `taken.lease` and their id.
 -- Returns {applied, reply}: how many links were applied, and `complete`'s reply for the
 -- last one applied (with applied 0, the first's refusal: 'stale' or 'budget'). A link is
@@ -31,14 +30,7 @@ end
 
 local reply = nil
 for i, link in ipairs(links) do
-  link.outputs, link.payload, link.error = ARGV[at], ARGV[at + 1], ARGV[at + 2]
-  link.run_completed, link.run_failed, link.run_waiting = ARGV[at + 3], ARGV[at + 4], ARGV[at + 5]
-  link.node_template = ARGV[at + 6]
-  at = at + 7
-  local events = {}
-  for j = 1, link.events do events[j] = ARGV[at + j - 1] end
-  at = at + link.events
-  link.events = events
+  at = completion_texts(link, at)
   local lease = K_LEASE
   if i > 1 then
     if not handed_alone(reply, link.node) then return answer(i - 1, reply) end

@@ -1,7 +1,7 @@
 -- Included after the prelude by complete.lua and complete_chain.lua (store/scripts.py lua_source).
 -- Apply one node's completion exactly once: the Lua twin of
 -- orchestrator/kernel/scheduling.py:complete, plus storage, events and the run's end.
--- `args`, named fields (complete.lua: ARGV[6], one JSON object):
+-- `args`, named fields (one object of the array in complete.lua's or complete_chain.lua's ARGV[6]):
 --   node, status (succeeded|failed|waiting|retrying),
 --   live [ports], stop_run (bool), run_id, next_attempt (retrying),
 --   retry_delay_s (retrying: the next attempt is due this long from NOW),
@@ -30,6 +30,21 @@
 -- Returns {'budget', 'run' | 'workspace', used} when the bytes would pass that budget:
 -- nothing applied (the caller stores the node's failure naming it instead).
 local BUDGET_KEY = 19
+
+-- A completion's texts, from ARGV[at] on, into `args` (whose `events` says how many event
+-- texts it has): outputs, payload, error, run_completed, run_failed, run_waiting,
+-- node_template, then its events (scripts.py COMPLETE_TEXTS). Returns the next one's `at`.
+local function completion_texts(args, at)
+  args.outputs, args.payload, args.error = ARGV[at], ARGV[at + 1], ARGV[at + 2]
+  args.run_completed, args.run_failed, args.run_waiting = ARGV[at + 3], ARGV[at + 4], ARGV[at + 5]
+  args.node_template = ARGV[at + 6]
+  at = at + 7
+  local events = {}
+  for j = 1, args.events do events[j] = ARGV[at + j - 1] end
+  args.events = events
+  return at + #events
+end
+
 local NOTHING = {0, 0}
 local function complete(args, budget_json, lease_key)
   local node, status = args.node, args.status

@@ -1,0 +1,111 @@
+"""Group commit on the Redis store (one Redis and a cluster): the completions of one run
+that a process's loop makes together go to Redis as one script call, and come out as
+separate calls in the same order would: each caller gets its own answer, a fenced or
+redelivered completion in the group changes nothing, and a completion over a budget
+fails alone."""
+
+from __future__ import annotations
+
+import asyncio
+
+from orchestrator.kernel.protocol import DataValue
+from orchestrator.kernel.scheduling import RunPlan
+from orchestrator.kernel.store import ClaimRequest, NodeCompletion, NodeStatus, Ready
+from orchestrator.store.redis_store import RedisRunStore
+from tests.conformance.conftest import command_stats, reset_stats
+from tests.support import completed, make_plan, record_for, started_event
+
+KB = 1024
+BRANCHES = 20
+
+
+def fan_out(run_id: str, branches: int = BRANCHES) -> RunPlan:
+    edges = [("a", "out", f"b{i}", "in") for i in range(branches)]
+    edges += [(f"b{i}", "out", "j", "in") for i in range(branches)]
+    return make_plan(["a", *(f"b{i}" for i in range(branches)), "j"], edges, run_id=run_id)
+
+
+async def claim(store: RedisRunStore, run_id: str, node_id: str, *, lease_s: float = 30, worker_id: str = "w1") -> int:
+    granted = await store.claim_node(run_id, ClaimRequest(node_id, lease_s=lease_s,
+                                                          started=started_event(run_id, node_id)), worker_id=worker_id)
+    assert granted.kind == "run", (node_id, granted)
+    return granted.token
+
+
+async def branches_claimed(store: RedisRunStore, run_id: str, branches: int = BRANCHES,
+                           lease_s: float = 30) -> dict[str, int]:
+    """The run of ``fan_out`` with ``a`` done and every branch claimed: branch -> token."""
+    plan = fan_out(run_id, branches)
+    await store.create_run(plan, record_for(plan))
+    await store.mark_dispatched(run_id, ["a"])
+    await store.complete_node(run_id, "a", completed(run_id, "a", {"out"}), token=await claim(store, run_id, "a"))
+    return {f"b{i}": await claim(store, run_id, f"b{i}", lease_s=lease_s) for i in range(branches)}
+
+
+async def test_a_fan_outs_branches_completed_together_are_one_script_call(redis_store: RedisRunStore) -> None:
+    run_id = "group-fan"
+    tokens = await branches_claimed(redis_store, run_id)
+    await reset_stats(redis_store.redis)
+    readies = await asyncio.gather(*(redis_store.complete_node(run_id, node, completed(run_id, node, {"out"}),
+                                                               token=token) for node, token in tokens.items()))
+    scripts = (await command_stats(redis_store.redis)).get("evalsha", 0)
+    assert scripts == 1, f"{BRANCHES} completions went as {scripts} script calls"
+    # Each caller got its own answer: the join is readied once, by the last branch.
+    assert [r.nodes for r in readies] == [[]] * (BRANCHES - 1) + [["j"]]
+    states = await redis_store.node_states(run_id)
+    assert all(states[f"b{i}"] == "succeeded" for i in range(BRANCHES)), states
+    assert states["j"] == "pending"
+    outputs = await redis_store.read_outputs(run_id, ["b0", f"b{BRANCHES - 1}"])
+    assert set(outputs) == {"b0", f"b{BRANCHES - 1}"}
+    completed_events = [e for _, e in await redis_store.read_events(run_id) if e.event_type == "completed"]
+    assert sorted(e.node_id for e in completed_events) == sorted(["a", *tokens])  # each once
+    await redis_store.mark_dispatched(run_id, ["j"])
+    token = await claim(redis_store, run_id, "j")
+    await redis_store.complete_node(run_id, "j", completed(run_id, "j", {"out"}), token=token)
+    assert (await redis_store.get_run(run_id)).status == "succeeded"
+
+
+async def test_a_fenced_and_a_redelivered_completion_change_nothing_in_their_group(
+        redis_store: RedisRunStore) -> None:
+    run_id = "group-fenced"
+    tokens = await branches_claimed(redis_store, run_id, branches=4, lease_s=0.001)
+    await redis_store.complete_node(run_id, "b0", completed(run_id, "b0", {"out"}), token=tokens["b0"])
+    await asyncio.sleep(0.02)  # b1's lease lapsed: another worker's claim fences the first
+    superseded, tokens["b1"] = tokens["b1"], await claim(redis_store, run_id, "b1", worker_id="w2")
+    assert superseded < tokens["b1"]
+    readies: list[Ready] = await asyncio.gather(
+        redis_store.complete_node(run_id, "b0", completed(run_id, "b0", {"out"}), token=tokens["b0"]),  # again
+        redis_store.complete_node(run_id, "b1", completed(run_id, "b1", {"out"}), token=superseded),
+        redis_store.complete_node(run_id, "b2", completed(run_id, "b2", {"out"}), token=tokens["b2"]),
+    )
+    assert [r.stale for r in readies] == [False, True, False]
+    states = await redis_store.node_states(run_id)
+    assert (states["b0"], states["b1"], states["b2"], states["b3"]) == ("succeeded", "running", "succeeded", "running")
+    assert await redis_store.stale_refusals(run_id) == 1
+    completed_b0 = [e for _, e in await redis_store.read_events(run_id)
+                    if e.event_type == "completed" and e.node_id == "b0"]
+    assert len(completed_b0) == 1  # the redelivered completion appended nothing
+
+
+async def test_a_completion_over_the_run_budget_fails_alone_in_its_group(redis_store: RedisRunStore) -> None:
+    settings = redis_store.settings.model_copy(update={"workspace_max_bytes": 0, "run_max_bytes": 250 * KB})
+    store = RedisRunStore(redis_store.redis, settings)
+    run_id = "group-budget"
+    tokens = await branches_claimed(store, run_id, branches=3)
+
+    def done(size_kb: int) -> NodeCompletion:
+        return NodeCompletion(status=NodeStatus.SUCCEEDED, outputs={"out": DataValue("data", "x" * (size_kb * KB))})
+
+    await reset_stats(store.redis)
+    await asyncio.gather(store.complete_node(run_id, "b0", done(100), token=tokens["b0"]),
+                         store.complete_node(run_id, "b1", done(200), token=tokens["b1"]),  # 300 KB: over
+                         store.complete_node(run_id, "b2", done(1), token=tokens["b2"]))
+    # one call for the three, then b1's failure naming the budget in one more
+    assert (await command_stats(store.redis)).get("evalsha", 0) == 2
+    states = await store.node_states(run_id)
+    assert (states["b0"], states["b1"], states["b2"]) == ("succeeded", "failed", "succeeded")
+    record = await store.get_run(run_id)
+    assert record.status == "failed"
+    assert record.error is not None and record.error["limit"] == "ORCH_RUN_MAX_BYTES"
+    assert record.error["node_id"] == "b1"
+    assert states["j"] == "not_run"
