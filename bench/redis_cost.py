@@ -162,7 +162,7 @@ def call_floor(server: CountedRedis) -> dict[str, int]:
                           "budget": "", "lease": keys.lease(run_id, "n"), "events": 2}])
     event = json.dumps({"timestamp": 0, "run_id": run_id, "node_id": "n", "event_type": "completed", "data": {}})
     head = [10_000, keys.notify(run_id), 3600, 86400, "PUBLISH"]
-    args = [*head, fields, '{"output": {}}', "", "", "", "", "", "", event, event]
+    args = [*head, fields, "", '{"output": {}}', "", "", "", "", "", "", event, event]
     calls = (("complete_no_run", lua_source("complete"), run_keys, args),
              ("append_no_run", lua_source("append"), run_keys[:18], [*head, event, "n", "1"]),
              ("return_only", "return 0", run_keys, args))

@@ -141,9 +141,11 @@ _FINISH_EVENTS = {
 @dataclass(frozen=True)
 class Completion:
     """One completion as complete.lua takes it: its named fields' JSON (with its budget,
-    lease and event count), its texts (``_completion_args``) and its node's lease key."""
+    lease and event count), its ``taken`` JSON ('' for none: ``_taken_text``), its texts
+    (``_completion_args``) and its node's lease key."""
 
     named: str
+    taken: str
     texts: list[str]
     lease: str
 
@@ -573,7 +575,7 @@ class RedisRunStore(RunStore):
         node_lease = self._lease(run_id, node_id)
         args.update(budget=budget, lease=node_lease, events=len(texts) - COMPLETE_EVENTS)
         reply = await self._completions.submit((run_id, tuple(budget_keys)),
-                                               Completion(with_taken(_dumps(args), taken), texts, node_lease))
+                                               Completion(_dumps(args), taken, texts, node_lease))
         if reply[0] == "budget":
             try:
                 self.budget.check(str(reply[1]), int(reply[2]), nbytes, workspace=workspace, run_id=run_id)
@@ -581,7 +583,7 @@ class RedisRunStore(RunStore):
                 completion = over_budget(run_id, node_id, completion, exc)
             args, texts = self._completion_args(run_id, node_id, completion, max_nodes, token)
             args.update(budget="", lease=node_lease, events=len(texts) - COMPLETE_EVENTS)
-            reply = await self._completions.submit((run_id, ()), Completion(_dumps(args), texts, node_lease))
+            reply = await self._completions.submit((run_id, ()), Completion(_dumps(args), "", texts, node_lease))
         ready = self._ready(run_id, reply)
         if not ready.stale:
             count_published(completion.events)
@@ -592,8 +594,10 @@ class RedisRunStore(RunStore):
         iteration whose budget reservations name the same day counters (``key``): each
         one's reply, in order (``_completions``, ``group_commit.py``)."""
         run_id, budget_keys = key
+        shared = group[0].taken if all(c.taken == group[0].taken for c in group[1:]) else ""
+        named = [with_taken(c.named, "true" if shared else c.taken) for c in group]
         texts = [text for c in group for text in c.texts]
-        return list(await self._call("complete", run_id, ["[" + ",".join(c.named for c in group) + "]", *texts],
+        return list(await self._call("complete", run_id, ["[" + ",".join(named) + "]", shared, *texts],
                                      [group[0].lease, *budget_keys]))
 
     def _ready(self, run_id: str, reply: list[Any]) -> Ready:

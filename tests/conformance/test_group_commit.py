@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from orchestrator.kernel.protocol import DataValue
 from orchestrator.kernel.scheduling import RunPlan
-from orchestrator.kernel.store import ClaimRequest, NodeCompletion, NodeStatus, Ready
+from orchestrator.kernel.store import ClaimRequest, NodeCompletion, NodeStatus, Ready, Take
 from orchestrator.store.redis_store import RedisRunStore
 from tests.conformance.conftest import command_stats, reset_stats
+from tests.conformance.test_next_claim import TAKEN
 from tests.support import completed, make_plan, record_for, started_event
 
 KB = 1024
@@ -63,6 +66,29 @@ async def test_a_fan_outs_branches_completed_together_are_one_script_call(redis_
     token = await claim(redis_store, run_id, "j")
     await redis_store.complete_node(run_id, "j", completed(run_id, "j", {"out"}), token=token)
     assert (await redis_store.get_run(run_id)).status == "succeeded"
+
+
+@pytest.mark.parametrize("taking", ["every", "some"])
+async def test_completions_that_claim_what_they_hand_over_share_one_call(redis_store: RedisRunStore,
+                                                                         taking: str) -> None:
+    """Branches that take and claim what they ready (a worker's), with the same claim data
+    (sent once for the call) or, for some, none."""
+    run_id = f"group-take-{taking}"
+    tokens = await branches_claimed(redis_store, run_id)
+    await reset_stats(redis_store.redis)
+
+    def take(i: int) -> Take | None:
+        return Take(1, claim_taken=TAKEN) if taking == "every" or i % 2 else None
+
+    readies = await asyncio.gather(*(redis_store.complete_node(
+        run_id, f"b{i}", completed(run_id, f"b{i}", {"out"}), take=take(i), token=tokens[f"b{i}"])
+        for i in range(BRANCHES)))
+    assert (await command_stats(redis_store.redis)).get("evalsha", 0) == 1
+    last = readies[-1]  # b19 takes: it readied j, took it and claimed it
+    assert last.nodes == ["j"] and last.claims["j"].kind == "run"
+    assert all(not r.nodes and not r.claims for r in readies[:-1])
+    started_j = [e for _, e in await redis_store.read_events(run_id) if e.event_type == "started" and e.node_id == "j"]
+    assert len(started_j) == 1 and started_j[0].data.get("worker_id") == "w9"
 
 
 async def test_a_fenced_and_a_redelivered_completion_change_nothing_in_their_group(
