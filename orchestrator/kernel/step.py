@@ -10,7 +10,7 @@ and hands the completion to the store, which returns the successors that became 
 from __future__ import annotations
 
 import asyncio
-import inspect
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -37,12 +37,13 @@ from .observer import UNOBSERVED, ObservedEnd, ObservedNode, observe, with_usage
 from .output_limits import check_outputs
 from .parameters import fixed_parameters, resolve_parameters_off_loop
 from .previews import OUTPUT_PREVIEW_CHARS, PREVIEW_CHARS, output_preview, parameter_preview  # noqa: F401 - re-exported
-from .protocol import DataValue, EventType, ExecutionResult, FlowContext, NodeEvent
+from .protocol import DataValue, EventType, ExecutionResult, NodeEvent
 from .registry import NodeType
 from .retry import backoff_s, is_retryable
 from .runtime import GraphRuntime, RunFrame
 from .scheduling import RunPlan
 from .store import ChainLink, Claim, ClaimRequest, NodeCompletion, NodeStatus, Take
+from .streaming import EventStream, drive
 from .supervision import Watch, supervise, supervisor_for, timed
 from .usage import Usage
 
@@ -74,62 +75,6 @@ def main_output(definition: NodeDefinition, outputs: dict[str, DataValue]) -> An
     if ERROR_PORT in outputs:
         return outputs[ERROR_PORT].value
     return next(iter(outputs.values())).value if outputs else None
-
-
-_ON_LOOP: dict[Any, bool] = {}  # an execute function -> whether it is async (asked per step, answered once)
-_ON_LOOP_MAX = 1024
-
-
-def _runs_on_loop(execute: Any) -> bool:
-    """Whether ``execute`` is a coroutine or async generator function, kept per function
-    (``inspect`` takes ~2 us to tell, and every step asks)."""
-    func = getattr(execute, "__func__", execute)  # a bound method: its function
-    try:
-        return _ON_LOOP[func]
-    except (KeyError, TypeError):  # not known yet, or not hashable (asked every time)
-        pass
-    on_loop = inspect.iscoroutinefunction(execute) or inspect.isasyncgenfunction(execute)
-    try:
-        if len(_ON_LOOP) >= _ON_LOOP_MAX:
-            _ON_LOOP.clear()
-        _ON_LOOP[func] = on_loop
-    except TypeError:
-        pass
-    return on_loop
-
-
-async def _drive(executor: Any, data: dict[str, Any], inputs: dict[str, DataValue],
-                 ctx: FlowContext, sink: Any) -> ExecutionResult:
-    """Call execute; stream events of an async generator to ``sink`` as they come.
-
-    A synchronous ``execute`` (neither a coroutine nor an async generator function) runs in
-    the loop's default executor, a bounded thread pool, so its CPU or blocking work never
-    stalls the other steps on the loop."""
-    execute = executor.execute
-    if _runs_on_loop(execute):
-        produced = execute(data, inputs, ctx)
-    else:
-        produced = await asyncio.get_running_loop().run_in_executor(None, execute, data, inputs, ctx)
-    if inspect.isasyncgen(produced):
-        result: ExecutionResult | None = None
-        try:
-            async for item in produced:
-                if isinstance(item, ExecutionResult):
-                    result = item
-                elif isinstance(item, NodeEvent):
-                    await sink(item)
-                else:
-                    raise TypeError(f"execute yielded {type(item).__name__}; expected NodeEvent or ExecutionResult")
-        finally:
-            await produced.aclose()  # a cancelled or failed stream closes its resources now
-        if result is None:
-            raise TypeError("execute stream ended without an ExecutionResult")
-        return result
-    if inspect.isawaitable(produced):
-        produced = await produced
-    if not isinstance(produced, ExecutionResult):
-        raise TypeError(f"execute returned {type(produced).__name__}; expected ExecutionResult")
-    return produced
 
 
 def _error_info(exc: BaseException, node: Node) -> dict[str, Any]:
@@ -251,7 +196,22 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch, usage: Us
     """Run the node's attempt ``claim.attempt``: (its completion, the retry delay when the
     completion is ``retrying``); what the executor reports goes to ``usage``. ``own``: the
     node is a chain's link (fusion.py), not claimed yet: the events it streams are kept
-    there, and it runs in the ceiling unit of the node before it."""
+    there, and it runs in the ceiling unit of the node before it. Else they go to the
+    store under its claim's token as it streams them (streaming.py), all stored before
+    this returns."""
+    if own is not None:
+        return await _attempt(step, claim, watch, usage, own)
+    stream = EventStream(functools.partial(step.env.store.append_events, token=claim.token))
+    try:
+        return await _attempt(step, claim, watch, usage, stream)
+    finally:
+        await stream.settle()
+
+
+async def _attempt(step: StepContext, claim: Claim, watch: Watch, usage: Usage,
+                   events: list[NodeEvent] | EventStream) -> tuple[NodeCompletion, float | None]:
+    """``_execute_node`` with the node's streamed events kept in ``events`` (a chain's
+    link) or sent through it."""
     node, plan, graph, registry = step.node, step.plan, step.graph, step.env.registry
     definition = step.node_type.definition
     outputs = claim.outputs
@@ -266,10 +226,10 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch, usage: Us
                   limits=step.options.expression_limits)
 
     async def sink(ev: NodeEvent) -> None:
-        if own is not None:
-            own.append(ev)
+        if isinstance(events, EventStream):
+            await events.emit(ev)
         else:
-            await step.env.store.append_event(ev, token=claim.token)
+            events.append(ev)
 
     run = RunFrame(graph=graph, run_id=plan.run_id, run_input=claim.run_input, session_id=claim.session_id,
                    host=step.env.host(plan.run_id, claim.workspace))
@@ -282,7 +242,7 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch, usage: Us
         if node.settings.disabled:
             result = _pass_through(definition, gathered)
         else:
-            if step.env.ceiling is not None and own is None:
+            if step.env.ceiling is not None and isinstance(events, EventStream):
                 await enter_ceiling(step.env.ceiling, claim.workspace, f"{plan.run_id}:{node.id}:{attempt}")
             if step.env.limiter is not None and node.settings.limits:
                 await _acquire_limits(step, claim, scope)
@@ -294,7 +254,7 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch, usage: Us
                                          if wires else fixed.previews)
             ctx = runtime.context_for(node.id, attempt=attempt, resume=claim.resume,
                                       input_sources=gathered.sources, usage=usage)
-            driven = _drive(step.node_type.executor, data, gathered.inputs, ctx, sink)
+            driven = drive(step.node_type.executor, data, gathered.inputs, ctx, sink)
             work = asyncio.ensure_future(driven if node.settings.timeout_s is None else timed(node, driven))
             try:
                 result = await supervise(watch, work)
@@ -302,6 +262,8 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch, usage: Us
                 # Work the executor left in a thread (a timed-out or cancelled node cannot
                 # be killed there) stops at its next expression step.
                 scope.spending.stop("the node execution it belongs to has ended")
+            if isinstance(events, EventStream):
+                await events.flush()  # its events stored (or their refusal raised) before its completion
             texts = check_outputs(node, definition, result, max_bytes=step.options.max_output_bytes,
                           max_depth=step.options.max_output_depth)
     except WaitRequested as exc:

@@ -268,6 +268,12 @@ class RunStore(RunQuery):
         unless ``token`` is the node's latest claim and the node is still running; a
         superseded token is counted as stale."""
 
+    async def append_events(self, events: Sequence[NodeEvent], *, token: int | None = None) -> list[str]:
+        """``append_event`` for each of ``events`` (one run's, one node's), in order: their
+        ids. A store may append them in one call (the Redis store does); a refusal then
+        refuses them all ("" for each)."""
+        return [await self.append_event(event, token=token) for event in events]
+
     @abstractmethod
     async def complete_node(self, run_id: str, node_id: str, completion: NodeCompletion, *,
                             take: Take | None = None, token: int | None = None) -> Ready:

@@ -537,9 +537,17 @@ class RedisRunStore(RunStore):
         """Append to an existing run's log; returns the stream id ("" if the run is gone,
         or the fenced append was refused: see ``RunStore.append_event``).
         Raises StorageBudgetError when the run's events pass a storage budget."""
-        event_json = _event_json(event)
-        run_id = event.run_id
-        pending = self._event_bytes.pop(run_id, 0) + utf8_len(event_json)
+        return (await self.append_events([event], token=token))[0]
+
+    async def append_events(self, events: Sequence[NodeEvent], *, token: int | None = None) -> list[str]:
+        """``append_event`` for events of one run and node, in order, in one call of
+        append.lua: their ids, or "" for each when nothing was appended. Their bytes are
+        counted against the budgets in chunks (``EVENT_COUNT_CHUNK_BYTES``)."""
+        if not events:
+            return []
+        texts = [_event_json(event) for event in events]
+        run_id = events[0].run_id
+        pending = self._event_bytes.pop(run_id, 0) + sum(utf8_len(text) for text in texts)
         if pending >= EVENT_COUNT_CHUNK_BYTES:
             await self.count_bytes(run_id, pending)
         else:
@@ -547,10 +555,11 @@ class RedisRunStore(RunStore):
             while len(self._event_bytes) > PLAN_CACHE_SIZE:
                 self._event_bytes.popitem(last=False)
         fence = "" if token is None else str(token)
-        stream_id = str(await self._call("append", run_id, [event_json, event.node_id, fence]))
-        if stream_id:
-            metrics.child(metrics.EVENTS_PUBLISHED, event.event_type).inc()
-        return stream_id
+        ids = [str(i) for i in await self._call("append", run_id, [events[0].node_id, fence, *texts])]
+        if not ids:
+            return [""] * len(events)
+        count_published(events)
+        return ids
 
     async def complete_node(
         self, run_id: str, node_id: str, completion: NodeCompletion, *, take: Take | None = None,

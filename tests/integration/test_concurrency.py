@@ -420,3 +420,20 @@ async def test_a_hundred_concurrent_chat_turns_against_an_openai_compatible_serv
     workers = {e.data["worker_id"] for r in first for e in r.of("assistant", "started") if e.data}
     assert len(workers) == 1
     assert elapsed_s < 20, f"100 concurrent turns took {elapsed_s:.1f} s"
+
+
+async def test_a_burst_of_streamed_events_is_stored_whole_and_in_order_in_few_calls(cluster: Cluster) -> None:
+    """Events a node emits while its previous append is in flight go with the next call
+    (kernel/streaming.py): two nodes' 3,000 back-to-back events each arrive whole, in
+    order, between their started and completed events, in far fewer script calls than
+    events (a call each before)."""
+    count = 3000
+    await cluster.store.redis.config_resetstat()
+    result = await cluster.run(fan_out(2, ("chatter", {"count": count})))
+    calls = int((await cluster.store.redis.info("commandstats"))["cmdstat_evalsha"]["calls"])
+    assert result.status == "succeeded", result.states
+    for node in ("n0", "n1"):
+        kinds = [e.event_type for _, e in result.events if e.node_id == node]
+        assert (kinds[0], kinds[-1], len(kinds)) == ("started", "completed", count + 2)
+        assert [e.data["i"] for e in result.of(node, "progress") if e.data] == list(range(count))
+    assert calls < count / 10, f"{2 * count} streamed events took {calls} script calls"
