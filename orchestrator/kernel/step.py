@@ -10,7 +10,6 @@ and hands the completion to the store, which returns the successors that became 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import Callable
@@ -201,11 +200,12 @@ async def _execute_node(step: StepContext, claim: Claim, watch: Watch, usage: Us
     this returns."""
     if own is not None:
         return await _attempt(step, claim, watch, usage, own)
-    stream = EventStream(functools.partial(step.env.store.append_events, token=claim.token))
+    stream = EventStream(step.env.store, claim.token)
     try:
         return await _attempt(step, claim, watch, usage, stream)
     finally:
-        await stream.settle()
+        if stream.unsettled:
+            await stream.settle()
 
 
 async def _attempt(step: StepContext, claim: Claim, watch: Watch, usage: Usage,
@@ -262,7 +262,7 @@ async def _attempt(step: StepContext, claim: Claim, watch: Watch, usage: Usage,
                 # Work the executor left in a thread (a timed-out or cancelled node cannot
                 # be killed there) stops at its next expression step.
                 scope.spending.stop("the node execution it belongs to has ended")
-            if isinstance(events, EventStream):
+            if isinstance(events, EventStream) and events.unsettled:
                 await events.flush()  # its events stored (or their refusal raised) before its completion
             texts = check_outputs(node, definition, result, max_bytes=step.options.max_output_bytes,
                           max_depth=step.options.max_output_depth)

@@ -27,8 +27,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from orchestrator.kernel.protocol import DataValue, ExecutionResult, FlowContext, NodeEvent
 
@@ -37,14 +37,27 @@ log = logging.getLogger(__name__)
 MAX_WAITING = 256  # events a node may emit ahead of the call in flight before it waits
 
 
-class EventStream:
-    """One node execution's events, appended in order with at most one call in flight."""
+class Appends(Protocol):
+    """What a stream appends to: ``RunStore.append_events``."""
 
-    def __init__(self, append: Callable[[list[NodeEvent]], Awaitable[Any]]) -> None:
-        self._append = append
+    async def append_events(self, events: Sequence[NodeEvent], *, token: int | None = None) -> list[str]: ...
+
+
+class EventStream:
+    """One node execution's events, appended to ``store`` under its claim's ``token`` in
+    order, with at most one call in flight."""
+
+    def __init__(self, store: Appends, token: int | None) -> None:
+        self._store, self._token = store, token
         self._waiting: list[NodeEvent] = []
         self._call: asyncio.Task[None] | None = None
         self._error: Exception | None = None
+
+    @property
+    def unsettled(self) -> bool:
+        """A call is in flight, or one failed: :meth:`flush` has something to wait for or
+        raise (a node that streamed nothing costs its step no await)."""
+        return self._call is not None or self._error is not None
 
     async def emit(self, event: NodeEvent) -> None:
         """Queue ``event``; it goes now, or with the next call if one is in flight."""
@@ -74,7 +87,7 @@ class EventStream:
         try:
             while self._waiting:
                 batch, self._waiting = self._waiting, []
-                await self._append(batch)
+                await self._store.append_events(batch, token=self._token)
         except Exception as exc:
             self._error, self._waiting = exc, []
         finally:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 
 import pytest
 
@@ -15,6 +16,8 @@ from orchestrator.kernel.local import run_graph_local
 from orchestrator.kernel.protocol import NodeEvent
 from orchestrator.kernel.streaming import EventStream
 from tests.fake_nodes import graph, make_registry
+
+TOKEN = 7
 
 
 def event(i: int) -> NodeEvent:
@@ -29,17 +32,19 @@ class Store:
         self.gate = asyncio.Event()
         self.fail_at = fail_at
 
-    async def append(self, events: list[NodeEvent]) -> None:
+    async def append_events(self, events: Sequence[NodeEvent], *, token: int | None = None) -> list[str]:
+        assert token == TOKEN  # every call under the node's claim
         self.calls.append([e.data["i"] for e in events if e.data])
         await self.gate.wait()
         if self.fail_at is not None and len(self.calls) >= self.fail_at:
             raise StorageBudgetError("the run's events pass ORCH_RUN_MAX_BYTES", limit="ORCH_RUN_MAX_BYTES",
                                      used=100, requested=10, bound=100)
+        return [str(i) for i in range(len(events))]
 
 
 async def test_what_a_node_emits_while_a_call_is_in_flight_goes_with_the_next_call_in_order() -> None:
     store = Store()
-    stream = EventStream(store.append)
+    stream = EventStream(store, TOKEN)
     await stream.emit(event(0))
     await asyncio.sleep(0)  # the first call is on its way, alone
     for i in range(1, 10):
@@ -53,7 +58,7 @@ async def test_what_a_node_emits_while_a_call_is_in_flight_goes_with_the_next_ca
 async def test_a_node_far_ahead_of_its_calls_waits_for_them(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(streaming, "MAX_WAITING", 3)
     store = Store()
-    stream = EventStream(store.append)
+    stream = EventStream(store, TOKEN)
     await stream.emit(event(0))
     await asyncio.sleep(0)
     for i in range(1, 3):
@@ -70,7 +75,7 @@ async def test_a_node_far_ahead_of_its_calls_waits_for_them(monkeypatch: pytest.
 async def test_a_failed_call_is_raised_at_the_next_emit_and_at_the_flush() -> None:
     store = Store(fail_at=1)
     store.gate.set()
-    stream = EventStream(store.append)
+    stream = EventStream(store, TOKEN)
     await stream.emit(event(0))
     await asyncio.sleep(0.01)
     with pytest.raises(StorageBudgetError):
@@ -82,7 +87,7 @@ async def test_a_failed_call_is_raised_at_the_next_emit_and_at_the_flush() -> No
 
 async def test_settle_waits_for_the_call_and_logs_its_failure(caplog: pytest.LogCaptureFixture) -> None:
     store = Store(fail_at=1)
-    stream = EventStream(store.append)
+    stream = EventStream(store, TOKEN)
     await stream.emit(event(0))
     asyncio.get_running_loop().call_later(0.02, store.gate.set)
     with caplog.at_level(logging.WARNING, logger="orchestrator.kernel.streaming"):
