@@ -179,7 +179,8 @@ class RedisRunStore(RunStore):
         self._shared_seen: OrderedDict[str, None] = OrderedDict()  # plan data keys known to exist (Keys.plan_data)
         self._taken: OrderedDict[str, str] = OrderedDict()  # complete.lua's ``taken`` JSON, by run, lease and data
         # A run's completions made in one loop iteration go as one complete.lua call.
-        self._completions: GroupCommit[tuple[str, tuple[str, ...]], Completion] = GroupCommit(self._send_completions)
+        self._completions: GroupCommit[tuple[str, tuple[str, ...]], Completion] = GroupCommit(
+            self._send_completions, size=lambda c: sum(map(len, c.texts)))
 
     @classmethod
     def from_url(cls, url: str, settings: StoreSettings) -> RedisRunStore:

@@ -53,6 +53,14 @@ async def test_a_full_group_goes_at_once_and_the_rest_in_the_next_call() -> None
     assert [len(items) for _, items in send.calls] == [group_commit.MAX_ITEMS, 3]
 
 
+async def test_a_group_goes_at_once_when_its_items_reach_the_size_bound() -> None:
+    send = Recorder()
+    groups: GroupCommit[str, int] = GroupCommit(send, size=lambda i: group_commit.MAX_SIZE // 2 if i >= 10 else 1)
+    answers = await asyncio.gather(*(groups.submit("run", i) for i in (1, 2, 10, 11, 3, 12, 13)))
+    assert answers == [2, 4, 20, 22, 6, 24, 26]
+    assert [items for _, items in send.calls] == [[1, 2, 10, 11], [3, 12, 13]]
+
+
 @pytest.mark.parametrize("send", [Recorder(fail=ConnectionError("reset")), Recorder(short=True)],
                          ids=["raises", "answers-short"])
 async def test_a_failed_call_fails_every_item_in_it(send: Recorder) -> None:
