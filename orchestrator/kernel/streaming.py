@@ -4,7 +4,7 @@
 :func:`drive` calls an executor: a synchronous one in the loop's thread pool, an async
 one on the loop, and an async generator's events, as it yields them, to the step's sink.
 
-A node streams events while it runs: an agent's deltas and tool calls, a loop's progress.
+A node streams events while it runs: the deltas of a text it generates, a long task's progress.
 Each used to go to the store in a call of its own, awaited before the node went on: a
 script call per event, and a node that streamed faster than a round trip waited on Redis
 at every event. :class:`EventStream` keeps at most one call in flight per node execution;

@@ -114,9 +114,11 @@ from orchestrator.store.scripts import (
     SCRIPTS,
     budget_json,
     claim_args,
+    claim_from,
     count_published,
     lua_source,
     over_budget,
+    ready_from,
     stored_bytes,
     with_taken,
 )
@@ -492,23 +494,12 @@ class RedisRunStore(RunStore):
                                                     [self.keys.lease(run_id, request.node_id)]))
 
     def _claim(self, run_id: str, reply: list[Any]) -> Claim:
-        """A claim from the reply of lua/prelude.lua ``claim``."""
-        kind, claims, *rest = reply
-        if kind == "run":
-            run_input, session_id, resume, attempt, token, workspace, *stored = rest
-            if workspace:
-                self._know_workspace(run_id, workspace)  # what the budgets of its completion need
-            outputs = {
-                stored[i]: {port: DataValue.from_json(v) for port, v in json_value(stored[i + 1]).items()}
-                for i in range(0, len(stored), 2)
-            }
-            return Claim(kind="run", claims=int(claims), run_input=json_value(run_input),
-                         session_id=session_id or None, workspace=workspace or None,
-                         resume=json_value(resume) if resume else None,
-                         outputs=outputs, attempt=int(attempt), token=int(token))
-        if kind == "early":
-            return Claim(kind="early", claims=int(claims), retry_in_s=int(rest[0]) / 1000)
-        return Claim(kind=kind, claims=int(claims), pending_dispatch=list(rest))
+        """A claim from the reply of lua/prelude.lua ``claim`` (``scripts.claim_from``); its
+        run's workspace is kept, which the budgets of its completion need."""
+        claim = claim_from(reply)
+        if claim.workspace:
+            self._know_workspace(run_id, claim.workspace)
+        return claim
 
     async def renew_leases(self, run_id: str, tokens: Mapping[str, int], *, lease_s: float) -> list[str]:
         if not tokens:
@@ -611,17 +602,8 @@ class RedisRunStore(RunStore):
                                      [group[0].lease, *budget_keys]))
 
     def _ready(self, run_id: str, reply: list[Any]) -> Ready:
-        """A ``Ready`` from complete.lua's reply (``complete`` in lua/completion.lua)."""
-        granted: dict[str, Claim] = {}
-        if reply[0] == "claimed":
-            replies = reply[1]
-            granted = {replies[i]: self._claim(run_id, replies[i + 1]) for i in range(0, len(replies), 2)}
-            reply = reply[2:]
-        queued, backlog, *nodes = reply
-        if queued == "stale":
-            metrics.STALE_REFUSED.labels(action="complete").inc()
-            return Ready(stale=True)
-        return Ready(list(nodes), queued=int(queued), backlog=int(backlog), claims=granted)
+        """A ``Ready`` from complete.lua's reply (``scripts.ready_from``)."""
+        return ready_from(reply, lambda granted: self._claim(run_id, granted))
 
     async def complete_chain(self, run_id: str, links: Sequence[ChainLink], *, take: Take,
                              token: int | None = None) -> Ready:

@@ -1,21 +1,22 @@
-"""The run store's Lua scripts (``lua/``) and the arguments they take that are not plain
-fields: each script's source with the shared prelude (and ``completion.lua`` for the
-scripts that apply completions), the claim's named arguments, a completion's texts and
-``taken`` and budget arguments, what is stored instead of a completion over a budget, and
-the published-events count of what a script appended."""
+"""The run store's Lua scripts (``lua/``), the arguments they take that are not plain
+fields, and their replies: each script's source with the shared prelude (and
+``completion.lua`` for the scripts that apply completions), the claim's named arguments,
+a completion's texts and ``taken`` and budget arguments, what is stored instead of a
+completion over a budget, the published-events count of what a script appended, and the
+claims and ready nodes a claim's or a completion's reply holds."""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import StorageBudgetError
-from orchestrator.kernel.json_text import utf8_len
-from orchestrator.kernel.protocol import EventType, NodeEvent
-from orchestrator.kernel.store import ClaimRequest, NodeCompletion, NodeStatus
+from orchestrator.kernel.json_text import json_value, utf8_len
+from orchestrator.kernel.protocol import DataValue, EventType, NodeEvent
+from orchestrator.kernel.store import Claim, ClaimRequest, NodeCompletion, NodeStatus, Ready
 from orchestrator.store.creation import event_json
 from orchestrator.telemetry import metrics
 
@@ -89,3 +90,36 @@ def over_budget(run_id: str, node_id: str, completion: NodeCompletion, exc: Stor
                       data={"error": info, "recoverable": False, "mode": "stop"},
                       attempt=own.attempt if own else 1)
     return NodeCompletion(status=NodeStatus.FAILED, error=info, stop_run=True, events=[event])
+
+
+def claim_from(reply: list[Any]) -> Claim:
+    """A claim from the reply of lua/prelude.lua ``claim``."""
+    kind, claims, *rest = reply
+    if kind == "run":
+        run_input, session_id, resume, attempt, token, workspace, *stored = rest
+        outputs = {
+            stored[i]: {port: DataValue.from_json(v) for port, v in json_value(stored[i + 1]).items()}
+            for i in range(0, len(stored), 2)
+        }
+        return Claim(kind="run", claims=int(claims), run_input=json_value(run_input),
+                     session_id=session_id or None, workspace=workspace or None,
+                     resume=json_value(resume) if resume else None,
+                     outputs=outputs, attempt=int(attempt), token=int(token))
+    if kind == "early":
+        return Claim(kind="early", claims=int(claims), retry_in_s=int(rest[0]) / 1000)
+    return Claim(kind=kind, claims=int(claims), pending_dispatch=list(rest))
+
+
+def ready_from(reply: list[Any], claim: Callable[[list[Any]], Claim]) -> Ready:
+    """A ``Ready`` from one completion's reply (``complete`` in lua/completion.lua), each
+    claim it granted read with ``claim``; a refusal for a superseded token is counted."""
+    granted: dict[str, Claim] = {}
+    if reply[0] == "claimed":
+        replies = reply[1]
+        granted = {replies[i]: claim(replies[i + 1]) for i in range(0, len(replies), 2)}
+        reply = reply[2:]
+    queued, backlog, *nodes = reply
+    if queued == "stale":
+        metrics.STALE_REFUSED.labels(action="complete").inc()
+        return Ready(stale=True)
+    return Ready(list(nodes), queued=int(queued), backlog=int(backlog), claims=granted)
