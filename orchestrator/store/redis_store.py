@@ -110,7 +110,6 @@ from orchestrator.store.group_commit import GroupCommit
 from orchestrator.store.keys import Keys
 from orchestrator.store.plan_reads import PLAN_CACHE_SIZE, RunPlans
 from orchestrator.store.scripts import (
-    COMPLETE_EVENTS,
     SCRIPTS,
     budget_json,
     claim_args,
@@ -574,7 +573,7 @@ class RedisRunStore(RunStore):
             workspace = self._workspaces.get(run_id) or await self._workspace(run_id)  # known after its claim
             budget, budget_keys = await self._reservation(nbytes, workspace, run_id)
         node_lease = self._lease(run_id, node_id)
-        args.update(budget=budget, lease=node_lease, events=len(texts) - COMPLETE_EVENTS)
+        args.update(budget=budget, lease=node_lease)
         reply = await self._completions.submit((run_id, tuple(budget_keys)),
                                                Completion(_dumps(args), taken, texts, node_lease))
         if reply[0] == "budget":
@@ -583,7 +582,7 @@ class RedisRunStore(RunStore):
             except StorageBudgetError as exc:
                 completion = over_budget(run_id, node_id, completion, exc)
             args, texts = self._completion_args(run_id, node_id, completion, max_nodes, token)
-            args.update(budget="", lease=node_lease, events=len(texts) - COMPLETE_EVENTS)
+            args.update(budget="", lease=node_lease)
             reply = await self._completions.submit((run_id, ()), Completion(_dumps(args), "", texts, node_lease))
         ready = self._ready(run_id, reply)
         if not ready.stale:
@@ -621,7 +620,7 @@ class RedisRunStore(RunStore):
             args, own = self._completion_args(run_id, link.node_id, link.completion, take.max_nodes,
                                               token if i == 0 else None)
             nbytes += stored_bytes(own)
-            args["budget"], args["events"] = "", len(own) - COMPLETE_EVENTS
+            args["budget"] = ""
             named.append(args)
             texts += own
         budget_keys: list[Any] = []
@@ -680,6 +679,7 @@ class RedisRunStore(RunStore):
             "retry_delay_s": completion.retry_delay_s,
             "take": take,
             "token": token,
+            "events": len(completion.events),  # how many of the texts are its events
         }
         outputs = _dumps({port: dv.to_json() for port, dv in completion.outputs.items()})
         texts = [

@@ -41,8 +41,9 @@ def lua_source(name: str) -> str:
     return (LUA_DIR / "prelude.lua").read_text() + "\n" + source
 
 
-# complete.lua's text arguments after the named fields and the budget (ARGV[8..]), in this
-# order, then the completion's own events (ARGV[15..]); see RedisRunStore._completion_args.
+# A completion's texts in complete.lua's and complete_chain.lua's arguments, in this order,
+# then its own events (as many as its named fields' `events`: completion.lua's
+# completion_texts); see RedisRunStore._completion_args.
 COMPLETE_TEXTS = ("outputs", "payload", "error", "run_completed", "run_failed", "run_waiting", "node_template")
 COMPLETE_EVENTS = len(COMPLETE_TEXTS)
 
