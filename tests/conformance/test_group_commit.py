@@ -135,3 +135,55 @@ async def test_a_completion_over_the_run_budget_fails_alone_in_its_group(redis_s
     assert record.error is not None and record.error["limit"] == "ORCH_RUN_MAX_BYTES"
     assert record.error["node_id"] == "b1"
     assert states["j"] == "not_run"
+
+
+async def test_a_groups_bytes_are_counted_within_the_budgets_once_and_whole(redis_store: RedisRunStore) -> None:
+    """The bytes of a group's completions reach the run's count and today's workspace
+    counter (with its expiry) whole, read and written once for the group."""
+    settings = redis_store.settings.model_copy(update={"workspace_max_bytes": 64 * 1024 * KB,
+                                                       "run_max_bytes": 64 * 1024 * KB})
+    store = RedisRunStore(redis_store.redis, settings)
+    run_id = "group-bytes"
+    tokens = await branches_claimed(store, run_id, branches=6)
+    _, day_keys, _ = store.budget.request(1, workspace="default", run_id=run_id)  # record_for: no workspace
+    run_before = int(await store.redis.hget(store.keys.run(run_id), "bytes") or 0)
+    day_before = int(await store.redis.get(day_keys[0]) or 0)
+    await reset_stats(store.redis)
+    await asyncio.gather(*(store.complete_node(run_id, node, NodeCompletion(
+        status=NodeStatus.SUCCEEDED, outputs={"out": DataValue("data", "x" * ((i + 1) * KB))}), token=token)
+        for i, (node, token) in enumerate(tokens.items())))
+    stats = await command_stats(store.redis)
+    assert (stats.get("evalsha", 0), stats.get("mget", 0), stats.get("incrby", 0)) == (1, 1, 1), stats
+    run_added = int(await store.redis.hget(store.keys.run(run_id), "bytes")) - run_before
+    day_added = int(await store.redis.get(day_keys[0])) - day_before
+    assert run_added == day_added >= 21 * KB  # 1 + 2 + ... + 6 KB of outputs, and their events
+    assert await store.redis.ttl(day_keys[0]) > 0
+
+
+async def test_nodes_a_group_takes_from_the_queue_keep_their_marks_when_claimed_in_it(
+        redis_store: RedisRunStore) -> None:
+    """A completion takes three queued nodes and claims them in its call; one of them another
+    worker holds. The two claimed stay marked dispatched (no mark dropped and set again);
+    the busy one is undispatched again, as before; the queue's count is the queue's length."""
+    run_id = "group-queue"
+    plan = fan_out(run_id)
+    await redis_store.create_run(plan, record_for(plan))
+    await redis_store.mark_dispatched(run_id, ["a"])
+    token = await claim(redis_store, run_id, "a")
+    first = await redis_store.complete_node(run_id, "a", completed(run_id, "a", {"out"}),
+                                            take=Take(1, claim_taken=TAKEN), token=token)
+    assert first.nodes == ["b0"] and first.claims["b0"].kind == "run"
+    await claim(redis_store, run_id, "b2", worker_id="w2")  # still queued, but held
+    queue, dispatched = redis_store.keys.queue(run_id), redis_store.keys.dispatched(run_id)
+    await reset_stats(redis_store.redis)
+    ready = await redis_store.complete_node(run_id, "b0", completed(run_id, "b0", {"out"}),
+                                            take=Take(3, claim_taken=TAKEN), token=first.claims["b0"].token)
+    assert ready.nodes == ["b1", "b2", "b3"]
+    assert set(ready.claims) == {"b1", "b3"} and all(c.kind == "run" for c in ready.claims.values())
+    stats = await command_stats(redis_store.redis)
+    assert (stats.get("sadd", 0), stats.get("srem", 0)) == (0, 1), stats
+    marks = await redis_store.redis.smembers(dispatched)
+    assert {"b1", "b3"} <= marks and "b2" not in marks
+    assert await redis_store.redis.lrange(queue, 0, -1) == [f"b{i}" for i in range(4, BRANCHES)]
+    bucket = redis_store.keys.bucket(run_id)
+    assert int(await redis_store.redis.get(redis_store.keys.queued_nodes(bucket))) == BRANCHES - 4

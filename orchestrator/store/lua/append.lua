@@ -16,4 +16,4 @@ local ids = {}
 for i = 8, #ARGV do
   ids[#ids + 1] = append(stamped(ARGV[i]))  -- the stream exists since create_run (and has its TTL)
 end
-return woken(ids)
+return settled(ids)

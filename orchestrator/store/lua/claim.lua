@@ -4,4 +4,4 @@
 --   read: [node ids whose stored outputs the step reads (its flow sources and the nodes
 --   its expressions name), returned with a granted claim to save a round trip]}
 local args = cjson.decode(ARGV[6])
-return woken(claim(args.node, K_LEASE, args.lease_ms, args.started, args.read))
+return settled(claim(args.node, K_LEASE, args.lease_ms, args.started, args.read))

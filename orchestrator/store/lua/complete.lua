@@ -21,4 +21,4 @@ for i, item in ipairs(items) do
   at = completion_texts(item, at)
   replies[i] = complete(item, item.budget, item.lease)
 end
-return woken(replies)
+return settled(replies)

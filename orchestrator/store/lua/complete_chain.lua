@@ -18,7 +18,7 @@ local links = cjson.decode(ARGV[6])
 local at = 7
 local first = links[1]
 local function answer(applied, reply)
-  return woken({applied, reply})  -- one wake-up hint for all the links' events
+  return settled({applied, reply})  -- one wake-up hint for all the links' events
 end
 
 -- Whether `reply` handed over `node` and nothing else, with a claim granted for it.

@@ -135,7 +135,7 @@ if guard then
 end
 if not completing then
   expire_all(ACTIVE_TTL, absent_at_start(#start > 0))
-  return woken({1})
+  return settled({1})
 end
 for i = 22, #ARGV do append(stamped(ARGV[i])) end
 for _, n in ipairs(completing.skipped) do append(node_event(ARGV[21], n, 'skipped')) end
@@ -147,4 +147,4 @@ else
 end
 local reply = {2}
 for _, n in ipairs(start) do reply[#reply + 1] = n end
-return woken(reply)
+return settled(reply)

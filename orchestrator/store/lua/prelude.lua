@@ -58,20 +58,13 @@ local function stamped(event_json)
 end
 
 -- Append one event (already JSON). Subscribers get one wake-up hint per call, not per
--- event: `woken(reply)`, which every script returns through after it appended, publishes
--- WAKE, the last event's id (pub/sub is only a hint: subscribers read every event after
--- their last from the stream).
+-- event: `settled(reply)`, which every script returns through, publishes WAKE, the last
+-- event's id (pub/sub is only a hint: subscribers read every event after their last from
+-- the stream).
 local WAKE = ''
 local function append(event_json)
   WAKE = redis.call('XADD', K_EVENTS, 'MAXLEN', '~', MAXLEN, '*', 'e', event_json)
   return WAKE
-end
-local function woken(reply)
-  if WAKE ~= '' then
-    redis.call(PUBLISH, CHANNEL, WAKE)
-    WAKE = ''
-  end
-  return reply
 end
 
 -- Every run key gets the same TTL: active while the run runs, retention once it ended.
@@ -171,8 +164,34 @@ local function plan_sorted(ids)
   return ids
 end
 
+-- Nodes on every run's queue, for back-pressure (the sweeper re-counts it now and then).
+-- It lives as long as an active run: gone when nothing is queued or nothing moves. The
+-- call's changes are summed and written once, by `settled`.
+local QUEUED_DELTA = 0
+local function count_queued(delta)
+  QUEUED_DELTA = QUEUED_DELTA + delta
+end
+
+-- Nodes taken from the run's queue in this call and not claimed in it yet (list, and node ->
+-- its index while unclaimed). Such a node is undispatched again (until claimed or sent), but
+-- its dispatched mark is dropped only when that is still so at the call's end, or before
+-- anything reads the marks (`undispatched`): a node claimed in the same call keeps its mark,
+-- without the SREM and the claim's SADD.
+local UNQUEUED, UNQUEUED_AT = {}, {}
+local function drop_unqueued_marks()
+  local left = {}
+  for _, n in ipairs(UNQUEUED) do
+    if UNQUEUED_AT[n] then table.insert(left, n) end
+  end
+  for i = 1, #left, 4000 do
+    redis.call('SREM', K_DISPATCHED, unpack(left, i, math.min(i + 3999, #left)))
+  end
+  UNQUEUED, UNQUEUED_AT = {}, {}
+end
+
 -- Nodes that became ready but whose task was not sent yet, in plan order.
 local function undispatched()
+  drop_unqueued_marks()
   return plan_sorted(redis.call('SDIFF', K_READY, K_DISPATCHED))
 end
 
@@ -219,24 +238,16 @@ local function superseded(node, token)
   return true
 end
 
--- Nodes on every run's queue, for back-pressure (the sweeper re-counts it now and then).
--- It lives as long as an active run: gone when nothing is queued or nothing moves.
-local function count_queued(delta)
-  if delta == 0 then return end
-  if redis.call('INCRBY', K_QUEUED, int(delta)) <= 0 then
-    redis.call('DEL', K_QUEUED)
-  else
-    redis.call('EXPIRE', K_QUEUED, ACTIVE_TTL)
-  end
-end
-
 -- Take up to n nodes from the head of the run's queue; they are undispatched again until
 -- claimed or sent (the caller runs them).
 local function take_queued(n)
   if not n or n <= 0 then return {} end
   local popped = redis.call('LPOP', K_QUEUE, int(n))
   if not popped then return {} end
-  for _, node in ipairs(popped) do redis.call('SREM', K_DISPATCHED, node) end
+  for _, node in ipairs(popped) do
+    table.insert(UNQUEUED, node)
+    UNQUEUED_AT[node] = #UNQUEUED
+  end
   count_queued(-#popped)
   return popped
 end
@@ -250,24 +261,28 @@ end
 -- Count a completion's bytes within the storage budgets (orchestrator/store/storage_budget.py):
 -- budget_json '' (none) or {bytes, ws_max, run_max, expire_at}, the workspace's day counters
 -- at KEYS[first..last] (today's first). Returns nil when counted (or nothing to count), else
--- {'budget', 'run' | 'workspace', used}: nothing counted.
+-- {'budget', 'run' | 'workspace', used}: nothing counted. The counters are read once per
+-- call and the call's bytes added to them once, by `settled`: a group of completions pays
+-- one MGET, one HINCRBY and one INCRBY, not each of them.
+local CHARGED, DAYS = 0, {}
 local function charge_budget(budget_json, first, last)
   if not budget_json or budget_json == '' then return nil end
   local budget = cjson.decode(budget_json)
   local used = RUN.bytes
   if budget.run_max > 0 and used + budget.bytes > budget.run_max then return {'budget', 'run', used} end
-  local total = 0
-  for _, used_that_day in ipairs(redis.call('MGET', unpack(KEYS, first, last))) do
-    total = total + tonumber(used_that_day or '0')
+  local day = DAYS[first]
+  if not day then
+    local total = 0
+    for _, used_that_day in ipairs(redis.call('MGET', unpack(KEYS, first, last))) do
+      total = total + tonumber(used_that_day or '0')
+    end
+    day = {key = KEYS[first], used = total, added = 0, expire_at = budget.expire_at}
+    DAYS[first] = day
   end
-  if budget.ws_max > 0 and total + budget.bytes > budget.ws_max then return {'budget', 'workspace', total} end
-  local nbytes = int(budget.bytes)
-  RUN.bytes = redis.call('HINCRBY', K_RUN, 'bytes', nbytes)
-  -- today's counter gets its expiry when this call created it (only these scripts and
-  -- store/storage_budget.py write it, each with its expiry)
-  if redis.call('INCRBY', KEYS[first], nbytes) == budget.bytes then
-    redis.call('EXPIREAT', KEYS[first], int(budget.expire_at))
-  end
+  if budget.ws_max > 0 and day.used + budget.bytes > budget.ws_max then return {'budget', 'workspace', day.used} end
+  RUN.bytes = used + budget.bytes
+  CHARGED = CHARGED + budget.bytes
+  day.used, day.added = day.used + budget.bytes, day.added + budget.bytes
   return nil
 end
 
@@ -372,7 +387,11 @@ local function claim(node, lease_key, lease_ms, started, read, known)
   redis.call('SET', lease_key, token_text, 'PX', int(lease_ms))
   -- A claimed node is dispatched by definition (a node run in-process is claimed without a
   -- task), and its message arrived: no longer one the sweeper may have to send again.
-  redis.call('SADD', K_DISPATCHED, node)
+  if UNQUEUED_AT[node] then
+    UNQUEUED_AT[node] = nil  -- taken from the queue in this call: still marked
+  else
+    redis.call('SADD', K_DISPATCHED, node)
+  end
   if not fresh then redis.call('HDEL', K_SENT, node) end
   redis.call('HSET', K_NODES, node, 'running')
   local resume = nil
@@ -440,4 +459,35 @@ local function claim_nodes(nodes, from, taken, statuses)
     end
   end
   return granted
+end
+
+-- Every script returns through here: it writes what the call kept for its end (the bytes
+-- its completions stored, within the storage budgets' counters; the change to the queued
+-- count; the dispatched marks of nodes taken from the queue and not claimed) and publishes
+-- one wake-up hint for the events it appended. A Lua script runs alone, so no other client
+-- sees the counts before they are written.
+local function settled(reply)
+  if CHARGED > 0 then redis.call('HINCRBY', K_RUN, 'bytes', int(CHARGED)) end
+  for _, day in pairs(DAYS) do
+    -- today's counter gets its expiry when this call created it (only these scripts and
+    -- store/storage_budget.py write it, each with its expiry)
+    if day.added > 0 and redis.call('INCRBY', day.key, int(day.added)) == day.added then
+      redis.call('EXPIREAT', day.key, int(day.expire_at))
+    end
+  end
+  CHARGED, DAYS = 0, {}
+  drop_unqueued_marks()
+  if QUEUED_DELTA ~= 0 then
+    if redis.call('INCRBY', K_QUEUED, int(QUEUED_DELTA)) <= 0 then
+      redis.call('DEL', K_QUEUED)
+    else
+      redis.call('EXPIRE', K_QUEUED, ACTIVE_TTL)
+    end
+    QUEUED_DELTA = 0
+  end
+  if WAKE ~= '' then
+    redis.call(PUBLISH, CHANNEL, WAKE)
+    WAKE = ''
+  end
+  return reply
 end

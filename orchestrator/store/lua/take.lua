@@ -11,7 +11,7 @@ if not status or not ACTIVE[status] then
   return {}
 end
 local nodes = take_queued(tonumber(ARGV[6]))
-if not taken then return nodes end
+if not taken then return settled(nodes) end
 local reply = {claim_nodes(nodes, 1, taken, nil)}  -- the run is active (above)
 for _, n in ipairs(nodes) do table.insert(reply, n) end
-return woken(reply)
+return settled(reply)
