@@ -158,11 +158,13 @@ def call_floor(server: CountedRedis) -> dict[str, int]:
     run_keys = [*keys.run_keys(run_id), keys.active_runs(bucket), keys.queued_nodes(bucket),
                 keys.lease(run_id, "n"), *(keys.workspace_bytes("default", day, bucket) for day in range(11))]
     fields = json.dumps([{"node": "n", "status": "succeeded", "live": ["output"], "stop_run": False,
-                          "run_id": run_id, "next_attempt": None, "retry_delay_s": None, "take": 1, "token": 1,
-                          "budget": "", "lease": keys.lease(run_id, "n"), "events": 2}])
+                          "next_attempt": None, "retry_delay_s": None, "take": 1, "token": 1, "events": 2}])
     event = json.dumps({"timestamp": 0, "run_id": run_id, "node_id": "n", "event_type": "completed", "data": {}})
     head = [10_000, keys.notify(run_id), 3600, 86400, "PUBLISH"]
-    args = [*head, fields, "", '{"output": {}}', "", "", "", "", "", "", event, event]
+    # the group's items and taken, what they share (run id, lease prefix, no budget, the run's
+    # completed event and node template), then the completion's texts and its two events
+    shared = [run_id, keys.lease(run_id, ""), "", event, event]
+    args = [*head, fields, "", *shared, '{"output": {}}', "", "", "", "", event, event]
     calls = (("complete_no_run", lua_source("complete"), run_keys, args),
              ("append_no_run", lua_source("append"), run_keys[:18], [*head, event, "n", "1"]),
              ("return_only", "return 0", run_keys, args))

@@ -3,7 +3,7 @@ the same shapes on as many processes, in one run; CPU per run split by process.
 
     .venv/bin/python bench/runs_per_s.py [--seconds 3] [--lanes 16] [--workers 1,2,4]
                                          [--shapes one,chain10,fanout50]
-                                         [--worker-cores 0.4]
+                                         [--worker-cores 0.4] [--rounds 1]
 
 Shapes: ``one`` (a trigger alone), ``chain10`` (trigger + 9 set_fields), ``fanout50``
 (trigger -> 50 set_fields -> the bench pack's join). Stored starts resolve a trigger with
@@ -41,6 +41,13 @@ machine with a core per worker, and the starter and Redis have room beside the w
 that N workers can show how the engine scales with worker processes (on 2 cores, the
 starter and Redis take what a second uncapped worker would need).
 
+``--rounds R`` measures every point R times, a round after another (each starts its
+workers anew, on the same Redis), and adds ``summary``: per shape and worker count, the
+median runs/s, and the median and range of ``engine_vs_1_worker`` and of the ratio to
+raw Celery, each taken within its round. This machine's speed drifts by a fifth or more
+from minute to minute: a ratio of two points measured a minute apart is noise unless
+several rounds agree.
+
 Prints JSON, and writes it to ``bench/results/runs-per-s-<time>.json``.
 """
 
@@ -48,10 +55,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
 import re
+import statistics
 import sys
 import time
 import uuid
@@ -226,6 +235,7 @@ async def measure(url: str, redis_pid: int, worker_steps: list[int], points: Poi
     from bench.celery_baseline import app as raw_app
     from orchestrator.api.app import app_redis
     from orchestrator.cli.serve_cmd import settle_heap
+    from orchestrator.errors import GraphConflictError
     from orchestrator.kernel.protocol import EventType
     from orchestrator.queue.app import make_celery
     from orchestrator.queue.dispatch import make_async_dispatch, make_dispatch
@@ -246,7 +256,8 @@ async def measure(url: str, redis_pid: int, worker_steps: list[int], points: Poi
                       make_async_dispatch(app))
     if starts == "stored":
         for g in graphs.values():
-            await starter.graphs.create(g, str(g["id"]))
+            with contextlib.suppress(GraphConflictError):  # stored by an earlier round (--rounds)
+                await starter.graphs.create(g, str(g["id"]))
     settle_heap()  # this process starts runs as the API does: its collector set as the API's
 
     def engine(g: dict[str, Any]) -> Callable[[], Awaitable[None]]:
@@ -331,6 +342,22 @@ async def measure(url: str, redis_pid: int, worker_steps: list[int], points: Poi
     return results
 
 
+def summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per shape and worker count, over the rounds: the median engine runs/s, and the median
+    and range of ``engine_vs_1_worker`` and of ``ratio`` (to raw Celery), each within its
+    round."""
+    out: dict[str, Any] = {}
+    for shape, by_workers in rounds[0].items():
+        for workers in by_workers:
+            points = [r[shape][workers] for r in rounds]
+            entry = {"runs_per_s": statistics.median(p["engine"]["runs_per_s"] for p in points)}
+            for key in ("engine_vs_1_worker", "ratio"):
+                values = sorted(p[key] for p in points)
+                entry[key] = {"median": round(statistics.median(values), 2), "min": values[0], "max": values[-1]}
+            out.setdefault(shape, {})[workers] = entry
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=3.0)
@@ -340,6 +367,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--starts", choices=("stored", "adhoc"), default="stored",
                         help="engine runs of stored graphs (the API's start) or of graph JSON (start_run)")
+    parser.add_argument("--rounds", type=int, default=1, help="measure every point this many times, and add "
+                                                                   "the medians over the rounds (summary)")
     parser.add_argument("--worker-cores", type=float, default=0.0,
                         help="cap each worker process (engine and raw Celery) at this many cores, each in a "
                              "cgroup of its own (bench/cpu_quota.py; root): how throughput scales with worker "
@@ -350,12 +379,13 @@ def main() -> None:
         parser.error(f"--shapes: unknown shape(s) {sorted(unknown)}; known: {', '.join(SHAPES)}")
     counts = [int(n) for n in args.workers.split(",")]
     steps = [counts[0]] + [b - a for a, b in pairwise(counts)]
+    points = Points(shapes, args.starts, args.lanes, args.seconds, args.worker_cores)
     with EmbeddedRedis(unix_socket=False) as server:
         os.environ["BENCH_REDIS_URL"] = server.url  # read when bench.celery_baseline is imported
         os.environ["BENCH_RESULT_BACKEND"] = "1"  # the chord needs one (the workers inherit it)
-        result = asyncio.run(measure(server.url, server.pid, steps,
-                                     Points(shapes, args.starts, args.lanes, args.seconds, args.worker_cores)))
-    result["config"] = {"seconds": args.seconds, "lanes": args.lanes, "starts": args.starts,
+        rounds = [asyncio.run(measure(server.url, server.pid, steps, points)) for _ in range(max(args.rounds, 1))]
+    result: dict[str, Any] = dict(rounds[0]) if len(rounds) == 1 else {"rounds": rounds, "summary": summary(rounds)}
+    result["config"] = {"seconds": args.seconds, "lanes": args.lanes, "starts": args.starts, "rounds": len(rounds),
                         "worker_cores": args.worker_cores or None,
                         "engine_workers": "-P threads (default)",
                         "raw_workers": f"-P threads -c {BASELINE_THREADS}", "python": platform.python_version(),

@@ -112,6 +112,7 @@ from orchestrator.store.plan_reads import PLAN_CACHE_SIZE, RunPlans
 from orchestrator.store.scripts import (
     SCRIPTS,
     budget_json,
+    budget_limits,
     claim_args,
     claim_from,
     count_published,
@@ -141,8 +142,8 @@ _FINISH_EVENTS = {
 
 @dataclass(frozen=True)
 class Completion:
-    """One completion as complete.lua takes it: its named fields' JSON (with its budget,
-    lease and event count), its ``taken`` JSON ('' for none: ``_taken_text``), its texts
+    """One completion as complete.lua takes it: its named fields' JSON (with its counted
+    bytes and event count), its ``taken`` JSON ('' for none: ``_taken_text``), its texts
     (``_completion_args``) and its node's lease key."""
 
     named: str
@@ -180,7 +181,7 @@ class RedisRunStore(RunStore):
         self._shared_seen: OrderedDict[str, None] = OrderedDict()  # plan data keys known to exist (Keys.plan_data)
         self._taken: OrderedDict[str, str] = OrderedDict()  # complete.lua's ``taken`` JSON, by run, lease and data
         # A run's completions made in one loop iteration go as one complete.lua call.
-        self._completions: GroupCommit[tuple[str, tuple[str, ...]], Completion] = GroupCommit(
+        self._completions: GroupCommit[tuple[str, str, tuple[str, ...]], Completion] = GroupCommit(
             self._send_completions, size=lambda c: sum(map(len, c.texts)))
 
     @classmethod
@@ -372,19 +373,22 @@ class RedisRunStore(RunStore):
         budget, budget_keys = "", list[Any]()
         nbytes = utf8_len(outputs) + sum(utf8_len(e) for e in events)
         if self.budget.enabled and nbytes >= START_COUNTED_FROM:
-            budget, budget_keys = await self._reservation(nbytes, workspace, run_id)
+            limits, budget_keys = await self._reservation(nbytes, workspace, run_id)
+            budget = budget_json(nbytes, limits)
         effect = effect_json(plan, started.node_id, frozenset(completion.outputs))
         head = f'{effect},"budget_keys":{len(budget_keys)}}}'
         return Completing([head, budget, outputs, run_completed, node_template, *events], budget_keys)
 
-    async def _reservation(self, nbytes: int, workspace: str, run_id: str) -> tuple[str, list[Any]]:
-        """A script's reservation of ``nbytes`` within the storage budgets (counted where
-        they are stored, complete.lua's and create.lua's ``charge_budget``): its JSON
-        argument and the workspace's day counters (keys, today's first)."""
+    async def _reservation(self, nbytes: int, workspace: str,
+                           run_id: str) -> tuple[tuple[int, int, int], list[Any]]:
+        """The storage budgets a script counts ``nbytes`` within (where they are stored,
+        complete.lua's and create.lua's ``charge_budget``): the limits (workspace, run,
+        when today's counter expires) and the workspace's day counters (keys, today's
+        first)."""
         if self.budget.sums_others:
             await self.budget.refresh_others(workspace)
-        _, keys, (count, ws_max, run_max, expire_at) = self.budget.request(nbytes, workspace=workspace, run_id=run_id)
-        return budget_json(count, ws_max, run_max, expire_at), keys
+        _, keys, (_, ws_max, run_max, expire_at) = self.budget.request(nbytes, workspace=workspace, run_id=run_id)
+        return (int(ws_max), int(run_max), int(expire_at)), keys
 
     async def _create(self, run_id: str, args: list[Any], extra_keys: Sequence[str],
                       extra: CreateExtra) -> tuple[int, list[str]]:
@@ -568,13 +572,13 @@ class RedisRunStore(RunStore):
         args, texts = self._completion_args(run_id, node_id, completion, max_nodes, token)
         taken = "" if take is None or take.claim_taken is None else self._taken_text(run_id, take.claim_taken)
         nbytes = stored_bytes(texts) + self._event_bytes.pop(run_id, 0)
-        budget, workspace, budget_keys = "", "", list[Any]()
+        limits, workspace, budget_keys = "", "", list[Any]()
         if self.budget.enabled and nbytes > 0:
             workspace = self._workspaces.get(run_id) or await self._workspace(run_id)  # known after its claim
-            budget, budget_keys = await self._reservation(nbytes, workspace, run_id)
+            reserved, budget_keys = await self._reservation(nbytes, workspace, run_id)
+            limits, args["bytes"] = budget_limits(reserved), nbytes
         node_lease = self._lease(run_id, node_id)
-        args.update(budget=budget, lease=node_lease)
-        reply = await self._completions.submit((run_id, tuple(budget_keys)),
+        reply = await self._completions.submit((run_id, limits, tuple(budget_keys)),
                                                Completion(_dumps(args), taken, texts, node_lease))
         if reply[0] == "budget":
             try:
@@ -582,23 +586,31 @@ class RedisRunStore(RunStore):
             except StorageBudgetError as exc:
                 completion = over_budget(run_id, node_id, completion, exc)
             args, texts = self._completion_args(run_id, node_id, completion, max_nodes, token)
-            args.update(budget="", lease=node_lease)
-            reply = await self._completions.submit((run_id, ()), Completion(_dumps(args), "", texts, node_lease))
+            reply = await self._completions.submit((run_id, "", ()), Completion(_dumps(args), "", texts, node_lease))
         ready = self._ready(run_id, reply)
         if not ready.stale:
             count_published(completion.events)
         return ready
 
-    async def _send_completions(self, key: tuple[str, tuple[str, ...]], group: list[Completion]) -> list[Any]:
+    async def _send_completions(self, key: tuple[str, str, tuple[str, ...]], group: list[Completion]) -> list[Any]:
         """One complete.lua call for ``group``, completions of one run made in one loop
-        iteration whose budget reservations name the same day counters (``key``): each
-        one's reply, in order (``_completions``, ``group_commit.py``)."""
-        run_id, budget_keys = key
+        iteration whose budget reservations have the same limits and day counters
+        (``key``): each one's reply, in order (``_completions``, ``group_commit.py``)."""
+        run_id, limits, budget_keys = key
         shared = group[0].taken if all(c.taken == group[0].taken for c in group[1:]) else ""
         named = [with_taken(c.named, "true" if shared else c.taken) for c in group]
         texts = [text for c in group for text in c.texts]
-        return list(await self._call("complete", run_id, ["[" + ",".join(named) + "]", shared, *texts],
+        return list(await self._call("complete", run_id, ["[" + ",".join(named) + "]", shared,
+                                                          *self._shared_texts(run_id, limits), *texts],
                                      [group[0].lease, *budget_keys]))
+
+    def _shared_texts(self, run_id: str, limits: str) -> list[str]:
+        """What the completions of one complete.lua or complete_chain.lua call share
+        (``SHARED_TEXTS``; completion.lua's ``shared_texts``), sent once for them all: the
+        run id, the lease keys without the node id, the budget limits (or '') and the
+        run's completed event and node event templates."""
+        run_completed, node_template = self._templates(run_id)
+        return [run_id, self._lease(run_id, ""), limits, run_completed, node_template]
 
     def _ready(self, run_id: str, reply: list[Any]) -> Ready:
         """A ``Ready`` from complete.lua's reply (``scripts.ready_from``)."""
@@ -620,16 +632,17 @@ class RedisRunStore(RunStore):
             args, own = self._completion_args(run_id, link.node_id, link.completion, take.max_nodes,
                                               token if i == 0 else None)
             nbytes += stored_bytes(own)
-            args["budget"] = ""
             named.append(args)
             texts += own
-        budget_keys: list[Any] = []
-        if self.budget.enabled and nbytes > 0:  # the whole chain's bytes, reserved by its first link
+        limits, budget_keys = "", list[Any]()
+        if self.budget.enabled and nbytes > 0:  # the whole chain's bytes, counted with its first link
             workspace = self._workspaces.get(run_id) or await self._workspace(run_id)
-            named[0]["budget"], budget_keys = await self._reservation(nbytes, workspace, run_id)
+            reserved, budget_keys = await self._reservation(nbytes, workspace, run_id)
+            limits, named[0]["bytes"] = budget_limits(reserved), nbytes
         taken = self._taken_text(run_id, take.claim_taken)
         items = [with_taken(_dumps(named[0]), taken), *(_dumps(args) for args in named[1:])]
-        reply = await self._call("complete_chain", run_id, ["[" + ",".join(items) + "]", *texts],
+        reply = await self._call("complete_chain", run_id, ["[" + ",".join(items) + "]",
+                                                            *self._shared_texts(run_id, limits), *texts],
                                  [self._lease(run_id, links[0].node_id), *budget_keys])
         applied, last = int(reply[0]), reply[1]
         if applied == 0 and last[0] == "budget":  # stored as complete_node stores a refusal
@@ -668,13 +681,11 @@ class RedisRunStore(RunStore):
         they would be encoded a second time here, escapes and all, and decoded again in the
         script, for values that only pass through."""
         waiting = completion.status == NodeStatus.WAITING
-        run_completed, node_template = self._templates(run_id)
         args = {
             "node": node_id,
             "status": completion.status,
             "live": sorted(completion.outputs),
             "stop_run": completion.stop_run,
-            "run_id": run_id,
             "next_attempt": completion.next_attempt,
             "retry_delay_s": completion.retry_delay_s,
             "take": take,
@@ -686,12 +697,10 @@ class RedisRunStore(RunStore):
             outputs,
             _dumps(completion.payload) if completion.payload else "{}",  # payload
             _dumps(completion.error) if completion.error is not None else "",  # error
-            run_completed,
             self._run_event(run_id, EventType.RUN_FAILED, {"status": RunStatus.FAILED, "error": completion.error})
             if completion.stop_run else "",  # run_failed
             self._run_event(run_id, EventType.RUN_WAITING, {"node_id": node_id, "payload": completion.payload or {}})
             if waiting else "",  # run_waiting
-            node_template,
             # A completed event shows the outputs it stores: their text is written in, not encoded again.
             *(_completed_json(e, completion.outputs, outputs) if e.event_type == EventType.COMPLETED
               else _event_json(e) for e in completion.events),

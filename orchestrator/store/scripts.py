@@ -44,8 +44,11 @@ def lua_source(name: str) -> str:
 # A completion's texts in complete.lua's and complete_chain.lua's arguments, in this order,
 # then its own events (as many as its named fields' `events`: completion.lua's
 # completion_texts); see RedisRunStore._completion_args.
-COMPLETE_TEXTS = ("outputs", "payload", "error", "run_completed", "run_failed", "run_waiting", "node_template")
+COMPLETE_TEXTS = ("outputs", "payload", "error", "run_failed", "run_waiting")
 COMPLETE_EVENTS = len(COMPLETE_TEXTS)
+# What the completions of one call share, sent once before their texts (completion.lua's
+# shared_texts): see RedisRunStore._shared_texts.
+SHARED_TEXTS = ("run_id", "lease", "limits", "run_completed", "node_template")
 
 
 def stored_bytes(texts: list[str]) -> int:
@@ -73,10 +76,17 @@ def with_taken(args_json: str, taken_json: str) -> str:
     return f'{args_json[:-1]},"taken":{taken_json}}}' if taken_json else args_json
 
 
-def budget_json(nbytes: int, ws_max: int, run_max: int, expire_at: int) -> str:
-    """complete.lua's budget argument: the JSON object ``{"bytes", "ws_max", "run_max",
-    "expire_at"}`` of four integers, written without an encoder (one per completion)."""
-    return f'{{"bytes":{int(nbytes)},"ws_max":{int(ws_max)},"run_max":{int(run_max)},"expire_at":{int(expire_at)}}}'
+def budget_limits(limits: tuple[int, int, int]) -> str:
+    """The storage budgets' limits a script counts bytes within (prelude ``charge_budget``):
+    the JSON object ``{"ws_max", "run_max", "expire_at"}`` (today's counter expires then),
+    written without an encoder."""
+    ws_max, run_max, expire_at = limits
+    return f'{{"ws_max":{int(ws_max)},"run_max":{int(run_max)},"expire_at":{int(expire_at)}}}'
+
+
+def budget_json(nbytes: int, limits: tuple[int, int, int]) -> str:
+    """create.lua's budget argument: ``budget_limits`` with the ``bytes`` it counts."""
+    return f'{{"bytes":{int(nbytes)},{budget_limits(limits)[1:]}'
 
 
 def over_budget(run_id: str, node_id: str, completion: NodeCompletion, exc: StorageBudgetError) -> NodeCompletion:

@@ -4,10 +4,11 @@
 -- call per link (`complete` in completion.lua), but atomic and one round trip.
 -- ARGV[6] a JSON array, one object per link: complete's named fields (the first's also
 --   take, token and taken; the others use the first's take and taken, and are not fenced:
---   their claims are made here), plus `budget` (the reservation JSON, or '': the first's
---   reserves the whole chain's bytes) and `events` (how many event texts the link has).
--- ARGV[7..] each link's texts in turn (`completion_texts` in completion.lua).
--- KEYS[18] the first link's lease; the others' are the first's `taken.lease` and their id.
+--   their claims are made here; the first's `bytes` are the whole chain's) and `events`
+--   (how many event texts the link has).
+-- ARGV[7..11] what the links share (`shared_texts` in completion.lua).
+-- ARGV[12..] each link's texts in turn (`completion_texts` in completion.lua).
+-- KEYS[18] the first link's lease; the others' are the shared lease prefix and their id.
 -- Returns {applied, reply}: how many links were applied, and `complete`'s reply for the
 -- last one applied (with applied 0, the first's refusal: 'stale' or 'budget'). A link is
 -- applied only if the previous completion handed it over, alone, with a claim granted
@@ -15,7 +16,7 @@
 -- previous reply (which may hold the link's claim: its caller runs it as any node handed
 -- over) is the answer.
 local links = cjson.decode(ARGV[6])
-local at = 7
+local shared, at = shared_texts(7)
 local first = links[1]
 local function answer(applied, reply)
   return settled({applied, reply})  -- one wake-up hint for all the links' events
@@ -30,15 +31,15 @@ end
 
 local reply = nil
 for i, link in ipairs(links) do
-  at = completion_texts(link, at)
+  at = completion_texts(link, shared, at)
   local lease = K_LEASE
   if i > 1 then
     if not handed_alone(reply, link.node) then return answer(i - 1, reply) end
     -- its claim was granted above, in this call: no later one can have superseded it
     link.token, link.take, link.taken = nil, first.take, first.taken
-    lease = first.taken.lease .. link.node
+    lease = shared.lease .. link.node
   end
-  local this = complete(link, link.budget, lease)
+  local this = complete(link, shared.limits, lease)
   if this[1] == 'stale' or this[1] == 'budget' then
     return answer(i - 1, i == 1 and this or reply)
   end

@@ -3,24 +3,27 @@
 -- orchestrator/kernel/scheduling.py:complete, plus storage, events and the run's end.
 -- `args`, named fields (one object of the array in complete.lua's or complete_chain.lua's ARGV[6]):
 --   node, status (succeeded|failed|waiting|retrying),
---   live [ports], stop_run (bool), run_id, next_attempt (retrying),
+--   live [ports], stop_run (bool), next_attempt (retrying),
 --   retry_delay_s (retrying: the next attempt is due this long from NOW),
 --   take (null, or how many queued nodes the caller takes: see hand_over in the prelude),
 --   token (null, or the fencing token of the claim that ran the node),
+--   bytes (absent, or what it stores, counted within the storage budgets: see `limits`),
 --   taken (absent, or how every node handed over is claimed here as claim.lua would,
 --   saving the caller that call: {lease_ms, lease (the lease key without the node id:
 --   the run's hash tag), head, tail (the started event's JSON before and after the node's
 --   ids)}; see `claimed` below)
--- `budget_json` the storage budget reservation JSON, or '' for none: {bytes, ws_max, run_max,
---   expire_at}, with KEYS[19..] the workspace's day counters (today's first); the
---   bytes are counted here, in the script that stores them (orchestrator/store/storage_budget.py)
--- args.outputs, payload, error, run_completed, run_failed, run_waiting, node_template: JSON
---   texts the script stores or appends as they are (each its own script argument, not
---   inside the named fields' JSON, so that neither side encodes or decodes them twice):
---   outputs ({port: DataValue}), payload (the suspend payload, or ''), error (or ''),
---   run_completed / run_failed / run_waiting (event JSON; '' when not needed; run-level
---   events get the time NOW), node_template (node event JSON, for skipped and not_run
---   events, stamped NOW); args.events the completion's own events, in order.
+-- What a call's completions share (`shared_texts`): run_id, lease (the lease keys without
+--   the node id), limits (the storage budgets: {ws_max, run_max, expire_at}, with
+--   KEYS[19..] the workspace's day counters (today's first); nil for none: the bytes are
+--   counted here, in the script that stores them, orchestrator/store/storage_budget.py),
+--   run_completed and node_template (JSON texts: the run's completed event, and the node
+--   event template of skipped and not_run events, stamped NOW).
+-- args.outputs, payload, error, run_failed, run_waiting: JSON texts the script stores or
+--   appends as they are (each its own script argument, not inside the named fields' JSON,
+--   so that neither side encodes or decodes them twice): outputs ({port: DataValue}),
+--   payload (the suspend payload, or ''), error (or ''), run_failed / run_waiting (event
+--   JSON; '' when not needed; run-level events get the time NOW); args.events the
+--   completion's own events, in order.
 -- `lease_key` the node's lease key (released).
 -- Returns {queued, backlog, nodes...}: with take null the nodes that became ready and are
 -- not yet dispatched, in plan order; with take, the oldest of the run's queue.
@@ -31,14 +34,24 @@
 -- nothing applied (the caller stores the node's failure naming it instead).
 local BUDGET_KEY = 19
 
+-- What a call's completions share, from ARGV[at] on (scripts.py SHARED_TEXTS): run id,
+-- lease keys' prefix, budget limits JSON (or ''), run_completed, node_template. Returns
+-- them and the `at` of the first completion's texts.
+local function shared_texts(at)
+  local limits = ARGV[at + 2] ~= '' and cjson.decode(ARGV[at + 2]) or nil
+  return {run_id = ARGV[at], lease = ARGV[at + 1], limits = limits, run_completed = ARGV[at + 3],
+          node_template = ARGV[at + 4]}, at + 5
+end
+
 -- A completion's texts, from ARGV[at] on, into `args` (whose `events` says how many event
--- texts it has): outputs, payload, error, run_completed, run_failed, run_waiting,
--- node_template, then its events (scripts.py COMPLETE_TEXTS). Returns the next one's `at`.
-local function completion_texts(args, at)
+-- texts it has), with what it shares with the call's others: outputs, payload, error,
+-- run_failed, run_waiting, then its events (scripts.py COMPLETE_TEXTS). Returns the next
+-- one's `at`.
+local function completion_texts(args, shared, at)
   args.outputs, args.payload, args.error = ARGV[at], ARGV[at + 1], ARGV[at + 2]
-  args.run_completed, args.run_failed, args.run_waiting = ARGV[at + 3], ARGV[at + 4], ARGV[at + 5]
-  args.node_template = ARGV[at + 6]
-  at = at + 7
+  args.run_failed, args.run_waiting = ARGV[at + 3], ARGV[at + 4]
+  args.run_id, args.run_completed, args.node_template = shared.run_id, shared.run_completed, shared.node_template
+  at = at + 5
   local events = {}
   for j = 1, args.events do events[j] = ARGV[at + j - 1] end
   args.events = events
@@ -46,7 +59,7 @@ local function completion_texts(args, at)
 end
 
 local NOTHING = {0, 0}
-local function complete(args, budget_json, lease_key)
+local function complete(args, limits, lease_key)
   local node, status = args.node, args.status
   local take = args.take
   if take == cjson.null then take = nil end
@@ -77,8 +90,11 @@ local function complete(args, budget_json, lease_key)
     return NOTHING
   end
 
-  local refused = charge_budget(budget_json, BUDGET_KEY, #KEYS)
-  if refused then return refused end
+  local bytes = args.bytes
+  if bytes ~= nil and bytes ~= cjson.null and limits then
+    local refused = charge_budget(bytes, limits, BUDGET_KEY, #KEYS)
+    if refused then return refused end
+  end
 
   -- The nodes handed over (a chain's next link, a fan-out's branches, older nodes taken from
   -- the queue), claimed now with `taken` (`claim_nodes` in the prelude).

@@ -74,7 +74,8 @@ local completing = nil
 if ARGV[17] and ARGV[17] ~= '' then
   completing = cjson.decode(ARGV[17])
   local last = #KEYS - ((ARGV[15] == '1') and 1 or 0)
-  if charge_budget(ARGV[18], last - completing.budget_keys + 1, last) then
+  local budget = ARGV[18] ~= '' and cjson.decode(ARGV[18]) or nil
+  if budget and charge_budget(budget.bytes, budget, last - completing.budget_keys + 1, last) then
     completing = nil  -- past a budget: the start node runs as a step, which reports it
   end
 end

@@ -259,30 +259,28 @@ local function drop_queue()
 end
 
 -- Count a completion's bytes within the storage budgets (orchestrator/store/storage_budget.py):
--- budget_json '' (none) or {bytes, ws_max, run_max, expire_at}, the workspace's day counters
--- at KEYS[first..last] (today's first). Returns nil when counted (or nothing to count), else
--- {'budget', 'run' | 'workspace', used}: nothing counted. The counters are read once per
--- call and the call's bytes added to them once, by `settled`: a group of completions pays
--- one MGET, one HINCRBY and one INCRBY, not each of them.
+-- nbytes within limits {ws_max, run_max, expire_at}, the workspace's day counters at
+-- KEYS[first..last] (today's first). Returns nil when counted, else {'budget', 'run' |
+-- 'workspace', used}: nothing counted. The counters are read once per call and the call's
+-- bytes added to them once, by `settled`: a group of completions pays one MGET, one
+-- HINCRBY and one INCRBY, not each of them.
 local CHARGED, DAYS = 0, {}
-local function charge_budget(budget_json, first, last)
-  if not budget_json or budget_json == '' then return nil end
-  local budget = cjson.decode(budget_json)
+local function charge_budget(nbytes, limits, first, last)
   local used = RUN.bytes
-  if budget.run_max > 0 and used + budget.bytes > budget.run_max then return {'budget', 'run', used} end
+  if limits.run_max > 0 and used + nbytes > limits.run_max then return {'budget', 'run', used} end
   local day = DAYS[first]
   if not day then
     local total = 0
     for _, used_that_day in ipairs(redis.call('MGET', unpack(KEYS, first, last))) do
       total = total + tonumber(used_that_day or '0')
     end
-    day = {key = KEYS[first], used = total, added = 0, expire_at = budget.expire_at}
+    day = {key = KEYS[first], used = total, added = 0, expire_at = limits.expire_at}
     DAYS[first] = day
   end
-  if budget.ws_max > 0 and day.used + budget.bytes > budget.ws_max then return {'budget', 'workspace', day.used} end
-  RUN.bytes = used + budget.bytes
-  CHARGED = CHARGED + budget.bytes
-  day.used, day.added = day.used + budget.bytes, day.added + budget.bytes
+  if limits.ws_max > 0 and day.used + nbytes > limits.ws_max then return {'budget', 'workspace', day.used} end
+  RUN.bytes = used + nbytes
+  CHARGED = CHARGED + nbytes
+  day.used, day.added = day.used + nbytes, day.added + nbytes
   return nil
 end
 
