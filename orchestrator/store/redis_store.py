@@ -675,23 +675,18 @@ class RedisRunStore(RunStore):
 
     def _completion_args(self, run_id: str, node_id: str, completion: NodeCompletion,
                          take: int | None, token: int | None) -> tuple[dict[str, Any], list[str]]:
-        """complete.lua's arguments for ``completion``: the named fields (one JSON object) and
-        the JSON texts the script stores or appends as they are, each its own argument (in
-        the order of ``COMPLETE_TEXTS``, then the completion's events): inside the object
-        they would be encoded a second time here, escapes and all, and decoded again in the
-        script, for values that only pass through."""
+        """complete.lua's arguments for ``completion``: the named fields (one JSON object,
+        without those at their default: absent is null or false to the script) and the JSON
+        texts the script stores or appends as they are, each its own argument (in the order
+        of ``COMPLETE_TEXTS``, then the completion's events): inside the object they would
+        be encoded a second time here and decoded again in the script."""
         waiting = completion.status == NodeStatus.WAITING
-        args = {
-            "node": node_id,
-            "status": completion.status,
-            "live": sorted(completion.outputs),
-            "stop_run": completion.stop_run,
-            "next_attempt": completion.next_attempt,
-            "retry_delay_s": completion.retry_delay_s,
-            "take": take,
-            "token": token,
-            "events": len(completion.events),  # how many of the texts are its events
-        }
+        args: dict[str, Any] = {"node": node_id, "status": completion.status, "live": sorted(completion.outputs),
+                                "events": len(completion.events)}  # how many of the texts are its events
+        for name, value in (("stop_run", completion.stop_run), ("next_attempt", completion.next_attempt),
+                            ("retry_delay_s", completion.retry_delay_s), ("take", take), ("token", token)):
+            if value is not None and value is not False:
+                args[name] = value
         outputs = _dumps({port: dv.to_json() for port, dv in completion.outputs.items()})
         texts = [
             outputs,

@@ -1,7 +1,8 @@
 -- Included after the prelude by complete.lua and complete_chain.lua (store/scripts.py lua_source).
 -- Apply one node's completion exactly once: the Lua twin of
 -- orchestrator/kernel/scheduling.py:complete, plus storage, events and the run's end.
--- `args`, named fields (one object of the array in complete.lua's or complete_chain.lua's ARGV[6]):
+-- `args`, named fields (one object of the array in complete.lua's or complete_chain.lua's ARGV[6];
+-- absent: null or false):
 --   node, status (succeeded|failed|waiting|retrying),
 --   live [ports], stop_run (bool), next_attempt (retrying),
 --   retry_delay_s (retrying: the next attempt is due this long from NOW),
