@@ -115,6 +115,7 @@ from orchestrator.store.scripts import (
     budget_limits,
     claim_args,
     claim_from,
+    claims_from,
     count_published,
     lua_source,
     over_budget,
@@ -496,10 +497,10 @@ class RedisRunStore(RunStore):
         return self._claim(run_id, await self._call("claim", run_id, [_dumps(args)],
                                                     [self.keys.lease(run_id, request.node_id)]))
 
-    def _claim(self, run_id: str, reply: list[Any]) -> Claim:
+    def _claim(self, run_id: str, reply: list[Any], seen: dict[str, str] | None = None) -> Claim:
         """A claim from the reply of lua/prelude.lua ``claim`` (``scripts.claim_from``); its
         run's workspace is kept, which the budgets of its completion need."""
-        claim = claim_from(reply)
+        claim = claim_from(reply, seen)
         if claim.workspace:
             self._know_workspace(run_id, claim.workspace)
         return claim
@@ -614,7 +615,7 @@ class RedisRunStore(RunStore):
 
     def _ready(self, run_id: str, reply: list[Any]) -> Ready:
         """A ``Ready`` from complete.lua's reply (``scripts.ready_from``)."""
-        return ready_from(reply, lambda granted: self._claim(run_id, granted))
+        return ready_from(reply, lambda granted, seen: self._claim(run_id, granted, seen))
 
     async def complete_chain(self, run_id: str, links: Sequence[ChainLink], *, take: Take,
                              token: int | None = None) -> Ready:
@@ -712,8 +713,7 @@ class RedisRunStore(RunStore):
         if max_nodes <= 0:
             return Ready()
         granted, *nodes = await self._call("take", run_id, [max_nodes, self._taken_text(run_id, claim_taken)])
-        claims = {granted[i]: self._claim(run_id, granted[i + 1]) for i in range(0, len(granted), 2)}
-        return Ready(list(nodes), claims=claims)
+        return Ready(list(nodes), claims=claims_from(granted, lambda one, seen: self._claim(run_id, one, seen)))
 
     async def queue_length(self, run_id: str) -> int:
         return int(await self._batch.execute("LLEN", self.keys.queue(run_id)))

@@ -103,13 +103,17 @@ def over_budget(run_id: str, node_id: str, completion: NodeCompletion, exc: Stor
     return NodeCompletion(status=NodeStatus.FAILED, error=info, stop_run=True, events=[event])
 
 
-def claim_from(reply: list[Any]) -> Claim:
-    """A claim from the reply of lua/prelude.lua ``claim``."""
+def claim_from(reply: list[Any], seen: dict[str, str] | None = None) -> Claim:
+    """A claim from the reply of lua/prelude.lua ``claim``. ``seen``: the texts the claims
+    before it in the same list carried (``claims_from``), which this one gives as None."""
     kind, claims, *rest = reply
     if kind == "run":
         run_input, session_id, resume, attempt, token, workspace, *stored = rest
+        if seen is not None:
+            run_input = _once(seen, ":input", run_input)
         outputs = {
-            stored[i]: {port: DataValue.from_json(v) for port, v in json_value(stored[i + 1]).items()}
+            stored[i]: {port: DataValue.from_json(v) for port, v in json_value(
+                stored[i + 1] if seen is None else _once(seen, stored[i], stored[i + 1])).items()}
             for i in range(0, len(stored), 2)
         }
         return Claim(kind="run", claims=int(claims), run_input=json_value(run_input),
@@ -121,13 +125,28 @@ def claim_from(reply: list[Any]) -> Claim:
     return Claim(kind=kind, claims=int(claims), pending_dispatch=list(rest))
 
 
-def ready_from(reply: list[Any], claim: Callable[[list[Any]], Claim]) -> Ready:
+def _once(seen: dict[str, str], key: str, text: str | None) -> str:
+    """``text``, kept in ``seen`` under ``key``; None: the one an earlier claim carried."""
+    if text is None:
+        return seen[key]
+    seen[key] = text
+    return text
+
+
+def claims_from(granted: list[Any], claim: Callable[[list[Any], dict[str, str]], Claim]) -> dict[str, Claim]:
+    """The claims of a list {node, claim reply, ...} (lua/prelude.lua ``claim_nodes``), each
+    read with ``claim``: each text once in the list, so each reply is read with the texts
+    of those before it. Each claim parses its own values: two nodes never share one."""
+    seen: dict[str, str] = {}
+    return {granted[i]: claim(granted[i + 1], seen) for i in range(0, len(granted), 2)}
+
+
+def ready_from(reply: list[Any], claim: Callable[[list[Any], dict[str, str]], Claim]) -> Ready:
     """A ``Ready`` from one completion's reply (``complete`` in lua/completion.lua), each
     claim it granted read with ``claim``; a refusal for a superseded token is counted."""
     granted: dict[str, Claim] = {}
     if reply[0] == "claimed":
-        replies = reply[1]
-        granted = {replies[i]: claim(replies[i + 1]) for i in range(0, len(replies), 2)}
+        granted = claims_from(reply[1], claim)
         reply = reply[2:]
     queued, backlog, *nodes = reply
     if queued == "stale":

@@ -7,15 +7,21 @@ fails alone."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
+from redis.asyncio import RedisCluster
 
+from orchestrator.kernel.compile import compile_run
 from orchestrator.kernel.protocol import DataValue
 from orchestrator.kernel.scheduling import RunPlan
-from orchestrator.kernel.store import ClaimRequest, NodeCompletion, NodeStatus, Ready, Take
-from orchestrator.store.redis_store import RedisRunStore
+from orchestrator.kernel.store import ClaimRequest, NodeCompletion, NodeStatus, Ready, RunRecord, RunStatus, Take
+from orchestrator.kernel.validation import validate_graph
+from orchestrator.store.redis_client import is_cluster
+from orchestrator.store.redis_store import RedisRunStore, new_run_id
 from tests.conformance.conftest import command_stats, reset_stats
 from tests.conformance.test_next_claim import TAKEN
+from tests.fake_nodes import graph, make_registry
 from tests.support import completed, make_plan, record_for, started_event
 
 KB = 1024
@@ -187,3 +193,38 @@ async def test_nodes_a_group_takes_from_the_queue_keep_their_marks_when_claimed_
     assert await redis_store.redis.lrange(queue, 0, -1) == [f"b{i}" for i in range(4, BRANCHES)]
     bucket = redis_store.keys.bucket(run_id)
     assert int(await redis_store.redis.get(redis_store.keys.queued_nodes(bucket))) == BRANCHES - 4
+
+
+async def net_output_bytes(redis: Any) -> int:
+    """Bytes Redis wrote to its clients (summed over a cluster's primaries)."""
+    if is_cluster(redis):
+        per_node = await redis.info("stats", target_nodes=RedisCluster.PRIMARIES)
+        return sum(int(stats["total_net_output_bytes"]) for stats in per_node.values())
+    return int((await redis.info("stats"))["total_net_output_bytes"])
+
+
+async def test_claims_handed_over_together_carry_each_text_once(redis_store: RedisRunStore) -> None:
+    """A source with 100 KB of outputs hands its 20 branches over, claimed in its own call:
+    the reply carries the outputs (and the run's input) once, not once per branch, and each
+    branch's claim still holds them whole, parsed for it alone."""
+    relays = [f"r{i}" for i in range(BRANCHES)]
+    g = graph([("t", "emit", "Start", {"value": 7}), *((n, "relay", f"Relay {n}") for n in relays)],
+              [("t", "out", n, "in") for n in relays])
+    plan = compile_run(validate_graph(g, make_registry()), new_run_id(), None)
+    run_id = plan.run_id
+    await redis_store.create_run(plan, RunRecord(run_id=run_id, status=RunStatus.QUEUED, graph_id="g",
+                                                 run_input={"doc": "y" * (20 * KB)}))
+    token = await claim(redis_store, run_id, "t")
+    big = NodeCompletion(status=NodeStatus.SUCCEEDED, outputs={"out": DataValue("data", {"text": "x" * (100 * KB)})})
+    before = await net_output_bytes(redis_store.redis)
+    ready = await redis_store.complete_node(run_id, "t", big, take=Take(BRANCHES, claim_taken=TAKEN), token=token)
+    sent = await net_output_bytes(redis_store.redis) - before
+    assert sorted(ready.claims) == sorted(relays)
+    assert sent < 2 * 120 * KB, f"the reply was {sent} bytes for 120 KB of texts"
+    claims = list(ready.claims.values())
+    for c in claims:
+        assert c.kind == "run" and c.outputs["t"]["out"].value == {"text": "x" * (100 * KB)}
+        assert c.run_input == {"doc": "y" * (20 * KB)}
+    # each its own values: a node changing what it got changes no other node's
+    assert claims[0].outputs["t"]["out"].value is not claims[1].outputs["t"]["out"].value
+    assert claims[0].run_input is not claims[1].run_input

@@ -338,7 +338,9 @@ end
 -- one more than the node's previous claim's. `known` (nil from claim.lua): what the
 -- caller's script established before, in the same call, and need not be read again:
 -- {active = the run is active, planned = the node is the plan's, status = the node's
--- status, or nil (read here), stamped = `started` carries the time NOW already}.
+-- status, or nil (read here), stamped = `started` carries the time NOW already, sent = the
+-- texts replies before this one in the same list carry: the run's input (':input') and
+-- read nodes' outputs, which this reply then gives as false)}.
 local RUN_CONTEXT = nil  -- the run's input, session id and workspace, read once per call
 -- Stored outputs this call wrote or read (node -> JSON text): a claim reads each once.
 local OUTPUTS = {}
@@ -408,8 +410,14 @@ local function claim(node, lease_key, lease_ms, started, read, known)
   end
   RUN_CONTEXT = RUN_CONTEXT or redis.call('HMGET', K_RUN, 'run_input', 'session_id', 'workspace')
   local context = RUN_CONTEXT
-  local reply = {'run', claims, context[1] or 'null', context[2] or '', resume or '', attempt, token,
-                 context[3] or ''}
+  -- A text a reply of several claims (`known.sent`) carries already goes as false (nil):
+  -- a fan-out's branches all read the run's input and their source's outputs, once each.
+  local sent = known.sent
+  local run_input = context[1] or 'null'
+  if sent then
+    if sent[':input'] then run_input = false else sent[':input'] = true end
+  end
+  local reply = {'run', claims, run_input, context[2] or '', resume or '', attempt, token, context[3] or ''}
   -- The outputs this call has not seen yet in one HMGET (in slices: Lua's stack bounds
   -- how many arguments unpack passes); a node without stored outputs is left out.
   local unseen = {}
@@ -424,7 +432,12 @@ local function claim(node, lease_key, lease_ms, started, read, known)
   for _, n in ipairs(read) do
     if OUTPUTS[n] then
       table.insert(reply, n)
-      table.insert(reply, OUTPUTS[n])
+      if sent and sent[n] then
+        table.insert(reply, false)
+      else
+        table.insert(reply, OUTPUTS[n])
+        if sent then sent[n] = true end
+      end
     end
   end
   return reply
@@ -438,10 +451,11 @@ end
 -- The caller has found the run active in this call; `statuses` (or nil): the nodes whose
 -- status it read in this call, and nothing changed since (a node it made ready in this
 -- call, and only such a node: pending).
--- Returns {node, claim reply, ...} of the granted claims; a claim not granted is not
--- returned: the caller's own claim call then gets the same answer.
+-- Returns {node, claim reply, ...} of the granted claims, each text in them once (the run's
+-- input, each read node's outputs: later replies give false, scripts.py claims_from); a
+-- claim not granted is not returned: the caller's own claim call then gets the same answer.
 local function claim_nodes(nodes, from, taken, statuses)
-  local granted = {}
+  local granted, sent = {}, {}  -- the texts the granted claims' replies carry (see `claim`)
   local head = stamped(taken.head)  -- the started events' time, stamped once for all of them
   for j = from, #nodes do
     local n, reply = nodes[j], nil
@@ -449,7 +463,8 @@ local function claim_nodes(nodes, from, taken, statuses)
     if data then  -- a node of the plan (only those have claim data)
       local status = statuses and statuses[n]
       reply = claim(n, taken.lease .. n, taken.lease_ms, head .. data.ids .. taken.tail, data.read,
-                    {active = true, planned = true, status = status, stamped = true, fresh = status == 'pending'})
+                    {active = true, planned = true, status = status, stamped = true, fresh = status == 'pending',
+                     sent = sent})
     end
     if reply and reply[1] == 'run' then
       table.insert(granted, n)
