@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/worker_cpu.py [--shapes fanout50,chain20] [--runs 100] [--profile 30]
                                          [--starts adhoc|stored] [--in-flight 8]
+                                         [--input-kb 0]
 
 Starts its own redis-server, builds this process's worker state (``workers.process_state``,
 the loop thread and store a worker process uses, with room for every node at once), starts
@@ -34,6 +35,10 @@ every run's plan derived from the version's compiled one, so what a plan keeps f
 runs is found once per version, as on a worker fed plan references); ``adhoc`` (the
 default, as before) compiles each run's own plan (``runs.start_run``).
 
+``--input-kb N`` gives each run an input of about N KB (``{"x": 1, "doc": "..."}``): the
+trigger's output, which every node after it reads, and the run's input, which every claim
+carries: what a fan-out's branches cost when their source's outputs are large.
+
 Shapes: ``fanout50`` (trigger -> 50 set_fields -> the bench pack's join), ``chain20``
 (trigger + 19 set_fields). Prints JSON.
 """
@@ -53,6 +58,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +82,7 @@ class InProcessRuns:
     with ``workers.tasks.run_here``, each from the nodes its start sent (a trigger the start
     completed itself sends its successor). Shared by ``worker_cpu.py`` and ``redis_cost.py``."""
 
-    def __init__(self, starts: str = "adhoc", in_flight: int = IN_FLIGHT) -> None:
+    def __init__(self, starts: str = "adhoc", in_flight: int = IN_FLIGHT, input_kb: int = 0) -> None:
         from orchestrator.service.graph_store import GraphStore
         from orchestrator.settings import Settings
         from workers import process_state
@@ -84,6 +90,7 @@ class InProcessRuns:
         process_state.set_capacity(10_000)  # every node of the runs in flight runs here, none is sent
         self.state = process_state.process_state()
         self.starts, self.in_flight = starts, in_flight
+        self.run_input: dict[str, Any] = {"x": 1, **({"doc": "y" * (input_kb * 1024)} if input_kb else {})}
         self.sent: dict[str, tuple[list[str], str]] = {}  # run id -> the nodes its start sent, its plan reference
         self.starter = Starter(self.state.store.redis, Settings(), self.state.registry,
                                GraphStore(self.state.store.redis, self.state.registry, Settings()),
@@ -99,9 +106,9 @@ class InProcessRuns:
         from orchestrator.service.runs import RunRequest, StoredGraph, start_run, start_stored
 
         if self.starts == "stored":
-            return [await start_stored(self.starter, StoredGraph(str(graph["id"])), RunRequest({"x": 1}),
+            return [await start_stored(self.starter, StoredGraph(str(graph["id"])), RunRequest(self.run_input),
                                        trigger="bench") for _ in range(count)]
-        return [await start_run(self.state.store, self.state.registry, graph, RunRequest({"x": 1}),
+        return [await start_run(self.state.store, self.state.registry, graph, RunRequest(self.run_input),
                                 dispatch=self._no_dispatch) for _ in range(count)]
 
     async def run_all(self, run_ids: list[str], profiler: cProfile.Profile | None = None) -> None:
@@ -133,11 +140,21 @@ def _callgrind(flag: str) -> None:
     thread.join()
 
 
-def measure(shapes: list[str], runs: int, profile: int, starts: str = "adhoc",
-            in_flight: int = IN_FLIGHT, counted: bool = False) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Runs:
+    """What ``measure`` runs: how the runs start (``InProcessRuns``), how many at a time,
+    and their input's size."""
+
+    starts: str = "adhoc"
+    in_flight: int = IN_FLIGHT
+    input_kb: int = 0
+
+
+def measure(shapes: list[str], runs: int, profile: int, how: Runs, counted: bool = False) -> dict[str, Any]:
     from workers import process_state
 
-    runner = InProcessRuns(starts, in_flight)
+    starts, in_flight = how.starts, how.in_flight
+    runner = InProcessRuns(starts, in_flight, how.input_kb)
     state, starter, started, run_all = runner.state, runner.starter, runner.started, runner.run_all
 
     result: dict[str, Any] = {}
@@ -160,7 +177,7 @@ def measure(shapes: list[str], runs: int, profile: int, starts: str = "adhoc",
             counts = state.run(redis_counts(state.store.redis))
             if counted:
                 _callgrind("-d")  # one dump per shape, in order
-            result[shape] = {"runs": runs, "starts": starts, "in_flight": in_flight,
+            result[shape] = {"runs": runs, "starts": starts, "in_flight": in_flight, "input_kb": how.input_kb,
                              "cpu_ms_per_run": round(cpu * 1000 / runs, 2),
                              "wall_ms_per_run": round(wall * 1000 / runs, 2),
                              # Redis's reads of its clients' sockets: how many batches the runs' commands came in
@@ -208,6 +225,7 @@ def main() -> None:
                         help="runs of an ad-hoc graph (each its own plan) or of a stored graph's version")
     parser.add_argument("--in-flight", type=int, default=IN_FLIGHT,
                         help="runs at a time (1: each batch of store calls one script, as a lone chain's)")
+    parser.add_argument("--input-kb", type=int, default=0, help="each run's input about this many KB (see above)")
     parser.add_argument("--instructions", action="store_true",
                         help="count this process's instructions per run under callgrind (see above)")
     parser.add_argument("--counted", action="store_true", help=argparse.SUPPRESS)  # the run under callgrind
@@ -222,7 +240,8 @@ def main() -> None:
     with EmbeddedRedis(unix_socket=False) as server:
         os.environ["REDIS_URL"] = os.environ["ORCH_REDIS_URL"] = server.url  # read when the state is built
         os.environ["ORCH_NODE_PATHS"] = str(PACK)
-        result = measure(shapes, args.runs, args.profile, args.starts, args.in_flight, args.counted)
+        result = measure(shapes, args.runs, args.profile, Runs(args.starts, args.in_flight, args.input_kb),
+                         args.counted)
     result["load_average"] = os.getloadavg()
     print(json.dumps(result, indent=2))
 
