@@ -455,7 +455,8 @@ end
 -- input, each read node's outputs: later replies give false, scripts.py claims_from); a
 -- claim not granted is not returned: the caller's own claim call then gets the same answer.
 local function claim_nodes(nodes, from, taken, statuses)
-  local granted, sent = {}, {}  -- the texts the granted claims' replies carry (see `claim`)
+  -- the texts the granted claims' replies carry (see `claim`), when there may be several
+  local granted, sent = {}, (#nodes > from) and {} or nil
   local head = stamped(taken.head)  -- the started events' time, stamped once for all of them
   for j = from, #nodes do
     local n, reply = nodes[j], nil
