@@ -172,21 +172,21 @@ local function count_queued(delta)
   QUEUED_DELTA = QUEUED_DELTA + delta
 end
 
--- Nodes taken from the run's queue in this call and not claimed in it yet (list, and node ->
--- its index while unclaimed). Such a node is undispatched again (until claimed or sent), but
+-- Nodes taken from the run's queue in this call (in order), and which of them are not
+-- claimed in it yet (node -> true). Such a node is undispatched again (until claimed or sent), but
 -- its dispatched mark is dropped only when that is still so at the call's end, or before
 -- anything reads the marks (`undispatched`): a node claimed in the same call keeps its mark,
 -- without the SREM and the claim's SADD.
-local UNQUEUED, UNQUEUED_AT = {}, {}
+local UNQUEUED, UNCLAIMED = {}, {}
 local function drop_unqueued_marks()
   local left = {}
   for _, n in ipairs(UNQUEUED) do
-    if UNQUEUED_AT[n] then table.insert(left, n) end
+    if UNCLAIMED[n] then table.insert(left, n) end
   end
   for i = 1, #left, 4000 do
     redis.call('SREM', K_DISPATCHED, unpack(left, i, math.min(i + 3999, #left)))
   end
-  UNQUEUED, UNQUEUED_AT = {}, {}
+  UNQUEUED, UNCLAIMED = {}, {}
 end
 
 -- Nodes that became ready but whose task was not sent yet, in plan order.
@@ -246,7 +246,7 @@ local function take_queued(n)
   if not popped then return {} end
   for _, node in ipairs(popped) do
     table.insert(UNQUEUED, node)
-    UNQUEUED_AT[node] = #UNQUEUED
+    UNCLAIMED[node] = true
   end
   count_queued(-#popped)
   return popped
@@ -387,8 +387,8 @@ local function claim(node, lease_key, lease_ms, started, read, known)
   redis.call('SET', lease_key, token_text, 'PX', int(lease_ms))
   -- A claimed node is dispatched by definition (a node run in-process is claimed without a
   -- task), and its message arrived: no longer one the sweeper may have to send again.
-  if UNQUEUED_AT[node] then
-    UNQUEUED_AT[node] = nil  -- taken from the queue in this call: still marked
+  if UNCLAIMED[node] then
+    UNCLAIMED[node] = nil  -- taken from the queue in this call: still marked
   else
     redis.call('SADD', K_DISPATCHED, node)
   end
