@@ -15,7 +15,8 @@ same Redis), run by ``bench.celery_baseline`` workers (``-P threads``). The engi
 workers are the shipped default (``orchestrator worker``, ``-P threads``, node
 concurrency from the settings).
 
-Each point keeps ``--lanes`` runs in flight for ``--seconds`` (a lane starts its next
+Each point keeps ``--lanes`` runs in flight for ``--seconds``, with the other side's worker
+processes stopped (:func:`paused`) (a lane starts its next
 run when its last one ended: engine runs start in this process, which is the API's work,
 and end at their terminal event, found without decoding the nodes' events, as raw Celery's
 runs end at one ``BLPOP``) and counts the runs that ended. Engine runs are runs of
@@ -60,11 +61,12 @@ import json
 import os
 import platform
 import re
+import signal
 import statistics
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
@@ -211,6 +213,20 @@ async def point(run_once: Callable[[], Awaitable[None]], lanes: int, seconds: fl
     return result
 
 
+@contextlib.contextmanager
+def paused(pids: list[int]) -> Iterator[None]:
+    """The other side's worker processes stopped (SIGSTOP) while a point runs, continued
+    after: idle, a raw Celery worker of 100 threads still took about 0.05 of a core (perf
+    sched, 2026-11-30), which the point's own processes then lack."""
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+
+
 SHAPES = ("one", "chain10", "fanout50")
 
 
@@ -317,10 +333,12 @@ async def measure(url: str, redis_pid: int, worker_steps: list[int], points: Poi
             raw_pids = [p.pid for p in baselines]
             common = {"starter": [os.getpid()], "redis": [redis_pid]}
             for shape, g in graphs.items():
-                await point(engine(g), lanes, 0.5, {})  # warm every process and the caches
-                await point(raw(shape), lanes, 0.5, {})
-                e = await point(engine(g), lanes, seconds, {**common, "workers": engine_pids}, client)
-                r = await point(raw(shape), lanes, seconds, {**common, "workers": raw_pids}, client)
+                with paused(raw_pids):
+                    await point(engine(g), lanes, 0.5, {})  # warm every process and the caches
+                    e = await point(engine(g), lanes, seconds, {**common, "workers": engine_pids}, client)
+                with paused(engine_pids):
+                    await point(raw(shape), lanes, 0.5, {})
+                    r = await point(raw(shape), lanes, seconds, {**common, "workers": raw_pids}, client)
                 results.setdefault(shape, {})[str(workers)] = {
                     "engine": e, "raw_celery": r, "ratio": round(e["runs_per_s"] / r["runs_per_s"], 2)}
     finally:
