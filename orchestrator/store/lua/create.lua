@@ -26,8 +26,9 @@
 -- complete.lua's countdown) and this script writes it: ARGV[17] {node, ready, skipped (node
 -- lists, plan order), arrivals [node, n, ...] (flow in-edges resolved), live [node|port,
 -- n, ...], remaining, finished, budget_keys (how many)}, ARGV[18] the storage budget
--- reservation JSON or '' (as complete.lua's ARGV[7]; its day counters are the budget_keys
--- keys before the shared plan data's key), ARGV[19] outputs JSON, ARGV[20] run_completed
+-- reservation JSON or '': {bytes, ws_max, run_max, expire_at} (prelude charge_budget; its
+-- day counters are the budget_keys keys before the shared plan data's key), ARGV[19]
+-- outputs JSON, ARGV[20] run_completed
 -- template, ARGV[21] node template (skipped events), ARGV[22..] its events, in order.
 -- Then the start node is not sent: the nodes it made ready are, marked ready and sent as
 -- start nodes are; a run it finished ends succeeded here. Past a budget it is not applied.
