@@ -607,7 +607,7 @@ class RedisRunStore(RunStore):
 
     def _shared_texts(self, run_id: str, limits: str) -> list[str]:
         """What the completions of one complete.lua or complete_chain.lua call share
-        (``SHARED_TEXTS``; completion.lua's ``shared_texts``), sent once for them all: the
+        (completion.lua's ``shared_texts`` reads them), sent once for them all: the
         run id, the lease keys without the node id, the budget limits (or '') and the
         run's completed event and node event templates."""
         run_completed, node_template = self._templates(run_id)

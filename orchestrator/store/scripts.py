@@ -46,9 +46,6 @@ def lua_source(name: str) -> str:
 # completion_texts); see RedisRunStore._completion_args.
 COMPLETE_TEXTS = ("outputs", "payload", "error", "run_failed", "run_waiting")
 COMPLETE_EVENTS = len(COMPLETE_TEXTS)
-# What the completions of one call share, sent once before their texts (completion.lua's
-# shared_texts): see RedisRunStore._shared_texts.
-SHARED_TEXTS = ("run_id", "lease", "limits", "run_completed", "node_template")
 
 
 def stored_bytes(texts: list[str]) -> int:

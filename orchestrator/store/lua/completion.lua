@@ -35,7 +35,7 @@
 -- nothing applied (the caller stores the node's failure naming it instead).
 local BUDGET_KEY = 19
 
--- What a call's completions share, from ARGV[at] on (scripts.py SHARED_TEXTS): run id,
+-- What a call's completions share, from ARGV[at] on (RedisRunStore._shared_texts): run id,
 -- lease keys' prefix, budget limits JSON (or ''), run_completed, node_template. Returns
 -- them and the `at` of the first completion's texts.
 local function shared_texts(at)

@@ -43,13 +43,6 @@ local function absent_at_start(ready)
   return {[8] = not ready, [11] = K_ADJ ~= KEYS[11], [12] = true, [13] = true, [14] = true}
 end
 
--- One command for a whole list (in slices: Lua's stack bounds how many arguments unpack passes).
-local function variadic(command, key, items)
-  for i = 1, #items, 4000 do
-    redis.call(command, key, unpack(items, i, math.min(i + 3999, #items)))
-  end
-end
-
 if redis.call('EXISTS', K_RUN) == 1 then
   return {0}
 end

@@ -164,6 +164,13 @@ local function plan_sorted(ids)
   return ids
 end
 
+-- One command for a whole list (in slices: Lua's stack bounds how many arguments unpack passes).
+local function variadic(command, key, items)
+  for i = 1, #items, 4000 do
+    redis.call(command, key, unpack(items, i, math.min(i + 3999, #items)))
+  end
+end
+
 -- Nodes on every run's queue, for back-pressure (the sweeper re-counts it now and then).
 -- It lives as long as an active run: gone when nothing is queued or nothing moves. The
 -- call's changes are summed and written once, by `settled`.
@@ -183,9 +190,7 @@ local function drop_unqueued_marks()
   for _, n in ipairs(UNQUEUED) do
     if UNCLAIMED[n] then table.insert(left, n) end
   end
-  for i = 1, #left, 4000 do
-    redis.call('SREM', K_DISPATCHED, unpack(left, i, math.min(i + 3999, #left)))
-  end
+  variadic('SREM', K_DISPATCHED, left)
   UNQUEUED, UNCLAIMED = {}, {}
 end
 
