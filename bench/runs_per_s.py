@@ -35,17 +35,24 @@ commands Redis spent most time in, the microseconds each call took (``INFO
 commandstats``; a script's own commands are counted in its time too): the same commands
 cost more when the processes crowd the cores.
 ``cores``: the CPU all those processes got over the point, in cores: on a shared machine,
-more worker processes only help while this can grow. ``--worker-cores C`` caps each worker
-process (the engine's and raw Celery's alike) at C cores, each in a cgroup of its own
-(``bench/cpu_quota.py``, root): one worker's point is then bound by its share, as on a
-machine with a core per worker, and the starter and Redis have room beside the workers, so
-that N workers can show how the engine scales with worker processes (on 2 cores, the
-starter and Redis take what a second uncapped worker would need).
+more worker processes only help while this can grow; ``cores_elsewhere``: what the rest
+of the machine ran meanwhile (``/proc/stat``: its services, the kernel's threads).
+``ceiling_vs_1_worker`` (engine and raw Celery, each point): the most the point's runs/s
+could be over one worker's, had its processes used every core the rest of the machine
+left them, at the CPU per run they spent (:func:`ceiling`): when the starter and Redis
+share the cores with the workers, this bounds what more worker processes can show.
+``--worker-cores C`` caps each worker process (the engine's and raw Celery's alike) at C
+cores, each in a cgroup of its own (``bench/cpu_quota.py``, root): one worker's point is
+then bound by its share, as on a machine with a core per worker, and the starter and
+Redis have room beside the workers, so that N workers can show how the engine scales
+with worker processes (on 2 cores, the starter and Redis take what a second uncapped
+worker would need).
 
 ``--rounds R`` measures every point R times, a round after another (each starts its
-workers anew, on the same Redis), and adds ``summary``: per shape and worker count, the
-median runs/s, and the median and range of ``engine_vs_1_worker`` and of the ratio to
-raw Celery, each taken within its round. This machine's speed drifts by a fifth or more
+workers anew, on the same Redis, emptied between rounds: :func:`fresh_redis`), and adds
+``summary``: per shape and worker count, the median runs/s, and the median and range of
+``engine_vs_1_worker``, of the engine's ``ceiling_vs_1_worker`` and of the ratio to raw
+Celery, each taken within its round. This machine's speed drifts by a fifth or more
 from minute to minute: a ratio of two points measured a minute apart is noise unless
 several rounds agree.
 
@@ -98,6 +105,13 @@ def cpu_s(pids: list[int]) -> float:
             continue
         total += int(fields[11]) + int(fields[12])
     return total / TICKS_S
+
+
+def machine_busy_s() -> float:
+    """CPU seconds the whole machine was busy since boot, all cores (``/proc/stat``: user,
+    nice, system, irq, softirq and steal time; not idle or iowait)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return (sum(fields[0:3]) + sum(fields[5:8])) / TICKS_S
 
 
 def one_graph() -> dict[str, Any]:
@@ -192,14 +206,16 @@ async def point(run_once: Callable[[], Awaitable[None]], lanes: int, seconds: fl
     before_each = {pid: cpu_s([pid]) for pid in pids.get("workers", [])}
     threads_before = thread_cpu_s(pids.get("workers", []))
     counts_before = await redis_counts(redis) if redis is not None else {}
-    t0 = time.monotonic()
+    busy0, t0 = machine_busy_s(), time.monotonic()
     await asyncio.gather(*(lane() for _ in range(lanes)))
-    elapsed = time.monotonic() - t0
+    elapsed, busy = time.monotonic() - t0, machine_busy_s() - busy0
     counts_after = await redis_counts(redis) if redis is not None else {}
     cpu = {name: cpu_s(p) - before[name] for name, p in pids.items()}
     result: dict[str, Any] = {"runs_per_s": round(ended / elapsed, 1),
                               "cpu_ms_per_run": {name: round(c * 1000 / max(ended, 1), 2) for name, c in cpu.items()},
-                              "cores": round(sum(cpu.values()) / elapsed, 2)}
+                              "cores": round(sum(cpu.values()) / elapsed, 2),
+                              # everything else the machine ran meanwhile (its services, the kernel's threads)
+                              "cores_elsewhere": round(max(busy - sum(cpu.values()), 0.0) / elapsed, 2)}
     workers = pids.get("workers", [])
     if len(workers) > 1:  # how the work split between the worker processes (each one's share of their CPU)
         each = [cpu_s([pid]) - before_each[pid] for pid in workers]
@@ -354,23 +370,46 @@ async def measure(url: str, redis_pid: int, worker_steps: list[int], points: Poi
         if quotas is not None:
             quotas.close()
     for by_workers in results.values():
-        one = by_workers[str(worker_steps[0])]["engine"]["runs_per_s"]
+        first = by_workers[str(worker_steps[0])]
         for entry in by_workers.values():
-            entry["engine_vs_1_worker"] = round(entry["engine"]["runs_per_s"] / one, 2)
+            entry["engine_vs_1_worker"] = round(entry["engine"]["runs_per_s"] / first["engine"]["runs_per_s"], 2)
+            for side in ("engine", "raw_celery"):
+                entry[side]["ceiling_vs_1_worker"] = ceiling(entry[side], first[side]["runs_per_s"])
     return results
+
+
+def ceiling(at: dict[str, Any], first_runs_per_s: float) -> float:
+    """The most a point's runs/s could be, over the first point's (one worker's): its
+    processes given every core the rest of the machine left them (``cores_elsewhere``), at
+    the CPU per run they spent. On a machine whose cores the starter and Redis share with
+    the workers, this is what more worker processes can show at best: a point whose
+    ``engine_vs_1_worker`` is near it is bound by the cores, not by the engine."""
+    per_run_s = float(sum(at["cpu_ms_per_run"].values())) / 1000
+    free = (os.cpu_count() or 1) - float(at["cores_elsewhere"])
+    return round(free / max(per_run_s, 1e-9) / max(first_runs_per_s, 1e-9), 2)
+
+
+def fresh_redis(url: str) -> None:
+    """Empty the bench's Redis between rounds (their workers are stopped): every round keeps
+    its runs' keys for the retention TTL, and a few rounds of every shape filled the embedded
+    Redis's 1 GB (writes refused past it, runs stalled). A round stores its graphs anew."""
+    import redis
+
+    with redis.Redis.from_url(url) as client:
+        client.flushall()
 
 
 def summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     """Per shape and worker count, over the rounds: the median engine runs/s, and the median
-    and range of ``engine_vs_1_worker`` and of ``ratio`` (to raw Celery), each within its
-    round."""
+    and range of ``engine_vs_1_worker``, of the engine's ``ceiling_vs_1_worker`` and of
+    ``ratio`` (to raw Celery), each within its round."""
     out: dict[str, Any] = {}
     for shape, by_workers in rounds[0].items():
         for workers in by_workers:
             points = [r[shape][workers] for r in rounds]
             entry = {"runs_per_s": statistics.median(p["engine"]["runs_per_s"] for p in points)}
-            for key in ("engine_vs_1_worker", "ratio"):
-                values = sorted(p[key] for p in points)
+            for key, of in (("engine_vs_1_worker", None), ("ceiling_vs_1_worker", "engine"), ("ratio", None)):
+                values = sorted((p[of] if of else p)[key] for p in points)
                 entry[key] = {"median": round(statistics.median(values), 2), "min": values[0], "max": values[-1]}
             out.setdefault(shape, {})[workers] = entry
     return out
@@ -401,7 +440,11 @@ def main() -> None:
     with EmbeddedRedis(unix_socket=False) as server:
         os.environ["BENCH_REDIS_URL"] = server.url  # read when bench.celery_baseline is imported
         os.environ["BENCH_RESULT_BACKEND"] = "1"  # the chord needs one (the workers inherit it)
-        rounds = [asyncio.run(measure(server.url, server.pid, steps, points)) for _ in range(max(args.rounds, 1))]
+        rounds = []
+        for _ in range(max(args.rounds, 1)):
+            if rounds:  # each round on an empty Redis: the runs kept for a day would fill its maxmemory
+                fresh_redis(server.url)
+            rounds.append(asyncio.run(measure(server.url, server.pid, steps, points)))
     result: dict[str, Any] = dict(rounds[0]) if len(rounds) == 1 else {"rounds": rounds, "summary": summary(rounds)}
     result["config"] = {"seconds": args.seconds, "lanes": args.lanes, "starts": args.starts, "rounds": len(rounds),
                         "worker_cores": args.worker_cores or None,
