@@ -40,7 +40,8 @@ of the machine ran meanwhile (``/proc/stat``: its services, the kernel's threads
 ``ceiling_vs_1_worker`` (engine and raw Celery, each point): the most the point's runs/s
 could be over one worker's, had its processes used every core the rest of the machine
 left them, at the CPU per run they spent (:func:`ceiling`): when the starter and Redis
-share the cores with the workers, this bounds what more worker processes can show.
+share the cores with the workers, this bounds what more worker processes can show (with
+``--worker-cores``, the caps bind first).
 ``--worker-cores C`` caps each worker process (the engine's and raw Celery's alike) at C
 cores, each in a cgroup of its own (``bench/cpu_quota.py``, root): one worker's point is
 then bound by its share, as on a machine with a core per worker, and the starter and
@@ -442,7 +443,7 @@ def main() -> None:
         os.environ["BENCH_RESULT_BACKEND"] = "1"  # the chord needs one (the workers inherit it)
         rounds = []
         for _ in range(max(args.rounds, 1)):
-            if rounds:  # each round on an empty Redis: the runs kept for a day would fill its maxmemory
+            if rounds:  # each round on an empty Redis: the runs kept for their retention would fill it
                 fresh_redis(server.url)
             rounds.append(asyncio.run(measure(server.url, server.pid, steps, points)))
     result: dict[str, Any] = dict(rounds[0]) if len(rounds) == 1 else {"rounds": rounds, "summary": summary(rounds)}
